@@ -1,0 +1,74 @@
+package change
+
+import "time"
+
+// Op is the kind of a row change.
+type Op byte
+
+const (
+	OpInsert   Op = 'I'
+	OpUpdate   Op = 'U'
+	OpDelete   Op = 'D'
+	OpTruncate Op = 'T'
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpTruncate:
+		return "truncate"
+	}
+	return "op(" + string(rune(o)) + ")"
+}
+
+// Truncate options (pgoutput's Truncate message flags).
+const (
+	TruncateCascade         uint8 = 1
+	TruncateRestartIdentity uint8 = 2
+)
+
+// Change is one row change of a transaction.
+//
+// Old and New alias memory owned by whoever produced the Change (the capture
+// stage copies every message out of the connection's buffer before decoding,
+// so a Change stays valid until the queue releases its transaction).
+type Change struct {
+	Op  Op
+	Xid uint32 // the (sub)transaction that made the change, inside streamed blocks; else 0
+	LSN LSN    // WAL position of the message that carried the change
+	Rel *Relation
+
+	// OldKind is 'K' (replica-identity key columns only; the other columns are
+	// null) or 'O' (the whole old row, REPLICA IDENTITY FULL), or 0 when the
+	// message carried no old tuple (an update that kept its key).
+	OldKind byte
+	Old     Tuple
+	New     Tuple // inserts and updates
+
+	// Truncate only.
+	TruncateRels []*Relation
+	TruncateOpts uint8
+}
+
+// ChangeOverhead is the fixed accounting cost of one Change beyond its tuples:
+// the struct and its slot in a transaction buffer.
+const ChangeOverhead = 96
+
+// Size is the number of bytes the change is accounted for in the queue budget.
+func (c *Change) Size() int {
+	return ChangeOverhead + len(c.Old) + len(c.New) + 8*len(c.TruncateRels)
+}
+
+// TxnInfo describes a source transaction.
+type TxnInfo struct {
+	Xid        uint32
+	CommitLSN  LSN // LSN of the commit record: NOT a safe acknowledgement point
+	EndLSN     LSN // end of the commit record: what the slot is acknowledged with
+	CommitTime time.Time
+	Streamed   bool // arrived in stream blocks before its commit (protocol v2+)
+}

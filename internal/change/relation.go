@@ -1,0 +1,70 @@
+package change
+
+import "strings"
+
+// Replica identity settings of a relation, as sent in pgoutput's Relation message.
+const (
+	IdentityDefault byte = 'd' // primary key
+	IdentityNothing byte = 'n'
+	IdentityFull    byte = 'f' // the whole old row
+	IdentityIndex   byte = 'i' // a chosen unique index
+)
+
+// Column is one column of a Relation as the source describes it.
+// Generated columns are never sent by pgoutput, so they never appear here.
+type Column struct {
+	Name    string
+	TypeOID uint32
+	TypeMod int32
+	Key     bool // part of the replica identity
+}
+
+// Relation describes a source table at one point of the stream. A Relation is
+// immutable once decoded: a schema change produces a new *Relation, and every
+// Change points at the version that was current when it was captured.
+type Relation struct {
+	ID              uint32 // the source's OID: valid only for one replication connection
+	Namespace       string // "" in the wire format means pg_catalog; the decoder fills it in
+	Name            string
+	ReplicaIdentity byte
+	Columns         []Column
+}
+
+// String returns schema.table, unquoted, for messages.
+func (r *Relation) String() string { return r.Namespace + "." + r.Name }
+
+// QuotedName returns "schema"."table", safe to paste into SQL.
+func (r *Relation) QuotedName() string {
+	return QuoteIdent(r.Namespace) + "." + QuoteIdent(r.Name)
+}
+
+// KeyColumns returns the indexes of the replica-identity columns.
+func (r *Relation) KeyColumns() []int {
+	var ks []int
+	for i, c := range r.Columns {
+		if c.Key {
+			ks = append(ks, i)
+		}
+	}
+	return ks
+}
+
+// HasKey reports whether rows can be identified by a key (primary key or
+// replica identity index) rather than by their whole old value.
+func (r *Relation) HasKey() bool {
+	if r.ReplicaIdentity == IdentityFull || r.ReplicaIdentity == IdentityNothing {
+		return false
+	}
+	for _, c := range r.Columns {
+		if c.Key {
+			return true
+		}
+	}
+	return false
+}
+
+// QuoteIdent quotes an SQL identifier the way PostgreSQL's quote_ident does
+// for any input: always double-quoted, embedded quotes doubled.
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
