@@ -1,0 +1,213 @@
+// Package config holds repstream's run configuration: defaults, validation, and
+// loading from a YAML file with command-line flags taking precedence.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything `repstream run` needs. The YAML keys are the flag names
+// with '-' replaced by '_'.
+type Config struct {
+	Source      string   `yaml:"source"`
+	Target      string   `yaml:"target"`
+	Tables      []string `yaml:"tables"`
+	Publication string   `yaml:"publication"`
+	Slot        string   `yaml:"slot"`
+
+	Snapshot        bool `yaml:"snapshot"`
+	SnapshotWorkers int  `yaml:"snapshot_workers"`
+	Truncate        bool `yaml:"truncate"`
+	CreateTables    bool `yaml:"create_tables"`
+
+	Memory   Size   `yaml:"memory"`
+	SpillDir string `yaml:"spill_dir"`
+
+	ApplyParallelism int    `yaml:"apply_parallelism"`
+	CommitOrder      string `yaml:"commit_order"`
+	GroupMaxTxns     int    `yaml:"group_max_txns"`
+	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
+
+	UntilCaughtUp  bool          `yaml:"until_caught_up"`
+	HTTP           string        `yaml:"http"`
+	StatusInterval time.Duration `yaml:"status_interval"`
+	Progress       time.Duration `yaml:"progress"`
+	LogLevel       string        `yaml:"log_level"`
+
+	// DecodingWorkMem is the replication session's logical_decoding_work_mem:
+	// transactions larger than this are streamed while in progress.
+	DecodingWorkMem string `yaml:"decoding_work_mem"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Slot:             "repstream",
+		Snapshot:         true,
+		SnapshotWorkers:  4,
+		Memory:           256 << 20,
+		ApplyParallelism: DefaultParallelism(),
+		CommitOrder:      "full",
+		GroupMaxTxns:     1000,
+		GroupMaxBytes:    16 << 20,
+		StatusInterval:   10 * time.Second,
+		LogLevel:         "info",
+		DecodingWorkMem:  "4MB",
+	}
+}
+
+// DefaultParallelism is the number of CPUs, at most 8.
+func DefaultParallelism() int { return min(runtime.NumCPU(), 8) }
+
+// Load reads a YAML file on top of the defaults.
+func Load(path string) (Config, error) {
+	c := Default()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	if err := Parse(b, &c); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML into c, rejecting unknown keys.
+func Parse(b []byte, c *Config) error {
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// Validate checks the configuration and fills derived defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Source == "" {
+		errs = append(errs, errors.New("--source is required"))
+	}
+	if c.Target == "" {
+		errs = append(errs, errors.New("--target is required"))
+	}
+	if c.Slot == "" || !validSlotName(c.Slot) {
+		errs = append(errs, fmt.Errorf("--slot %q: use lower-case letters, digits and underscores (at most 63)", c.Slot))
+	}
+	if c.Publication == "" {
+		c.Publication = c.Slot
+	}
+	if c.Memory < 1<<20 {
+		errs = append(errs, fmt.Errorf("--memory %s: at least 1MiB", c.Memory))
+	}
+	if c.SpillDir == "" {
+		c.SpillDir = filepath.Join(os.TempDir(), "repstream-spill-"+c.Slot)
+	}
+	if c.ApplyParallelism < 1 || c.ApplyParallelism > 64 {
+		errs = append(errs, fmt.Errorf("--apply-parallelism %d: between 1 and 64", c.ApplyParallelism))
+	}
+	if c.CommitOrder != "full" && c.CommitOrder != "dependent" {
+		errs = append(errs, fmt.Errorf("--commit-order %q: full or dependent", c.CommitOrder))
+	}
+	if c.GroupMaxTxns < 1 {
+		c.GroupMaxTxns = 1
+	}
+	if c.GroupMaxBytes < 1 {
+		c.GroupMaxBytes = 1
+	}
+	if c.SnapshotWorkers < 1 {
+		c.SnapshotWorkers = 1
+	}
+	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
+		c.StatusInterval = 10 * time.Second
+	}
+	for _, t := range c.Tables {
+		if strings.TrimSpace(t) == "" {
+			errs = append(errs, errors.New("--tables has an empty entry"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validSlotName(s string) bool {
+	if len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Size is a byte count that parses "256MiB", "64MB", "1GiB", "512k" or plain bytes.
+type Size int64
+
+func (s Size) String() string {
+	switch {
+	case s >= 1<<30 && s%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", s>>30)
+	case s >= 1<<20 && s%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", s>>20)
+	case s >= 1<<10 && s%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", s>>10)
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// Set implements pflag.Value.
+func (s *Size) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = n
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *Size) Type() string { return "size" }
+
+// UnmarshalYAML accepts a number or a string with a unit.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error { return s.Set(n.Value) }
+
+// ParseSize parses a byte size with an optional unit (B, k/KB/KiB, M/MB/MiB,
+// G/GB/GiB; decimal and binary units are both taken as powers of 1024).
+func ParseSize(v string) (Size, error) {
+	t := strings.TrimSpace(v)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
+		i--
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit such as 64MiB", v)
+	}
+	mult := 1.0
+	switch unit {
+	case "", "b":
+	case "k", "kb", "kib":
+		mult = 1 << 10
+	case "m", "mb", "mib":
+		mult = 1 << 20
+	case "g", "gb", "gib":
+		mult = 1 << 30
+	case "t", "tb", "tib":
+		mult = 1 << 40
+	default:
+		return 0, fmt.Errorf("size %q: unknown unit %q", v, unit)
+	}
+	return Size(n * mult), nil
+}

@@ -1,0 +1,65 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Size
+		wantErr bool
+	}{
+		{"256MiB", 256 << 20, false},
+		{"64MB", 64 << 20, false},
+		{"1GiB", 1 << 30, false},
+		{"512k", 512 << 10, false},
+		{"1048576", 1 << 20, false},
+		{"1.5G", 3 << 29, false},
+		{"", 0, true},
+		{"12XB", 0, true},
+		{"-1M", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseSize(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, err=%v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestParseYAML(t *testing.T) {
+	c := Default()
+	err := Parse([]byte("source: host=a\ntarget: host=b\ntables: [public.t, s.*]\nmemory: 64MiB\napply_parallelism: 4\n"), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source != "host=a" || c.Memory != 64<<20 || len(c.Tables) != 2 || c.ApplyParallelism != 4 || c.Slot != "repstream" {
+		t.Fatalf("parsed %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Publication != "repstream" || c.SpillDir == "" {
+		t.Fatalf("derived defaults missing: %+v", c)
+	}
+	if err := Parse([]byte("sourc: x\n"), &c); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	c := Default()
+	c.Slot = "Bad-Name"
+	c.CommitOrder = "random"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"--source", "--target", "--slot", "--commit-order"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
