@@ -1,0 +1,38 @@
+// Package stats is the one statistics registry every pipeline stage reports
+// to (design invariant 5): capture, queue, spill, coordinator and each apply
+// worker own a [Component] in a shared [Registry] and count what passes
+// through them (items, bytes, transactions) and where their wall time goes
+// (busy, idle, waiting).
+//
+// Everything that shows performance reads this one source: the live progress
+// line and the monitor (via [Rates] between two [Snapshot]s), the HTTP
+// endpoint ([Handler]: JSON at /status, Prometheus text at /metrics), the
+// bottleneck advisor and the benchmark reports.
+//
+// # States
+//
+// A component is always in exactly one [State]; [Component.SetState] closes
+// the current interval and opens the next, so the three state times of a
+// component add up to its age. Their meaning is fixed so that the advisor can
+// compare stages:
+//
+//   - Busy: doing the component's own work (decoding, copying, applying).
+//   - Idle: nothing to do, waiting for input from upstream (an empty queue,
+//     no WAL from the server).
+//   - Waiting: has work but is blocked by something else: downstream back
+//     pressure (flow control), a lock, the memory budget, a dependency.
+//
+// A stage that is Busy most of an interval is the bottleneck; stages upstream
+// of it show Waiting (flow control), stages downstream show Idle.
+//
+// State belongs to one goroutine's activity: a pool of workers registers one
+// component per worker ("apply.0", "apply.1", …) rather than sharing one.
+//
+// # Cost
+//
+// [Component.Add] and [Component.AddTxns] are single atomic adds (no lock, no
+// allocation) and may be called per row. [Component.SetState] takes a
+// per-component mutex and reads the clock: call it per batch or per wait, not
+// per row. Named counters and gauges are get-or-create under a lock: look them
+// up once and keep the returned *atomic.Int64.
+package stats
