@@ -1,0 +1,164 @@
+// Package apply takes committed source transactions from the queue and applies
+// them to the target: the coordinator groups and schedules them, workers write
+// them through target.Writer, and the Watermark turns "applied on the target"
+// into the position the replication slot may be acknowledged with.
+package apply
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// Watermark tracks which source transactions are durably applied on the
+// target and derives the position the slot may be acknowledged with.
+//
+// Capture registers every committed transaction, in commit order, before it
+// hands it to the queue; apply marks it Done once the target transaction that
+// contains it has committed (durably: the apply sessions use
+// synchronous_commit=on). Capture also reports WAL positions it saw while it had
+// no transaction open (keepalives).
+//
+// Invariants:
+//   - Registered end LSNs strictly increase (commit order).
+//   - Low is the end LSN of the newest registered transaction such that it and
+//     every transaction registered before it are Done. Low never decreases and
+//     never passes a transaction that is not Done.
+//   - Flush is Low while anything registered is not Done; when nothing is
+//     pending it is max(Low, the idle WAL position) — what lets an idle or
+//     filtered source free WAL. Flush never decreases.
+//
+// It is safe for concurrent use: capture and the apply workers share one.
+type Watermark struct {
+	mu      sync.Mutex
+	pending []mark // registered, in commit order; a prefix of Done marks is popped into low
+	head    int    // pending[head:] is live
+	low     change.LSN
+	idle    change.LSN
+	flushed change.LSN
+	notify  chan struct{} // closed and replaced whenever Flush may have advanced
+}
+
+type mark struct {
+	end  change.LSN
+	done bool
+}
+
+// NewWatermark starts the watermark at start: everything at or below start is
+// already applied (the target's recorded low watermark, or the slot's
+// confirmed position).
+func NewWatermark(start change.LSN) *Watermark {
+	return &Watermark{low: start, flushed: start, notify: make(chan struct{})}
+}
+
+// Register records a committed source transaction, in commit order.
+// Registering an end at or below the last registered one is ignored (it can
+// only be a transaction the server re-sent that is already applied).
+func (w *Watermark) Register(end change.LSN) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.pending); n > w.head && end <= w.pending[n-1].end {
+		return
+	}
+	if end <= w.low {
+		return
+	}
+	w.pending = append(w.pending, mark{end: end})
+}
+
+// Done marks the transaction ending at end as durably applied (or as skipped
+// because the target had it already).
+func (w *Watermark) Done(end change.LSN) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	live := w.pending[w.head:]
+	i, found := slices.BinarySearchFunc(live, end, func(m mark, e change.LSN) int {
+		switch {
+		case m.end < e:
+			return -1
+		case m.end > e:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return
+	}
+	live[i].done = true
+	advanced := false
+	for w.head < len(w.pending) && w.pending[w.head].done {
+		w.low = w.pending[w.head].end
+		w.head++
+		advanced = true
+	}
+	if w.head == len(w.pending) {
+		w.pending, w.head = w.pending[:0], 0
+	} else if w.head > 1024 && w.head > len(w.pending)/2 {
+		n := copy(w.pending, w.pending[w.head:])
+		w.pending, w.head = w.pending[:n], 0
+	}
+	if advanced {
+		w.signal()
+	}
+}
+
+// Observe records a WAL position the source has sent everything up to, seen
+// while capture had no transaction open.
+func (w *Watermark) Observe(walEnd change.LSN) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if walEnd > w.idle {
+		w.idle = walEnd
+		if w.head == len(w.pending) {
+			w.signal()
+		}
+	}
+}
+
+// Low returns the low watermark: every registered transaction ending at or
+// below it is applied.
+func (w *Watermark) Low() change.LSN {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.low
+}
+
+// Pending returns how many registered transactions are not yet Done.
+func (w *Watermark) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range w.pending[w.head:] {
+		if !m.done {
+			n++
+		}
+	}
+	return n
+}
+
+// Flush returns the position the slot may be acknowledged with.
+func (w *Watermark) Flush() change.LSN {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := w.low
+	if w.head == len(w.pending) && w.idle > f {
+		f = w.idle
+	}
+	if f > w.flushed {
+		w.flushed = f
+	}
+	return w.flushed
+}
+
+// Changed returns a channel closed the next time Flush may have advanced.
+func (w *Watermark) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.notify
+}
+
+func (w *Watermark) signal() {
+	close(w.notify)
+	w.notify = make(chan struct{})
+}
