@@ -359,7 +359,7 @@ func parseTruncate(d *decoder, inStream bool, m *Message) error {
 	if d.what != "" {
 		return nil
 	}
-	if n < 0 || int64(n)*4 != int64(len(d.b)-d.off) {
+	if n < 0 || int64(n)*4 > int64(len(d.b)-d.off) {
 		return fmt.Errorf("%d relations need %d bytes, %d left", n, int64(n)*4, len(d.b)-d.off)
 	}
 	m.TruncateRelIDs = make([]uint32, n)
