@@ -1,0 +1,447 @@
+package queue
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"sync"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+const (
+	frameHeaderSize = 8  // u32 length | u32 crc32c
+	fixedSize       = 31 // fixed part of the payload, see the package doc
+	recordOverhead  = frameHeaderSize + fixedSize
+
+	// spillBufSize is the size of a spill writer's buffer and of a reader's
+	// bufio.Reader.
+	spillBufSize = 256 << 10
+)
+
+// castagnoli is the CRC-32C table (immutable after initialisation).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encodedSize is the number of bytes the record of c takes in a spill file.
+func encodedSize(c *change.Change) int {
+	return recordOverhead + len(c.Old) + len(c.New) + 4*len(c.TruncateRels)
+}
+
+// relTable numbers the relations that appear in spill files, so that a change
+// read back points at the same *change.Relation it was added with.
+//
+// Invariants: list only grows and its elements are never replaced;
+// byPtr[list[i]] == i+1 for every i (references start at 1, 0 means none).
+// Only the producer adds; readers take a snapshot of list, which stays valid
+// because it is append-only.
+type relTable struct {
+	mu    sync.RWMutex
+	byPtr map[*change.Relation]uint32
+	list  []*change.Relation
+}
+
+// ref returns the reference of r, registering it if needed.
+func (rt *relTable) ref(r *change.Relation) uint32 {
+	if r == nil {
+		return 0
+	}
+	rt.mu.RLock()
+	id, ok := rt.byPtr[r]
+	rt.mu.RUnlock()
+	if ok {
+		return id
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if id, ok := rt.byPtr[r]; ok {
+		return id
+	}
+	if rt.byPtr == nil {
+		rt.byPtr = make(map[*change.Relation]uint32)
+	}
+	rt.list = append(rt.list, r)
+	id = uint32(len(rt.list))
+	rt.byPtr[r] = id
+	return id
+}
+
+// snapshot returns the relations registered so far, indexed by reference-1.
+func (rt *relTable) snapshot() []*change.Relation {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	return rt.list[:len(rt.list):len(rt.list)]
+}
+
+// spillHandle is the part of *os.File a spill writer uses; tests inject
+// failing implementations (a full disk).
+type spillHandle interface {
+	io.WriterAt
+	Truncate(size int64) error
+	Close() error
+}
+
+// subStat counts the changes of one (sub)transaction in a spill file, so that
+// a subtransaction abort can correct Len and Bytes without reading the file.
+type subStat struct {
+	n     int
+	bytes int64
+}
+
+// spillWriter appends the records of one transaction to its spill file.
+//
+// Invariants: the file holds complete records in [0, off); buf holds the
+// complete records that follow them, not yet written. Writes go to explicit
+// offsets (WriteAt), so a failed write changes neither off nor buf and can be
+// retried; bytes a failed write left past off are overwritten by the next
+// write or cut off by finish (failed is set). Nothing is ever dropped from buf
+// unless it was written: an error never loses a change silently.
+type spillWriter struct {
+	path   string
+	h      spillHandle // nil after finish or discard
+	buf    []byte
+	bufp   *[]byte // pooled backing array of buf
+	pool   *sync.Pool
+	off    int64
+	failed bool
+	rels   *relTable
+
+	lastRel *change.Relation // cache of the last relation reference
+	lastRef uint32
+
+	subs    map[uint32]*subStat
+	lastSub uint32
+	lastSt  *subStat
+
+	closeErr error // sticky: a failed Close may have lost data
+}
+
+func newSpillWriter(path string, h spillHandle, rels *relTable, pool *sync.Pool) *spillWriter {
+	bp := pool.Get().(*[]byte)
+	return &spillWriter{
+		path: path, h: h, buf: (*bp)[:0], bufp: bp, pool: pool, rels: rels,
+		subs: make(map[uint32]*subStat),
+	}
+}
+
+// size is the number of bytes of complete records (written or buffered).
+func (w *spillWriter) size() int64 { return w.off + int64(len(w.buf)) }
+
+func (w *spillWriter) relRef(r *change.Relation) uint32 {
+	if r == nil {
+		return 0
+	}
+	if r != w.lastRel {
+		w.lastRel, w.lastRef = r, w.rels.ref(r)
+	}
+	return w.lastRef
+}
+
+// append adds the record of c, accounted size bytes, and returns its encoded
+// size. On error nothing of c was added and earlier records are kept.
+func (w *spillWriter) append(c *change.Change, size int64) (int, error) {
+	if w.h == nil {
+		return 0, fmt.Errorf("append to spill file %s: already closed", w.path)
+	}
+	n := encodedSize(c)
+	if n-frameHeaderSize > math.MaxUint32 {
+		return 0, fmt.Errorf("append to spill file %s: change of %d bytes is too large", w.path, n)
+	}
+	if len(w.buf)+n > cap(w.buf) {
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+	}
+	if n > cap(w.buf) {
+		if err := w.writeLarge(c, n); err != nil {
+			return 0, err
+		}
+	} else {
+		w.buf = w.encode(w.buf, c, n)
+	}
+	if c.Xid != w.lastSub || w.lastSt == nil {
+		st := w.subs[c.Xid]
+		if st == nil {
+			st = new(subStat)
+			w.subs[c.Xid] = st
+		}
+		w.lastSub, w.lastSt = c.Xid, st
+	}
+	w.lastSt.n++
+	w.lastSt.bytes += size
+	return n, nil
+}
+
+// putFixed writes the frame length and the fixed part of c's payload into
+// p[0:recordOverhead]; the CRC is left to the caller.
+func (w *spillWriter) putFixed(p []byte, c *change.Change, n int) {
+	le := binary.LittleEndian
+	le.PutUint32(p[0:], uint32(n-frameHeaderSize))
+	f := p[frameHeaderSize:recordOverhead]
+	f[0] = byte(c.Op)
+	f[1] = c.OldKind
+	f[2] = c.TruncateOpts
+	le.PutUint32(f[3:], c.Xid)
+	le.PutUint64(f[7:], uint64(c.LSN))
+	le.PutUint32(f[15:], w.relRef(c.Rel))
+	le.PutUint32(f[19:], uint32(len(c.Old)))
+	le.PutUint32(f[23:], uint32(len(c.New)))
+	le.PutUint32(f[27:], uint32(len(c.TruncateRels)))
+}
+
+// encode appends the n-byte record of c to dst, which has room for it.
+func (w *spillWriter) encode(dst []byte, c *change.Change, n int) []byte {
+	start := len(dst)
+	dst = dst[:start+n]
+	rec := dst[start:]
+	w.putFixed(rec, c, n)
+	p := recordOverhead
+	p += copy(rec[p:], c.Old)
+	p += copy(rec[p:], c.New)
+	for _, r := range c.TruncateRels {
+		binary.LittleEndian.PutUint32(rec[p:], w.rels.ref(r))
+		p += 4
+	}
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Checksum(rec[frameHeaderSize:], castagnoli))
+	return dst
+}
+
+// writeLarge writes a record bigger than the buffer straight to the file, in
+// pieces, without copying the tuples. buf is empty.
+func (w *spillWriter) writeLarge(c *change.Change, n int) error {
+	var hdr [recordOverhead]byte
+	w.putFixed(hdr[:], c, n)
+	trunc := make([]byte, 4*len(c.TruncateRels))
+	for i, r := range c.TruncateRels {
+		binary.LittleEndian.PutUint32(trunc[4*i:], w.rels.ref(r))
+	}
+	crc := crc32.Update(0, castagnoli, hdr[frameHeaderSize:])
+	crc = crc32.Update(crc, castagnoli, c.Old)
+	crc = crc32.Update(crc, castagnoli, c.New)
+	crc = crc32.Update(crc, castagnoli, trunc)
+	binary.LittleEndian.PutUint32(hdr[4:], crc)
+	off := w.off
+	for _, piece := range [][]byte{hdr[:], c.Old, c.New, trunc} {
+		if len(piece) == 0 {
+			continue
+		}
+		if _, err := w.h.WriteAt(piece, off); err != nil {
+			w.failed = true
+			return fmt.Errorf("write spill file %s at offset %d: %w", w.path, off, err)
+		}
+		off += int64(len(piece))
+	}
+	w.off = off
+	return nil
+}
+
+// flush writes the buffered records.
+func (w *spillWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if _, err := w.h.WriteAt(w.buf, w.off); err != nil {
+		w.failed = true
+		return fmt.Errorf("write spill file %s at offset %d: %w", w.path, w.off, err)
+	}
+	w.off += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// finish writes what is buffered and closes the file, which then holds
+// exactly size() bytes. It can be retried after an error.
+func (w *spillWriter) finish() error {
+	if w.closeErr != nil {
+		return w.closeErr
+	}
+	if w.h == nil {
+		return nil
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if w.failed {
+		if err := w.h.Truncate(w.off); err != nil {
+			return fmt.Errorf("truncate spill file %s to %d: %w", w.path, w.off, err)
+		}
+		w.failed = false
+	}
+	err := w.h.Close()
+	w.h = nil
+	w.releaseBuf()
+	if err != nil {
+		w.closeErr = fmt.Errorf("close spill file %s: %w", w.path, err)
+		return w.closeErr
+	}
+	return nil
+}
+
+func (w *spillWriter) releaseBuf() {
+	if w.bufp != nil {
+		*w.bufp = w.buf[:0]
+		w.pool.Put(w.bufp)
+		w.bufp, w.buf = nil, nil
+	}
+}
+
+// discard closes and deletes the file.
+func (w *spillWriter) discard() error {
+	var errs []error
+	if w.h != nil {
+		if err := w.h.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close spill file %s: %w", w.path, err))
+		}
+		w.h = nil
+	}
+	w.releaseBuf()
+	if err := os.Remove(w.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove spill file %s: %w", w.path, err))
+	}
+	return errors.Join(errs...)
+}
+
+// spillReader reads the records of one spill file in order. The Change it
+// returns, and the tuples and truncate list it points at, are reused by the
+// next call.
+type spillReader struct {
+	name   string
+	r      io.Reader
+	off    int64 // offset of the next record
+	remain int64 // bytes of the file not yet read
+	rels   []*change.Relation
+	hdr    [frameHeaderSize]byte
+	buf    []byte
+	c      change.Change
+	trunc  []*change.Relation
+}
+
+func (r *spillReader) corrupt(off int64, format string, args ...any) error {
+	return fmt.Errorf("spill file %s: record at offset %d: %s: %w", r.name, off, fmt.Sprintf(format, args...), ErrCorrupt)
+}
+
+// next returns the next change and the bytes its record took, or io.EOF
+// after the last record.
+func (r *spillReader) next() (*change.Change, int, error) {
+	if r.remain == 0 {
+		return nil, 0, io.EOF
+	}
+	off := r.off
+	if r.remain < frameHeaderSize {
+		return nil, 0, r.corrupt(off, "%d trailing bytes", r.remain)
+	}
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		return nil, 0, r.readErr(off, err)
+	}
+	n := int64(binary.LittleEndian.Uint32(r.hdr[0:]))
+	sum := binary.LittleEndian.Uint32(r.hdr[4:])
+	if n < fixedSize || n > r.remain-frameHeaderSize {
+		return nil, 0, r.corrupt(off, "bad length %d (%d bytes left)", n, r.remain-frameHeaderSize)
+	}
+	if int64(cap(r.buf)) < n {
+		r.buf = make([]byte, n, max(n, spillBufSize/4))
+	}
+	p := r.buf[:n]
+	if _, err := io.ReadFull(r.r, p); err != nil {
+		return nil, 0, r.readErr(off, err)
+	}
+	if got := crc32.Checksum(p, castagnoli); got != sum {
+		return nil, 0, r.corrupt(off, "crc32c %08x, want %08x", got, sum)
+	}
+	var err error
+	r.trunc, err = decodePayload(p, r.rels, &r.c, r.trunc[:0])
+	if err != nil {
+		return nil, 0, r.corrupt(off, "%v", err)
+	}
+	rec := frameHeaderSize + n
+	r.off += rec
+	r.remain -= rec
+	return &r.c, int(rec), nil
+}
+
+func (r *spillReader) readErr(off int64, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return r.corrupt(off, "file shorter than expected")
+	}
+	return fmt.Errorf("read spill file %s at offset %d: %w", r.name, off, err)
+}
+
+// decodePayload decodes one record payload into c; its tuples alias p. The
+// truncated relations are appended to trunc, which is returned.
+func decodePayload(p []byte, rels []*change.Relation, c *change.Change, trunc []*change.Relation) ([]*change.Relation, error) {
+	le := binary.LittleEndian
+	if len(p) < fixedSize {
+		return trunc, fmt.Errorf("payload of %d bytes", len(p))
+	}
+	op := change.Op(p[0])
+	switch op {
+	case change.OpInsert, change.OpUpdate, change.OpDelete, change.OpTruncate:
+	default:
+		return trunc, fmt.Errorf("unknown op %#x", p[0])
+	}
+	oldLen := int64(le.Uint32(p[19:]))
+	newLen := int64(le.Uint32(p[23:]))
+	nTrunc := int64(le.Uint32(p[27:]))
+	if fixedSize+oldLen+newLen+4*nTrunc != int64(len(p)) {
+		return trunc, fmt.Errorf("parts of %d+%d+4×%d bytes do not fill a payload of %d", oldLen, newLen, nTrunc, len(p))
+	}
+	rel, err := lookupRel(rels, le.Uint32(p[15:]))
+	if err != nil {
+		return trunc, err
+	}
+	*c = change.Change{
+		Op:           op,
+		OldKind:      p[1],
+		TruncateOpts: p[2],
+		Xid:          le.Uint32(p[3:]),
+		LSN:          change.LSN(le.Uint64(p[7:])),
+		Rel:          rel,
+	}
+	q := p[fixedSize:]
+	if oldLen > 0 {
+		c.Old = change.Tuple(q[:oldLen:oldLen])
+		if n, err := change.ValidateTuple(c.Old); err != nil || n != len(c.Old) {
+			return trunc, errors.New("malformed old tuple")
+		}
+	}
+	q = q[oldLen:]
+	if newLen > 0 {
+		c.New = change.Tuple(q[:newLen:newLen])
+		if n, err := change.ValidateTuple(c.New); err != nil || n != len(c.New) {
+			return trunc, errors.New("malformed new tuple")
+		}
+	}
+	q = q[newLen:]
+	for i := int64(0); i < nTrunc; i++ {
+		r, err := lookupRel(rels, le.Uint32(q[4*i:]))
+		if err != nil {
+			return trunc, err
+		}
+		trunc = append(trunc, r)
+	}
+	if nTrunc > 0 {
+		c.TruncateRels = trunc
+	}
+	return trunc, nil
+}
+
+func lookupRel(rels []*change.Relation, ref uint32) (*change.Relation, error) {
+	if ref == 0 {
+		return nil, nil
+	}
+	if int64(ref) > int64(len(rels)) {
+		return nil, fmt.Errorf("unknown relation reference %d", ref)
+	}
+	return rels[ref-1], nil
+}
+
+// newBufReader returns a pooled bufio.Reader over rd.
+func newBufReader(pool *sync.Pool, rd io.Reader) *bufio.Reader {
+	br := pool.Get().(*bufio.Reader)
+	br.Reset(rd)
+	return br
+}
