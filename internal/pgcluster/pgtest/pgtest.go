@@ -1,0 +1,240 @@
+// Package pgtest gives tests throwaway PostgreSQL clusters (see pgcluster).
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) } // needed for Shared
+//
+//	func TestX(t *testing.T) {
+//		c := pgtest.Shared(t, "src")     // one per test binary and name
+//		db := pgtest.NewDB(t, c)          // fresh database per test
+//		conn, _ := pgx.Connect(ctx, c.DSN(db))
+//	}
+//
+// Missing PostgreSQL binaries fail the test with a message telling to run
+// `make test` (which installs them); set REPSTREAM_SKIP_PG=1 to skip instead.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/repstream/repstream/internal/pgcluster"
+)
+
+// EnvSkip names the environment variable that, set to "1", turns a missing
+// PostgreSQL installation into a skipped test instead of a failure.
+const EnvSkip = "REPSTREAM_SKIP_PG"
+
+// startTimeout bounds one cluster start (initdb + pg_ctl start, with retries).
+const startTimeout = 3 * time.Minute
+
+// registry holds the process's shared clusters. It is process-wide state by
+// nature: Shared hands one cluster per name to every test of the binary and
+// Main removes them all after m.Run.
+//
+// Invariants: mainActive is set before any test runs (by Main) and never
+// reset; every cluster in shared is removed exactly once by removeShared.
+type registry struct {
+	mu         sync.Mutex
+	mainActive bool
+	shared     map[string]*sharedEntry
+}
+
+type sharedEntry struct {
+	once    sync.Once
+	cluster *pgcluster.Cluster
+	err     error
+}
+
+var reg = &registry{shared: map[string]*sharedEntry{}}
+
+var dbSeq atomic.Uint64
+
+// Cluster starts a new cluster for t and removes it in t.Cleanup (also when
+// the test fails). opts.Name defaults to the test name.
+func Cluster(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
+	t.Helper()
+	requireBinaries(t)
+	if opts.Name == "" {
+		opts.Name = t.Name()
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("pgtest: start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Remove(ctx); err != nil {
+			t.Errorf("pgtest: remove cluster %s: %v", c.Dir(), err)
+		}
+	})
+	return c
+}
+
+// Shared returns the test binary's cluster called name, starting it on first
+// use (default options plus Fast). It lives until Main's m.Run returns, so
+// the test binary's TestMain must call pgtest.Main(m). Tests sharing a
+// cluster should each use their own database (NewDB).
+func Shared(t testing.TB, name string) *pgcluster.Cluster {
+	t.Helper()
+	requireBinaries(t)
+	reg.mu.Lock()
+	if !reg.mainActive {
+		reg.mu.Unlock()
+		t.Fatalf("pgtest.Shared(%q) needs `func TestMain(m *testing.M) { pgtest.Main(m) }` in the test package "+
+			"(it removes shared clusters at exit)", name)
+	}
+	e, ok := reg.shared[name]
+	if !ok {
+		e = &sharedEntry{}
+		reg.shared[name] = e
+	}
+	reg.mu.Unlock()
+
+	e.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		e.cluster, e.err = pgcluster.Start(ctx, pgcluster.Options{
+			Name:   "shared-" + name,
+			Fast:   true,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+	})
+	if e.err != nil {
+		t.Fatalf("pgtest: start shared cluster %q: %v", name, e.err)
+	}
+	return e.cluster
+}
+
+// NewDB creates a fresh, uniquely named database in c and returns its name.
+// The database is not dropped (the cluster goes away with the test or binary).
+func NewDB(t testing.TB, c *pgcluster.Cluster) string {
+	t.Helper()
+	name := dbName(t.Name(), dbSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CreateDatabase(ctx, name); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return name
+}
+
+// dbName builds a lower-case identifier of at most 63 bytes from a test name
+// and a per-process sequence number.
+func dbName(testName string, seq uint64) string {
+	suffix := fmt.Sprintf("_%d", seq)
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(testName) {
+		if b.Len()+len(suffix) >= 63 {
+			break
+		}
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	b.WriteString(suffix)
+	return b.String()
+}
+
+// Main runs the tests: it first removes stale clusters left by killed test
+// processes (pgcluster.ReapStale), then runs m, removes the shared clusters
+// (also on SIGINT/SIGTERM) and exits with m's code.
+func Main(m *testing.M) {
+	reg.mu.Lock()
+	reg.mainActive = true
+	reg.mu.Unlock()
+
+	if os.Getenv(EnvSkip) != "1" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := pgcluster.ReapStale(ctx, nil); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: reaping stale clusters: %v\n", err)
+		}
+		cancel()
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "pgtest: %v: removing shared clusters\n", s)
+			removeShared()
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+
+	code := m.Run()
+	close(done)
+	signal.Stop(sigs)
+	removeShared()
+	os.Exit(code)
+}
+
+// removeShared removes every shared cluster started so far, reporting errors
+// on stderr.
+func removeShared() {
+	reg.mu.Lock()
+	entries := make([]*sharedEntry, 0, len(reg.shared))
+	for name, e := range reg.shared {
+		entries = append(entries, e)
+		delete(reg.shared, name)
+	}
+	reg.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, e := range entries {
+		// Wait for a start in progress; the Once is done or running.
+		e.once.Do(func() {})
+		if e.cluster == nil {
+			continue
+		}
+		if err := e.cluster.Remove(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: remove shared cluster %s: %v\n", e.cluster.Dir(), err)
+		}
+	}
+}
+
+// requireBinaries fails (or with REPSTREAM_SKIP_PG=1 skips) t when no
+// PostgreSQL server binaries are installed.
+func requireBinaries(t testing.TB) {
+	t.Helper()
+	if _, err := pgcluster.BinDir(); err != nil {
+		if os.Getenv(EnvSkip) == "1" {
+			t.Skipf("pgtest: %s=1 and PostgreSQL is not installed: %v", EnvSkip, err)
+		}
+		t.Fatalf("pgtest: PostgreSQL is needed for this test: %v\n"+
+			"run `make test` (it installs PostgreSQL via scripts/ensure-postgres.sh), or set %s=1 to skip",
+			err, EnvSkip)
+	}
+}
+
+// testLogger logs cluster lifecycle events through t.Log at Info level.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

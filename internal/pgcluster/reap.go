@@ -1,0 +1,178 @@
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Reaping policy for cluster directories left behind by killed processes.
+const (
+	// ReapMinAge protects a directory whose owner is gone but that is
+	// younger than this (guards against races with a cluster being made).
+	ReapMinAge = time.Minute
+	// ReapOwnerlessAge is the age after which a directory without a
+	// readable owner file is reaped.
+	ReapOwnerlessAge = 3 * time.Hour
+)
+
+// ownerFile names the file holding "<pid> <start time>" of the process that
+// created the cluster.
+const ownerFile = "owner"
+
+// writeOwner records the current process as the owner of dir.
+func writeOwner(dir string) error {
+	pid := os.Getpid()
+	content := fmt.Sprintf("%d %s\n", pid, procStartTime(pid))
+	path := filepath.Join(dir, ownerFile)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write owner file %s: %w", path, err)
+	}
+	return nil
+}
+
+// procStartTime returns the start time of process pid in clock ticks since
+// boot (field 22 of /proc/<pid>/stat), or "" if unknown (non-Linux, gone).
+// Together with the pid it identifies a process despite pid reuse.
+func procStartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) may hold spaces; fields after ')' are plain.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	// fields[0] is field 3 (state); field 22 is fields[19].
+	if len(fields) < 20 {
+		return ""
+	}
+	return fields[19]
+}
+
+// ownerAlive reports whether the process recorded in dir's owner file still
+// runs, and whether the owner file was readable at all.
+func ownerAlive(dir string) (alive, known bool) {
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if err != nil {
+		return false, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return false, false
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil || pid <= 0 {
+		return false, false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false, true // ESRCH: gone
+	}
+	if len(f) > 1 && f[1] != "" {
+		if st := procStartTime(pid); st != "" && st != f[1] {
+			return false, true // pid reused by another process
+		}
+	}
+	return true, true
+}
+
+// ReapStale stops the postmasters of, and deletes, cluster directories under
+// os.TempDir() left by processes that died without removing them (a test
+// binary killed mid-way, a timeout panic). A directory is stale when its
+// owner process is gone and it is older than ReapMinAge, or when it has no
+// readable owner file and is older than ReapOwnerlessAge. Directories of live
+// processes are never touched. Best effort: it returns how many directories
+// it removed and the errors met.
+func ReapStale(ctx context.Context, logger *slog.Logger) (int, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "pgcluster")
+	matches, err := filepath.Glob(filepath.Join(os.TempDir(), DirPrefix+"*"))
+	if err != nil {
+		return 0, fmt.Errorf("list stale clusters: %w", err)
+	}
+	var errs []error
+	removed := 0
+	for _, dir := range matches {
+		if ctx.Err() != nil {
+			return removed, ctx.Err()
+		}
+		fi, err := os.Stat(dir)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		age := time.Since(fi.ModTime())
+		alive, known := ownerAlive(dir)
+		switch {
+		case alive:
+			continue
+		case known && age < ReapMinAge:
+			continue
+		case !known && age < ReapOwnerlessAge:
+			continue
+		}
+		if err := reapDir(ctx, dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+		logger.Info("removed stale cluster", "dir", dir, "age", age.Round(time.Second))
+	}
+	return removed, errors.Join(errs...)
+}
+
+// reapDir kills the postmaster of the cluster in dir, if any, and removes dir.
+func reapDir(ctx context.Context, dir string) error {
+	dataDir := filepath.Join(dir, "data")
+	if pid, ok := postmasterPID(dataDir); ok {
+		// SIGQUIT is PostgreSQL's immediate shutdown.
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		deadline := time.Now().Add(10 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove stale cluster dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// postmasterPID returns the pid in dataDir/postmaster.pid if that process is
+// a running postgres whose data directory is dataDir.
+func postmasterPID(dataDir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.SplitN(string(b), "\n", 3)
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	if len(lines) > 1 && strings.TrimSpace(lines[1]) != dataDir {
+		return 0, false
+	}
+	if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
+		if !bytes.Contains(cmdline, []byte("postgres")) {
+			return 0, false // pid reused by something else
+		}
+	} else if syscall.Kill(pid, 0) != nil {
+		return 0, false
+	}
+	return pid, true
+}
