@@ -1,0 +1,3 @@
+CREATE TABLE IF NOT EXISTS "public"."log" (
+    "line" text
+)
