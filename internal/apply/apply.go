@@ -1,0 +1,328 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// Source is where committed transactions come from (the queue).
+type Source interface {
+	Next(ctx context.Context) (*queue.Txn, error)
+	TryNext() (*queue.Txn, bool)
+}
+
+// Options configure the apply stage.
+type Options struct {
+	TargetDSN   string
+	Slot        string
+	Parallelism int    // apply workers (connections to the target)
+	CommitOrder string // "full": target commits in source commit order; "dependent": only dependencies ordered
+
+	GroupMaxTxns  int   // source transactions per target transaction at most
+	GroupMaxBytes int64 // accounted bytes per target transaction at most (a larger single txn goes alone)
+
+	// Applied says whether a source transaction (by end LSN) is already on the
+	// target — the record loaded at start; such transactions are skipped.
+	Applied func(end change.LSN) bool
+
+	Watermark *Watermark
+	Stats     *stats.Registry
+	Logger    *slog.Logger
+}
+
+// keyedLimit is the size above which a transaction is not scanned for its
+// write set and is applied as a barrier instead (large and spilled
+// transactions would be read twice).
+const keyedLimit = 10000
+
+// group is one target transaction: consecutive source transactions.
+type group struct {
+	seq       uint64
+	txns      []*queue.Txn
+	bytes     int64
+	deps      []uint64
+	allBefore bool
+}
+
+// Applier runs the coordinator and the workers.
+//
+// Goroutines: one coordinator takes transactions from the source in commit
+// order, groups them and computes dependencies; Parallelism workers each own
+// one target connection and apply groups. A worker waits for a group's
+// dependencies to commit before it starts it, and with commit order "full"
+// also for every earlier group before it commits. Workers take groups in
+// sequence order from one channel, so the oldest group in flight never waits
+// on a younger one: the pipeline cannot deadlock on its own waits.
+type Applier struct {
+	opts    Options
+	log     *slog.Logger
+	commits *commitLog
+	coord   *stats.Component
+}
+
+// New validates options.
+func New(opts Options) (*Applier, error) {
+	if opts.Watermark == nil || opts.TargetDSN == "" {
+		return nil, errors.New("apply: watermark and target DSN are required")
+	}
+	if opts.Parallelism < 1 {
+		opts.Parallelism = 1
+	}
+	if opts.GroupMaxTxns < 1 {
+		opts.GroupMaxTxns = 1
+	}
+	if opts.GroupMaxBytes < 1 {
+		opts.GroupMaxBytes = 1
+	}
+	if opts.Applied == nil {
+		opts.Applied = func(change.LSN) bool { return false }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Stats == nil {
+		opts.Stats = stats.NewRegistry()
+	}
+	return &Applier{
+		opts:    opts,
+		log:     opts.Logger.With("component", "apply"),
+		commits: newCommitLog(),
+		coord:   opts.Stats.Component("coordinator"),
+	}, nil
+}
+
+// Run applies until ctx ends or an error occurs.
+func (a *Applier) Run(ctx context.Context, src Source) error {
+	g, ctx := errgroup.WithContext(ctx)
+	work := make(chan *group, a.opts.Parallelism)
+	for i := 0; i < a.opts.Parallelism; i++ {
+		w, err := a.newWorker(ctx, i)
+		if err != nil {
+			close(work)
+			_ = g.Wait()
+			return err
+		}
+		g.Go(func() error {
+			defer w.close()
+			return w.run(ctx, work)
+		})
+	}
+	g.Go(func() error {
+		defer close(work)
+		return a.coordinate(ctx, src, work)
+	})
+	return g.Wait()
+}
+
+func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group) error {
+	hasher := newKeyHasher()
+	tracker := newDepTracker()
+	cSkipped := a.coord.Counter("skipped_txns")
+	cBarriers := a.coord.Counter("barriers")
+	gInFlight := a.coord.Gauge("groups_in_flight")
+	var seq uint64
+	var keys []uint64
+	for {
+		a.coord.SetState(stats.Idle)
+		txn, err := src.Next(ctx)
+		if err != nil {
+			return err
+		}
+		a.coord.SetState(stats.Busy)
+		if a.opts.Applied(txn.Info.EndLSN) {
+			a.skip(txn, cSkipped)
+			continue
+		}
+		seq++
+		g := &group{seq: seq, txns: []*queue.Txn{txn}, bytes: txn.Bytes()}
+		keys = keys[:0]
+		keyed := true
+		keys, keyed, err = a.writeSet(hasher, txn, keys)
+		if err != nil {
+			return err
+		}
+		// Group more committed transactions while they are at hand: never
+		// wait for a batch to fill (a lone transaction goes at once).
+		for keyed && len(g.txns) < a.opts.GroupMaxTxns && g.bytes < a.opts.GroupMaxBytes {
+			next, ok := src.TryNext()
+			if !ok {
+				break
+			}
+			if a.opts.Applied(next.Info.EndLSN) {
+				a.skip(next, cSkipped)
+				continue
+			}
+			var nextKeyed bool
+			mark := len(keys)
+			keys, nextKeyed, err = a.writeSet(hasher, next, keys)
+			if err != nil {
+				return err
+			}
+			if !nextKeyed || g.bytes+next.Bytes() > a.opts.GroupMaxBytes {
+				// It starts the next group (possibly a barrier of its own).
+				keys = keys[:mark]
+				if err := a.dispatch(ctx, work, tracker, g, keys, false, cBarriers, gInFlight); err != nil {
+					return err
+				}
+				seq++
+				g = &group{seq: seq, txns: []*queue.Txn{next}, bytes: next.Bytes()}
+				keys = keys[:0]
+				keys, keyed, _ = a.writeSet(hasher, next, keys)
+				continue
+			}
+			g.txns = append(g.txns, next)
+			g.bytes += next.Bytes()
+		}
+		if err := a.dispatch(ctx, work, tracker, g, keys, !keyed, cBarriers, gInFlight); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *Applier) skip(txn *queue.Txn, skipped *atomic.Int64) {
+	a.log.Debug("skipping transaction already applied", "end", txn.Info.EndLSN)
+	a.opts.Watermark.Done(txn.Info.EndLSN)
+	txn.Release()
+	skipped.Add(1)
+}
+
+// writeSet appends the key hashes of txn; keyed is false for a barrier.
+func (a *Applier) writeSet(h keyHasher, txn *queue.Txn, keys []uint64) ([]uint64, bool, error) {
+	if a.opts.Parallelism == 1 {
+		return keys, true, nil // one worker: order is total anyway
+	}
+	if txn.Spilled() || txn.Len() > keyedLimit {
+		return keys, false, nil
+	}
+	for c, err := range txn.Changes() {
+		if err != nil {
+			return keys, false, fmt.Errorf("read transaction %d (end %s): %w", txn.Info.Xid, txn.Info.EndLSN, err)
+		}
+		var ok bool
+		if keys, ok = h.appendKeys(keys, c); !ok {
+			return keys, false, nil
+		}
+	}
+	return keys, true, nil
+}
+
+func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracker, g *group, keys []uint64, barrier bool, barriers, inFlight *atomic.Int64) error {
+	g.deps, g.allBefore = t.add(g.seq, keys, barrier, a.commits.committedBelow())
+	if barrier {
+		barriers.Add(1)
+	}
+	a.coord.AddTxns(int64(len(g.txns)))
+	a.coord.Add(1, g.bytes)
+	a.coord.SetState(stats.Waiting)
+	select {
+	case work <- g:
+		inFlight.Store(int64(g.seq - a.commits.committedBelow()))
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type worker struct {
+	a      *Applier
+	id     int
+	w      *target.Writer
+	closer func()
+	stats  *stats.Component
+}
+
+func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
+	name := "apply." + strconv.Itoa(id)
+	conn, err := target.Connect(ctx, a.opts.TargetDSN, "repstream-"+name)
+	if err != nil {
+		return nil, err
+	}
+	st := a.opts.Stats.Component(name)
+	w := target.NewWriter(conn, target.WriterOptions{Slot: a.opts.Slot, Stats: st, Logger: a.log.With("worker", id)})
+	return &worker{a: a, id: id, w: w, stats: st, closer: func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}}, nil
+}
+
+func (w *worker) close() { w.closer() }
+
+func (w *worker) run(ctx context.Context, work <-chan *group) error {
+	full := w.a.opts.CommitOrder != "dependent"
+	ends := make([]change.LSN, 0, 64)
+	for {
+		w.stats.SetState(stats.Idle)
+		var g *group
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case g = <-work:
+			if g == nil {
+				return nil
+			}
+		}
+		w.stats.SetState(stats.Waiting)
+		if err := w.a.commits.wait(ctx, g.seq, g.deps, g.allBefore); err != nil {
+			return err
+		}
+		w.stats.SetState(stats.Busy)
+		ends = ends[:0]
+		for _, t := range g.txns {
+			ends = append(ends, t.Info.EndLSN)
+		}
+		if err := w.apply(ctx, g, full, ends); err != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = w.w.Rollback(rctx)
+			cancel()
+			return err
+		}
+		w.a.commits.markDone(g.seq)
+		for _, t := range g.txns {
+			w.a.opts.Watermark.Done(t.Info.EndLSN)
+			t.Release()
+		}
+		w.stats.AddTxns(int64(len(g.txns)))
+	}
+}
+
+func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.LSN) error {
+	if err := w.w.Begin(ctx); err != nil {
+		return fmt.Errorf("apply worker %d: begin: %w", w.id, err)
+	}
+	for _, t := range g.txns {
+		for c, err := range t.Changes() {
+			if err != nil {
+				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
+			}
+			if err := w.w.Write(ctx, c); err != nil {
+				return fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
+			}
+		}
+	}
+	if full && g.seq > 1 {
+		w.stats.SetState(stats.Waiting)
+		if err := w.a.commits.wait(ctx, g.seq, nil, true); err != nil {
+			return err
+		}
+		w.stats.SetState(stats.Busy)
+	}
+	if err := w.w.Commit(ctx, ends); err != nil {
+		first := g.txns[0].Info
+		return fmt.Errorf("commit %d transaction(s) from end %s: %w", len(g.txns), first.EndLSN, err)
+	}
+	return nil
+}

@@ -1,0 +1,498 @@
+// Package capture owns the replication connection to the source: it starts
+// pgoutput streaming from a slot, decodes every message, hands row changes to
+// the queue per source transaction, and acknowledges the slot with the
+// durable low watermark.
+package capture
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgoutput"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// ErrCaughtUp is returned by Run when Options.StopAt is set and the slot has
+// been acknowledged at or past it.
+var ErrCaughtUp = errors.New("caught up")
+
+// Queue is what capture feeds: the transaction queue (internal/queue).
+type Queue interface {
+	Begin(xid uint32)
+	Add(ctx context.Context, xid uint32, c *change.Change) error
+	Commit(info change.TxnInfo) error
+	Abort(xid, subxid uint32) error
+}
+
+// Acker is the progress capture reports to and acknowledges from (apply.Watermark).
+type Acker interface {
+	Register(end change.LSN)
+	Observe(walEnd change.LSN)
+	Flush() change.LSN
+	Pending() int
+}
+
+// Options configure a Capture.
+type Options struct {
+	DSN         string // the source, as given by the user (a replication=database connection is derived)
+	Slot        string
+	Publication string
+
+	// StartLSN is where streaming starts (the server starts at the later of it
+	// and the slot's confirmed position). InitialFlush is what is acknowledged
+	// before anything is applied: the slot's confirmed position or StartLSN.
+	StartLSN     change.LSN
+	InitialFlush change.LSN
+
+	ProtoVersion    int           // 0: the highest the server speaks
+	DecodingWorkMem string        // logical_decoding_work_mem of the walsender session ("" = server default)
+	StatusInterval  time.Duration // standby status updates at least this often (default 10s)
+	StopAt          change.LSN    // if set, Run returns ErrCaughtUp once acknowledged at or past it
+
+	Queue  Queue
+	Acker  Acker
+	Stats  *stats.Registry
+	Logger *slog.Logger
+}
+
+// Capture is the receive loop. One goroutine (the one calling Run) owns the
+// replication connection for its whole life: pgconn is not safe for
+// concurrent use, so standby status updates are sent from the same loop —
+// also while the queue holds capture back in flow control.
+type Capture struct {
+	opts  Options
+	log   *slog.Logger
+	stats *stats.Component
+	conn  *pgconn.PgConn
+	proto int
+
+	// decode state, owned by the Run goroutine
+	msg        pgoutput.Message
+	rels       map[uint32]*change.Relation            // outside streams
+	streamRels map[uint32]map[uint32]*change.Relation // per streamed top-level xid
+	inStream   bool
+	streamXid  uint32
+	txnXid     uint32 // open non-streamed transaction, valid while inTxn
+	inTxn      bool
+	openStream map[uint32]bool // streamed transactions started and not yet committed/aborted
+	received   change.LSN      // highest WAL position received
+	sentFlush  change.LSN
+	lastStatus time.Time
+
+	cMessages, cChanges, cKeepalives, cFlowWaitNs *atomic.Int64
+	gReceived, gFlushed                           *atomic.Int64
+}
+
+// New validates options; Run connects.
+func New(opts Options) (*Capture, error) {
+	if opts.Queue == nil || opts.Acker == nil {
+		return nil, errors.New("capture: queue and acker are required")
+	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Stats == nil {
+		opts.Stats = stats.NewRegistry()
+	}
+	c := &Capture{
+		opts:       opts,
+		log:        opts.Logger.With("component", "capture"),
+		stats:      opts.Stats.Component("capture"),
+		rels:       map[uint32]*change.Relation{},
+		streamRels: map[uint32]map[uint32]*change.Relation{},
+		openStream: map[uint32]bool{},
+		sentFlush:  opts.InitialFlush,
+	}
+	c.cMessages = c.stats.Counter("messages")
+	c.cChanges = c.stats.Counter("changes")
+	c.cKeepalives = c.stats.Counter("keepalives")
+	c.cFlowWaitNs = c.stats.Counter("flow_control_ns")
+	c.gReceived = c.stats.Gauge("received_lsn")
+	c.gFlushed = c.stats.Gauge("flushed_lsn")
+	return c, nil
+}
+
+// ReplicationConfig derives the replication connection's configuration from a
+// user DSN: replication=database, a 1 MiB read buffer (the stream is read in
+// large chunks, not one small message per syscall), and the walsender
+// session's logical_decoding_work_mem.
+func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("source DSN: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "repstream"
+	if decodingWorkMem != "" {
+		cfg.RuntimeParams["logical_decoding_work_mem"] = decodingWorkMem
+	}
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 1<<20), w)
+	}
+	return cfg, nil
+}
+
+// Connect opens a replication connection to the source.
+func Connect(ctx context.Context, dsn, decodingWorkMem string) (*pgconn.PgConn, error) {
+	cfg, err := ReplicationConfig(dsn, decodingWorkMem)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication connection to source %s: %w", Describe(cfg), err)
+	}
+	return conn, nil
+}
+
+// Describe names a server for messages, without the password.
+func Describe(cfg *pgconn.Config) string {
+	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
+}
+
+// ProtoVersionFor returns the highest pgoutput protocol a server speaks.
+func ProtoVersionFor(serverMajor int) int {
+	switch {
+	case serverMajor >= 16:
+		return 4
+	case serverMajor >= 15:
+		return 3
+	case serverMajor >= 14:
+		return 2
+	}
+	return 1
+}
+
+// ServerMajor parses the server_version parameter of a connection.
+func ServerMajor(conn *pgconn.PgConn) int {
+	v := conn.ParameterStatus("server_version")
+	major, _, _ := strings.Cut(v, ".")
+	n, _ := strconv.Atoi(strings.Fields(major + " ")[0])
+	return n
+}
+
+// Run streams until ctx ends (returning ctx.Err()), an error, or — with
+// StopAt — ErrCaughtUp.
+func (c *Capture) Run(ctx context.Context) error {
+	conn, err := Connect(ctx, c.opts.DSN, c.opts.DecodingWorkMem)
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+
+	c.proto = c.opts.ProtoVersion
+	if c.proto == 0 {
+		c.proto = ProtoVersionFor(ServerMajor(conn))
+	}
+	args := []string{
+		fmt.Sprintf("proto_version '%d'", c.proto),
+		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdentList(c.opts.Publication), "'", "''")),
+	}
+	if c.proto >= 2 {
+		args = append(args, "streaming 'true'")
+	}
+	c.stats.SetInfo("slot", c.opts.Slot)
+	c.stats.SetInfo("protocol", strconv.Itoa(c.proto))
+	c.log.Info("starting replication", "slot", c.opts.Slot, "publication", c.opts.Publication,
+		"start", c.opts.StartLSN, "protocol", c.proto)
+	err = pglogrepl.StartReplication(ctx, conn, c.opts.Slot, pglogrepl.LSN(c.opts.StartLSN),
+		pglogrepl.StartReplicationOptions{PluginArgs: args})
+	if err != nil {
+		return fmt.Errorf("start replication from slot %q at %s: %w", c.opts.Slot, c.opts.StartLSN, err)
+	}
+	c.received = c.opts.StartLSN
+	return c.loop(ctx)
+}
+
+func quoteIdentList(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+
+func (c *Capture) loop(ctx context.Context) error {
+	netConn := c.conn.Conn()
+	forceStatus := true
+	c.stats.SetState(stats.Idle)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := time.Now()
+		idle := c.idle()
+		// While caught-up is awaited and nothing is pending, ask the server
+		// for its position often, so we learn the WAL it has fully sent.
+		wantReply := c.opts.StopAt != 0 && idle && c.opts.Acker.Pending() == 0 && c.sentFlush < c.opts.StopAt
+		if forceStatus || now.Sub(c.lastStatus) >= c.opts.StatusInterval ||
+			c.opts.Acker.Flush() > c.sentFlush && now.Sub(c.lastStatus) >= 100*time.Millisecond ||
+			wantReply && now.Sub(c.lastStatus) >= 100*time.Millisecond {
+			if err := c.sendStatus(wantReply); err != nil {
+				return err
+			}
+			forceStatus = false
+			if c.opts.StopAt != 0 && c.sentFlush >= c.opts.StopAt {
+				c.log.Info("caught up", "flushed", c.sentFlush, "target", c.opts.StopAt)
+				return ErrCaughtUp
+			}
+		}
+		// Bound the wait so that status updates and cancellation are timely.
+		deadline := now.Add(100 * time.Millisecond)
+		if err := netConn.SetReadDeadline(deadline); err != nil {
+			return fmt.Errorf("set read deadline: %w", err)
+		}
+		msg, err := c.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from slot %q (last position %s): %w", c.opts.Slot, c.received, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				c.cKeepalives.Add(1)
+				c.advanceReceived(change.LSN(ka.ServerWALEnd))
+				if c.idle() {
+					c.opts.Acker.Observe(change.LSN(ka.ServerWALEnd))
+				}
+				if ka.ReplyRequested {
+					forceStatus = true
+				}
+			case pglogrepl.XLogDataByteID:
+				if len(m.Data) < 25 {
+					return fmt.Errorf("short XLogData message (%d bytes)", len(m.Data))
+				}
+				start := change.LSN(beUint64(m.Data[1:]))
+				if err := c.handle(ctx, start, m.Data[25:]); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("slot %q: %w", c.opts.Slot, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("slot %q: the server ended replication at %s", c.opts.Slot, c.received)
+		}
+	}
+}
+
+func beUint64(b []byte) uint64 {
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+func (c *Capture) idle() bool { return !c.inTxn && len(c.openStream) == 0 }
+
+func (c *Capture) advanceReceived(l change.LSN) {
+	if l > c.received {
+		c.received = l
+		c.gReceived.Store(int64(l))
+	}
+}
+
+// sendStatus acknowledges the durable low watermark. All three positions are
+// set explicitly (pglogrepl would replace a zero flush with the write position,
+// acknowledging what is not applied yet).
+func (c *Capture) sendStatus(replyRequested bool) error {
+	flush := c.opts.Acker.Flush()
+	if flush < c.sentFlush {
+		flush = c.sentFlush
+	}
+	write := max(c.received, flush)
+	if flush == 0 {
+		// Nothing known to be applied and no initial position: report nothing
+		// rather than let zero stand for "everything received".
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), c.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(write),
+		WALFlushPosition: pglogrepl.LSN(flush),
+		WALApplyPosition: pglogrepl.LSN(flush),
+		ClientTime:       time.Now(),
+		ReplyRequested:   replyRequested,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status to slot %q: %w", c.opts.Slot, err)
+	}
+	c.sentFlush = flush
+	c.gFlushed.Store(int64(flush))
+	c.lastStatus = time.Now()
+	return nil
+}
+
+// handle decodes one XLogData payload. Row changes are copied out of the
+// connection's buffer (which the next receive overwrites) before decoding, so
+// the tuples a Change points at belong to it.
+func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	c.cMessages.Add(1)
+	switch data[0] {
+	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
+		data = append([]byte(nil), data...)
+	}
+	m := &c.msg
+	m.Reset()
+	if err := pgoutput.Parse(data, c.inStream, c.proto, m); err != nil {
+		return fmt.Errorf("decode message at %s: %w", walStart, err)
+	}
+	switch m.Type {
+	case pgoutput.MsgBegin:
+		c.inTxn, c.txnXid = true, m.Xid
+		c.opts.Queue.Begin(m.Xid)
+	case pgoutput.MsgCommit:
+		info := change.TxnInfo{Xid: c.txnXid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time}
+		if err := c.commit(info); err != nil {
+			return err
+		}
+		c.inTxn = false
+	case pgoutput.MsgStreamStart:
+		c.inStream, c.streamXid = true, m.Xid
+		c.openStream[m.Xid] = true
+	case pgoutput.MsgStreamStop:
+		c.inStream = false
+	case pgoutput.MsgStreamCommit:
+		info := change.TxnInfo{Xid: m.Xid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time, Streamed: true}
+		if err := c.commit(info); err != nil {
+			return err
+		}
+		delete(c.openStream, m.Xid)
+		delete(c.streamRels, m.Xid)
+	case pgoutput.MsgStreamAbort:
+		if err := c.opts.Queue.Abort(m.Xid, m.SubXid); err != nil {
+			return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
+		}
+		if m.SubXid == 0 || m.SubXid == m.Xid {
+			delete(c.openStream, m.Xid)
+			delete(c.streamRels, m.Xid)
+		}
+	case pgoutput.MsgRelation:
+		if c.inStream {
+			rs := c.streamRels[c.streamXid]
+			if rs == nil {
+				rs = map[uint32]*change.Relation{}
+				c.streamRels[c.streamXid] = rs
+			}
+			rs[m.Relation.ID] = m.Relation
+		} else {
+			c.rels[m.Relation.ID] = m.Relation
+		}
+	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete:
+		rel, err := c.relation(m.RelID)
+		if err != nil {
+			return fmt.Errorf("%w (change at %s)", err, walStart)
+		}
+		ch := change.Change{Op: change.Op(m.Type), LSN: walStart, Rel: rel, OldKind: m.OldKind, Old: m.Old, New: m.New}
+		if c.inStream {
+			ch.Xid = m.Xid
+		}
+		return c.add(ctx, &ch)
+	case pgoutput.MsgTruncate:
+		ch := change.Change{Op: change.OpTruncate, LSN: walStart, TruncateOpts: m.TruncateOpts}
+		if c.inStream {
+			ch.Xid = m.Xid
+		}
+		for _, id := range m.TruncateRelIDs {
+			rel, err := c.relation(id)
+			if err != nil {
+				return fmt.Errorf("%w (truncate at %s)", err, walStart)
+			}
+			ch.TruncateRels = append(ch.TruncateRels, rel)
+		}
+		return c.add(ctx, &ch)
+	}
+	// Origin, Type and logical Message need no action: values travel as text,
+	// and repstream's own transactions never reach a source slot of its own.
+	return nil
+}
+
+func (c *Capture) relation(id uint32) (*change.Relation, error) {
+	if c.inStream {
+		if r := c.streamRels[c.streamXid][id]; r != nil {
+			return r, nil
+		}
+	}
+	if r := c.rels[id]; r != nil {
+		return r, nil
+	}
+	return nil, fmt.Errorf("change for relation OID %d that was never described by a Relation message", id)
+}
+
+// add hands a change to the queue. When the queue holds capture back (flow
+// control), it keeps the slot's status updates flowing while it waits.
+func (c *Capture) add(ctx context.Context, ch *change.Change) error {
+	top := c.txnXid
+	if c.inStream {
+		top = c.streamXid
+	}
+	c.cChanges.Add(1)
+	c.stats.Add(1, int64(len(ch.Old)+len(ch.New)))
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, time.Second)
+		start := time.Now()
+		err := c.opts.Queue.Add(waitCtx, top, ch)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("queue change of %s at %s: %w", relName(ch), ch.LSN, err)
+		}
+		c.stats.SetState(stats.Waiting)
+		c.cFlowWaitNs.Add(int64(time.Since(start)))
+		if time.Since(c.lastStatus) >= c.opts.StatusInterval/2 {
+			if err := c.sendStatus(false); err != nil {
+				return err
+			}
+		}
+		c.stats.SetState(stats.Idle)
+	}
+}
+
+func relName(ch *change.Change) string {
+	if ch.Rel != nil {
+		return ch.Rel.String()
+	}
+	if len(ch.TruncateRels) > 0 {
+		return ch.TruncateRels[0].String()
+	}
+	return "?"
+}
+
+func (c *Capture) commit(info change.TxnInfo) error {
+	c.advanceReceived(info.EndLSN)
+	c.opts.Acker.Register(info.EndLSN)
+	c.stats.AddTxns(1)
+	if err := c.opts.Queue.Commit(info); err != nil {
+		return fmt.Errorf("queue commit of transaction %d (end %s): %w", info.Xid, info.EndLSN, err)
+	}
+	return nil
+}

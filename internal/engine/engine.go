@@ -1,0 +1,449 @@
+// Package engine runs the replication pipeline for one slot: it checks the
+// source and the target, creates the publication and the slot (with the
+// initial copy) when they are missing, then runs capture → queue → apply
+// until it is stopped, fails, or — with --until-caught-up — has applied
+// everything that was committed when it started.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/repstream/repstream/internal/apply"
+	"github.com/repstream/repstream/internal/capture"
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/snapshot"
+	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// Engine is one replication run. Its fields are read by the status endpoint
+// while it runs.
+type Engine struct {
+	cfg    config.Config
+	log    *slog.Logger
+	stats  *stats.Registry
+	wm     *apply.Watermark
+	queue  *queue.Queue
+	stopAt change.LSN
+	start  time.Time
+}
+
+// New prepares a run; Run does the work.
+func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if reg == nil {
+		reg = stats.NewRegistry()
+	}
+	return &Engine{cfg: cfg, log: logger, stats: reg}
+}
+
+// Stats returns the registry every stage reports to.
+func (e *Engine) Stats() *stats.Registry { return e.stats }
+
+// Run replicates until ctx ends (then it returns nil after a clean stop), an
+// error occurs, or the configuration's until-caught-up point is reached.
+func (e *Engine) Run(ctx context.Context) error {
+	cfg := e.cfg
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	e.start = time.Now()
+	// Keep the Go heap near the queue's budget: the budget is the knob the
+	// user sets for memory, the rest is a fixed overhead.
+	debug.SetMemoryLimit(int64(cfg.Memory) + 48<<20)
+
+	src, err := connectSource(ctx, cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
+	if err != nil {
+		return err
+	}
+	defer tgt.Close(context.Background())
+
+	if err := checkSource(ctx, src); err != nil {
+		return err
+	}
+	if err := target.EnsureState(ctx, tgt); err != nil {
+		return fmt.Errorf("prepare repstream state on the target: %w", err)
+	}
+	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
+	}
+
+	createdPub, err := ensurePublication(ctx, src, cfg.Publication, cfg.Tables, e.log)
+	if err != nil {
+		return err
+	}
+	tables, err := publicationTables(ctx, src, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
+	}
+	if err := prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, e.log); err != nil {
+		return err
+	}
+
+	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var initialFlush change.LSN
+	switch {
+	case !slot.exists:
+		if prog.Exists && prog.Low > 0 && prog.Snapshot != "running" {
+			return fmt.Errorf("replication slot %q does not exist on the source, but the target has applied changes up to %s: "+
+				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
+				cfg.Slot, prog.Low, cfg.Slot)
+		}
+		low, err := e.createSlot(ctx, tgt, tables, createdPub || prog.CreatedPublication)
+		if err != nil {
+			return err
+		}
+		prog = target.Progress{Exists: true, Low: low, Snapshot: "done", CreatedPublication: createdPub}
+		initialFlush = low
+	default:
+		if slot.plugin != "pgoutput" {
+			return fmt.Errorf("replication slot %q uses plugin %q; repstream needs a pgoutput slot", cfg.Slot, slot.plugin)
+		}
+		if slot.walStatus == "lost" {
+			return fmt.Errorf("replication slot %q is invalidated (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
+				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
+		}
+		if prog.Exists && prog.Snapshot == "running" {
+			return fmt.Errorf("the initial copy for slot %q was interrupted: run `repstream drop --slot %s` and start again (add --truncate to empty the partly copied tables)", cfg.Slot, cfg.Slot)
+		}
+		if !prog.Exists {
+			e.log.Warn("slot exists but the target has no progress for it: applying from the slot's confirmed position", "slot", cfg.Slot, "confirmed", slot.confirmed)
+			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.confirmed, "none", false); err != nil {
+				return err
+			}
+			prog = target.Progress{Exists: true, Low: slot.confirmed, Snapshot: "none"}
+		}
+		initialFlush = max(prog.Low, slot.confirmed)
+	}
+
+	if cfg.UntilCaughtUp {
+		var s string
+		if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+			return fmt.Errorf("read the source's WAL position: %w", err)
+		}
+		if e.stopAt, err = change.ParseLSN(s); err != nil {
+			return err
+		}
+		e.log.Info("will stop once caught up", "source_position", e.stopAt)
+	}
+	// The admin connections are not needed while streaming, except to persist
+	// the watermark.
+	src.Close(ctx)
+	return e.stream(ctx, tgt, prog, initialFlush)
+}
+
+func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress, initialFlush change.LSN) error {
+	cfg := e.cfg
+	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log})
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	defer q.Close()
+	e.queue = q
+	e.wm = apply.NewWatermark(prog.Low)
+	capt, err := capture.New(capture.Options{
+		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
+		StartLSN: prog.Low, InitialFlush: initialFlush,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt,
+		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+	})
+	if err != nil {
+		return err
+	}
+	ap, err := apply.New(apply.Options{
+		TargetDSN: cfg.Target, Slot: cfg.Slot,
+		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes),
+		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
+	})
+	if err != nil {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return capt.Run(gctx) })
+	g.Go(func() error { return ap.Run(gctx, q) })
+	persisted := prog.Low
+	g.Go(func() error {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				if err := e.persist(gctx, tgt, &persisted); err != nil {
+					return err
+				}
+			}
+		}
+	})
+	if cfg.HTTP != "" {
+		g.Go(func() error {
+			return stats.Serve(gctx, cfg.HTTP, stats.Handler(e.stats, func() any { return e.Status() }), e.log)
+		})
+	}
+	if cfg.Progress > 0 {
+		g.Go(func() error { e.progressLoop(gctx, cfg.Progress); return nil })
+	}
+	err = g.Wait()
+	caughtUp := errors.Is(err, capture.ErrCaughtUp)
+	// Persist the final watermark with a fresh context: the run's may be done.
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	perr := e.persist(pctx, tgt, &persisted)
+	pcancel()
+	switch {
+	case caughtUp:
+		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
+			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
+		return perr
+	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+		e.log.Info("stopped", "applied_up_to", e.wm.Flush())
+		return nil
+	}
+	return err
+}
+
+// persist writes the low watermark to the target so that the applied set
+// stays small; the exactly-once record itself is written with every applied
+// transaction.
+func (e *Engine) persist(ctx context.Context, tgt *pgx.Conn, persisted *change.LSN) error {
+	low := e.wm.Flush()
+	if low <= *persisted {
+		return nil
+	}
+	if err := target.AdvanceLow(ctx, tgt, e.cfg.Slot, low); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("record low watermark %s on the target: %w", low, err)
+	}
+	*persisted = low
+	return nil
+}
+
+// createSlot creates the slot and, with --snapshot, copies the existing rows
+// from its exported snapshot. It returns the slot's consistent point.
+func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, createdPub bool) (change.LSN, error) {
+	cfg := e.cfg
+	if cfg.Snapshot {
+		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
+			return 0, err
+		}
+	}
+	repl, err := capture.Connect(ctx, cfg.Source, "")
+	if err != nil {
+		return 0, err
+	}
+	defer repl.Close(context.Background())
+	action := "(SNAPSHOT 'nothing')"
+	if cfg.Snapshot {
+		action = "(SNAPSHOT 'export')"
+	}
+	if capture.ServerMajor(repl) < 15 {
+		action = "NOEXPORT_SNAPSHOT"
+		if cfg.Snapshot {
+			action = "EXPORT_SNAPSHOT"
+		}
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		return 0, fmt.Errorf("create replication slot %q on the source: %w", cfg.Slot, err)
+	}
+	low, err := change.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return 0, err
+	}
+	e.log.Info("created replication slot", "slot", cfg.Slot, "consistent_point", low)
+	if !cfg.Snapshot {
+		return low, target.InitProgress(ctx, tgt, cfg.Slot, low, "none", createdPub)
+	}
+	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, "running", createdPub); err != nil {
+		return 0, err
+	}
+	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
+	r, err := snapshot.Copy(ctx, snapshot.Options{
+		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("initial copy: %w", err)
+	}
+	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
+	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, "done")
+}
+
+func connectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("source DSN: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = "repstream-admin"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source host=%s port=%d dbname=%s user=%s: %w", cfg.Host, cfg.Port, cfg.Database, cfg.User, err)
+	}
+	return conn, nil
+}
+
+func checkSource(ctx context.Context, src *pgx.Conn) error {
+	var level string
+	if err := src.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("read the source's wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("the source has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart the server)", level)
+	}
+	return nil
+}
+
+// ensurePublication creates the publication from the table patterns when it
+// does not exist. It reports whether it created it.
+func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) (bool, error) {
+	var exists bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up publication %q: %w", pub, err)
+	}
+	if exists {
+		if len(patterns) > 0 {
+			log.Info("publication exists: using it as it is (--tables is only used to create it)", "publication", pub)
+		}
+		return false, nil
+	}
+	if len(patterns) == 0 {
+		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
+	}
+	names, err := schema.ResolveTables(ctx, src, patterns)
+	if err != nil {
+		return false, fmt.Errorf("resolve --tables on the source: %w", err)
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = n.Quoted()
+	}
+	sql := "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR TABLE " + strings.Join(quoted, ", ")
+	if _, err := src.Exec(ctx, sql); err != nil {
+		return false, fmt.Errorf("create publication %q: %w", pub, err)
+	}
+	log.Info("created publication", "publication", pub, "tables", len(names))
+	return true, nil
+}
+
+func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema.TableName, error) {
+	rows, err := src.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", pub)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	var out []schema.TableName
+	for rows.Next() {
+		var t schema.TableName
+		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// prepareTargetTables checks that every published table exists on the target
+// (creating it with createTables) and warns about tables whose updates and
+// deletes the source cannot publish.
+func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) error {
+	for _, t := range tables {
+		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
+		if err != nil {
+			return fmt.Errorf("source table %s: %w", t, err)
+		}
+		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
+			log.Warn("source table has no primary key and no replica identity: its UPDATEs and DELETEs fail on the source (ALTER TABLE ... REPLICA IDENTITY FULL)", "table", t.String())
+		}
+		_, err = schema.LoadTable(ctx, tgt, t.Schema, t.Name)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, schema.ErrTableNotFound) {
+			return fmt.Errorf("target table %s: %w", t, err)
+		}
+		if !create {
+			return fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
+		}
+		if _, err := tgt.Exec(ctx, schema.CreateSchemaSQL(t.Schema)); err != nil {
+			return fmt.Errorf("create schema %s on the target: %w", t.Schema, err)
+		}
+		if _, err := tgt.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
+			return fmt.Errorf("create table %s on the target: %w", t, err)
+		}
+		log.Info("created target table", "table", t.String())
+	}
+	return nil
+}
+
+type slotInfo struct {
+	exists    bool
+	plugin    string
+	confirmed change.LSN
+	walStatus string
+	active    bool
+}
+
+func lookupSlot(ctx context.Context, src *pgx.Conn, name string) (slotInfo, error) {
+	var s slotInfo
+	var confirmed, plugin, walStatus *string
+	err := src.QueryRow(ctx, `SELECT plugin::text, confirmed_flush_lsn::text, wal_status, active
+		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).
+		Scan(&plugin, &confirmed, &walStatus, &s.active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var other string
+		if err := src.QueryRow(ctx, "SELECT coalesce(database, '(physical)') FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&other); err == nil {
+			return s, fmt.Errorf("replication slot %q belongs to database %q, not this one", name, other)
+		}
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("look up replication slot %q: %w", name, err)
+	}
+	s.exists = true
+	if plugin != nil {
+		s.plugin = *plugin
+	}
+	if walStatus != nil {
+		s.walStatus = *walStatus
+	}
+	if confirmed != nil {
+		if s.confirmed, err = change.ParseLSN(*confirmed); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}

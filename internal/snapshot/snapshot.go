@@ -1,0 +1,194 @@
+// Package snapshot copies the rows that exist when a slot is created, from
+// the slot's exported snapshot, so that streaming from the slot's consistent
+// point continues exactly where the copy ends.
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// ErrTargetNotEmpty is returned when a target table has rows and truncation
+// was not asked for.
+var ErrTargetNotEmpty = errors.New("target table is not empty")
+
+// Options configure a copy.
+type Options struct {
+	SourceDSN, TargetDSN string
+	SnapshotName         string // exported by CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')
+	Tables               []schema.TableName
+	Workers              int  // tables copied at once
+	Truncate             bool // empty non-empty target tables instead of failing
+	Stats                *stats.Registry
+	Logger               *slog.Logger
+}
+
+// Result sums up a copy.
+type Result struct {
+	Tables int
+	Rows   int64
+	Bytes  int64
+	Time   time.Duration
+}
+
+// CheckTargets verifies, before the slot exists, that every target table is
+// empty (or truncates it with truncate).
+func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, truncate bool) error {
+	for _, t := range tables {
+		var nonEmpty bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+t.Quoted()+")").Scan(&nonEmpty); err != nil {
+			return fmt.Errorf("check target table %s: %w", t, err)
+		}
+		if !nonEmpty {
+			continue
+		}
+		if !truncate {
+			return fmt.Errorf("%w: %s has rows; empty it or pass --truncate to let repstream empty it before the initial copy", ErrTargetNotEmpty, t)
+		}
+		if _, err := conn.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
+			return fmt.Errorf("truncate target table %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// Copy copies every table from the exported snapshot to the target, Workers
+// tables at a time. Each worker imports the snapshot in its own REPEATABLE
+// READ transaction; the connection that exported it must stay idle until
+// Copy returns.
+func Copy(ctx context.Context, opts Options) (Result, error) {
+	start := time.Now()
+	if opts.Workers < 1 {
+		opts.Workers = 1
+	}
+	if opts.Stats == nil {
+		opts.Stats = stats.NewRegistry()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log := opts.Logger.With("component", "snapshot")
+	st := opts.Stats.Component("snapshot")
+	st.SetState(stats.Busy)
+	defer st.SetState(stats.Idle)
+	var rows, bytes atomic.Int64
+
+	work := make(chan schema.TableName)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for _, t := range opts.Tables {
+			select {
+			case work <- t:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for i := 0; i < min(opts.Workers, len(opts.Tables)); i++ {
+		g.Go(func() error {
+			src, err := pgx.Connect(gctx, opts.SourceDSN)
+			if err != nil {
+				return fmt.Errorf("snapshot: connect to source: %w", err)
+			}
+			defer src.Close(context.Background())
+			if _, err := src.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+				return fmt.Errorf("snapshot: begin: %w", err)
+			}
+			if _, err := src.Exec(gctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(opts.SnapshotName, "'", "''")+"'"); err != nil {
+				return fmt.Errorf("snapshot: import snapshot %s: %w", opts.SnapshotName, err)
+			}
+			dst, err := target.Connect(gctx, opts.TargetDSN, "repstream-snapshot")
+			if err != nil {
+				return err
+			}
+			defer dst.Close(context.Background())
+			for t := range work {
+				n, b, err := copyTable(gctx, src, dst, t)
+				if err != nil {
+					return err
+				}
+				rows.Add(n)
+				bytes.Add(b)
+				st.Add(n, b)
+				log.Info("copied table", "table", t.String(), "rows", n, "bytes", b)
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return Result{Tables: len(opts.Tables), Rows: rows.Load(), Bytes: bytes.Load(), Time: time.Since(start)}, err
+}
+
+// copyTable streams one table: COPY TO STDOUT on the source straight into
+// COPY FROM STDIN on the target, in text format, no row decoding.
+func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (rows, bytes int64, err error) {
+	st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: source: %w", t, err)
+	}
+	tt, err := schema.LoadTable(ctx, dst, t.Schema, t.Name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: target: %w", t, err)
+	}
+	var cols []string
+	for _, c := range st.Columns {
+		if c.Generated {
+			continue
+		}
+		i := tt.Column(c.Name)
+		if i < 0 {
+			return 0, 0, fmt.Errorf("snapshot of %s: the target table has no column %q", t, c.Name)
+		}
+		if tt.Columns[i].Generated {
+			continue
+		}
+		cols = append(cols, quoteIdent(c.Name))
+	}
+	list := strings.Join(cols, ", ")
+	pr, pw := io.Pipe()
+	counter := &countingWriter{w: pw}
+	copyOut := make(chan error, 1)
+	go func() {
+		_, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM ONLY "+t.Quoted()+") TO STDOUT")
+		pw.CloseWithError(err)
+		copyOut <- err
+	}()
+	tag, err := dst.PgConn().CopyFrom(ctx, pr, "COPY "+t.Quoted()+" ("+list+") FROM STDIN")
+	pr.CloseWithError(errors.New("target copy ended"))
+	outErr := <-copyOut
+	if outErr != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, outErr)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: write to target: %w", t, err)
+	}
+	return tag.RowsAffected(), counter.n, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
