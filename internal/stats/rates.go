@@ -1,5 +1,10 @@
 package stats
 
+import (
+	"math"
+	"strconv"
+)
+
 // Rate is what one component did between two snapshots.
 type Rate struct {
 	Name string `json:"name"`
@@ -62,4 +67,50 @@ func fraction(part, whole float64) float64 {
 		return 1
 	}
 	return f
+}
+
+// String renders the rate for a progress line, e.g.
+// "capture 12.3k/s 4.5MB/s 120txn/s busy 75% idle 0% wait 25% (waiting)".
+func (r Rate) String() string {
+	b := make([]byte, 0, 96)
+	b = append(b, r.Name...)
+	b = append(b, ' ')
+	b = appendHuman(b, r.ItemsPerSec, 1000, "")
+	b = append(b, "/s "...)
+	b = appendHuman(b, r.BytesPerSec, 1000, "B")
+	b = append(b, "/s "...)
+	b = appendHuman(b, r.TxnsPerSec, 1000, "")
+	b = append(b, "txn/s busy "...)
+	b = strconv.AppendInt(b, int64(math.Round(r.Busy*100)), 10)
+	b = append(b, "% idle "...)
+	b = strconv.AppendInt(b, int64(math.Round(r.Idle*100)), 10)
+	b = append(b, "% wait "...)
+	b = strconv.AppendInt(b, int64(math.Round(r.Waiting*100)), 10)
+	b = append(b, "% ("...)
+	b = append(b, r.State...)
+	b = append(b, ')')
+	return string(b)
+}
+
+// appendHuman appends v with an SI suffix (k, M, G, T) and 3 significant
+// digits at most, then unit.
+func appendHuman(b []byte, v, base float64, unit string) []byte {
+	suffixes := [...]string{"", "k", "M", "G", "T"}
+	i := 0
+	for math.Abs(v) >= base && i < len(suffixes)-1 {
+		v /= base
+		i++
+	}
+	prec := 0
+	switch a := math.Abs(v); {
+	case i == 0 && a == math.Trunc(a):
+		prec = 0
+	case a < 10:
+		prec = 1
+	case a < 100 && i > 0:
+		prec = 1
+	}
+	b = strconv.AppendFloat(b, v, 'f', prec, 64)
+	b = append(b, suffixes[i]...)
+	return append(b, unit...)
 }

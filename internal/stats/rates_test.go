@@ -100,3 +100,29 @@ func TestRatesFromRegistry(t *testing.T) {
 		t.Errorf("rate = %+v", g)
 	}
 }
+
+func TestRateString(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		r    Rate
+		want string
+	}{
+		{
+			Rate{Name: "capture", ItemsPerSec: 12345, BytesPerSec: 4_500_000, TxnsPerSec: 120, Busy: 0.754, Waiting: 0.246, State: "waiting"},
+			"capture 12.3k/s 4.5MB/s 120txn/s busy 75% idle 0% wait 25% (waiting)",
+		},
+		{
+			Rate{Name: "apply.0", ItemsPerSec: 0.5, BytesPerSec: 999, TxnsPerSec: 0, Idle: 1, State: "idle"},
+			"apply.0 0.5/s 999B/s 0txn/s busy 0% idle 100% wait 0% (idle)",
+		},
+		{
+			Rate{Name: "queue", ItemsPerSec: 250_000, BytesPerSec: 2.5e9, TxnsPerSec: 3.25, Busy: 1, State: "busy"},
+			"queue 250k/s 2.5GB/s 3.2txn/s busy 100% idle 0% wait 0% (busy)",
+		},
+	}
+	for _, tt := range tests {
+		if got := tt.r.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
