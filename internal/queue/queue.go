@@ -275,7 +275,11 @@ func (q *Queue) addMem(t *Txn, c *change.Change, size int64) {
 	t.n++
 	t.bytes += size
 	t.memBytes += size
-	q.memGauge.Store(q.used.Add(size))
+	used := q.used.Add(size)
+	if invariants && used > q.budget {
+		panic(fmt.Sprintf("queue: memory %d over budget %d", used, q.budget))
+	}
+	q.memGauge.Store(used)
 	q.qc.Add(1, size)
 }
 
