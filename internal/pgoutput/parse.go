@@ -66,8 +66,12 @@ const pgEpochUnix = 946684800
 // Old and New are nil or one complete, validated TupleData each (with
 // len == cap, so appending to them never writes into the input).
 type Message struct {
-	Type   byte   // one of the Msg* constants
-	Xid    uint32 // Begin xid; the [xid] of in-stream messages; Stream Start/Commit/Abort xid
+	Type byte // one of the Msg* constants
+	// Xid is the Begin xid; the [xid] of in-stream messages; the Stream
+	// Start/Commit/Abort xid. Inside a stream, the [xid] of a change (and of
+	// R/Y/M) is the (sub)transaction that made it — it can be a subxid, seen
+	// on PG15 — while Stream Start, Commit and Abort carry the top-level xid.
+	Xid    uint32
 	SubXid uint32 // Stream Abort
 	// LSN is Begin: final (commit) LSN; Commit/StreamCommit: commit LSN;
 	// Message: its LSN; Origin: origin commit LSN; StreamAbort v4: abort LSN.
