@@ -139,10 +139,10 @@ func reapDir(ctx context.Context, dir string) error {
 		// SIGQUIT is PostgreSQL's immediate shutdown.
 		_ = syscall.Kill(pid, syscall.SIGQUIT)
 		deadline := time.Now().Add(10 * time.Second)
-		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) && ctx.Err() == nil {
+		for processRunning(pid) && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if syscall.Kill(pid, 0) == nil {
+		if processRunning(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -150,6 +150,19 @@ func reapDir(ctx context.Context, dir string) error {
 		return fmt.Errorf("remove stale cluster dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// processRunning reports whether pid exists and is not a zombie.
+func processRunning(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // no /proc: trust kill(0)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || len(b) < i+3 || b[i+2] != 'Z'
 }
 
 // postmasterPID returns the pid in dataDir/postmaster.pid if that process is
