@@ -1,0 +1,41 @@
+# repstream — the two commands: `make demo` and `make test`.
+GO        ?= go
+BIN       := bin/repstream
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/repstream/repstream/internal/cli.Version=$(VERSION)
+# Pure-logic packages run under the race detector; integration packages start
+# real PostgreSQL clusters and run without it (it slows them several-fold).
+UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/... \
+             ./internal/queue/... ./internal/stats/... ./internal/apply/...
+
+.PHONY: all build postgres demo test unit integration vet fmt bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/repstream
+
+# Installs Debian's postgresql package when no server binaries are found.
+postgres:
+	@bash scripts/ensure-postgres.sh
+
+demo: postgres build
+	./$(BIN) demo
+
+test: postgres build vet unit integration
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+integration:
+	$(GO) test -count=1 -timeout 20m ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

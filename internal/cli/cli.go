@@ -1,0 +1,219 @@
+// Package cli defines repstream's commands. It only wires: parsing flags and
+// files into a config.Config and calling the packages that do the work.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// Version is set at build time (-ldflags "-X ...cli.Version=...").
+var Version = "dev"
+
+// Run executes the command line and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(ctx, stdout, stderr)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "repstream:", err)
+		return 1
+	}
+	return 0
+}
+
+func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "repstream",
+		Short:         "Log-based replication from one PostgreSQL database to another",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
+	return root
+}
+
+// settings are the flags shared by every command that talks to the databases.
+type settings struct {
+	cfg      config.Config
+	tables   string
+	file     string
+	logLevel string
+}
+
+func (s *settings) bindConnection(fs *pflag.FlagSet) {
+	fs.StringVarP(&s.file, "config", "c", "", "YAML file with the same keys as the flags (flags and REPSTREAM_* variables take precedence)")
+	fs.StringVar(&s.cfg.Source, "source", "", "source database (URL or key=value DSN)")
+	fs.StringVar(&s.cfg.Target, "target", "", "target database (URL or key=value DSN)")
+	fs.StringVar(&s.cfg.Slot, "slot", s.cfg.Slot, "replication slot name")
+	fs.StringVar(&s.cfg.Publication, "publication", "", "publication name (default: the slot's name; created from --tables when missing)")
+	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (s *settings) bindRun(fs *pflag.FlagSet) {
+	c := &s.cfg
+	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to publish (when the publication is created)")
+	fs.BoolVar(&c.Snapshot, "snapshot", c.Snapshot, "copy existing rows when the slot is first created")
+	fs.IntVar(&c.SnapshotWorkers, "snapshot-workers", c.SnapshotWorkers, "tables copied at once by the initial copy")
+	fs.BoolVar(&c.Truncate, "truncate", false, "empty non-empty target tables before the initial copy")
+	fs.BoolVar(&c.CreateTables, "create-tables", false, "create missing target tables from the source's definition")
+	fs.Var(&c.Memory, "memory", "queue memory budget; larger transactions spill to --spill-dir")
+	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions (default: $TMPDIR/repstream-spill-<slot>)")
+	fs.IntVar(&c.ApplyParallelism, "apply-parallelism", c.ApplyParallelism, "apply workers (target connections)")
+	fs.StringVar(&c.CommitOrder, "commit-order", c.CommitOrder, "full: commit on the target in source order; dependent: only dependent transactions ordered")
+	fs.IntVar(&c.GroupMaxTxns, "group-max-txns", c.GroupMaxTxns, "source transactions applied in one target transaction at most")
+	fs.Var(&c.GroupMaxBytes, "group-max-bytes", "bytes of changes in one target transaction at most")
+	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")
+	fs.StringVar(&c.HTTP, "http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. :9187")
+	fs.DurationVar(&c.Progress, "progress", c.Progress, "log one progress line at this interval (0: off)")
+	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "standby status updates to the source at least this often")
+	fs.StringVar(&c.DecodingWorkMem, "decoding-work-mem", c.DecodingWorkMem, "the walsender's logical_decoding_work_mem: larger transactions stream before they commit")
+}
+
+// resolve merges file, environment and flags: flag > REPSTREAM_* > file > default.
+func (s *settings) resolve(cmd *cobra.Command) error {
+	changed := map[string]string{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { changed[f.Name] = f.Value.String() })
+	if s.file != "" {
+		fileCfg, err := config.Load(s.file)
+		if err != nil {
+			return err
+		}
+		s.cfg = fileCfg
+		if len(fileCfg.Tables) > 0 {
+			s.tables = strings.Join(fileCfg.Tables, ",")
+		}
+		if fileCfg.LogLevel != "" {
+			s.logLevel = fileCfg.LogLevel
+		}
+	}
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "config" || f.Name == "help" {
+			return
+		}
+		v, ok := changed[f.Name]
+		if !ok {
+			v, ok = os.LookupEnv("REPSTREAM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")))
+		}
+		if ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
+			}
+		}
+	})
+	if s.tables != "" {
+		s.cfg.Tables = nil
+		for _, t := range strings.Split(s.tables, ",") {
+			s.cfg.Tables = append(s.cfg.Tables, strings.TrimSpace(t))
+		}
+	}
+	s.cfg.LogLevel = s.logLevel
+	return errors.Join(errs...)
+}
+
+func (s *settings) logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s.logLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func runCmd(stderr io.Writer) *cobra.Command {
+	s := &settings{cfg: config.Default()}
+	s.cfg.Progress = 10e9
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Replicate from the source to the target (snapshot, then streaming)",
+		Long: `Replicate changes from --source to --target through a logical replication slot.
+
+On the first run the slot and (from --tables) the publication are created and,
+unless --snapshot=false, the rows that already exist are copied from the slot's
+snapshot. Then changes stream, are queued within --memory (larger transactions
+spill to --spill-dir), and are applied exactly once: the position of every
+applied transaction is stored on the target with its data.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.resolve(cmd); err != nil {
+				return err
+			}
+			log := s.logger(stderr)
+			return engine.New(s.cfg, log, stats.NewRegistry()).Run(cmd.Context())
+		},
+	}
+	s.bindConnection(cmd.Flags())
+	s.bindRun(cmd.Flags())
+	return cmd
+}
+
+func statusCmd(stdout io.Writer) *cobra.Command {
+	s := &settings{cfg: config.Default()}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print a slot's positions: source, confirmed, applied, lag and retained WAL",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.resolve(cmd); err != nil {
+				return err
+			}
+			if s.cfg.Source == "" || s.cfg.Target == "" {
+				return errors.New("--source and --target are required")
+			}
+			st, err := engine.Status(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			st.Format(stdout)
+			return nil
+		},
+	}
+	s.bindConnection(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func dropCmd(stderr io.Writer) *cobra.Command {
+	s := &settings{cfg: config.Default()}
+	cmd := &cobra.Command{
+		Use:   "drop",
+		Short: "Remove the slot, the publication if repstream created it, and repstream's state on the target",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.resolve(cmd); err != nil {
+				return err
+			}
+			if s.cfg.Source == "" || s.cfg.Target == "" {
+				return errors.New("--source and --target are required")
+			}
+			pub := s.cfg.Publication
+			if pub == "" {
+				pub = s.cfg.Slot
+			}
+			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, pub, s.logger(stderr))
+		},
+	}
+	s.bindConnection(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,245 @@
+// Package e2e tests repstream end to end against real PostgreSQL clusters
+// started by the tests: a shared source and target cluster per test binary,
+// a fresh database pair per test.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// env is one test's source and target databases.
+type env struct {
+	t        *testing.T
+	src, tgt *pgcluster.Cluster
+	srcDB    string
+	tgtDB    string
+	Src, Tgt *pgx.Conn
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, src: pgtest.Shared(t, "source"), tgt: pgtest.Shared(t, "target")}
+	e.srcDB = pgtest.NewDB(t, e.src)
+	e.tgtDB = pgtest.NewDB(t, e.tgt)
+	ctx := context.Background()
+	var err error
+	if e.Src, err = pgx.Connect(ctx, e.src.DSN(e.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	if e.Tgt, err = pgx.Connect(ctx, e.tgt.DSN(e.tgtDB)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Src.Close(ctx)
+		e.Tgt.Close(ctx)
+		// Slots pin WAL in the shared source cluster: drop this test's.
+		if c, err := pgx.Connect(ctx, e.src.DSN(e.srcDB)); err == nil {
+			_, _ = c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(ctx)
+		}
+	})
+	return e
+}
+
+// both runs SQL on the source and the target.
+func (e *env) both(sql string) {
+	e.t.Helper()
+	e.srcExec(sql)
+	e.tgtExec(sql)
+}
+
+func (e *env) srcExec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.Src.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("source: %s: %v", firstLine(sql), err)
+	}
+}
+
+func (e *env) tgtExec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.Tgt.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("target: %s: %v", firstLine(sql), err)
+	}
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}
+
+// config returns a run configuration for this env.
+func (e *env) config(tables ...string) config.Config {
+	c := config.Default()
+	c.Source = e.src.DSN(e.srcDB)
+	c.Target = e.tgt.DSN(e.tgtDB)
+	c.Slot = "rs_" + strings.TrimPrefix(e.srcDB, "t_")
+	if len(c.Slot) > 63 {
+		c.Slot = c.Slot[:63]
+	}
+	c.Tables = tables
+	c.SpillDir = e.t.TempDir()
+	c.StatusInterval = time.Second
+	c.Memory = 64 << 20
+	return c
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// catchUp runs the engine with --until-caught-up and fails the test on error.
+func (e *env) catchUp(cfg config.Config) *stats.Registry {
+	e.t.Helper()
+	reg, err := e.tryCatchUp(cfg)
+	if err != nil {
+		e.t.Fatalf("run --until-caught-up: %v", err)
+	}
+	return reg
+}
+
+func (e *env) tryCatchUp(cfg config.Config) (*stats.Registry, error) {
+	cfg.UntilCaughtUp = true
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	reg := stats.NewRegistry()
+	err := engine.New(cfg, testLogger(e.t), reg).Run(ctx)
+	return reg, err
+}
+
+// start runs the engine in the background until the returned stop is called.
+func (e *env) start(cfg config.Config) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(e.t), nil).Run(ctx) }()
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("engine did not stop within 30s")
+		}
+	}
+}
+
+// checksum returns the row count and an md5 of the ordered contents.
+func checksum(t *testing.T, conn *pgx.Conn, table, orderBy string) (int64, string) {
+	t.Helper()
+	var n int64
+	var h string
+	q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(x::text, '|' ORDER BY %s)), '') FROM %s x", orderBy, table)
+	if err := conn.QueryRow(context.Background(), q).Scan(&n, &h); err != nil {
+		t.Fatalf("checksum %s: %v", table, err)
+	}
+	return n, h
+}
+
+// assertSame fails unless table has the same contents on source and target.
+func (e *env) assertSame(table, orderBy string) {
+	e.t.Helper()
+	n1, h1 := checksum(e.t, e.Src, table, orderBy)
+	n2, h2 := checksum(e.t, e.Tgt, table, orderBy)
+	if n1 != n2 || h1 != h2 {
+		e.t.Fatalf("%s differs: source %d rows %s, target %d rows %s\n%s", table, n1, h1, n2, h2, e.diff(table, orderBy))
+	}
+}
+
+// diff shows a few differing rows, to make a failure readable.
+func (e *env) diff(table, orderBy string) string {
+	rows := func(c *pgx.Conn) map[string]bool {
+		out := map[string]bool{}
+		r, err := c.Query(context.Background(), fmt.Sprintf("SELECT x::text FROM %s x ORDER BY %s LIMIT 100000", table, orderBy))
+		if err != nil {
+			return out
+		}
+		defer r.Close()
+		for r.Next() {
+			var s string
+			_ = r.Scan(&s)
+			out[s] = true
+		}
+		return out
+	}
+	s, t := rows(e.Src), rows(e.Tgt)
+	var b strings.Builder
+	n := 0
+	for k := range s {
+		if !t[k] && n < 5 {
+			fmt.Fprintf(&b, "  only on source: %.200s\n", k)
+			n++
+		}
+	}
+	n = 0
+	for k := range t {
+		if !s[k] && n < 5 {
+			fmt.Fprintf(&b, "  only on target: %.200s\n", k)
+			n++
+		}
+	}
+	return b.String()
+}
+
+// binary builds bin/repstream once per test process for tests that need a
+// separate process (kill -9, peak RSS).
+var builtBinary string
+
+func repstreamBinary(t *testing.T) string {
+	t.Helper()
+	if builtBinary != "" {
+		return builtBinary
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-e2e-%d", os.Getpid()))
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/repstream")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build repstream: %v\n%s", err, b)
+	}
+	builtBinary = out
+	return out
+}
+
+// args renders a config as command-line flags.
+func args(c config.Config, extra ...string) []string {
+	a := []string{"run", "--source", c.Source, "--target", c.Target, "--slot", c.Slot,
+		"--memory", c.Memory.String(), "--spill-dir", c.SpillDir,
+		fmt.Sprintf("--apply-parallelism=%d", c.ApplyParallelism), "--commit-order", c.CommitOrder,
+		"--status-interval", c.StatusInterval.String(), "--log-level", "info"}
+	if len(c.Tables) > 0 {
+		a = append(a, "--tables", strings.Join(c.Tables, ","))
+	}
+	if c.CreateTables {
+		a = append(a, "--create-tables")
+	}
+	if !c.Snapshot {
+		a = append(a, "--snapshot=false")
+	}
+	return append(a, extra...)
+}
