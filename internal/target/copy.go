@@ -1,0 +1,76 @@
+package target
+
+import (
+	"github.com/repstream/repstream/internal/change"
+)
+
+// copyEscape maps the bytes COPY's text format must escape to the letter
+// that follows the backslash; 0 means the byte passes as it is.
+var copyEscape = [256]byte{'\\': '\\', '\t': 't', '\n': 'n', '\r': 'r'}
+
+// AppendCopyRow appends one row of COPY text format to dst: the values of the
+// tuple columns listed in cols (ascending source column indexes), separated by
+// tabs, ended by a newline. Text values are copied with backslash, tab, line
+// feed and carriage return escaped; NULL is \N. Columns of any other kind
+// ('u' unchanged TOAST, 'b' binary) are written as \N: callers must check the
+// tuple first (the Writer does). It does not allocate beyond growing dst.
+func AppendCopyRow(dst []byte, t change.Tuple, cols []int) []byte {
+	dst, _ = appendCopyRow(dst, t, cols)
+	return dst
+}
+
+// appendCopyRow is AppendCopyRow that also reports the first column that was
+// neither text nor null (bad = its kind, col = its index), bad == 0 if none.
+func appendCopyRow(dst []byte, t change.Tuple, cols []int) (_ []byte, bad byteCol) {
+	it := t.Iter()
+	j := 0
+	for j < len(cols) && it.Next() {
+		if it.Index() != cols[j] {
+			continue
+		}
+		if j > 0 {
+			dst = append(dst, '\t')
+		}
+		j++
+		switch it.Kind() {
+		case change.KindText:
+			dst = appendCopyValue(dst, it.Value())
+		case change.KindNull:
+			dst = append(dst, '\\', 'N')
+		default:
+			if bad.kind == 0 {
+				bad = byteCol{kind: it.Kind(), col: it.Index()}
+			}
+			dst = append(dst, '\\', 'N')
+		}
+	}
+	for ; j < len(cols); j++ { // columns beyond the tuple's end
+		if j > 0 {
+			dst = append(dst, '\t')
+		}
+		dst = append(dst, '\\', 'N')
+		if bad.kind == 0 {
+			bad = byteCol{kind: 'm', col: cols[j]}
+		}
+	}
+	return append(dst, '\n'), bad
+}
+
+// byteCol names a column whose kind cannot be copied ('m' = missing).
+type byteCol struct {
+	kind byte
+	col  int
+}
+
+// appendCopyValue appends v escaped for COPY text format.
+func appendCopyValue(dst, v []byte) []byte {
+	start := 0
+	for i, c := range v {
+		if e := copyEscape[c]; e != 0 {
+			dst = append(dst, v[start:i]...)
+			dst = append(dst, '\\', e)
+			start = i + 1
+		}
+	}
+	return append(dst, v[start:]...)
+}

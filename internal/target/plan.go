@@ -1,0 +1,234 @@
+package target
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// whereMode says how an UPDATE or DELETE finds its row.
+type whereMode byte
+
+const (
+	whereNewKey whereMode = 'n' // key columns of the new tuple (update that kept its key)
+	whereOldKey whereMode = 'k' // key columns of the old 'K' tuple
+	whereFull   whereMode = 'o' // every column of the old 'O' tuple (REPLICA IDENTITY FULL)
+)
+
+// relPlan is how changes of one source relation version are applied to the
+// target table of the same schema and name.
+//
+// Invariants: len(quoted) == len(write) == len(textEq) == len(rel.Columns);
+// copyCols lists, ascending, the source columns written (write[i]);
+// keyCols lists the source's replica-identity columns; stmts only grows.
+type relPlan struct {
+	rel         *change.Relation
+	name        schema.TableName
+	quotedTable string
+	partitioned bool
+
+	quoted   []string // quoted target column name per source column
+	write    []bool   // false for columns generated on the target
+	textEq   []bool   // compare as text in FULL matching (type has no equality)
+	copyCols []int
+	keyCols  []int
+
+	copyHeader string
+	stmts      map[string]*stmt
+}
+
+// stmt is one prepared UPDATE or DELETE shape.
+type stmt struct {
+	name   string // server-side prepared statement name, "" until prepared
+	sql    string
+	params []paramRef
+	noop   bool // nothing to SET: the statement is skipped
+}
+
+// paramRef says where a statement parameter's value comes from.
+type paramRef struct {
+	old bool // old tuple (else new)
+	col int  // source column index
+}
+
+// newPlan matches the source relation's columns to the target table by name.
+// textEqCols names target columns whose type has no equality operator.
+func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool) (*relPlan, error) {
+	p := &relPlan{
+		rel:         rel,
+		name:        tab.TableName(),
+		quotedTable: tab.TableName().Quoted(),
+		partitioned: tab.Partitioned,
+		quoted:      make([]string, len(rel.Columns)),
+		write:       make([]bool, len(rel.Columns)),
+		textEq:      make([]bool, len(rel.Columns)),
+		stmts:       make(map[string]*stmt),
+	}
+	var hdr strings.Builder
+	hdr.WriteString("COPY ")
+	hdr.WriteString(p.quotedTable)
+	hdr.WriteString(" (")
+	for i, c := range rel.Columns {
+		ti := tab.Column(c.Name)
+		if ti < 0 {
+			return nil, fmt.Errorf("column %q of source table %s is missing on the target table %s",
+				c.Name, rel.String(), tab.TableName())
+		}
+		p.quoted[i] = change.QuoteIdent(c.Name)
+		p.write[i] = !tab.Columns[ti].Generated
+		p.textEq[i] = textEqCols[c.Name]
+		if c.Key {
+			p.keyCols = append(p.keyCols, i)
+		}
+		if p.write[i] {
+			if len(p.copyCols) > 0 {
+				hdr.WriteString(", ")
+			}
+			hdr.WriteString(p.quoted[i])
+			p.copyCols = append(p.copyCols, i)
+		}
+	}
+	hdr.WriteString(") FROM STDIN")
+	p.copyHeader = hdr.String()
+	return p, nil
+}
+
+// stmtKey builds the statement-cache key of a change into buf: op, where
+// mode, then one byte per source column (bit 1: in SET, bit 2: in WHERE).
+func (p *relPlan) stmtKey(buf []byte, op change.Op, mode whereMode, newKinds, oldKinds []byte) []byte {
+	buf = append(buf[:0], byte(op), byte(mode))
+	for i := range p.rel.Columns {
+		var b byte = '0'
+		if op == change.OpUpdate && p.inSet(i, mode, newKinds) {
+			b |= 1
+		}
+		if mode == whereFull && p.inFullWhere(i, oldKinds) {
+			b |= 2
+		}
+		buf = append(buf, b)
+	}
+	return buf
+}
+
+// inSet reports whether source column i is assigned by an UPDATE: written on
+// the target, not an unchanged TOAST value, and not a key column when the key
+// did not change (assigning it would only defeat HOT updates).
+func (p *relPlan) inSet(i int, mode whereMode, newKinds []byte) bool {
+	if !p.write[i] || i >= len(newKinds) || newKinds[i] == change.KindUnchanged {
+		return false
+	}
+	return mode != whereNewKey || !p.rel.Columns[i].Key
+}
+
+// inFullWhere reports whether old column i takes part in a FULL-identity
+// match: present in the old tuple and not generated on the target.
+func (p *relPlan) inFullWhere(i int, oldKinds []byte) bool {
+	return p.write[i] && i < len(oldKinds) && oldKinds[i] != change.KindUnchanged
+}
+
+// buildStmt writes the SQL of an UPDATE or DELETE for the given shape.
+func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []byte) *stmt {
+	s := &stmt{}
+	var b strings.Builder
+	n := 0
+	param := func(old bool, col int) {
+		n++
+		s.params = append(s.params, paramRef{old: old, col: col})
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(n))
+	}
+	if op == change.OpUpdate {
+		b.WriteString("UPDATE ")
+		b.WriteString(p.quotedTable)
+		b.WriteString(" SET ")
+		first := true
+		for i := range p.rel.Columns {
+			if !p.inSet(i, mode, newKinds) {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(p.quoted[i])
+			b.WriteString(" = ")
+			param(false, i)
+		}
+		s.noop = first
+	} else {
+		b.WriteString("DELETE FROM ")
+		b.WriteString(p.quotedTable)
+	}
+	b.WriteString(" WHERE ")
+	switch mode {
+	case whereNewKey, whereOldKey:
+		for j, i := range p.keyCols {
+			if j > 0 {
+				b.WriteString(" AND ")
+			}
+			b.WriteString(p.quoted[i])
+			b.WriteString(" = ")
+			param(mode == whereOldKey, i)
+		}
+	case whereFull:
+		if p.partitioned {
+			b.WriteString("(tableoid, ctid) = (SELECT tableoid, ctid FROM ")
+		} else {
+			b.WriteString("ctid = (SELECT ctid FROM ")
+		}
+		b.WriteString(p.quotedTable)
+		b.WriteString(" WHERE ")
+		first := true
+		for i := range p.rel.Columns {
+			if !p.inFullWhere(i, oldKinds) {
+				continue
+			}
+			if !first {
+				b.WriteString(" AND ")
+			}
+			first = false
+			b.WriteString(p.quoted[i])
+			if p.textEq[i] {
+				b.WriteString("::text")
+			}
+			b.WriteString(" IS NOT DISTINCT FROM ")
+			param(true, i)
+		}
+		if first {
+			b.WriteString("true")
+		}
+		b.WriteString(" LIMIT 1)")
+	}
+	s.sql = b.String()
+	return s
+}
+
+// truncateSQL returns TRUNCATE for the quoted table names and pgoutput options.
+func truncateSQL(tables []string, opts uint8) string {
+	var b strings.Builder
+	b.WriteString("TRUNCATE ")
+	b.WriteString(strings.Join(tables, ", "))
+	if opts&change.TruncateCascade != 0 {
+		b.WriteString(" CASCADE")
+	}
+	if opts&change.TruncateRestartIdentity != 0 {
+		b.WriteString(" RESTART IDENTITY")
+	}
+	return b.String()
+}
+
+// textEqQuery lists the columns of a table whose type (through one domain
+// level, and the element type of arrays) has no usable equality: json, xml
+// and the geometric types (whose "=" compares areas). FULL-identity matching
+// compares those columns as text.
+const textEqQuery = `
+SELECT a.attname::text
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typlen = -1 AND bt.typelem <> 0
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+  AND (bt.typcategory = 'G' OR bt.oid IN (114, 142) OR et.typcategory = 'G' OR et.oid IN (114, 142))`

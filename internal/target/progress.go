@@ -1,0 +1,193 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// stateSchema creates the progress state. repstream.progress holds, per slot,
+// the low watermark L; repstream.applied holds the end LSNs of the source
+// transactions applied above L.
+//
+// Invariants (kept by the callers through Writer.Commit and AdvanceLow):
+//   - the end LSN of every applied source transaction is inserted into
+//     repstream.applied in the same target transaction as its data;
+//   - every source transaction with end LSN <= low_lsn is applied, so rows of
+//     repstream.applied at or below low_lsn carry no information and are
+//     pruned in the same transaction that raises low_lsn;
+//   - low_lsn never decreases.
+const stateSchema = `
+CREATE SCHEMA IF NOT EXISTS repstream;
+CREATE TABLE IF NOT EXISTS repstream.progress (
+	slot text PRIMARY KEY,
+	low_lsn pg_lsn NOT NULL,
+	snapshot text NOT NULL DEFAULT '',
+	created_publication bool NOT NULL DEFAULT false,
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS repstream.applied (
+	slot text NOT NULL,
+	end_lsn pg_lsn NOT NULL,
+	PRIMARY KEY (slot, end_lsn)
+);`
+
+// Progress is the apply position recorded on the target for one slot.
+//
+// Invariant: every element of Applied is > Low, and Applied is sorted
+// ascending without duplicates.
+type Progress struct {
+	Exists             bool // a progress row exists for the slot
+	Low                change.LSN
+	Applied            []change.LSN
+	Snapshot           string // the initial-copy snapshot, "" once the copy is done (as the caller decides)
+	CreatedPublication bool   // repstream created the publication (and may drop it)
+}
+
+// IsApplied reports whether the source transaction ending at end is already
+// applied on the target: end <= Low or end is in Applied.
+func (p Progress) IsApplied(end change.LSN) bool {
+	if end <= p.Low {
+		return true
+	}
+	_, found := slices.BinarySearch(p.Applied, end)
+	return found
+}
+
+// EnsureState creates the repstream schema and its tables if missing.
+func EnsureState(ctx context.Context, conn *pgx.Conn) error {
+	// A concurrent CREATE ... IF NOT EXISTS can still fail on the catalog's
+	// unique index; an advisory lock serialises repstream processes.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create progress state: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('repstream.state'))"); err != nil {
+		return fmt.Errorf("create progress state: %w", err)
+	}
+	if _, err := tx.Exec(ctx, stateSchema); err != nil {
+		return fmt.Errorf("create progress state: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("create progress state: %w", err)
+	}
+	return nil
+}
+
+// LoadProgress reads the slot's progress. A slot without a progress row
+// yields Progress{Exists: false} and no error.
+func LoadProgress(ctx context.Context, conn *pgx.Conn, slot string) (Progress, error) {
+	var p Progress
+	var low string
+	err := conn.QueryRow(ctx,
+		`SELECT low_lsn::text, snapshot, created_publication FROM repstream.progress WHERE slot = $1`, slot).
+		Scan(&low, &p.Snapshot, &p.CreatedPublication)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Progress{}, nil
+	}
+	if err != nil {
+		return Progress{}, fmt.Errorf("load progress of slot %q: %w", slot, err)
+	}
+	p.Exists = true
+	if p.Low, err = change.ParseLSN(low); err != nil {
+		return Progress{}, fmt.Errorf("load progress of slot %q: %w", slot, err)
+	}
+	rows, err := conn.Query(ctx,
+		`SELECT end_lsn::text FROM repstream.applied WHERE slot = $1 AND end_lsn > $2::pg_lsn ORDER BY end_lsn`, slot, low)
+	if err != nil {
+		return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
+		}
+		l, err := change.ParseLSN(s)
+		if err != nil {
+			return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
+		}
+		p.Applied = append(p.Applied, l)
+	}
+	if err := rows.Err(); err != nil {
+		return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
+	}
+	return p, nil
+}
+
+// InitProgress creates or replaces the slot's progress row (low watermark,
+// snapshot name, whether repstream created the publication) and forgets the
+// applied set at or below low.
+func InitProgress(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN, snapshot string, createdPub bool) error {
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO repstream.progress (slot, low_lsn, snapshot, created_publication, updated_at)
+VALUES ($1, $2::pg_lsn, $3, $4, now())
+ON CONFLICT (slot) DO UPDATE SET low_lsn = excluded.low_lsn, snapshot = excluded.snapshot,
+	created_publication = excluded.created_publication, updated_at = now()`,
+		slot, low.String(), snapshot, createdPub)
+	b.Queue(`DELETE FROM repstream.applied WHERE slot = $1 AND end_lsn <= $2::pg_lsn`, slot, low.String())
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("init progress of slot %q at %s: %w", slot, low, err)
+	}
+	return nil
+}
+
+// SetSnapshot records the initial-copy snapshot name of the slot ("" when the
+// copy is complete).
+func SetSnapshot(ctx context.Context, conn *pgx.Conn, slot, snapshot string) error {
+	tag, err := conn.Exec(ctx,
+		`UPDATE repstream.progress SET snapshot = $2, updated_at = now() WHERE slot = $1`, slot, snapshot)
+	if err != nil {
+		return fmt.Errorf("set snapshot of slot %q: %w", slot, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set snapshot of slot %q: no progress row (InitProgress first)", slot)
+	}
+	return nil
+}
+
+// AdvanceLow raises the slot's low watermark to low (never lowers it) and
+// prunes the applied set at or below the new watermark, in one transaction.
+// The caller guarantees every source transaction ending at or below low is
+// applied.
+func AdvanceLow(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN) error {
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE repstream.progress SET low_lsn = greatest(low_lsn, $2::pg_lsn), updated_at = now() WHERE slot = $1`,
+		slot, low.String())
+	b.Queue(`DELETE FROM repstream.applied a USING repstream.progress p
+WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("advance low watermark of slot %q to %s: %w", slot, low, err)
+	}
+	return nil
+}
+
+// DropState removes the slot's progress and applied rows.
+func DropState(ctx context.Context, conn *pgx.Conn, slot string) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM repstream.applied WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.progress WHERE slot = $1`, slot)
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("drop progress state of slot %q: %w", slot, err)
+	}
+	return nil
+}
+
+// sendTx runs the batch in one transaction.
+func sendTx(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

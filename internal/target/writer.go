@@ -1,0 +1,764 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// Defaults of WriterOptions.
+const (
+	DefaultCopyFlushBytes  = 4 << 20
+	DefaultBatchStatements = 1000
+)
+
+// WriterOptions configures a Writer.
+type WriterOptions struct {
+	Slot            string           // the progress state's slot, for Commit's applied rows
+	Stats           *stats.Component // nil: counted nowhere
+	Logger          *slog.Logger     // nil: slog.Default()
+	CopyFlushBytes  int              // flush a table's COPY rows past this size; default 4 MiB
+	BatchStatements int              // pipeline at most this many statements; default 1000
+}
+
+// Writer applies changes to the target in one target transaction at a time,
+// on one connection, which it uses exclusively between Begin and
+// Commit/Rollback.
+//
+// Inserts are buffered per table as COPY text rows; updates and deletes are
+// queued as prepared statements in a pipelined batch. Inserts into different
+// tables may reach the server in another order than they were written (the
+// session runs with session_replication_role = replica: no triggers, no
+// foreign-key checks), but changes of one table keep their order.
+//
+// Invariants:
+//   - a table never has both buffered COPY rows and queued statements: an
+//     insert flushes the batch first if it touches the table (tableBuf.inBatch),
+//     an update or delete flushes the table's COPY rows first;
+//   - a tableBuf's rows all follow the COPY header of tableBuf.plan, and
+//     lsns[i] is the LSN of row i+1 (COPY line numbers start at 1);
+//   - items[i] describes the i-th statement of batch; len(items) is the
+//     batch's statement count;
+//   - failed is set when a statement of the current transaction failed: only
+//     Rollback or RollbackToSavepoint are then allowed;
+//   - copyBytes is the sum of len(rows) over dirty.
+type Writer struct {
+	conn *pgx.Conn
+	opts WriterOptions
+	log  *slog.Logger
+	id   string // prefix of this writer's prepared statement names
+
+	plans  map[*change.Relation]*relPlan
+	tables map[schema.TableName]*tableBuf
+	dirty  []*tableBuf // tables with buffered COPY rows
+
+	copyBytes   int
+	batch       *pgconn.Batch
+	items       []batchItem
+	batchTables []*tableBuf
+	batchBytes  int
+
+	nstmt  int
+	inTxn  bool
+	failed bool
+
+	// Scratch space reused for every change (no per-column allocation).
+	reader             bytes.Reader
+	keyBuf             []byte
+	newKinds, oldKinds []byte
+	newVals, oldVals   [][]byte
+	params             [][]byte
+	empty              []byte // non-nil empty value (nil is NULL)
+	lsnText            []byte
+
+	st                                    *stats.Component
+	copyRows, statements, flushes         *atomic.Int64
+	updateMissing, deleteMissing, applied *atomic.Int64
+}
+
+// tableBuf is the pending work for one target table.
+type tableBuf struct {
+	plan    *relPlan
+	rows    []byte
+	lsns    []change.LSN
+	dirty   bool // has buffered rows (is in Writer.dirty)
+	inBatch bool // a queued statement touches the table
+}
+
+type batchItem struct {
+	op   change.Op
+	lsn  change.LSN
+	plan *relPlan
+}
+
+// NewWriter returns a Writer on conn, a connection made by Connect.
+func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
+	if opts.CopyFlushBytes <= 0 {
+		opts.CopyFlushBytes = DefaultCopyFlushBytes
+	}
+	if opts.BatchStatements <= 0 {
+		opts.BatchStatements = DefaultBatchStatements
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	st := opts.Stats
+	if st == nil {
+		st = stats.NewRegistry().Component("target")
+	}
+	return &Writer{
+		conn:          conn,
+		opts:          opts,
+		log:           log.With("component", "target", "slot", opts.Slot),
+		id:            "repstream_" + strconv.FormatUint(rand.Uint64(), 36),
+		plans:         make(map[*change.Relation]*relPlan),
+		tables:        make(map[schema.TableName]*tableBuf),
+		batch:         &pgconn.Batch{},
+		empty:         make([]byte, 0),
+		st:            st,
+		copyRows:      st.Counter("copy_rows"),
+		statements:    st.Counter("statements"),
+		flushes:       st.Counter("flushes"),
+		updateMissing: st.Counter("update_missing"),
+		deleteMissing: st.Counter("delete_missing"),
+		applied:       st.Counter("applied_txns"),
+	}
+}
+
+// Begin starts a target transaction.
+func (w *Writer) Begin(ctx context.Context) error {
+	if w.inTxn {
+		return errors.New("begin target transaction: already in a transaction")
+	}
+	w.discard()
+	if err := w.exec(ctx, "BEGIN"); err != nil {
+		return fmt.Errorf("begin target transaction: %w", err)
+	}
+	w.inTxn, w.failed = true, false
+	return nil
+}
+
+// Write applies one change (buffered: errors may surface at a later Write or
+// at Commit, naming the change that failed). c may be reused by the caller
+// once Write returns. After an error the transaction is failed: call Rollback
+// (or RollbackToSavepoint).
+func (w *Writer) Write(ctx context.Context, c *change.Change) error {
+	if !w.inTxn {
+		return fmt.Errorf("apply %s at %s: no target transaction (Begin first)", c.Op, c.LSN)
+	}
+	if w.failed {
+		return fmt.Errorf("apply %s at %s: target transaction failed earlier, roll back first", c.Op, c.LSN)
+	}
+	var err error
+	switch c.Op {
+	case change.OpInsert:
+		err = w.insert(ctx, c)
+	case change.OpUpdate, change.OpDelete:
+		err = w.modify(ctx, c)
+	case change.OpTruncate:
+		err = w.truncate(ctx, c)
+	default:
+		err = fmt.Errorf("apply %s at %s: unknown operation", c.Op, c.LSN)
+	}
+	if err != nil {
+		w.failed = true
+		return err
+	}
+	w.st.Add(1, int64(c.Size()))
+	return nil
+}
+
+// Commit flushes everything, records the applied source transactions' end
+// LSNs in repstream.applied (one statement, same transaction) and commits.
+// If Commit fails, the transaction is rolled back (neither data nor LSNs
+// stay); after a connection error the outcome is unknown and the caller must
+// reload the Progress.
+func (w *Writer) Commit(ctx context.Context, applied []change.LSN) error {
+	if !w.inTxn {
+		return errors.New("commit target transaction: no transaction")
+	}
+	err := w.commit(ctx, applied)
+	if err != nil {
+		if w.inTxn {
+			_ = w.Rollback(ctx) // best effort; the error that matters is err
+		}
+		return err
+	}
+	return nil
+}
+
+func (w *Writer) commit(ctx context.Context, applied []change.LSN) error {
+	if w.failed {
+		return errors.New("commit target transaction: a change failed earlier")
+	}
+	if err := w.flushAll(ctx); err != nil {
+		w.failed = true
+		return err
+	}
+	if len(applied) > 0 {
+		b := append(w.lsnText[:0], '{')
+		for i, l := range applied {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendLSN(b, l)
+		}
+		b = append(b, '}')
+		w.lsnText = b
+		_, err := w.conn.PgConn().ExecParams(ctx,
+			"INSERT INTO repstream.applied (slot, end_lsn) SELECT $1, unnest($2::pg_lsn[])",
+			[][]byte{[]byte(w.opts.Slot), b}, nil, nil, nil).Close()
+		if err != nil {
+			w.failed = true
+			return fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
+				len(applied), applied[0], applied[len(applied)-1], w.opts.Slot, err)
+		}
+	}
+	res, err := w.conn.PgConn().Exec(ctx, "COMMIT").ReadAll()
+	w.inTxn = false
+	if err != nil {
+		return fmt.Errorf("commit target transaction: %w", err)
+	}
+	if len(res) == 1 && res[0].CommandTag.String() == "ROLLBACK" {
+		return errors.New("commit target transaction: the server rolled it back")
+	}
+	w.applied.Add(int64(len(applied)))
+	w.st.AddTxns(int64(len(applied)))
+	return nil
+}
+
+// Rollback discards buffered changes and rolls the target transaction back.
+// It is a no-op outside a transaction.
+func (w *Writer) Rollback(ctx context.Context) error {
+	w.discard()
+	if !w.inTxn {
+		return nil
+	}
+	w.inTxn, w.failed = false, false
+	if err := w.exec(ctx, "ROLLBACK"); err != nil {
+		return fmt.Errorf("roll back target transaction: %w", err)
+	}
+	return nil
+}
+
+// Savepoint flushes buffered changes and sets a savepoint.
+func (w *Writer) Savepoint(ctx context.Context, name string) error {
+	if err := w.usable("savepoint " + name); err != nil {
+		return err
+	}
+	if err := w.flushAll(ctx); err != nil {
+		w.failed = true
+		return err
+	}
+	if err := w.exec(ctx, "SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+		w.failed = true
+		return fmt.Errorf("savepoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// RollbackToSavepoint discards the changes written since the savepoint
+// (buffered or not) and makes a failed transaction usable again.
+func (w *Writer) RollbackToSavepoint(ctx context.Context, name string) error {
+	if !w.inTxn {
+		return fmt.Errorf("roll back to savepoint %s: no transaction", name)
+	}
+	w.discard()
+	if err := w.exec(ctx, "ROLLBACK TO SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+		w.failed = true
+		return fmt.Errorf("roll back to savepoint %s: %w", name, err)
+	}
+	w.failed = false
+	return nil
+}
+
+// ReleaseSavepoint flushes buffered changes and releases the savepoint.
+func (w *Writer) ReleaseSavepoint(ctx context.Context, name string) error {
+	if err := w.usable("release savepoint " + name); err != nil {
+		return err
+	}
+	if err := w.flushAll(ctx); err != nil {
+		w.failed = true
+		return err
+	}
+	if err := w.exec(ctx, "RELEASE SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+		w.failed = true
+		return fmt.Errorf("release savepoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// Flush sends every buffered change to the server without committing.
+func (w *Writer) Flush(ctx context.Context) error {
+	if err := w.usable("flush"); err != nil {
+		return err
+	}
+	if err := w.flushAll(ctx); err != nil {
+		w.failed = true
+		return err
+	}
+	return nil
+}
+
+// ForgetRelations drops the cached plans (target table descriptions) of
+// every relation, e.g. after the target's schema changed. Prepared
+// statements stay on the server.
+func (w *Writer) ForgetRelations() {
+	clear(w.plans)
+}
+
+func (w *Writer) usable(what string) error {
+	if !w.inTxn {
+		return fmt.Errorf("%s: no target transaction", what)
+	}
+	if w.failed {
+		return fmt.Errorf("%s: target transaction failed earlier, roll back first", what)
+	}
+	return nil
+}
+
+func (w *Writer) exec(ctx context.Context, sql string) error {
+	_, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
+	return err
+}
+
+// discard drops every buffered change.
+func (w *Writer) discard() {
+	for _, tb := range w.dirty {
+		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	}
+	w.dirty = w.dirty[:0]
+	w.copyBytes = 0
+	w.resetBatch()
+}
+
+func (w *Writer) resetBatch() {
+	if len(w.items) > 0 {
+		w.batch = &pgconn.Batch{}
+	}
+	for _, tb := range w.batchTables {
+		tb.inBatch = false
+	}
+	w.items, w.batchTables, w.batchBytes = w.items[:0], w.batchTables[:0], 0
+}
+
+// plan returns the cached plan of rel, loading the target table on first use.
+func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, error) {
+	if p := w.plans[rel]; p != nil {
+		return p, nil
+	}
+	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w on target", err)
+	}
+	var textEq map[string]bool
+	if !rel.HasKey() {
+		textEq, err = w.textEqColumns(ctx, tab)
+		if err != nil {
+			return nil, err
+		}
+	}
+	p, err := newPlan(rel, tab, textEq)
+	if err != nil {
+		return nil, err
+	}
+	w.plans[rel] = p
+	return p, nil
+}
+
+func (w *Writer) textEqColumns(ctx context.Context, tab *schema.Table) (map[string]bool, error) {
+	rows, err := w.conn.Query(ctx, textEqQuery, tab.OID)
+	if err != nil {
+		return nil, fmt.Errorf("load column types of %s on target: %w", tab.TableName(), err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("load column types of %s on target: %w", tab.TableName(), err)
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m, nil
+}
+
+func (w *Writer) table(p *relPlan) *tableBuf {
+	tb := w.tables[p.name]
+	if tb == nil {
+		tb = &tableBuf{plan: p}
+		w.tables[p.name] = tb
+	}
+	return tb
+}
+
+func (w *Writer) insert(ctx context.Context, c *change.Change) error {
+	p, err := w.plan(ctx, c.Rel)
+	if err != nil {
+		return fmt.Errorf("apply insert to %s at %s: %w", c.Rel, c.LSN, err)
+	}
+	tb := w.table(p)
+	if tb.inBatch {
+		if err := w.flushBatch(ctx); err != nil {
+			return err
+		}
+	}
+	if tb.dirty && tb.plan != p {
+		if err := w.flushCopy(ctx, tb); err != nil {
+			return err
+		}
+	}
+	tb.plan = p
+	before := len(tb.rows)
+	rows, bad := appendCopyRow(tb.rows, c.New, p.copyCols)
+	if bad.kind != 0 {
+		tb.rows = rows[:before]
+		return fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+	}
+	tb.rows = rows
+	tb.lsns = append(tb.lsns, c.LSN)
+	if !tb.dirty {
+		tb.dirty = true
+		w.dirty = append(w.dirty, tb)
+	}
+	w.copyBytes += len(rows) - before
+	switch {
+	case len(tb.rows) >= w.opts.CopyFlushBytes:
+		return w.flushCopy(ctx, tb)
+	case w.copyBytes >= 4*w.opts.CopyFlushBytes:
+		return w.flushCopies(ctx)
+	}
+	return nil
+}
+
+func kindProblem(kind byte) string {
+	switch kind {
+	case change.KindUnchanged:
+		return "unchanged TOAST value where a full value is needed"
+	case change.KindBinary:
+		return "binary value (repstream applies text format only)"
+	case 'm':
+		return "missing from the tuple"
+	}
+	return fmt.Sprintf("unexpected value kind %q", kind)
+}
+
+// flushCopy sends a table's buffered rows with one COPY.
+func (w *Writer) flushCopy(ctx context.Context, tb *tableBuf) error {
+	if !tb.dirty {
+		return nil
+	}
+	for i, d := range w.dirty {
+		if d == tb {
+			w.dirty = append(w.dirty[:i], w.dirty[i+1:]...)
+			break
+		}
+	}
+	return w.copyOut(ctx, tb)
+}
+
+// flushCopies sends every table's buffered rows.
+func (w *Writer) flushCopies(ctx context.Context) error {
+	for len(w.dirty) > 0 {
+		tb := w.dirty[0]
+		w.dirty = w.dirty[1:]
+		if err := w.copyOut(ctx, tb); err != nil {
+			return err
+		}
+	}
+	w.dirty = w.dirty[:0]
+	return nil
+}
+
+// copyOut runs the COPY of tb's rows and empties tb (tb is already removed
+// from w.dirty).
+func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
+	n := len(tb.lsns)
+	w.reader.Reset(tb.rows)
+	_, err := w.conn.PgConn().CopyFrom(ctx, &w.reader, tb.plan.copyHeader)
+	w.copyBytes -= len(tb.rows)
+	lsns := tb.lsns
+	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	if cap(tb.rows) > 2*w.opts.CopyFlushBytes {
+		tb.rows = nil // a huge row: do not keep its buffer
+	}
+	if err != nil {
+		lsn := lsns[0]
+		if line := copyErrorLine(err); line >= 1 && line <= n {
+			lsn = lsns[line-1]
+		}
+		return fmt.Errorf("apply insert to %s at %s: %w", tb.plan.rel, lsn, err)
+	}
+	w.copyRows.Add(int64(n))
+	w.flushes.Add(1)
+	return nil
+}
+
+// copyErrorLine extracts N from a COPY error's context line
+// "COPY t, line N[, column c][: value]", or returns 0.
+func copyErrorLine(err error) int {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return 0
+	}
+	for _, ln := range strings.Split(pgErr.Where, "\n") {
+		if !strings.HasPrefix(ln, "COPY ") {
+			continue
+		}
+		// The quoted value after ": " may itself contain ", line ".
+		if k := strings.Index(ln, ": "); k >= 0 {
+			ln = ln[:k]
+		}
+		i := strings.LastIndex(ln, ", line ")
+		if i < 0 {
+			continue
+		}
+		digits := ln[i+len(", line "):]
+		if k := strings.IndexByte(digits, ','); k >= 0 {
+			digits = digits[:k]
+		}
+		n, err := strconv.Atoi(digits)
+		if err != nil {
+			continue
+		}
+		return n
+	}
+	return 0
+}
+
+// splitTuple fills kinds and vals from t (vals[i] nil for NULL and 'u', never
+// nil for text).
+func (w *Writer) splitTuple(t change.Tuple, kinds []byte, vals [][]byte) ([]byte, [][]byte) {
+	kinds, vals = kinds[:0], vals[:0]
+	it := t.Iter()
+	for it.Next() {
+		kinds = append(kinds, it.Kind())
+		v := it.Value()
+		if it.Kind() == change.KindText && v == nil {
+			v = w.empty
+		}
+		vals = append(vals, v)
+	}
+	return kinds, vals
+}
+
+// modify queues an UPDATE or DELETE.
+func (w *Writer) modify(ctx context.Context, c *change.Change) error {
+	p, err := w.plan(ctx, c.Rel)
+	if err != nil {
+		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, err)
+	}
+	tb := w.table(p)
+	if tb.dirty {
+		if err := w.flushCopy(ctx, tb); err != nil {
+			return err
+		}
+	}
+	ncols := len(c.Rel.Columns)
+	w.newKinds, w.newVals = w.splitTuple(c.New, w.newKinds, w.newVals)
+	w.oldKinds, w.oldVals = w.splitTuple(c.Old, w.oldKinds, w.oldVals)
+	var mode whereMode
+	switch c.OldKind {
+	case 'K':
+		mode = whereOldKey
+	case 'O':
+		mode = whereFull
+	case 0:
+		mode = whereNewKey
+	default:
+		return fmt.Errorf("apply %s to %s at %s: unknown old tuple kind %q", c.Op, c.Rel, c.LSN, c.OldKind)
+	}
+	if err := w.checkShape(c, p, mode, ncols); err != nil {
+		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, err)
+	}
+
+	w.keyBuf = p.stmtKey(w.keyBuf, c.Op, mode, w.newKinds, w.oldKinds)
+	s := p.stmts[string(w.keyBuf)]
+	if s == nil {
+		s = p.buildStmt(c.Op, mode, w.newKinds, w.oldKinds)
+		p.stmts[string(w.keyBuf)] = s
+	}
+	if s.noop {
+		return nil
+	}
+	if s.name == "" {
+		name := w.id + "_" + strconv.Itoa(w.nstmt)
+		if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, nil); err != nil {
+			return fmt.Errorf("apply %s to %s at %s: prepare %q: %w", c.Op, c.Rel, c.LSN, s.sql, err)
+		}
+		w.nstmt++
+		s.name = name
+	}
+	params := w.params[:0]
+	size := 0
+	for _, r := range s.params {
+		v := w.newVals[r.col]
+		if r.old {
+			v = w.oldVals[r.col]
+		}
+		params = append(params, v)
+		size += len(v)
+	}
+	w.params = params
+	w.batch.ExecPrepared(s.name, params, nil, nil)
+	w.items = append(w.items, batchItem{op: c.Op, lsn: c.LSN, plan: p})
+	if !tb.inBatch {
+		tb.inBatch = true
+		w.batchTables = append(w.batchTables, tb)
+	}
+	w.batchBytes += size + 16
+	if len(w.items) >= w.opts.BatchStatements || w.batchBytes >= w.opts.CopyFlushBytes {
+		return w.flushBatch(ctx)
+	}
+	return nil
+}
+
+// checkShape verifies the tuples carry what the statement needs.
+func (w *Writer) checkShape(c *change.Change, p *relPlan, mode whereMode, ncols int) error {
+	if c.Op == change.OpUpdate && len(w.newKinds) != ncols {
+		return fmt.Errorf("new tuple has %d columns, relation has %d", len(w.newKinds), ncols)
+	}
+	if mode != whereNewKey && len(w.oldKinds) != ncols {
+		return fmt.Errorf("old tuple has %d columns, relation has %d", len(w.oldKinds), ncols)
+	}
+	switch mode {
+	case whereNewKey:
+		if c.Op == change.OpDelete {
+			return errors.New("delete without old tuple")
+		}
+		if len(p.keyCols) == 0 {
+			return errors.New("no replica identity key and no old tuple to find the row")
+		}
+		for _, k := range p.keyCols {
+			if w.newKinds[k] != change.KindText {
+				return fmt.Errorf("key column %q: %s", c.Rel.Columns[k].Name, keyProblem(w.newKinds[k]))
+			}
+		}
+	case whereOldKey:
+		if len(p.keyCols) == 0 {
+			return errors.New("old key tuple but the relation has no key columns")
+		}
+		for _, k := range p.keyCols {
+			if w.oldKinds[k] != change.KindText {
+				return fmt.Errorf("key column %q: %s", c.Rel.Columns[k].Name, keyProblem(w.oldKinds[k]))
+			}
+		}
+	}
+	for _, kinds := range [2][]byte{w.newKinds, w.oldKinds} {
+		for i, k := range kinds {
+			if k == change.KindBinary {
+				return fmt.Errorf("column %q: %s", c.Rel.Columns[i].Name, kindProblem(k))
+			}
+		}
+	}
+	return nil
+}
+
+func keyProblem(kind byte) string {
+	if kind == change.KindNull {
+		return "NULL key value"
+	}
+	return kindProblem(kind)
+}
+
+// flushBatch sends the queued statements in one pipeline and checks each
+// result: an error names the failing statement's change; zero rows affected
+// is counted and logged as a missing row.
+func (w *Writer) flushBatch(ctx context.Context) error {
+	if len(w.items) == 0 {
+		return nil
+	}
+	mrr := w.conn.PgConn().ExecBatch(ctx, w.batch)
+	i := 0
+	for mrr.NextResult() {
+		tag, err := mrr.ResultReader().Close()
+		if err != nil {
+			break
+		}
+		if i < len(w.items) && tag.RowsAffected() == 0 {
+			w.missing(w.items[i])
+		}
+		i++
+	}
+	err := mrr.Close()
+	n := len(w.items)
+	var failed batchItem
+	if err != nil {
+		failed = w.items[min(i, n-1)]
+	}
+	w.resetBatch()
+	if err != nil {
+		return fmt.Errorf("apply %s to %s at %s: %w", failed.op, failed.plan.rel, failed.lsn, err)
+	}
+	w.statements.Add(int64(n))
+	w.flushes.Add(1)
+	return nil
+}
+
+func (w *Writer) missing(it batchItem) {
+	if it.op == change.OpUpdate {
+		w.updateMissing.Add(1)
+		w.log.Warn("row to update not found on target", "table", it.plan.rel.String(), "lsn", it.lsn.String())
+	} else {
+		w.deleteMissing.Add(1)
+		w.log.Warn("row to delete not found on target", "table", it.plan.rel.String(), "lsn", it.lsn.String())
+	}
+}
+
+func (w *Writer) flushAll(ctx context.Context) error {
+	if err := w.flushCopies(ctx); err != nil {
+		return err
+	}
+	return w.flushBatch(ctx)
+}
+
+// truncate flushes everything and truncates every listed table in one statement.
+func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(c.TruncateRels))
+	desc := ""
+	for i, rel := range c.TruncateRels {
+		if i > 0 {
+			desc += ", "
+		}
+		desc += rel.String()
+	}
+	for _, rel := range c.TruncateRels {
+		p, err := w.plan(ctx, rel)
+		if err != nil {
+			return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
+		}
+		names = append(names, p.quotedTable)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if err := w.exec(ctx, truncateSQL(names, c.TruncateOpts)); err != nil {
+		return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
+	}
+	w.statements.Add(1)
+	w.flushes.Add(1)
+	return nil
+}
+
+// appendLSN appends l in PostgreSQL's X/Y form without allocating.
+func appendLSN(b []byte, l change.LSN) []byte {
+	b = strconv.AppendUint(b, uint64(l>>32), 16)
+	b = append(b, '/')
+	return strconv.AppendUint(b, uint64(uint32(l)), 16)
+}
