@@ -157,9 +157,8 @@ func (c *Cluster) create(ctx context.Context, opts Options) error {
 		return err
 	}
 	t0 := time.Now()
-	if _, err := c.run(ctx, "initdb", "-D", c.dataDir, "-U", Superuser, "--auth=trust",
-		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		return fmt.Errorf("initdb cluster %s in %s: %w", c.name, c.dataDir, err)
+	if err := c.initData(ctx); err != nil {
+		return err
 	}
 	v, err := readVersion(c.dataDir)
 	if err != nil {

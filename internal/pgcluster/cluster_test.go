@@ -301,3 +301,11 @@ func postmasterPID(t *testing.T, dataDir string) int {
 	}
 	return pid
 }
+
+func TestStartWithoutTemplate(t *testing.T) {
+	t.Setenv(pgcluster.EnvNoTemplate, "1")
+	c := pgtest.Cluster(t, pgcluster.Options{Name: "notemplate", Fast: true})
+	if got := queryString(t, c, "", "SHOW wal_level"); got != "logical" {
+		t.Errorf("wal_level = %q", got)
+	}
+}
