@@ -71,7 +71,9 @@ type Options struct {
 	// keep the Unix socket path short. Default "cluster".
 	Name string
 	// Settings are postgresql.conf parameters applied on top of the defaults
-	// (they override them, including port and wal_level).
+	// (they override them, including wal_level). A "port" setting fixes the
+	// port (no retry on another one); listen_addresses and
+	// unix_socket_directories must be left alone (DSN relies on them).
 	Settings map[string]string
 	// Fast sets fsync=off and full_page_writes=off. It never touches
 	// synchronous_commit: benchmarks compare commit behaviour.
@@ -136,6 +138,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		log:     logger,
 	}
 	if err := c.create(ctx, opts); err != nil {
+		c.stopLeftover()
 		if rmErr := os.RemoveAll(dir); rmErr != nil {
 			logger.Warn("remove failed cluster dir", "dir", dir, "err", rmErr)
 		}
@@ -169,11 +172,20 @@ func (c *Cluster) create(ctx context.Context, opts Options) error {
 		return fmt.Errorf("configure cluster %s: %w", c.name, err)
 	}
 
+	// A port chosen in Settings is used as is, without retries.
+	fixedPort := 0
+	if p, ok := opts.Settings["port"]; ok {
+		if fixedPort, err = strconv.Atoi(p); err != nil || fixedPort <= 0 || fixedPort > 65535 {
+			return fmt.Errorf("cluster %s: invalid port setting %q", c.name, p)
+		}
+	}
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return err
+		port := fixedPort
+		if port == 0 {
+			if port, err = freePort(); err != nil {
+				return err
+			}
 		}
 		if err := c.writeConf(port, opts); err != nil {
 			return err
@@ -184,10 +196,13 @@ func (c *Cluster) create(ctx context.Context, opts Options) error {
 				"attempt", attempt, "elapsed", time.Since(t0).Round(time.Millisecond))
 			return nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || fixedPort != 0 || !portConflict(c.logPath) {
 			break
 		}
-		c.log.Warn("cluster start failed, retrying on another port", "port", port, "attempt", attempt, "err", lastErr)
+		// A server that came up too slowly for pg_ctl's wait still holds the
+		// data directory: stop it before trying another port.
+		c.stopLeftover()
+		c.log.Warn("cluster port taken, retrying on another port", "port", port, "attempt", attempt)
 	}
 	return lastErr
 }
@@ -261,6 +276,30 @@ func (c *Cluster) stop(ctx context.Context, mode string) error {
 	}
 	c.running = false
 	return nil
+}
+
+// portConflict reports whether the last lines of the server log say the
+// server could not listen on its port (then another port is worth a try;
+// for any other failure, retrying would fail the same way).
+func portConflict(logPath string) bool {
+	t := tail(logPath, logTailLines)
+	return strings.Contains(t, "Address already in use") ||
+		strings.Contains(t, "could not create any TCP/IP sockets") ||
+		strings.Contains(t, "could not bind")
+}
+
+// stopLeftover stops (immediately) a server that a failed or interrupted
+// start may have left running, so that no postmaster outlives its directory.
+// It uses its own context: the caller's may be the reason start failed.
+func (c *Cluster) stopLeftover() {
+	if !fileExists(filepath.Join(c.dataDir, "postmaster.pid")) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.stop(ctx, "immediate"); err != nil {
+		c.log.Debug("stop leftover server", "err", err)
+	}
 }
 
 // Stop shuts the server down cleanly (pg_ctl stop -m fast) and waits.

@@ -3,6 +3,8 @@ package pgcluster_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -307,5 +309,95 @@ func TestStartWithoutTemplate(t *testing.T) {
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "notemplate", Fast: true})
 	if got := queryString(t, c, "", "SHOW wal_level"); got != "logical" {
 		t.Errorf("wal_level = %q", got)
+	}
+}
+
+func TestStartFailureReportsLog(t *testing.T) {
+	t.Parallel()
+	_, err := pgcluster.Start(context.Background(), pgcluster.Options{
+		Name:     "bad",
+		Settings: map[string]string{"shared_buffers": "nonsense"},
+		Logger:   slogDiscard(),
+	})
+	if err == nil {
+		t.Fatal("Start with an invalid setting succeeded")
+	}
+	if !strings.Contains(err.Error(), "shared_buffers") || !strings.Contains(err.Error(), "server log tail") {
+		t.Errorf("error lacks the server log tail: %v", err)
+	}
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), pgcluster.DirPrefix+"bad-*"))
+	for _, m := range matches {
+		if alive, _ := ownedByUs(m); alive {
+			t.Errorf("failed Start left %s behind", m)
+		}
+	}
+}
+
+func TestStartCancelledLeavesNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Name: "cancelled", Logger: slogDiscard()})
+	if err == nil {
+		// The machine was fast enough; that is fine too.
+		_ = c.Remove(context.Background())
+		return
+	}
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), pgcluster.DirPrefix+"cancelled-*"))
+	for _, m := range matches {
+		if alive, _ := ownedByUs(m); alive {
+			t.Errorf("cancelled Start left %s behind", m)
+		}
+	}
+}
+
+// ownedByUs reports whether the cluster dir was made by this process.
+func ownedByUs(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		return false, err
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 0 && f[0] == strconv.Itoa(os.Getpid()), nil
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func BenchmarkStartRemove(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Name: "bench", Fast: true, Logger: slogDiscard()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Remove(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestFixedPort(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := l.Addr().(*net.TCPAddr).Port
+	_, err = pgcluster.Start(context.Background(), pgcluster.Options{
+		Name: "busy", Settings: map[string]string{"port": strconv.Itoa(busy)}, Logger: slogDiscard(),
+	})
+	l.Close()
+	if err == nil || !strings.Contains(err.Error(), "Address already in use") ||
+		!strings.Contains(err.Error(), "port "+strconv.Itoa(busy)) {
+		t.Errorf("Start on busy fixed port %d: err = %v", busy, err)
+	}
+
+	// The port is free now: the cluster takes exactly it.
+	c := pgtest.Cluster(t, pgcluster.Options{Name: "fixed", Settings: map[string]string{"port": strconv.Itoa(busy)}})
+	if c.Port() != busy {
+		t.Errorf("Port() = %d, want %d", c.Port(), busy)
+	}
+	if err := c.Exec(context.Background(), "", "SELECT 1"); err != nil {
+		t.Error(err)
 	}
 }
