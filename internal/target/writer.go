@@ -605,9 +605,11 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	params := w.params[:0]
 	size := 0
 	for _, r := range s.params {
-		v := w.newVals[r.col]
+		var v []byte
 		if r.old {
 			v = w.oldVals[r.col]
+		} else {
+			v = w.newVals[r.col]
 		}
 		params = append(params, v)
 		size += len(v)
