@@ -191,17 +191,15 @@ func (c *Cluster) create(ctx context.Context, opts Options) error {
 			return err
 		}
 		c.port = port
+		logStart := fileSize(c.logPath)
 		if lastErr = c.start(ctx); lastErr == nil {
 			c.log.Info("cluster started", "port", port, "dir", c.dir, "version", c.version,
 				"attempt", attempt, "elapsed", time.Since(t0).Round(time.Millisecond))
 			return nil
 		}
-		if ctx.Err() != nil || fixedPort != 0 || !portConflict(c.logPath) {
+		if ctx.Err() != nil || fixedPort != 0 || !portConflict(c.logPath, logStart) {
 			break
 		}
-		// A server that came up too slowly for pg_ctl's wait still holds the
-		// data directory: stop it before trying another port.
-		c.stopLeftover()
 		c.log.Warn("cluster port taken, retrying on another port", "port", port, "attempt", attempt)
 	}
 	return lastErr
@@ -278,14 +276,30 @@ func (c *Cluster) stop(ctx context.Context, mode string) error {
 	return nil
 }
 
-// portConflict reports whether the last lines of the server log say the
-// server could not listen on its port (then another port is worth a try;
-// for any other failure, retrying would fail the same way).
-func portConflict(logPath string) bool {
-	t := tail(logPath, logTailLines)
-	return strings.Contains(t, "Address already in use") ||
-		strings.Contains(t, "could not create any TCP/IP sockets") ||
-		strings.Contains(t, "could not bind")
+// portConflict reports whether the server log, from byte offset from on,
+// says the server could not listen on its port (then another port is worth a
+// try; for any other failure, retrying would fail the same way).
+func portConflict(logPath string, from int64) bool {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, from, 1<<20))
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(b, []byte("Address already in use")) ||
+		bytes.Contains(b, []byte("could not create any TCP/IP sockets"))
+}
+
+// fileSize returns the size of the file at path, 0 if it does not exist.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // stopLeftover stops (immediately) a server that a failed or interrupted

@@ -168,3 +168,24 @@ func TestOwner(t *testing.T) {
 		}
 	}
 }
+
+func TestPortConflict(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.log")
+	first := "LOG:  could not bind IPv4 address \"127.0.0.1\": Address already in use\nFATAL:  could not create any TCP/IP sockets\n"
+	second := "FATAL:  configuration file contains errors\n"
+	if err := os.WriteFile(path, []byte(first+second), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !portConflict(path, 0) {
+		t.Error("conflict in the log not seen")
+	}
+	if portConflict(path, int64(len(first))) {
+		t.Error("conflict of an earlier attempt taken for the last attempt's")
+	}
+	if portConflict(filepath.Join(t.TempDir(), "none"), 0) {
+		t.Error("missing log taken for a conflict")
+	}
+	if fileSize(path) != int64(len(first+second)) || fileSize(filepath.Join(t.TempDir(), "none")) != 0 {
+		t.Error("fileSize wrong")
+	}
+}

@@ -39,25 +39,30 @@ func writeOwner(dir string) error {
 	return nil
 }
 
-// procStartTime returns the start time of process pid in clock ticks since
-// boot (field 22 of /proc/<pid>/stat), or "" if unknown (non-Linux, gone).
-// Together with the pid it identifies a process despite pid reuse.
-func procStartTime(pid int) string {
+// procStat returns the fields of /proc/<pid>/stat after the command name
+// (fields[0] is field 3, the state), or nil if unavailable (non-Linux, gone).
+func procStat(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return ""
+		return nil
 	}
-	// The command name (field 2) may hold spaces; fields after ')' are plain.
+	// The command name (field 2) may hold spaces and parentheses; the
+	// fields after the last ')' are plain.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return ""
+		return nil
 	}
-	fields := strings.Fields(string(b[i+1:]))
-	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 {
-		return ""
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procStartTime returns the start time of process pid in clock ticks since
+// boot (field 22 of /proc/<pid>/stat), or "" if unknown. Together with the
+// pid it identifies a process despite pid reuse.
+func procStartTime(pid int) string {
+	if f := procStat(pid); len(f) >= 20 {
+		return f[19]
 	}
-	return fields[19]
+	return ""
 }
 
 // ownerAlive reports whether the process recorded in dir's owner file still
@@ -157,12 +162,8 @@ func processRunning(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true // no /proc: trust kill(0)
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || len(b) < i+3 || b[i+2] != 'Z'
+	f := procStat(pid)
+	return len(f) == 0 || f[0] != "Z" // no /proc: trust kill(0)
 }
 
 // postmasterPID returns the pid in dataDir/postmaster.pid if that process is
