@@ -40,11 +40,14 @@ const startTimeout = 3 * time.Minute
 // Main removes them all after m.Run.
 //
 // Invariants: mainActive is set before any test runs (by Main) and never
-// reset; every cluster in shared is removed exactly once by removeShared.
+// reset; every cluster in shared is removed exactly once by removeAll;
+// perTest holds the clusters of Cluster whose test cleanup has not run yet
+// (removeAll removes them on SIGINT/SIGTERM; Remove is idempotent).
 type registry struct {
 	mu         sync.Mutex
 	mainActive bool
 	shared     map[string]*sharedEntry
+	perTest    map[*pgcluster.Cluster]struct{}
 }
 
 type sharedEntry struct {
@@ -53,7 +56,7 @@ type sharedEntry struct {
 	err     error
 }
 
-var reg = &registry{shared: map[string]*sharedEntry{}}
+var reg = &registry{shared: map[string]*sharedEntry{}, perTest: map[*pgcluster.Cluster]struct{}{}}
 
 var dbSeq atomic.Uint64
 
@@ -74,7 +77,13 @@ func Cluster(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: start cluster: %v", err)
 	}
+	reg.mu.Lock()
+	reg.perTest[c] = struct{}{}
+	reg.mu.Unlock()
 	t.Cleanup(func() {
+		reg.mu.Lock()
+		delete(reg.perTest, c)
+		reg.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := c.Remove(ctx); err != nil {
@@ -154,7 +163,8 @@ func dbName(testName string, seq uint64) string {
 
 // Main runs the tests: it first removes stale clusters left by killed test
 // processes (pgcluster.ReapStale), then runs m, removes the shared clusters
-// (also on SIGINT/SIGTERM) and exits with m's code.
+// and exits with m's code. On SIGINT/SIGTERM it removes the shared clusters
+// and those of running tests, then exits 1.
 func Main(m *testing.M) {
 	reg.mu.Lock()
 	reg.mainActive = true
@@ -174,8 +184,8 @@ func Main(m *testing.M) {
 	go func() {
 		select {
 		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "pgtest: %v: removing shared clusters\n", s)
-			removeShared()
+			fmt.Fprintf(os.Stderr, "pgtest: %v: removing clusters\n", s)
+			removeAll()
 			os.Exit(1)
 		case <-done:
 		}
@@ -184,30 +194,36 @@ func Main(m *testing.M) {
 	code := m.Run()
 	close(done)
 	signal.Stop(sigs)
-	removeShared()
+	removeAll()
 	os.Exit(code)
 }
 
-// removeShared removes every shared cluster started so far, reporting errors
-// on stderr.
-func removeShared() {
+// removeAll removes every shared cluster started so far and every
+// per-test cluster not yet cleaned up, reporting errors on stderr.
+func removeAll() {
 	reg.mu.Lock()
 	entries := make([]*sharedEntry, 0, len(reg.shared))
 	for name, e := range reg.shared {
 		entries = append(entries, e)
 		delete(reg.shared, name)
 	}
+	clusters := make([]*pgcluster.Cluster, 0, len(reg.perTest))
+	for c := range reg.perTest {
+		clusters = append(clusters, c)
+	}
 	reg.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for _, e := range entries {
 		// Wait for a start in progress; the Once is done or running.
 		e.once.Do(func() {})
-		if e.cluster == nil {
-			continue
+		if e.cluster != nil {
+			clusters = append(clusters, e.cluster)
 		}
-		if err := e.cluster.Remove(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: remove shared cluster %s: %v\n", e.cluster.Dir(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range clusters {
+		if err := c.Remove(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: remove cluster %s: %v\n", c.Dir(), err)
 		}
 	}
 }

@@ -1,13 +1,19 @@
 package pgtest
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/repstream/repstream/internal/pgcluster"
 )
@@ -110,5 +116,61 @@ func TestMissingBinaries(t *testing.T) {
 	runFake(f, func() { requireBinaries(f) })
 	if f.skip == "" || f.fatal != "" {
 		t.Errorf("with %s=1: fatal=%q skip=%q; want a skip", EnvSkip, f.fatal, f.skip)
+	}
+}
+
+const envSignalHelper = "PGTEST_SIGNAL_HELPER"
+
+// TestSignalHelper is run as a subprocess by TestSignalRemovesClusters: it
+// starts a shared and a per-test cluster, prints their dirs and waits.
+func TestSignalHelper(t *testing.T) {
+	if os.Getenv(envSignalHelper) != "1" {
+		t.Skip("helper process for TestSignalRemovesClusters")
+	}
+	s := Shared(t, "signal")
+	c := Cluster(t, pgcluster.Options{Name: "signal", Fast: true})
+	fmt.Printf("DIRS %s %s\n", s.Dir(), c.Dir())
+	time.Sleep(time.Minute)
+}
+
+func TestSignalRemovesClusters(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSignalHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envSignalHelper+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var dirs []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "DIRS" {
+			dirs = f[1:]
+			break
+		}
+	}
+	if len(dirs) != 2 {
+		t.Fatal("helper did not report its cluster dirs")
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("helper's cluster dir %s: %v", d, err)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err == nil {
+		t.Error("helper exited 0 after SIGINT, want 1")
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cluster dir %s survived SIGINT: %v", d, err)
+		}
 	}
 }
