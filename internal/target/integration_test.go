@@ -311,6 +311,11 @@ ALTER TABLE public.f REPLICA IDENTITY FULL;`)
 	})
 	// Unchanged TOAST in the old FULL tuple is skipped in the match.
 	e.mustApply(w, e.upd(r, 'O', tup("2", `{"k": 2}`, "(3,4)", unch), "2", `{"k": 2}`, "(3,4)", unch))
+	// An old tuple with nothing to match by is refused, not applied to an arbitrary row.
+	err := e.apply(w, nil, e.del(r, 'O', unch, unch, unch, unch))
+	if err == nil || !strings.Contains(err.Error(), "no column to match the row by") {
+		t.Fatalf("delete with an all-unchanged old tuple: %v", err)
+	}
 	if n := e.st.Counter("update_missing").Load(); n != 0 {
 		t.Errorf("update_missing = %d, want 0", n)
 	}

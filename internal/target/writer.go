@@ -649,6 +649,16 @@ func (w *Writer) checkShape(c *change.Change, p *relPlan, mode whereMode, ncols 
 				return fmt.Errorf("key column %q: %s", c.Rel.Columns[k].Name, keyProblem(w.newKinds[k]))
 			}
 		}
+	case whereFull:
+		n := 0
+		for i := range w.oldKinds {
+			if p.inFullWhere(i, w.oldKinds) {
+				n++
+			}
+		}
+		if n == 0 {
+			return errors.New("old tuple has no column to match the row by (all unchanged TOAST or generated on the target)")
+		}
 	case whereOldKey:
 		if len(p.keyCols) == 0 {
 			return errors.New("old key tuple but the relation has no key columns")
