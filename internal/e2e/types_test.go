@@ -45,7 +45,7 @@ func TestReplicateTypesAndChanges(t *testing.T) {
 			e.both(schemaSQL)
 			// Rows that exist before the slot: the initial copy takes them.
 			e.srcExec(`INSERT INTO all_types (id, b, n, f, r, t, v, j, ai, at, by, ts, d, u, ok, m, iv)
-				SELECT g, g * 1000000000, g / 7.0, g * 1.5, g / 3.0, 'row ' || g, 'v' || g, jsonb_build_object('g', g, 'a', jsonb_build_array(1, 'x')),
+				SELECT g, g::bigint * 1000000000, g / 7.0, g * 1.5, g / 3.0, 'row ' || g, 'v' || g, jsonb_build_object('g', g, 'a', jsonb_build_array(1, 'x')),
 				ARRAY[g, g + 1], ARRAY['a' || g, NULL], decode(md5(g::text), 'hex'), '2024-01-01 00:00:00+00'::timestamptz + g * interval '1 minute',
 				'2024-01-01'::date + g, md5(g::text)::uuid, g % 2 = 0, (ARRAY['sad','ok','happy'])[g % 3 + 1]::mood, g * interval '1 second'
 				FROM generate_series(1, 200) g`)

@@ -59,10 +59,10 @@ func (e *Engine) Stats() *stats.Registry { return e.stats }
 // Run replicates until ctx ends (then it returns nil after a clean stop), an
 // error occurs, or the configuration's until-caught-up point is reached.
 func (e *Engine) Run(ctx context.Context) error {
-	cfg := e.cfg
-	if err := cfg.Validate(); err != nil {
+	if err := e.cfg.Validate(); err != nil {
 		return err
 	}
+	cfg := e.cfg
 	e.start = time.Now()
 	// Keep the Go heap near the queue's budget: the budget is the knob the
 	// user sets for memory, the rest is a fixed overhead.

@@ -251,3 +251,11 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 	log.Info("dropped progress state on the target", "slot", slot)
 	return nil
 }
+
+// Flushed returns the position acknowledged as applied (0 before Run starts streaming).
+func (e *Engine) Flushed() change.LSN {
+	if e.wm == nil {
+		return 0
+	}
+	return e.wm.Flush()
+}
