@@ -98,7 +98,10 @@ func Run(ctx context.Context, o Options) error {
 		o.Rows/10, o.Rows-o.Rows/10, o.Rows/o.TxnRows)
 	g, gctx := errgroup.WithContext(ctx)
 	loadDone := make(chan struct{})
-	g.Go(func() error { defer close(loadDone); return load(gctx, src.DSN("postgres"), o.Rows/10+1, o.Rows, o.TxnRows) })
+	g.Go(func() error {
+		defer close(loadDone)
+		return load(gctx, src.DSN("postgres"), o.Rows/10+1, o.Rows, o.TxnRows)
+	})
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()

@@ -66,7 +66,7 @@ func TestReplicateTypesAndChanges(t *testing.T) {
 				(1003, NULL, NULL, NULL, NULL, NULL)`)
 			e.srcExec(`INSERT INTO all_types (id, f, r) VALUES (1004, 'NaN', 'Infinity'), (1005, 1e-300, -0.0)`)
 			e.srcExec(`UPDATE all_types SET t = t || ' updated', n = n * 2 WHERE id % 5 = 0`)
-			e.srcExec(`UPDATE kv SET k = k + 1000 WHERE k <= 10`) // key changes
+			e.srcExec(`UPDATE kv SET k = k + 1000 WHERE k <= 10`)           // key changes
 			e.srcExec(`UPDATE big SET note = 'changed' WHERE id IN (1, 2)`) // payload stays TOASTed, unchanged
 			e.srcExec(`UPDATE big SET payload = payload || 'x' WHERE id = 3`)
 			e.srcExec(`DELETE FROM all_types WHERE id % 7 = 0`)
