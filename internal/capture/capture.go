@@ -381,6 +381,12 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		if err := c.commit(info); err != nil {
 			return err
 		}
+		// pgoutput counts a schema sent inside a committed stream as sent for
+		// the transactions that follow (cleanup_rel_sync_cache sets
+		// schema_sent on commit): it will not describe the relation again.
+		for id, r := range c.streamRels[m.Xid] {
+			c.rels[id] = r
+		}
 		delete(c.openStream, m.Xid)
 		delete(c.streamRels, m.Xid)
 	case pgoutput.MsgStreamAbort:

@@ -243,3 +243,33 @@ func args(c config.Config, extra ...string) []string {
 	}
 	return append(a, extra...)
 }
+
+func (e *env) srcConn(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, e.src.DSN(e.srcDB))
+}
+
+// waitCaughtUp polls until the slot's confirmed position reaches the
+// source's current WAL position (as of the call).
+func (e *env) waitCaughtUp(slot string, timeout time.Duration) {
+	e.t.Helper()
+	ctx := context.Background()
+	var target string
+	if err := e.Src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		var ok bool
+		err := e.Src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&ok)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("slot %s did not reach %s within %s", slot, target, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

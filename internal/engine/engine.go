@@ -222,6 +222,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	perr := e.persist(pctx, tgt, &persisted)
 	pcancel()
+	e.logSummary()
 	switch {
 	case caughtUp:
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
@@ -446,4 +447,26 @@ func lookupSlot(ctx context.Context, src *pgx.Conn, name string) (slotInfo, erro
 		}
 	}
 	return s, nil
+}
+
+// logSummary logs what the run did: the figures a person (or a test) wants
+// at the end — changes and bytes captured, transactions applied, spill.
+func (e *Engine) logSummary() {
+	snap := e.stats.Snapshot()
+	capt, _ := snap.Component("capture")
+	q, _ := snap.Component("queue")
+	sp, _ := snap.Component("spill")
+	var applied, appliedTxns int64
+	for _, c := range snap.Components {
+		if strings.HasPrefix(c.Name, "apply.") {
+			applied += c.Items
+			appliedTxns += c.Txns
+		}
+	}
+	e.log.Info("summary",
+		"elapsed", time.Since(e.start).Round(time.Millisecond),
+		"changes", capt.Counters["changes"], "change_bytes", q.Bytes,
+		"txns_applied", appliedTxns, "changes_applied", applied,
+		"spilled_bytes", sp.Bytes, "spilled_accounted_bytes", sp.Counters["accounted_bytes"], "spilled_changes", sp.Items,
+		"flow_control_seconds", float64(capt.Counters["flow_control_ns"])/1e9)
 }
