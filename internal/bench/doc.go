@@ -1,0 +1,34 @@
+// Package bench is repstream's performance lab: it re-runs the workloads of
+// the seed studies (conditions, pedestals, pedestals-blob, batch, single-row,
+// unrelated, fly, dbl) against repstream and against PostgreSQL's native
+// logical replication in the same run, verifies that every target equals its
+// source, and writes report.json, report.md and PNG charts.
+//
+// # How a run works
+//
+// Run starts (or connects to) one source and one target server. Each system
+// run ("repstream", "native", or one repstream run per --vary value) gets its
+// own fresh source database and its own fresh target database, in which the
+// workload's tables and the probe table are created; the workload is then
+// generated on that source database, so every system replicates the same
+// data, one system after the other (never at the same time).
+//
+//   - live: replication runs while the workload loads; replication time is
+//     from the first source commit to the last change visible on the target.
+//   - backlog: the slot exists (repstream: a first `run --until-caught-up`
+//     creates it; native: the subscription is created disabled), the workload
+//     loads, then replication starts; replication time is that catch-up.
+//
+// "Visible" is detected the same way for both systems: a marker row committed
+// on the source after the load appears on the target, and then every
+// replicated table's row count equals the source's. Then each table is
+// compared (count and md5 of its ordered rows); a run that does not verify is
+// reported FAILED and its figures are not shown.
+//
+// repstream runs as a subprocess (the repstream binary itself), so its CPU
+// time and peak RSS come from the kernel, and its per-component stats are
+// polled from its --http /status endpoint once a second. PostgreSQL process
+// CPU comes from /proc/<pid>/stat (walsender: the slot's active_pid; native
+// apply worker: pg_stat_subscription.pid; target backends: pg_stat_activity of
+// the target database). The report schema is documented in REPORT.md.
+package bench

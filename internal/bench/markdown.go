@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// writeOutputs writes report.json, report.md and (with charts) the PNGs.
+func writeOutputs(rep *Report, dir string, charts bool) error {
+	var pngs []string
+	var chartErr error
+	if charts {
+		pngs, chartErr = writeCharts(rep, dir)
+	}
+	if err := rep.WriteJSON(dir); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.md"))
+	if err != nil {
+		return fmt.Errorf("write report.md: %w", err)
+	}
+	WriteMarkdown(f, rep, pngs)
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write report.md: %w", err)
+	}
+	return chartErr
+}
+
+// figure is one row of the comparison table.
+type figure struct {
+	name  string
+	unit  string
+	lower bool // lower is better (times, CPU, bytes)
+	get   func(*RunResult) float64
+}
+
+var figures = []figure{
+	{"replication time", "s", true, func(r *RunResult) float64 { return r.Replication.Seconds }},
+	{"rows/s", "", false, func(r *RunResult) float64 { return r.Replication.RowsPerSec }},
+	{"MB/s (payload)", "", false, func(r *RunResult) float64 { return r.Replication.MBPerSec }},
+	{"last commit → visible", "s", true, func(r *RunResult) float64 { return r.Replication.LastCommitToVisibleSeconds }},
+	{"catch-up after load / start", "s", true, func(r *RunResult) float64 { return r.Replication.CatchUpSeconds }},
+	{"probe latency p50", "ms", true, func(r *RunResult) float64 { return r.Latency.P50Ms }},
+	{"probe latency p95", "ms", true, func(r *RunResult) float64 { return r.Latency.P95Ms }},
+	{"probe latency p99", "ms", true, func(r *RunResult) float64 { return r.Latency.P99Ms }},
+	{"probe latency max", "ms", true, func(r *RunResult) float64 { return r.Latency.MaxMs }},
+	{"engine CPU (repstream process)", "s", true, func(r *RunResult) float64 { return r.Resources.EngineCPUSeconds }},
+	{"engine peak RSS", "MiB", true, func(r *RunResult) float64 { return float64(r.Resources.EnginePeakRSSBytes) / (1 << 20) }},
+	{"walsender CPU", "s", true, func(r *RunResult) float64 { return r.Resources.WalsenderCPUSeconds }},
+	{"native apply worker CPU", "s", true, func(r *RunResult) float64 { return r.Resources.ApplyWorkerCPUSeconds }},
+	{"target backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TargetBackendsCPUSeconds }},
+	{"total CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TotalCPUSeconds }},
+	{"source WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.SourceBytes) / 1e6 }},
+	{"target WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.TargetBytes) / 1e6 }},
+	{"target/source WAL", "×", true, func(r *RunResult) float64 { return r.WAL.Ratio }},
+	{"engine spill", "MB", true, func(r *RunResult) float64 { return float64(r.Spill.EngineBytes) / 1e6 }},
+	{"walsender spill", "MB", true, func(r *RunResult) float64 { return float64(r.Spill.SlotSpillBytes) / 1e6 }},
+	{"walsender streamed", "MB", true, func(r *RunResult) float64 { return float64(r.Spill.SlotStreamBytes) / 1e6 }},
+	{"source load time", "s", true, func(r *RunResult) float64 { return r.Load.Seconds }},
+	{"source load rows/s", "", false, func(r *RunResult) float64 { return r.Load.RowsPerSec }},
+}
+
+func fmtFig(v float64) string {
+	a := v
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+// WriteMarkdown renders the report as Markdown: settings, the comparison
+// table (each system's figure and the ratio repstream/native), verification
+// and the charts.
+func WriteMarkdown(w io.Writer, rep *Report, pngs []string) {
+	fmt.Fprintf(w, "# repstream bench: %s (%s mode)\n\n", rep.Workload, rep.Mode)
+	fmt.Fprintf(w, "%s.\n\n", rep.Description)
+	m := rep.Machine
+	fmt.Fprintf(w, "- started %s on %d CPUs, %.1f GiB RAM, %s, %s\n", rep.Started, m.CPUs, float64(m.MemoryBytes)/(1<<30), m.Kernel, m.GoVersion)
+	fmt.Fprintf(w, "- source: %s\n- target: %s\n", firstWords(m.SourceVersion, 2), firstWords(m.TargetVersion, 2))
+	var params []string
+	for _, k := range sortedKeys(rep.Settings.Params) {
+		params = append(params, k+"="+rep.Settings.Params[k])
+	}
+	fmt.Fprintf(w, "- workload parameters: %s\n", strings.Join(params, ", "))
+	if len(rep.Settings.RepstreamFlags) > 0 {
+		fmt.Fprintf(w, "- repstream flags: `%s`\n", strings.Join(rep.Settings.RepstreamFlags, " "))
+	}
+	if rep.Settings.Vary != "" {
+		fmt.Fprintf(w, "- varied: `%s`\n", rep.Settings.Vary)
+	}
+	fmt.Fprintf(w, "- native: subscription WITH (%s) — text format, not binary\n", rep.Settings.Native["subscription_options"])
+	fmt.Fprintf(w, "- %s\n\n", rep.Settings.Generation)
+
+	if len(rep.DBL) > 0 {
+		writeDBLMarkdown(w, rep)
+	}
+	if len(rep.Runs) > 0 {
+		writeRunsMarkdown(w, rep)
+	}
+	for _, p := range pngs {
+		fmt.Fprintf(w, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+	}
+}
+
+func writeRunsMarkdown(w io.Writer, rep *Report) {
+	runs := rep.Runs
+	var native *RunResult
+	for _, r := range runs {
+		if r.System == "native" {
+			native = r
+		}
+	}
+	fmt.Fprintf(w, "## Results\n\n| figure |")
+	for _, r := range runs {
+		fmt.Fprintf(w, " %s |", r.Label)
+	}
+	withRatio := native != nil && len(runs) > 1
+	if withRatio {
+		for _, r := range runs {
+			if r.System == "repstream" {
+				fmt.Fprintf(w, " %s / native |", r.Label)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n|---|")
+	for range runs {
+		fmt.Fprintf(w, "---:|")
+	}
+	if withRatio {
+		for _, r := range runs {
+			if r.System == "repstream" {
+				fmt.Fprintf(w, "---:|")
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| verified |")
+	for _, r := range runs {
+		if r.Verified {
+			fmt.Fprintf(w, " yes |")
+		} else {
+			fmt.Fprintf(w, " **FAILED** |")
+		}
+	}
+	if withRatio {
+		for _, r := range runs {
+			if r.System == "repstream" {
+				fmt.Fprintf(w, " |")
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	for _, f := range figures {
+		name := f.name
+		if f.unit != "" {
+			name += " (" + f.unit + ")"
+		}
+		fmt.Fprintf(w, "| %s |", name)
+		for _, r := range runs {
+			if !r.Verified {
+				fmt.Fprintf(w, " — |")
+				continue
+			}
+			fmt.Fprintf(w, " %s |", fmtFig(f.get(r)))
+		}
+		if withRatio {
+			for _, r := range runs {
+				if r.System != "repstream" {
+					continue
+				}
+				a, b := f.get(r), f.get(native)
+				if !r.Verified || !native.Verified || b == 0 {
+					fmt.Fprintf(w, " — |")
+					continue
+				}
+				fmt.Fprintf(w, " %.2f |", a/b)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\nRows: %s", loadSummary(runs))
+	fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")
+	fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every 10 ms. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
+
+	fmt.Fprintf(w, "## Verification\n\n| run | table | source rows | target rows | equal |\n|---|---|---:|---:|---|\n")
+	for _, r := range runs {
+		if len(r.Tables) == 0 {
+			fmt.Fprintf(w, "| %s | — | | | **FAILED**: %s |\n", r.Label, oneLine(r.Error))
+		}
+		for _, t := range r.Tables {
+			eq := "yes (count + md5)"
+			if !t.Replicated {
+				eq = "yes (not replicated: empty on target)"
+			}
+			if !t.Equal {
+				eq = "**NO**"
+			}
+			fmt.Fprintf(w, "| %s | %s | %d | %d | %s |\n", r.Label, t.Table, t.SourceRows, t.TargetRows, eq)
+		}
+		if r.Error != "" && len(r.Tables) > 0 {
+			fmt.Fprintf(w, "| %s | | | | **FAILED**: %s |\n", r.Label, oneLine(r.Error))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+func loadSummary(runs []*RunResult) string {
+	for _, r := range runs {
+		if r.Verified {
+			return fmt.Sprintf("%d row changes replicated in %d source transactions (%d rows written on the source, %.1f MB payload).",
+				r.Load.Rows, r.Load.Txns, r.Load.SourceRows, float64(r.Load.PayloadBytes)/1e6)
+		}
+	}
+	return "no verified run."
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	if len(f) > n {
+		f = f[:n]
+	}
+	return strings.Join(f, " ")
+}
+
+// SummaryTable renders a compact one-line-per-run table (the `make bench`
+// summary).
+func SummaryTable(w io.Writer, reps []*Report) {
+	fmt.Fprintf(w, "| workload | mode | system | verified | rows | repl s | rows/s | MB/s | commit→visible s | p99 ms | total CPU s | tgt/src WAL | ratio rows/s rs/native |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, rep := range reps {
+		var native *RunResult
+		for _, r := range rep.Runs {
+			if r.System == "native" && r.Verified {
+				native = r
+			}
+		}
+		for _, r := range rep.Runs {
+			ver := "yes"
+			if !r.Verified {
+				ver = "FAILED"
+			}
+			ratio := ""
+			if r.System == "repstream" && r.Verified && native != nil && native.Replication.RowsPerSec > 0 {
+				ratio = fmt.Sprintf("%.2f", r.Replication.RowsPerSec/native.Replication.RowsPerSec)
+			}
+			if !r.Verified {
+				fmt.Fprintf(w, "| %s | %s | %s | FAILED | | | | | | | | | |\n", rep.Workload, rep.Mode, r.Label)
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", rep.Workload, rep.Mode, r.Label, ver,
+				r.Load.Rows, fmtFig(r.Replication.Seconds), fmtFig(r.Replication.RowsPerSec), fmtFig(r.Replication.MBPerSec),
+				fmtFig(r.Replication.LastCommitToVisibleSeconds), fmtFig(r.Latency.P99Ms), fmtFig(r.Resources.TotalCPUSeconds),
+				fmtFig(r.WAL.Ratio), ratio)
+		}
+		for _, d := range rep.DBL {
+			_ = d
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// procCPUSeconds returns the user+system CPU seconds of pid from /proc.
+func procCPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(b)
+}
+
+// parseProcStatCPU extracts utime+stime (fields 14 and 15) from a
+// /proc/<pid>/stat line; the command name (field 2) may contain spaces and
+// parentheses, so fields are counted after its last ')'.
+func parseProcStatCPU(b []byte) (float64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc stat line")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime is field 14 → f[11], stime f[12].
+	if len(f) < 13 {
+		return 0, fmt.Errorf("malformed /proc stat line: %d fields", len(f))
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("malformed /proc stat times %q %q", f[11], f[12])
+	}
+	return float64(u+s) / clockTicks, nil
+}
+
+// memTotal returns MemTotal from /proc/meminfo in bytes (0 if unknown).
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 2 && fs[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fs[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cpuTimes returns the machine's busy and total jiffies from /proc/stat.
+func cpuTimes() (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
+}
+
+// cpuMeter accumulates the CPU seconds of a changing set of processes over a
+// measured interval.
+//
+// Invariants (under mu): for every pid ever observed, base is its CPU at the
+// first observation after Start (0 when it first appeared after the first
+// sample, i.e. it was started during the interval) and last its latest
+// reading; a pid's contribution is last-base, kept after it exits.
+type cpuMeter struct {
+	mu      sync.Mutex
+	started bool
+	base    map[int]float64
+	last    map[int]float64
+	group   map[int]string
+}
+
+func newCPUMeter() *cpuMeter {
+	return &cpuMeter{base: map[int]float64{}, last: map[int]float64{}, group: map[int]string{}}
+}
+
+// observe reads the CPU of pids (labelled by group) now. first marks the
+// sample that starts the interval.
+func (m *cpuMeter) observe(pids map[int]string, first bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for pid, g := range pids {
+		v, err := procCPUSeconds(pid)
+		if err != nil {
+			continue
+		}
+		if _, ok := m.base[pid]; !ok {
+			if first || !m.started {
+				m.base[pid] = v
+			} else {
+				m.base[pid] = 0
+			}
+		}
+		m.last[pid] = v
+		m.group[pid] = g
+	}
+	if first {
+		m.started = true
+	}
+}
+
+// total returns the CPU seconds of every pid of group.
+func (m *cpuMeter) total(group string) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s float64
+	for pid, g := range m.group {
+		if g == group {
+			s += max(0, m.last[pid]-m.base[pid])
+		}
+	}
+	return s
+}

@@ -1,0 +1,687 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgcluster"
+)
+
+// ErrNotVerified is returned (wrapped) by Run when a system's target did not
+// equal its source (or the run failed): that run is reported FAILED.
+var ErrNotVerified = errors.New("a run failed or did not verify")
+
+// Options configure Run.
+type Options struct {
+	Workload string
+	Mode     string   // "live" (default) or "backlog"
+	Systems  []string // "repstream", "native" (default both)
+	Params   Params
+	// Vary is "flag=v1,v2,...": repstream runs once per value with --flag=v.
+	Vary string
+	// RepstreamFlags pass through to `repstream run` (e.g. "--apply-parallelism=2").
+	RepstreamFlags []string
+	// SourceDSN and TargetDSN point at existing servers (any database as the
+	// admin connection; bench creates and drops its own databases). Empty:
+	// bench starts throwaway clusters.
+	SourceDSN, TargetDSN string
+	// ServerSettings are applied to throwaway clusters (both the same).
+	ServerSettings map[string]string
+	// Fast starts throwaway clusters with fsync off (not for real figures).
+	Fast bool
+	// Binary is the repstream executable (default: this executable).
+	Binary string
+	// Out is the report directory (created).
+	Out string
+	// Timeout bounds one system's run (default 30 min).
+	Timeout time.Duration
+	// Live receives the live line once a second (nil or Quiet: none).
+	Live  io.Writer
+	Quiet bool
+	// Charts can be turned off (tests of the runner that do not need them).
+	NoCharts bool
+	Logger   *slog.Logger
+}
+
+// server is a PostgreSQL server the bench uses: a throwaway cluster or an
+// existing one given by DSN.
+type server struct {
+	admin   string
+	dsnFor  func(db string) string
+	cluster *pgcluster.Cluster
+}
+
+func clusterServer(c *pgcluster.Cluster) *server {
+	return &server{admin: c.DSN("postgres"), dsnFor: c.DSN, cluster: c}
+}
+
+func dsnServer(dsn string) (*server, error) {
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return nil, fmt.Errorf("DSN %q: %w", dsn, err)
+	}
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("DSN URL: %w", err)
+		}
+		return &server{admin: dsn, dsnFor: func(db string) string {
+			v := *u
+			v.Path = "/" + db
+			return v.String()
+		}}, nil
+	}
+	return &server{admin: dsn, dsnFor: func(db string) string { return dsn + " dbname=" + db }}, nil
+}
+
+// appName marks the bench's own connections so that their CPU is not counted.
+const appName = "repstream-bench"
+
+func withApp(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		return dsn + sep + "application_name=" + appName
+	}
+	return dsn + " application_name=" + appName
+}
+
+// runSpec is one system run.
+type runSpec struct {
+	idx       int
+	system    string
+	label     string
+	varyValue string
+	flags     []string
+}
+
+type runner struct {
+	o        Options
+	wl       *Workload
+	src, tgt *server
+	log      *slog.Logger
+	version  int
+	out      io.Writer
+}
+
+// Run executes the benchmark and writes the report files into o.Out. The
+// report is returned also when a run failed (then with ErrNotVerified).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	wl, err := Lookup(o.Workload)
+	if err != nil {
+		return nil, err
+	}
+	if o.Mode == "" {
+		o.Mode = "live"
+	}
+	if o.Mode != "live" && o.Mode != "backlog" {
+		return nil, fmt.Errorf("--mode %q: live or backlog", o.Mode)
+	}
+	if len(o.Systems) == 0 {
+		o.Systems = []string{"repstream", "native"}
+	}
+	for _, s := range o.Systems {
+		if s != "repstream" && s != "native" {
+			return nil, fmt.Errorf("--systems: unknown system %q (repstream, native)", s)
+		}
+	}
+	if o.Params.Scale <= 0 {
+		o.Params.Scale = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Binary == "" {
+		if o.Binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the repstream executable: %w", err)
+		}
+	}
+	if o.Out == "" {
+		o.Out = "bench-" + wl.Name
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("create report directory: %w", err)
+	}
+	specs, err := plan(o)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{o: o, wl: wl, log: o.Logger.With("component", "bench"), out: io.Discard}
+	if o.Live != nil && !o.Quiet {
+		r.out = o.Live
+	}
+
+	// Servers.
+	if o.SourceDSN != "" || o.TargetDSN != "" {
+		if o.SourceDSN == "" || o.TargetDSN == "" {
+			return nil, errors.New("--source and --target go together")
+		}
+		if r.src, err = dsnServer(o.SourceDSN); err != nil {
+			return nil, err
+		}
+		if r.tgt, err = dsnServer(o.TargetDSN); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Fprintf(r.out, "starting source and target PostgreSQL clusters ...\n")
+		sc, err := pgcluster.Start(ctx, pgcluster.Options{Name: "bench-source", Settings: o.ServerSettings, Fast: o.Fast, Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("start the source cluster: %w", err)
+		}
+		defer sc.Remove(context.Background())
+		tc, err := pgcluster.Start(ctx, pgcluster.Options{Name: "bench-target", Settings: o.ServerSettings, Fast: o.Fast, Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("start the target cluster: %w", err)
+		}
+		defer tc.Remove(context.Background())
+		r.src, r.tgt = clusterServer(sc), clusterServer(tc)
+	}
+
+	rep := &Report{SchemaVersion: SchemaVersion, Workload: wl.Name, Description: wl.Description, Mode: o.Mode,
+		Started: time.Now().UTC().Format(time.RFC3339)}
+	if err := r.describe(ctx, rep); err != nil {
+		return nil, err
+	}
+	if wl.Name == "dbl" {
+		err = r.runDBL(ctx, rep, specs)
+	} else {
+		for _, sp := range specs {
+			if ctx.Err() != nil {
+				break
+			}
+			fmt.Fprintf(r.out, "== %s: %s, %s mode\n", sp.label, wl.Name, o.Mode)
+			res := r.runSystem(ctx, sp)
+			rep.Runs = append(rep.Runs, res)
+			fmt.Fprintf(r.out, "== %s\n", summaryLine(res))
+		}
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if werr := writeOutputs(rep, o.Out, !o.NoCharts); werr != nil {
+		return rep, errors.Join(err, werr)
+	}
+	if err != nil {
+		return rep, err
+	}
+	for _, res := range rep.Runs {
+		if !res.Verified {
+			return rep, fmt.Errorf("%s: %w", res.Label, ErrNotVerified)
+		}
+	}
+	return rep, nil
+}
+
+// plan lists the system runs: repstream once (or once per --vary value),
+// then native once.
+func plan(o Options) ([]runSpec, error) {
+	var specs []runSpec
+	var varyName string
+	var varyVals []string
+	if o.Vary != "" {
+		name, vals, ok := strings.Cut(o.Vary, "=")
+		if !ok || name == "" || vals == "" {
+			return nil, fmt.Errorf("--vary %q: want flag=v1,v2,...", o.Vary)
+		}
+		varyName = strings.TrimPrefix(name, "--")
+		varyVals = strings.Split(vals, ",")
+	}
+	for _, s := range o.Systems {
+		switch {
+		case s == "repstream" && varyName != "":
+			for _, v := range varyVals {
+				flags := append(slices.Clone(o.RepstreamFlags), "--"+varyName+"="+strings.TrimSpace(v))
+				specs = append(specs, runSpec{system: s, label: fmt.Sprintf("repstream %s=%s", varyName, strings.TrimSpace(v)),
+					varyValue: strings.TrimSpace(v), flags: flags})
+			}
+		default:
+			specs = append(specs, runSpec{system: s, label: s, flags: slices.Clone(o.RepstreamFlags)})
+		}
+	}
+	for i := range specs {
+		specs[i].idx = i + 1
+	}
+	return specs, nil
+}
+
+func (r *runner) describe(ctx context.Context, rep *Report) error {
+	o := r.o
+	rep.Settings = Settings{Scale: o.Params.Scale, Rows: o.Params.Rows, Params: o.Params.Map(), Systems: o.Systems,
+		Vary: o.Vary, RepstreamFlags: append([]string{}, o.RepstreamFlags...), ServerSettings: o.ServerSettings,
+		OwnClusters: o.SourceDSN == "",
+		Native: map[string]string{"subscription_options": NativeOptions, "binary": "false (text format, as repstream)",
+			"streaming": "on (PG15; parallel on PG16+)", "copy_data": "false (tables created empty on the target)",
+			"apply_synchronous_commit": "off (subscription default)"},
+		Generation: "the workload is generated once per system run, in that run's own fresh source database; " +
+			"systems run one after the other against the same two servers",
+	}
+	if rep.Settings.RepstreamFlags == nil {
+		rep.Settings.RepstreamFlags = []string{}
+	}
+	if rep.Settings.ServerSettings == nil {
+		rep.Settings.ServerSettings = map[string]string{}
+	}
+	if o.Fast {
+		rep.Settings.ServerSettings["fsync"] = "off (Fast)"
+		rep.Settings.ServerSettings["full_page_writes"] = "off (Fast)"
+	}
+	m := Machine{CPUs: runtime.NumCPU(), MemoryBytes: memTotal(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	for _, s := range []struct {
+		srv *server
+		dst *string
+		num *int
+	}{{r.src, &m.SourceVersion, &m.SourceServerNum}, {r.tgt, &m.TargetVersion, nil}} {
+		c, err := pgx.Connect(ctx, s.srv.admin)
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", s.srv.admin, err)
+		}
+		var num int
+		err = c.QueryRow(ctx, "SELECT version(), current_setting('server_version_num')::int").Scan(s.dst, &num)
+		c.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("read server version: %w", err)
+		}
+		if s.num != nil {
+			*s.num = num
+		}
+	}
+	r.version = m.SourceServerNum
+	rep.Machine = m
+	return nil
+}
+
+// runSystem runs the workload once for one system; errors end up in the result.
+func (r *runner) runSystem(ctx context.Context, sp runSpec) *RunResult {
+	res := &RunResult{System: sp.system, Label: sp.label, VaryValue: sp.varyValue}
+	if err := r.doRun(ctx, sp, res); err != nil {
+		res.Error = err.Error()
+		res.Verified = false
+		r.log.Error("run failed", "system", sp.label, "err", err)
+	}
+	return res
+}
+
+func (r *runner) createDB(ctx context.Context, srv *server, db string) error {
+	c, err := pgx.Connect(ctx, srv.admin)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", srv.admin, err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+change.QuoteIdent(db)+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop old database %s: %w", db, err)
+	}
+	if _, err := c.Exec(ctx, "CREATE DATABASE "+change.QuoteIdent(db)); err != nil {
+		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}
+
+func (r *runner) dropDB(srv *server, db string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, srv.admin)
+	if err != nil {
+		return
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+change.QuoteIdent(db)+" WITH (FORCE)"); err != nil {
+		r.log.Warn("drop database", "db", db, "err", err)
+	}
+}
+
+// setupDatabases creates the run's databases, tables and publication.
+func (r *runner) setupDatabases(ctx context.Context, db string) error {
+	for _, srv := range []*server{r.src, r.tgt} {
+		if err := r.createDB(ctx, srv, db); err != nil {
+			return err
+		}
+		if err := execOn(ctx, srv.dsnFor(db), r.wl.DDL+"\n"+ProbeDDL); err != nil {
+			return fmt.Errorf("create the workload's tables: %w", err)
+		}
+	}
+	tables := append(append([]string{}, r.wl.Tables...), ProbeTable)
+	for i, t := range tables {
+		tables[i] = "public." + change.QuoteIdent(t)
+	}
+	return execOn(ctx, r.src.dsnFor(db), "CREATE PUBLICATION bench_pub FOR TABLE "+strings.Join(tables, ", "))
+}
+
+func currentLSN(ctx context.Context, dsn string) (change.LSN, error) {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	var s string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	return change.ParseLSN(s)
+}
+
+func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
+	db := fmt.Sprintf("bench_%d_%s", sp.idx, sp.system)
+	slot := fmt.Sprintf("bench_%d_%s", sp.idx, sp.system)
+	if err := r.setupDatabases(ctx, db); err != nil {
+		return err
+	}
+	defer r.dropDB(r.src, db)
+	defer r.dropDB(r.tgt, db)
+	srcDSN, tgtDSN := r.src.dsnFor(db), r.tgt.dsnFor(db)
+	env := sysEnv{srcDSN: srcDSN, tgtDSN: tgtDSN, slot: slot, pub: "bench_pub", outDir: r.o.Out, label: sp.label,
+		log: r.log.With("system", sp.label)}
+	var sys replSystem
+	var rsys *repstreamSys
+	if sp.system == "repstream" {
+		rsys = newRepstream(env, r.o.Binary, sp.flags)
+		sys = rsys
+	} else {
+		sys = newNative(env, r.version)
+	}
+	// Cleanup runs before the databases are dropped (defers run LIFO).
+	defer sys.cleanup(context.Background())
+	if err := sys.prepare(ctx); err != nil {
+		return err
+	}
+
+	runCtx, cancelRun := context.WithTimeout(ctx, r.o.Timeout)
+	defer cancelRun()
+
+	probe := NewProbe(withApp(srcDSN), withApp(tgtDSN), 100*time.Millisecond, r.log)
+	bg, cancelBG := context.WithCancel(runCtx)
+	var wg sync.WaitGroup
+	var probeErr error
+	wg.Add(1)
+	go func() { defer wg.Done(); probeErr = probe.Run(bg) }()
+	stopBG := func() { cancelBG(); wg.Wait() }
+	defer stopBG()
+
+	smp := newSampler(r, sp, withApp(srcDSN), withApp(tgtDSN), slot, append([]string{}, r.wl.Tables...), probe, sys)
+	loadEnv := &LoadEnv{DSN: srcDSN, Params: r.o.Params}
+	smp.load = loadEnv
+	wg.Add(1)
+	go func() { defer wg.Done(); smp.run(bg) }()
+
+	srcWAL0, err := currentLSN(runCtx, srcDSN)
+	if err != nil {
+		return err
+	}
+	var tgtWAL0 change.LSN
+	var epoch, loadStart, loadEnd, replStart time.Time
+	var ls LoadStats
+	var srcWAL1 change.LSN
+	beginMeasure := func(at time.Time) error {
+		epoch = at
+		if tgtWAL0, err = currentLSN(runCtx, tgtDSN); err != nil {
+			return err
+		}
+		if rsys != nil {
+			rsys.setEpoch(at)
+		}
+		smp.begin(runCtx, at)
+		return nil
+	}
+	load := func() error {
+		smp.setPhase("load")
+		loadStart = time.Now()
+		var err error
+		ls, err = r.wl.Load(runCtx, loadEnv)
+		loadEnd = time.Now()
+		if err != nil {
+			return fmt.Errorf("load %s: %w", r.wl.Name, err)
+		}
+		return nil
+	}
+	var markID int64
+	if r.o.Mode == "live" {
+		if err := sys.start(runCtx); err != nil {
+			return err
+		}
+		if err := waitSlotActive(runCtx, srcDSN, slot, sys); err != nil {
+			return err
+		}
+		if err := beginMeasure(time.Now()); err != nil {
+			return err
+		}
+		probe.SetTicking(true)
+		if err := load(); err != nil {
+			return err
+		}
+		smp.setPhase("catch-up")
+		if markID, _, err = probe.Mark(runCtx); err != nil {
+			return err
+		}
+		replStart = loadEnv.firstCommit
+		if replStart.IsZero() {
+			replStart = loadStart
+		}
+	} else {
+		if err := load(); err != nil {
+			return err
+		}
+		if markID, _, err = probe.Mark(runCtx); err != nil {
+			return err
+		}
+		if srcWAL1, err = currentLSN(runCtx, srcDSN); err != nil {
+			return err
+		}
+		smp.setPhase("catch-up")
+		replStart = time.Now()
+		if err := beginMeasure(replStart); err != nil {
+			return err
+		}
+		if err := sys.start(runCtx); err != nil {
+			return err
+		}
+		probe.SetTicking(true)
+	}
+
+	// Visible: the marker, then every table's count.
+	visible, err := r.waitVisible(runCtx, probe, markID, srcDSN, tgtDSN, sys)
+	probe.SetTicking(false)
+	if err != nil {
+		return err
+	}
+	smp.setPhase("verify")
+	if r.o.Mode == "live" {
+		if srcWAL1, err = currentLSN(runCtx, srcDSN); err != nil {
+			return err
+		}
+	}
+	tgtWAL1, err := currentLSN(runCtx, tgtDSN)
+	if err != nil {
+		return err
+	}
+	smp.sampleNow(runCtx) // last CPU readings before processes go away
+	slotStats(runCtx, srcDSN, slot, res)
+	stopBG()
+	if probeErr != nil {
+		return probeErr
+	}
+	if err := sys.stop(ctx, res); err != nil {
+		return err
+	}
+
+	// Figures.
+	res.Load = LoadFigures{Seconds: loadEnd.Sub(loadStart).Seconds(), Rows: ls.Rows, Txns: ls.Txns, SourceRows: ls.SourceRows}
+	if s := res.Load.Seconds; s > 0 {
+		res.Load.RowsPerSec = float64(ls.SourceRows) / s
+		res.Load.TxnsPerSec = float64(ls.Txns) / s
+	}
+	repl := visible.Sub(replStart).Seconds()
+	res.Replication = ReplFigures{Seconds: repl, LastCommitToVisibleSeconds: visible.Sub(loadEnd).Seconds()}
+	if r.o.Mode == "live" {
+		res.Replication.CatchUpSeconds = visible.Sub(loadEnd).Seconds()
+	} else {
+		res.Replication.CatchUpSeconds = repl
+	}
+	res.Probes, res.Latency = probe.Results(epoch, epoch, visible)
+	res.Timeline = smp.timeline()
+	smp.fillResources(res)
+	res.WAL = WALFigures{SourceBytes: int64(srcWAL1 - srcWAL0), TargetBytes: int64(tgtWAL1 - tgtWAL0)}
+	if res.WAL.SourceBytes > 0 {
+		res.WAL.Ratio = float64(res.WAL.TargetBytes) / float64(res.WAL.SourceBytes)
+	}
+
+	checks, ok, payload, err := verify(ctx, srcDSN, tgtDSN, r.wl.Tables, r.wl.Unreplicated)
+	res.Tables = checks
+	if err != nil {
+		return err
+	}
+	res.Load.PayloadBytes = payload
+	if repl > 0 {
+		res.Replication.RowsPerSec = float64(ls.Rows) / repl
+		res.Replication.MBPerSec = float64(payload) / 1e6 / repl
+	}
+	res.Verified = ok
+	if !ok {
+		var bad []string
+		for _, c := range checks {
+			if !c.Equal {
+				bad = append(bad, fmt.Sprintf("%s (source %d rows, target %d)", c.Table, c.SourceRows, c.TargetRows))
+			}
+		}
+		res.Error = "verification failed: target differs from source: " + strings.Join(bad, ", ")
+	}
+	return nil
+}
+
+// waitSlotActive waits until a walsender streams from slot.
+func waitSlotActive(ctx context.Context, srcDSN, slot string, sys replSystem) error {
+	c, err := pgx.Connect(ctx, srcDSN)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var active bool
+		if err := c.QueryRow(ctx, "SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)", slot).Scan(&active); err != nil {
+			return fmt.Errorf("read slot %s: %w", slot, err)
+		}
+		if active {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no walsender started streaming from slot %s within 60s", slot)
+		}
+		select {
+		case <-sys.dead():
+			return sys.deadErr()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitVisible waits for the marker probe, then for every replicated table's
+// count to equal the source's, and returns when both were true.
+func (r *runner) waitVisible(ctx context.Context, probe *Probe, markID int64, srcDSN, tgtDSN string, sys replSystem) (time.Time, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sys.dead():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	seen, err := probe.WaitSeen(wctx, markID)
+	if err != nil {
+		if isClosed(sys.dead()) {
+			return time.Time{}, sys.deadErr()
+		}
+		return time.Time{}, fmt.Errorf("waiting for the target to catch up: %w", err)
+	}
+	if len(r.wl.Tables) == 0 {
+		return seen, nil
+	}
+	src, err := pgx.Connect(ctx, withApp(srcDSN))
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer src.Close(context.Background())
+	want, err := counts(ctx, src, r.wl.Tables)
+	if err != nil {
+		return time.Time{}, err
+	}
+	tgt, err := pgx.Connect(ctx, withApp(tgtDSN))
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer tgt.Close(context.Background())
+	for first := true; ; first = false {
+		got, err := counts(wctx, tgt, r.wl.Tables)
+		if err != nil {
+			if isClosed(sys.dead()) {
+				return time.Time{}, sys.deadErr()
+			}
+			return time.Time{}, err
+		}
+		if slices.Equal(got, want) {
+			if first {
+				return seen, nil
+			}
+			return time.Now(), nil
+		}
+		select {
+		case <-wctx.Done():
+			if isClosed(sys.dead()) {
+				return time.Time{}, sys.deadErr()
+			}
+			return time.Time{}, fmt.Errorf("target row counts %v never reached the source's %v: %w", got, want, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// slotStats reads the walsender's spill and stream counters of slot.
+func slotStats(ctx context.Context, srcDSN, slot string, res *RunResult) {
+	c, err := pgx.Connect(ctx, srcDSN)
+	if err != nil {
+		return
+	}
+	defer c.Close(context.Background())
+	_ = c.QueryRow(ctx, "SELECT coalesce(spill_bytes, 0), coalesce(stream_bytes, 0) FROM pg_stat_replication_slots WHERE slot_name = $1", slot).
+		Scan(&res.Spill.SlotSpillBytes, &res.Spill.SlotStreamBytes)
+}
+
+// summaryLine is the one-line result of a run.
+func summaryLine(res *RunResult) string {
+	if !res.Verified {
+		return fmt.Sprintf("%s: FAILED: %s", res.Label, res.Error)
+	}
+	return fmt.Sprintf("%s: verified; replication %.2fs, %.0f rows/s, %.2f MB/s, last commit→visible %.2fs, probe p50 %.0fms p99 %.0fms max %.0fms",
+		res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec,
+		res.Replication.LastCommitToVisibleSeconds, res.Latency.P50Ms, res.Latency.P99Ms, res.Latency.MaxMs)
+}

@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/repstream/repstream/internal/bench"
+)
+
+// benchCmd is `repstream bench WORKLOAD...`: the performance lab.
+func benchCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		o        bench.Options
+		systems  string
+		settings []string
+		logLevel string
+		summary  bool
+	)
+	// repstream flags that pass through to `repstream run` when set.
+	passThrough := []struct{ name, usage string }{
+		{"apply-parallelism", "repstream: apply workers"},
+		{"memory", "repstream: queue memory budget"},
+		{"commit-order", "repstream: full or dependent"},
+		{"group-max-txns", "repstream: source transactions per target transaction"},
+		{"group-max-bytes", "repstream: bytes per target transaction"},
+		{"decoding-work-mem", "repstream: the walsender's logical_decoding_work_mem"},
+		{"spill-dir", "repstream: spill directory"},
+	}
+	cmd := &cobra.Command{
+		Use:   "bench WORKLOAD...",
+		Short: "Run a seed workload against repstream and native logical replication, verify, and report",
+		Long: `Run a seed workload (` + strings.Join(bench.Names(), ", ") + `) against repstream and
+PostgreSQL's native logical replication in the same run, verify that every target
+equals its source, and write report.json, report.md and PNG charts to --out.
+
+By default two throwaway clusters are started (fsync on); --source/--target use
+existing servers (bench creates and drops its own databases there).
+
+Examples:
+  repstream bench conditions --mode backlog
+  repstream bench pedestals --scale 0.1
+  repstream bench conditions --vary apply-parallelism=1,2,4 --systems repstream,native
+  repstream bench batch --rows 99000 --memory 64MB`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+			o.Systems = nil
+			for _, s := range strings.Split(systems, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					o.Systems = append(o.Systems, s)
+				}
+			}
+			o.ServerSettings = map[string]string{}
+			for _, kv := range settings {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("--server-setting %q: want name=value", kv)
+				}
+				o.ServerSettings[k] = v
+			}
+			o.RepstreamFlags = nil
+			cmd.Flags().Visit(func(f *pflag.Flag) {
+				for _, p := range passThrough {
+					if f.Name == p.name {
+						o.RepstreamFlags = append(o.RepstreamFlags, "--"+f.Name+"="+f.Value.String())
+					}
+				}
+			})
+			o.Live = stdout
+			out := o.Out
+			var reps []*bench.Report
+			var errs []error
+			for _, w := range args {
+				wo := o
+				wo.Workload = w
+				if out == "" {
+					wo.Out = "bench-" + w
+				} else if len(args) > 1 {
+					wo.Out = filepath.Join(out, w)
+				}
+				rep, err := bench.Run(cmd.Context(), wo)
+				if rep != nil {
+					reps = append(reps, rep)
+					if !o.Quiet {
+						fmt.Fprintf(stdout, "report: %s\n", filepath.Join(wo.Out, "report.md"))
+					}
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", w, err))
+					if !errors.Is(err, bench.ErrNotVerified) || cmd.Context().Err() != nil {
+						break
+					}
+				}
+			}
+			if summary || len(args) > 1 || o.Quiet {
+				fmt.Fprintln(stdout)
+				bench.SummaryTable(stdout, reps)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Mode, "mode", "live", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
+	fs.StringVar(&systems, "systems", "repstream,native", "systems to compare: repstream, native")
+	fs.Float64Var(&o.Params.Scale, "scale", 1, "fraction of the seed's size (1 = full size)")
+	fs.Int64Var(&o.Params.Rows, "rows", 0, "rows to load (overrides --scale)")
+	fs.IntVar(&o.Params.TxnRows, "txn-rows", 0, "conditions: rows per transaction (default 100)")
+	fs.DurationVar(&o.Params.Delay, "delay", 0, "conditions: pause between transactions (seed: 0, 1ms, 10ms, 20ms, 30ms)")
+	fs.IntVar(&o.Params.Rate, "rate", 0, "fly: transactions per second (default 1000)")
+	fs.DurationVar(&o.Params.Duration, "duration", 0, "fly: duration at --scale 1 (default 60s)")
+	fs.IntVar(&o.Params.Jobs, "jobs", 0, "dbl: most parallel jobs (default 2×CPUs)")
+	fs.StringVar(&o.Vary, "vary", "", "run repstream once per value of one of its flags, e.g. apply-parallelism=1,2,4")
+	fs.StringVar(&o.SourceDSN, "source", "", "existing source server (default: a throwaway cluster)")
+	fs.StringVar(&o.TargetDSN, "target", "", "existing target server (default: a throwaway cluster)")
+	fs.StringArrayVar(&settings, "server-setting", nil, "postgresql.conf setting for the throwaway clusters, name=value (repeatable; both clusters)")
+	fs.BoolVar(&o.Fast, "fast", false, "throwaway clusters with fsync off (quick checks, not real figures)")
+	fs.StringVar(&o.Out, "out", "", "report directory (default bench-WORKLOAD; with several workloads, one subdirectory each)")
+	fs.StringVar(&o.Binary, "repstream-binary", "", "repstream executable to run (default: this one)")
+	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one system's run")
+	fs.BoolVarP(&o.Quiet, "quiet", "q", false, "no live line; print only the summary table")
+	fs.BoolVar(&summary, "summary", false, "print the summary table at the end")
+	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
+	for _, p := range passThrough {
+		fs.String(p.name, "", p.usage)
+	}
+	return cmd
+}
