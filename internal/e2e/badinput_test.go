@@ -218,8 +218,9 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// waitSlotReleased waits until no walsender holds the slot: the one of a run
-// that just returned exits a moment after it (see the report on issue 2).
+// waitSlotReleased waits until no walsender holds the slot: the walsender of
+// a run that just returned exits a moment later, and a run started in that
+// window fails with "replication slot ... is active".
 func (e *env) waitSlotReleased(slot string) {
 	e.t.Helper()
 	waitFor(e.t, "slot "+slot+" to be released", 10*time.Second, func() bool {
@@ -269,7 +270,7 @@ func silentServer(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-const kvSchema = `CREATE TABLE acct (id int PRIMARY KEY, n int NOT NULL, note text);`
+const acctSchema = `CREATE TABLE acct (id int PRIMARY KEY, n int NOT NULL, note text);`
 
 // TestBadInputUnreachableServer: nothing listens on the source's or the
 // target's port, or the server accepts and never answers. The error names the
@@ -277,7 +278,7 @@ const kvSchema = `CREATE TABLE acct (id int PRIMARY KEY, n int NOT NULL, note te
 // completes.
 func TestBadInputUnreachableServer(t *testing.T) {
 	e := newEnv(t)
-	e.both(kvSchema)
+	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 50) g`)
 	cfg := e.config("public.acct")
 	dead := freePort(t)
@@ -286,15 +287,14 @@ func TestBadInputUnreachableServer(t *testing.T) {
 	silentDSN := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable connect_timeout=1", silent, e.srcDB)
 
 	for _, tc := range []struct {
-		name          string
-		source, targ  string
-		want          []string
-		noSlotCreated bool
+		name         string
+		source, targ string
+		want         []string
 	}{
-		{"source refused", deadDSN, "", []string{"source", "host=127.0.0.1", "port=" + strconv.Itoa(dead), "connection refused"}, true},
-		{"target refused", "", strings.Replace(deadDSN, e.srcDB, e.tgtDB, 1), []string{"target", "host=127.0.0.1", "port=" + strconv.Itoa(dead), "connection refused"}, true},
-		{"source silent, connect_timeout", silentDSN, "", []string{"source", "host=127.0.0.1", "port=" + strconv.Itoa(silent), "timeout"}, true},
-		{"target silent, connect_timeout", "", strings.Replace(silentDSN, e.srcDB, e.tgtDB, 1), []string{"target", "host=127.0.0.1", "port=" + strconv.Itoa(silent), "timeout"}, true},
+		{"source refused", deadDSN, "", []string{"source", "host=127.0.0.1", "port=" + strconv.Itoa(dead), "connection refused"}},
+		{"target refused", "", strings.Replace(deadDSN, e.srcDB, e.tgtDB, 1), []string{"target", "host=127.0.0.1", "port=" + strconv.Itoa(dead), "connection refused"}},
+		{"source silent, connect_timeout", silentDSN, "", []string{"source", "host=127.0.0.1", "port=" + strconv.Itoa(silent), "timeout"}},
+		{"target silent, connect_timeout", "", strings.Replace(silentDSN, e.srcDB, e.tgtDB, 1), []string{"target", "host=127.0.0.1", "port=" + strconv.Itoa(silent), "timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
@@ -322,7 +322,7 @@ func TestBadInputUnreachableServer(t *testing.T) {
 // password.
 func TestBadInputWrongDSN(t *testing.T) {
 	e := newEnv(t)
-	e.both(kvSchema)
+	e.both(acctSchema)
 	cfg := e.config("public.acct")
 	const secret = "s3cretPassw0rd"
 	port := strconv.Itoa(e.src.Port())
@@ -373,7 +373,7 @@ func TestBadInputWrongDSN(t *testing.T) {
 func TestBadInputWrongPassword(t *testing.T) {
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "scram", Fast: true})
 	e := newEnvOn(t, c, c)
-	e.both(kvSchema)
+	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 	ctx := context.Background()
 	const user, right, wrong = "rs_user", "R1ght-pass", "Wr0ng-pass"
@@ -438,7 +438,7 @@ func TestBadInputWrongPassword(t *testing.T) {
 func TestBadInputWalLevel(t *testing.T) {
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "walreplica", Fast: true, Settings: map[string]string{"wal_level": "replica"}})
 	e := newEnvOn(t, c, pgtest.Shared(t, "target"))
-	e.both(kvSchema)
+	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 	cfg := e.config("public.acct")
 	e.mustFail(cfg, "wal_level=replica", "wal_level=logical", "restart")
@@ -462,7 +462,7 @@ func TestBadInputWalLevel(t *testing.T) {
 // --tables pattern must match a table.
 func TestBadInputPublication(t *testing.T) {
 	e := newEnv(t)
-	e.both(kvSchema)
+	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 	cfg := e.config()
 	e.mustFail(cfg, fmt.Sprintf("publication %q does not exist", cfg.Slot), "--tables")
@@ -486,7 +486,7 @@ func TestBadInputPublication(t *testing.T) {
 // target's rows; with --truncate it replaces them.
 func TestBadInputNonEmptyTarget(t *testing.T) {
 	e := newEnv(t)
-	e.both(kvSchema)
+	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 30) g`)
 	e.tgtExec(`INSERT INTO acct VALUES (1, -1, 'stale'), (999, 999, 'stale')`)
 	cfg := e.config("public.acct")
@@ -710,7 +710,7 @@ func TestBadInputConstraintViolation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			e.both(kvSchema)
+			e.both(acctSchema)
 			e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 10) g`)
 			cfg := e.config("public.acct")
 			cfg.ApplyParallelism, cfg.CommitOrder, cfg.GroupMaxTxns = tc.parallelism, tc.order, 1
@@ -756,7 +756,7 @@ func TestBadInputSlot(t *testing.T) {
 	ctx := context.Background()
 	t.Run("dropped", func(t *testing.T) {
 		e := newEnv(t)
-		e.both(kvSchema)
+		e.both(acctSchema)
 		e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 		cfg := e.config("public.acct")
 		e.catchUp(cfg)
@@ -780,7 +780,7 @@ func TestBadInputSlot(t *testing.T) {
 
 	t.Run("other plugin", func(t *testing.T) {
 		e := newEnv(t)
-		e.both(kvSchema)
+		e.both(acctSchema)
 		cfg := e.config("public.acct")
 		e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, cfg.Slot)
 		e.mustFail(cfg, fmt.Sprintf("slot %q", cfg.Slot), "test_decoding", "pgoutput")
@@ -792,7 +792,7 @@ func TestBadInputSlot(t *testing.T) {
 
 	t.Run("other database", func(t *testing.T) {
 		e := newEnv(t)
-		e.both(kvSchema)
+		e.both(acctSchema)
 		cfg := e.config("public.acct")
 		other := pgtest.NewDB(t, e.src)
 		if err := e.src.Exec(ctx, other, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput')`, cfg.Slot)); err != nil {
@@ -804,7 +804,7 @@ func TestBadInputSlot(t *testing.T) {
 
 	t.Run("in use", func(t *testing.T) {
 		e := newEnv(t)
-		e.both(kvSchema)
+		e.both(acctSchema)
 		e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 		cfg := e.config("public.acct")
 		e.catchUp(cfg)
@@ -833,7 +833,7 @@ func TestBadInputSlot(t *testing.T) {
 func TestBadInputCLI(t *testing.T) {
 	bin := repstreamBinary(t)
 	e := newEnv(t)
-	e.srcExec(kvSchema)
+	e.srcExec(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
 	cfg := e.config("public.acct")
 	cfg.StatusInterval = time.Second
