@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	consumerDone := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var delivered int
+	var delivered atomic.Int64
 	go func() {
 		defer close(consumerDone)
 		crng := rand.New(rand.NewPCG(seed, 7))
@@ -76,7 +77,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 			if m := q.MemoryBytes(); m > budget {
 				t.Errorf("consumer: memory %d over budget", m)
 			}
-			delivered++
+			delivered.Add(1)
 			held, wants = append(held, txn), append(wants, want)
 			// Re-read what is held, then release it, sometimes after a pause
 			// (which makes the producer wait or spill).
@@ -99,7 +100,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		nextXid  uint32 = 1
 		nextSub  uint32 = 1 << 30
 		lsn      uint64
-		normal   uint32                        // open non-streamed txn, 0 if none
+		normal   uint32                          // open non-streamed txn, 0 if none
 		open     = map[uint32][]*change.Change{} // expected changes of open txns
 		subs     = map[uint32][]uint32{}         // subxacts of open streamed txns
 		streamed []uint32                        // open streamed xids, in order of opening
@@ -127,7 +128,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	}
 	add := func(top, sub uint32) {
 		c := newChange(sub)
-		if err := q.Add(context.Background(), top, c); err != nil {
+		if err := q.Add(ctx, top, c); err != nil {
 			t.Fatalf("add to %d: %v", top, err)
 		}
 		open[top] = append(open[top], c)
@@ -234,13 +235,13 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 		commit(streamed[0])
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for delivered < commits && time.Now().Before(deadline) && !t.Failed() {
+	for delivered.Load() < int64(commits) && time.Now().Before(deadline) && !t.Failed() {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
 	<-consumerDone
-	if delivered != commits {
-		t.Fatalf("delivered %d of %d transactions", delivered, commits)
+	if delivered.Load() != int64(commits) {
+		t.Fatalf("delivered %d of %d transactions", delivered.Load(), commits)
 	}
 	if q.MemoryBytes() != 0 || len(spillFiles(t, q.Queue)) != 0 || q.gauge("spill", "files") != 0 {
 		t.Fatalf("at the end: memory %d, files %d, files gauge %d", q.MemoryBytes(),

@@ -55,10 +55,11 @@ const flowLogInterval = 10 * time.Second
 //     order of the Commit calls, which is the source's commit order.
 //
 // Ownership: the open transactions (the map open and every field of an open
-// Txn) belong to the producer goroutine and are used without locks. Commit
+// Txn) belong to the producer goroutine; its calls hold pmu, uncontended
+// except against Close, so that Close may run while the producer is blocked. Commit
 // publishes a Txn under mu; from then on its changes are immutable and only
 // released/memBytes change, under mu. Consumers touch only committed
-// transactions. Lock order: mu, then relTable.mu.
+// transactions. Lock order: pmu, then mu, then relTable.mu.
 //
 // Deadlock freedom: the producer waits in flow control only while committed
 // transactions hold at least Budget/2 > 0 bytes of memory. Those
@@ -89,7 +90,9 @@ type Queue struct {
 	roomCh       chan struct{} // capacity 1: signalled when memory is freed
 	readyCh      chan struct{} // capacity 1: signalled when a txn becomes ready
 
-	// Producer-owned.
+	// Producer-owned: used by the producer's calls, which hold pmu (except
+	// while Add waits in flow control), and by Close, which takes pmu.
+	pmu         sync.Mutex
 	open        map[uint32]*Txn
 	seq         uint64
 	lastFlowLog time.Time
@@ -191,6 +194,8 @@ func (q *Queue) SpillDir() string { return q.dir }
 // already open, which only a protocol anomaly causes, its changes are
 // discarded first: the server sends a transaction again from its start.
 func (q *Queue) Begin(xid uint32) {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
 	if q.closed.Load() {
 		return
 	}
@@ -218,6 +223,8 @@ func (q *Queue) openTxn(xid uint32) *Txn {
 // releases memory or ctx is done. If it returns an error nothing was added; it
 // can be retried (after a ctx deadline; a spill file error names the file).
 func (q *Queue) Add(ctx context.Context, xid uint32, c *change.Change) error {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
 	if q.closed.Load() {
 		return ErrClosed
 	}
@@ -259,12 +266,18 @@ func (q *Queue) Add(ctx context.Context, xid uint32, c *change.Change) error {
 					slog.Int("pending_txns", txns), slog.Int64("pending_bytes", bytes))
 			}
 		}
+		q.pmu.Unlock() // let Close run
 		select {
 		case <-q.roomCh:
 		case <-ctx.Done():
-			return fmt.Errorf("add to txn %d: flow control: %w", xid, ctx.Err())
 		case <-q.closedCh:
+		}
+		q.pmu.Lock()
+		if q.closed.Load() {
 			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("add to txn %d: flow control: %w", xid, err)
 		}
 	}
 	return q.spillUntilFits(t, c, size)
@@ -368,6 +381,8 @@ func (q *Queue) spillTxn(t *Txn) error {
 // spilled transaction Commit writes what is buffered and closes the file; if
 // that fails the transaction stays open and Commit may be retried.
 func (q *Queue) Commit(info change.TxnInfo) error {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
 	if q.closed.Load() {
 		return ErrClosed
 	}
@@ -403,6 +418,8 @@ func (q *Queue) Commit(info change.TxnInfo) error {
 // transaction xid and deletes its spill file; otherwise exactly the changes
 // with Change.Xid == subxid are dropped. Unknown transactions are ignored.
 func (q *Queue) Abort(xid, subxid uint32) error {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
 	if q.closed.Load() {
 		return ErrClosed
 	}
@@ -457,6 +474,11 @@ func (q *Queue) Abort(xid, subxid uint32) error {
 // sends in-progress transactions again from their start) and returns how many
 // there were.
 func (q *Queue) AbortInProgress() (int, error) {
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	if q.closed.Load() {
+		return 0, ErrClosed
+	}
 	var errs []error
 	n := len(q.open)
 	for _, t := range q.open {
@@ -569,20 +591,22 @@ func (q *Queue) release(t *Txn) {
 
 // Close deletes the spill files of every transaction still held (open,
 // pending or taken but not released) and, if New created it, the spill
-// directory. Call it after the producer has stopped. Blocked Next and Add
-// calls return ErrClosed; transactions in memory stay readable, spilled ones
-// no longer are.
+// directory. It may run while the producer and consumers still run: blocked
+// Next and Add calls, and later calls, return ErrClosed. Transactions in
+// memory stay readable; spilled ones no longer are.
 func (q *Queue) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	close(q.closedCh)
 	var errs []error
+	q.pmu.Lock() // waits for a producer call in progress; a flow-control wait lets go
 	for _, t := range q.open {
 		if err := q.drop(t); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	q.pmu.Unlock()
 	q.mu.Lock()
 	for t := range q.heldFiles {
 		if err := os.Remove(t.spill.path); err != nil && !errors.Is(err, os.ErrNotExist) {
