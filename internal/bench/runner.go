@@ -116,6 +116,8 @@ type runner struct {
 	log      *slog.Logger
 	version  int
 	out      io.Writer
+	// dblSink, when set, receives the dbl workload's results of the current run.
+	dblSink *dblSink
 }
 
 // Run executes the benchmark and writes the report files into o.Out. The
@@ -127,6 +129,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Mode == "" {
 		o.Mode = "live"
+	}
+	if wl.Name == "dbl" {
+		o.Mode = "live" // DBL measures the application while replication runs
 	}
 	if o.Mode != "live" && o.Mode != "backlog" {
 		return nil, fmt.Errorf("--mode %q: live or backlog", o.Mode)
@@ -373,7 +378,9 @@ func currentLSN(ctx context.Context, dsn string) (change.LSN, error) {
 	}
 	defer c.Close(context.Background())
 	var s string
-	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	// The insert position counts WAL generated, also what asynchronous
+	// commits left in the WAL buffers.
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		return 0, fmt.Errorf("read WAL position: %w", err)
 	}
 	return change.ParseLSN(s)
@@ -417,7 +424,7 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 	defer stopBG()
 
 	smp := newSampler(r, sp, withApp(srcDSN), withApp(tgtDSN), slot, append([]string{}, r.wl.Tables...), probe, sys)
-	loadEnv := &LoadEnv{DSN: srcDSN, Params: r.o.Params}
+	loadEnv := &LoadEnv{DSN: srcDSN, Params: r.o.Params, dbl: r.dblSink}
 	smp.load = loadEnv
 	wg.Add(1)
 	go func() { defer wg.Done(); smp.run(bg) }()
@@ -453,6 +460,7 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 		return nil
 	}
 	var markID int64
+	var markAt time.Time
 	if r.o.Mode == "live" {
 		if err := sys.start(runCtx); err != nil {
 			return err
@@ -468,7 +476,7 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 			return err
 		}
 		smp.setPhase("catch-up")
-		if markID, _, err = probe.Mark(runCtx); err != nil {
+		if markID, markAt, err = probe.Mark(runCtx); err != nil {
 			return err
 		}
 		replStart = loadEnv.firstCommit
@@ -535,7 +543,8 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 	} else {
 		res.Replication.CatchUpSeconds = repl
 	}
-	res.Probes, res.Latency = probe.Results(epoch, epoch, visible)
+	// The marker's commit may be recorded just after the poller saw it.
+	res.Probes, res.Latency = probe.Results(epoch, epoch, later(visible, markAt))
 	res.Timeline = smp.timeline()
 	smp.fillResources(res)
 	res.WAL = WALFigures{SourceBytes: int64(srcWAL1 - srcWAL0), TargetBytes: int64(tgtWAL1 - tgtWAL0)}
@@ -654,6 +663,13 @@ func (r *runner) waitVisible(ctx context.Context, probe *Probe, markID int64, sr
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func isClosed(c <-chan struct{}) bool {

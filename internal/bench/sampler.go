@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sampler takes one sample a second during a system run: the PIDs and CPU of
+// sampler takes four samples a second during a system run: the PIDs and CPU of
 // the walsender and the target's backends, the target's applied row rate
 // (pg_stat_user_tables), the system's own statistics; and prints the live
 // line.
@@ -86,17 +86,21 @@ func (s *sampler) close() {
 
 func (s *sampler) run(ctx context.Context) {
 	defer s.close()
-	t := time.NewTicker(time.Second)
+	// Four samples a second (the timeline of short runs), one live line and
+	// one poll of the system's own statistics a second.
+	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s.sys.poll(ctx)
 		s.sample(ctx, false)
-		fmt.Fprintln(s.r.out, s.liveLine())
+		if i%4 == 0 {
+			s.sys.poll(ctx)
+			fmt.Fprintln(s.r.out, s.liveLine())
+		}
 	}
 }
 
@@ -160,7 +164,7 @@ func (s *sampler) sample(ctx context.Context, first bool) {
 		return
 	}
 	dt := now.Sub(s.lastAt).Seconds()
-	if dt < 0.2 {
+	if dt < 0.1 {
 		return
 	}
 	s.lastRate = float64(tup-s.lastTup) / dt

@@ -148,7 +148,10 @@ func (r *repstreamSys) start(ctx context.Context) error {
 	// Wait for the status endpoint: the engine is set up once it answers.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := r.fetch(ctx); err == nil {
+		if snap, err := r.fetch(ctx); err == nil {
+			r.mu.Lock()
+			r.snaps = append(r.snaps, snap)
+			r.mu.Unlock()
 			return nil
 		}
 		select {

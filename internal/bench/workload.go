@@ -96,6 +96,8 @@ type LoadEnv struct {
 	// (zero: when Load was called).
 	mu          sync.Mutex
 	firstCommit time.Time
+	// dbl collects the dbl workload's per-test results (nil otherwise).
+	dbl *dblSink
 }
 
 func (e *LoadEnv) markFirst() {

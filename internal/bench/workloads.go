@@ -220,7 +220,7 @@ const batchDDL = `CREATE TABLE batch_objects (
 const batchInsert = `INSERT INTO batch_objects
 SELECT g,
 	(ARRAY['SYS','SYSTEM','PUBLIC','SCOTT','APPS','CTXSYS','MDSYS','XDB'])[1 + g % 8],
-	upper('OBJ_' || substr(md5(g::text), 1, 10 + g % 20)),
+	upper('OBJ_' || substr(md5(g::text), 1, (10 + g % 20)::int)),
 	CASE WHEN g % 7 = 0 THEN 'P' || g % 100 END,
 	CASE WHEN g % 3 = 0 THEN g END,
 	(ARRAY['TABLE','INDEX','VIEW','SYNONYM','PACKAGE','PACKAGE BODY','TYPE','SEQUENCE','PROCEDURE','TRIGGER'])[1 + g % 10],

@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+)
+
+// repstreamBinary is built once by TestMain for the integration tests.
+var repstreamBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "repstream-bench-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	repstreamBinary = filepath.Join(dir, "repstream")
+	out, err := exec.Command("go", "build", "-o", repstreamBinary, "github.com/repstream/repstream/cmd/repstream").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build repstream: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	pgtest.Main(m)
+}
+
+func servers(t *testing.T) (src, tgt *pgcluster.Cluster) {
+	t.Helper()
+	return pgtest.Shared(t, "bench-src"), pgtest.Shared(t, "bench-tgt")
+}
+
+// TestWorkloads runs every workload at a tiny scale for both systems against
+// real clusters: every run must verify, report.json must hold the documented
+// fields, and the charts must be valid PNGs.
+func TestWorkloads(t *testing.T) {
+	src, tgt := servers(t)
+	cases := []struct {
+		workload string
+		mode     string
+		params   Params
+		flags    []string
+		vary     string
+	}{
+		{"conditions", "live", Params{Rows: 3000, TxnRows: 100}, nil, ""},
+		{"conditions", "backlog", Params{Rows: 3000}, []string{"--apply-parallelism=2"}, ""},
+		{"pedestals", "live", Params{Rows: 7 * 600}, nil, ""},
+		{"pedestals", "backlog", Params{Rows: 7 * 600}, []string{"--memory=1MB", "--decoding-work-mem=64kB"}, ""},
+		{"pedestals-blob", "live", Params{Scale: 0.02}, nil, ""},
+		{"batch", "backlog", Params{Rows: 2000}, nil, "apply-parallelism=1,2"},
+		{"single-row", "backlog", Params{Rows: 300}, nil, ""},
+		{"unrelated", "live", Params{Rows: 500}, nil, ""},
+		{"fly", "live", Params{Rows: 7 * 200, Rate: 400}, nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.workload+"/"+tc.mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out := t.TempDir()
+			var live bytes.Buffer
+			rep, err := Run(ctx, Options{
+				Workload: tc.workload, Mode: tc.mode, Params: tc.params, RepstreamFlags: tc.flags, Vary: tc.vary,
+				SourceDSN: src.DSN("postgres"), TargetDSN: tgt.DSN("postgres"),
+				Binary: repstreamBinary, Out: out, Timeout: time.Minute, Live: &live,
+			})
+			if err != nil {
+				t.Fatalf("Run: %v\nlive output:\n%s\nlogs:\n%s", err, live.String(), logs(out))
+			}
+			wantRuns := 2
+			if tc.vary != "" {
+				wantRuns = 3
+			}
+			if len(rep.Runs) != wantRuns {
+				t.Fatalf("runs = %d, want %d", len(rep.Runs), wantRuns)
+			}
+			for _, r := range rep.Runs {
+				if !r.Verified || r.Error != "" {
+					t.Errorf("%s: verified=%v error=%q", r.Label, r.Verified, r.Error)
+				}
+				if r.Replication.Seconds <= 0 {
+					t.Errorf("%s: replication time %v", r.Label, r.Replication.Seconds)
+				}
+				if r.Load.Rows > 0 && r.Replication.RowsPerSec <= 0 {
+					t.Errorf("%s: rows/s %v", r.Label, r.Replication.RowsPerSec)
+				}
+				if r.WAL.SourceBytes <= 0 || r.WAL.TargetBytes <= 0 {
+					t.Errorf("%s: WAL source %d target %d", r.Label, r.WAL.SourceBytes, r.WAL.TargetBytes)
+				}
+				if tc.mode == "live" && r.Latency.Seen == 0 {
+					t.Errorf("%s: no probe seen", r.Label)
+				}
+				if r.System == "repstream" {
+					if r.Resources.EngineCPUSeconds <= 0 || r.Resources.EnginePeakRSSBytes <= 0 {
+						t.Errorf("%s: engine resources %+v", r.Label, r.Resources)
+					}
+					if r.FinalStats == nil {
+						t.Errorf("%s: no final stats", r.Label)
+					}
+				}
+				wantTables := len(rep.Runs[0].Tables)
+				if len(r.Tables) != wantTables || wantTables == 0 {
+					t.Errorf("%s: %d table checks", r.Label, len(r.Tables))
+				}
+			}
+			checkReportFiles(t, out, rep)
+			if !strings.Contains(live.String(), "==") {
+				t.Errorf("no progress output")
+			}
+		})
+	}
+}
+
+func logs(dir string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "logs", "*"))
+	for _, f := range files {
+		fmt.Fprintf(&b, "--- %s\n%s\n", f, tail(f, 30))
+	}
+	return b.String()
+}
+
+// documentedFields are the report.json keys REPORT.md documents.
+var documentedFields = map[string][]string{
+	"":            {"schema_version", "workload", "description", "mode", "started", "settings", "machine", "runs"},
+	"settings":    {"scale", "rows", "params", "systems", "repstream_flags", "native", "server_settings", "own_clusters", "generation"},
+	"machine":     {"cpus", "memory_bytes", "kernel", "go_version", "source_version", "target_version", "source_server_version_num"},
+	"run":         {"system", "label", "verified", "load", "replication", "latency", "resources", "wal", "spill", "tables", "timeline", "probes"},
+	"load":        {"seconds", "rows", "txns", "source_rows", "rows_per_sec", "txns_per_sec", "payload_bytes"},
+	"replication": {"seconds", "rows_per_sec", "mb_per_sec", "last_commit_to_visible_seconds", "catch_up_seconds"},
+	"latency":     {"probes", "seen", "p50_ms", "p95_ms", "p99_ms", "max_ms"},
+	"resources":   {"engine_cpu_seconds", "engine_peak_rss_bytes", "walsender_cpu_seconds", "apply_worker_cpu_seconds", "target_backends_cpu_seconds", "total_cpu_seconds"},
+	"wal":         {"source_bytes", "target_bytes", "target_source_ratio"},
+	"spill":       {"engine_bytes", "slot_spill_bytes", "slot_stream_bytes"},
+}
+
+func checkReportFiles(t *testing.T, dir string, rep *Report) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("report.json: %v", err)
+	}
+	has := func(obj map[string]any, where string, keys []string) {
+		for _, k := range keys {
+			if _, ok := obj[k]; !ok {
+				t.Errorf("report.json %s: missing %q", where, k)
+			}
+		}
+	}
+	has(m, "top level", documentedFields[""])
+	has(m["settings"].(map[string]any), "settings", documentedFields["settings"])
+	has(m["machine"].(map[string]any), "machine", documentedFields["machine"])
+	runs, _ := m["runs"].([]any)
+	if len(runs) != len(rep.Runs) {
+		t.Fatalf("report.json has %d runs, want %d", len(runs), len(rep.Runs))
+	}
+	for _, r := range runs {
+		run := r.(map[string]any)
+		has(run, "run", documentedFields["run"])
+		for _, sub := range []string{"load", "replication", "latency", "resources", "wal", "spill"} {
+			has(run[sub].(map[string]any), sub, documentedFields[sub])
+		}
+	}
+	back, err := ReadReport(filepath.Join(dir, "report.json"))
+	if err != nil || back.Workload != rep.Workload || len(back.Runs) != len(rep.Runs) {
+		t.Errorf("ReadReport: %v %+v", err, back)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "| replication time (s) |") || !strings.Contains(string(md), "## Verification") {
+		t.Errorf("report.md lacks the results or verification table:\n%s", md)
+	}
+	pngs, _ := filepath.Glob(filepath.Join(dir, "*.png"))
+	if len(pngs) < 2 { // timeline + at least one components chart
+		t.Errorf("charts: %v", pngs)
+	}
+	for _, p := range pngs {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: not a valid PNG: %v", p, err)
+			continue
+		}
+		if img.Bounds().Dx() < 300 || img.Bounds().Dy() < 200 {
+			t.Errorf("%s: tiny image %v", p, img.Bounds())
+		}
+		if !strings.Contains(string(md), filepath.Base(p)) {
+			t.Errorf("report.md does not show %s", filepath.Base(p))
+		}
+	}
+	if rep.Settings.Vary != "" {
+		if _, err := os.Stat(filepath.Join(dir, "vary.png")); err != nil {
+			t.Errorf("vary chart: %v", err)
+		}
+	}
+}
