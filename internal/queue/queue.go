@@ -74,14 +74,15 @@ const flowLogInterval = 10 * time.Second
 // must not block in Next without a timeout while it still holds memory that
 // the producer might be waiting for).
 type Queue struct {
-	budget   int64
-	dir      string
-	ownDir   bool
-	log      *slog.Logger
-	create   func(path string) (spillHandle, error) // opens a new spill file
-	bufPool  sync.Pool                              // *[]byte of spillBufSize capacity
-	readPool sync.Pool                              // *bufio.Reader of spillBufSize
-	rels     relTable
+	budget    int64
+	dir       string
+	ownDir    bool
+	log       *slog.Logger
+	create    func(path string) (spillHandle, error) // opens a new spill file
+	bufPool   sync.Pool                              // *[]byte of spillBufSize capacity
+	chunkPool sync.Pool                              // *[]change.Change of chunkLen capacity
+	readPool  sync.Pool                              // *bufio.Reader of spillBufSize
+	rels      relTable
 
 	used         atomic.Int64
 	committedMem atomic.Int64
@@ -161,6 +162,7 @@ func New(opts Options) (*Queue, error) {
 		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	}
 	q.bufPool.New = func() any { b := make([]byte, 0, spillBufSize); return &b }
+	q.chunkPool.New = func() any { c := make([]change.Change, 0, chunkLen); return &c }
 	q.readPool.New = func() any { return bufio.NewReaderSize(nil, spillBufSize) }
 
 	q.qc = opts.Stats.Component("queue")
@@ -284,7 +286,7 @@ func (q *Queue) Add(ctx context.Context, xid uint32, c *change.Change) error {
 }
 
 func (q *Queue) addMem(t *Txn, c *change.Change, size int64) {
-	t.changes = append(t.changes, *c)
+	t.changes.append(c, &q.chunkPool)
 	t.n++
 	t.bytes += size
 	t.memBytes += size
@@ -350,21 +352,21 @@ func (q *Queue) spillTxn(t *Txn) error {
 	q.spFiles.Add(1)
 	w := newSpillWriter(path, h, &q.rels, &q.bufPool)
 	written := 0
-	for i := range t.changes {
-		c := &t.changes[i]
-		n, err := w.append(c, int64(c.Size()))
-		if err != nil {
-			if derr := w.discard(); derr != nil {
-				q.log.Error("discard spill file", slog.Any("err", derr))
-			}
-			q.spFiles.Add(-1)
-			return fmt.Errorf("spill txn %d: %w", t.xid, err)
-		}
+	t.changes.all(func(c *change.Change) bool {
+		var n int
+		n, err = w.append(c, int64(c.Size()))
 		written += n
+		return err == nil
+	})
+	if err != nil {
+		if derr := w.discard(); derr != nil {
+			q.log.Error("discard spill file", slog.Any("err", derr))
+		}
+		q.spFiles.Add(-1)
+		return fmt.Errorf("spill txn %d: %w", t.xid, err)
 	}
 	freed := t.memBytes
-	clear(t.changes)
-	t.changes = nil
+	t.changes.reset(&q.chunkPool)
 	t.memBytes = 0
 	t.spill = w
 	q.memGauge.Store(q.used.Add(-freed))
@@ -448,19 +450,7 @@ func (q *Queue) Abort(xid, subxid uint32) error {
 		t.spill.lastSt = nil
 		return nil
 	}
-	kept := t.changes[:0]
-	var freed int64
-	for i := range t.changes {
-		c := &t.changes[i]
-		if c.Xid == subxid {
-			freed += int64(c.Size())
-			continue
-		}
-		kept = append(kept, *c)
-	}
-	removed := len(t.changes) - len(kept)
-	clear(t.changes[len(kept):])
-	t.changes = kept
+	removed, freed := t.changes.removeXid(subxid, &q.chunkPool)
 	t.n -= removed
 	t.bytes -= freed
 	t.memBytes -= freed
@@ -496,8 +486,8 @@ func (q *Queue) drop(t *Txn) error {
 	if t.memBytes > 0 {
 		q.memGauge.Store(q.used.Add(-t.memBytes))
 	}
-	clear(t.changes)
-	t.changes, t.memBytes = nil, 0
+	t.changes.reset(&q.chunkPool)
+	t.memBytes = 0
 	if t.spill != nil {
 		q.spFiles.Add(-1)
 		return t.spill.discard()
@@ -571,8 +561,7 @@ func (q *Queue) release(t *Txn) {
 	t.released = true
 	mem := t.memBytes
 	t.memBytes = 0
-	clear(t.changes)
-	t.changes = nil
+	t.changes.reset(&q.chunkPool)
 	_, hasFile := q.heldFiles[t]
 	delete(q.heldFiles, t)
 	q.mu.Unlock()

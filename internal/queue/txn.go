@@ -23,7 +23,7 @@ type Txn struct {
 
 	q        *Queue
 	xid      uint32
-	changes  []change.Change // in memory, in order
+	changes  changeList // in memory, in order
 	n        int
 	bytes    int64
 	memBytes int64
@@ -69,11 +69,7 @@ func (t *Txn) Changes() iter.Seq2[*change.Change, error] {
 			return
 		}
 		if t.spill == nil {
-			for i := range t.changes {
-				if !yield(&t.changes[i], nil) {
-					return
-				}
-			}
+			t.changes.all(func(c *change.Change) bool { return yield(c, nil) })
 			return
 		}
 		t.readSpill(yield)
