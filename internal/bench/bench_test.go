@@ -63,6 +63,7 @@ func TestWorkloads(t *testing.T) {
 		{"single-row", "backlog", Params{Rows: 300}, nil, ""},
 		{"unrelated", "live", Params{Rows: 500}, nil, ""},
 		{"fly", "live", Params{Rows: 7 * 200, Rate: 400}, nil, ""},
+		{"dbl", "live", Params{Rows: 40, Jobs: 2}, nil, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.workload+"/"+tc.mode, func(t *testing.T) {
@@ -113,6 +114,9 @@ func TestWorkloads(t *testing.T) {
 				if len(r.Tables) != wantTables || wantTables == 0 {
 					t.Errorf("%s: %d table checks", r.Label, len(r.Tables))
 				}
+			}
+			if tc.workload == "dbl" {
+				checkDBL(t, out, rep)
 			}
 			checkReportFiles(t, out, rep)
 			if !strings.Contains(live.String(), "==") {
@@ -213,5 +217,32 @@ func checkReportFiles(t *testing.T, dir string, rep *Report) {
 		if _, err := os.Stat(filepath.Join(dir, "vary.png")); err != nil {
 			t.Errorf("vary chart: %v", err)
 		}
+	}
+}
+
+func checkDBL(t *testing.T, dir string, rep *Report) {
+	t.Helper()
+	// 8 DBL-12 steps + jobs 1, 2 for DBL-11 and DBL-22, for each of none, repstream, native.
+	if len(rep.DBL) != 3*12 {
+		t.Errorf("dbl results: %d, want 36", len(rep.DBL))
+	}
+	seen := map[string]int{}
+	for _, d := range rep.DBL {
+		seen[d.Replication]++
+		if d.Rows <= 0 || d.RowsPerSec <= 0 || d.TPS <= 0 || d.ServiceMs <= 0 || d.WALMBPerSec <= 0 {
+			t.Errorf("dbl result without figures: %+v", d)
+		}
+	}
+	if seen["none"] != 12 || seen["repstream"] != 12 || seen["native"] != 12 {
+		t.Errorf("dbl results per replication: %v", seen)
+	}
+	for _, f := range []string{"dbl-rows-per-commit.png", "dbl-jobs.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("dbl chart: %v", err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !strings.Contains(string(md), "## DBL tests") || !strings.Contains(string(md), "| DBL-22 | all | 2 | native |") {
+		t.Errorf("report.md lacks the DBL table:\n%s", md)
 	}
 }
