@@ -69,9 +69,14 @@ func (k keyHasher) hash(rel *change.Relation, t change.Tuple) uint64 {
 type depTracker struct {
 	lastWriter  map[uint64]uint64
 	lastBarrier uint64
+	pruneAt     int // prune entries of committed groups when the map grows past this
 }
 
-func newDepTracker() *depTracker { return &depTracker{lastWriter: map[uint64]uint64{}} }
+const minPruneAt = 1 << 14
+
+func newDepTracker() *depTracker {
+	return &depTracker{lastWriter: map[uint64]uint64{}, pruneAt: minPruneAt}
+}
 
 // add records group seq's write set and returns the groups it depends on
 // (possibly already committed; the waiter checks). allBefore is true for a
@@ -93,12 +98,15 @@ func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow
 		}
 		t.lastWriter[k] = seq
 	}
-	if len(t.lastWriter) > 1<<20 {
+	if len(t.lastWriter) > t.pruneAt {
+		// Keys last written by committed groups cannot order anything any
+		// more. Pruning when the map doubles keeps the cost amortised O(1).
 		for k, s := range t.lastWriter {
 			if s <= committedBelow {
 				delete(t.lastWriter, k)
 			}
 		}
+		t.pruneAt = max(minPruneAt, 2*len(t.lastWriter))
 	}
 	return deps, false
 }

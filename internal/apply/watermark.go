@@ -34,6 +34,7 @@ type Watermark struct {
 	mu      sync.Mutex
 	pending []mark // registered, in commit order; a prefix of Done marks is popped into low
 	head    int    // pending[head:] is live
+	undone  int    // registered and not Done
 	low     change.LSN
 	idle    change.LSN
 	flushed change.LSN
@@ -65,6 +66,7 @@ func (w *Watermark) Register(end change.LSN) {
 		return
 	}
 	w.pending = append(w.pending, mark{end: end})
+	w.undone++
 }
 
 // Done marks the transaction ending at end as durably applied (or as skipped
@@ -82,10 +84,11 @@ func (w *Watermark) Done(end change.LSN) {
 		}
 		return 0
 	})
-	if !found {
+	if !found || live[i].done {
 		return
 	}
 	live[i].done = true
+	w.undone--
 	advanced := false
 	for w.head < len(w.pending) && w.pending[w.head].done {
 		w.low = w.pending[w.head].end
@@ -128,13 +131,7 @@ func (w *Watermark) Low() change.LSN {
 func (w *Watermark) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for _, m := range w.pending[w.head:] {
-		if !m.done {
-			n++
-		}
-	}
-	return n
+	return w.undone
 }
 
 // Flush returns the position the slot may be acknowledged with.

@@ -23,6 +23,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgoutput"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
 )
 
 // ErrCaughtUp is returned by Run when Options.StopAt is set and the slot has
@@ -91,6 +92,8 @@ type Capture struct {
 	received   change.LSN      // highest WAL position received
 	sentFlush  change.LSN
 	lastStatus time.Time
+	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
+	addCancel  context.CancelFunc
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs *atomic.Int64
 	gReceived, gFlushed                           *atomic.Int64
@@ -135,7 +138,10 @@ func New(opts Options) (*Capture, error) {
 func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", err)
+		return nil, fmt.Errorf("source DSN: %w", target.RedactedDSNError(err))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = target.DefaultConnectTimeout
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "repstream"
@@ -143,7 +149,7 @@ func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
 		cfg.RuntimeParams["logical_decoding_work_mem"] = decodingWorkMem
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 1<<20), w)
+		return pgproto3.NewFrontend(bufio.NewReaderSize(newCoalescingReader(r), 1<<20), w)
 	}
 	return cfg, nil
 }
@@ -190,17 +196,47 @@ func ServerMajor(conn *pgconn.PgConn) int {
 // Run streams until ctx ends (returning ctx.Err()), an error, or — with
 // StopAt — ErrCaughtUp.
 func (c *Capture) Run(ctx context.Context) error {
+	// After a crash the previous walsender can hold the slot until it notices
+	// its client is gone: retry "slot is active" for a while.
+	deadline := time.Now().Add(slotBusyWait)
+	for {
+		err := c.start(ctx)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			if err != nil {
+				c.closeConn()
+				return err
+			}
+			break
+		}
+		c.closeConn()
+		c.log.Info("slot is still active (a previous session ending?): retrying", "slot", c.opts.Slot)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	defer c.closeConn()
+	c.received = c.opts.StartLSN
+	defer func() {
+		if c.addCancel != nil {
+			c.addCancel()
+		}
+	}()
+	return c.loop(ctx)
+}
+
+// slotBusyWait is how long Run retries a slot held by another session.
+const slotBusyWait = 15 * time.Second
+
+// start connects and issues START_REPLICATION.
+func (c *Capture) start(ctx context.Context) error {
 	conn, err := Connect(ctx, c.opts.DSN, c.opts.DecodingWorkMem)
 	if err != nil {
 		return err
 	}
 	c.conn = conn
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-
 	c.proto = c.opts.ProtoVersion
 	if c.proto == 0 {
 		c.proto = ProtoVersionFor(ServerMajor(conn))
@@ -221,8 +257,17 @@ func (c *Capture) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start replication from slot %q at %s: %w", c.opts.Slot, c.opts.StartLSN, err)
 	}
-	c.received = c.opts.StartLSN
-	return c.loop(ctx)
+	return nil
+}
+
+func (c *Capture) closeConn() {
+	if c.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.conn.Close(ctx)
+	c.conn = nil
 }
 
 func quoteIdentList(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
@@ -231,35 +276,44 @@ func (c *Capture) loop(ctx context.Context) error {
 	netConn := c.conn.Conn()
 	forceStatus := true
 	c.stats.SetState(stats.Idle)
+	var deadline, nextCheck time.Time
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+		// Housekeeping at most every few milliseconds, not per message: the
+		// stream can carry hundreds of thousands of messages a second.
 		now := time.Now()
-		idle := c.idle()
-		// While caught-up is awaited and nothing is pending, ask the server
-		// for its position often, so we learn the WAL it has fully sent.
-		wantReply := c.opts.StopAt != 0 && idle && c.opts.Acker.Pending() == 0 && c.sentFlush < c.opts.StopAt
-		if forceStatus || now.Sub(c.lastStatus) >= c.opts.StatusInterval ||
-			c.opts.Acker.Flush() > c.sentFlush && now.Sub(c.lastStatus) >= 100*time.Millisecond ||
-			wantReply && now.Sub(c.lastStatus) >= 100*time.Millisecond {
-			if err := c.sendStatus(wantReply); err != nil {
+		if forceStatus || !now.Before(nextCheck) {
+			nextCheck = now.Add(5 * time.Millisecond)
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			forceStatus = false
-			if c.opts.StopAt != 0 && c.sentFlush >= c.opts.StopAt {
-				c.log.Info("caught up", "flushed", c.sentFlush, "target", c.opts.StopAt)
-				return ErrCaughtUp
+			// While caught-up is awaited and nothing is pending, ask the
+			// server for its position often, so we learn the WAL it has sent.
+			wantReply := c.opts.StopAt != 0 && c.idle() && c.sentFlush < c.opts.StopAt && c.opts.Acker.Pending() == 0
+			sinceStatus := now.Sub(c.lastStatus)
+			if forceStatus || sinceStatus >= c.opts.StatusInterval ||
+				sinceStatus >= 100*time.Millisecond && (wantReply || c.opts.Acker.Flush() > c.sentFlush) {
+				if err := c.sendStatus(wantReply); err != nil {
+					return err
+				}
+				forceStatus = false
+				if c.opts.StopAt != 0 && c.sentFlush >= c.opts.StopAt {
+					c.log.Info("caught up", "flushed", c.sentFlush, "target", c.opts.StopAt)
+					return ErrCaughtUp
+				}
 			}
-		}
-		// Bound the wait so that status updates and cancellation are timely.
-		deadline := now.Add(100 * time.Millisecond)
-		if err := netConn.SetReadDeadline(deadline); err != nil {
-			return fmt.Errorf("set read deadline: %w", err)
+			// Bound the wait so that status updates and cancellation are
+			// timely; moving the socket deadline costs, so only when it nears.
+			if deadline.Sub(now) < 50*time.Millisecond {
+				deadline = now.Add(100 * time.Millisecond)
+				if err := netConn.SetReadDeadline(deadline); err != nil {
+					return fmt.Errorf("set read deadline: %w", err)
+				}
+			}
 		}
 		msg, err := c.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) {
+				nextCheck = time.Time{}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q (last position %s): %w", c.opts.Slot, c.received, err)
@@ -450,7 +504,8 @@ func (c *Capture) relation(id uint32) (*change.Relation, error) {
 }
 
 // add hands a change to the queue. When the queue holds capture back (flow
-// control), it keeps the slot's status updates flowing while it waits.
+// control), it keeps the slot's status updates flowing while it waits: the
+// queue's Add is given a context that ends at least every second.
 func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 	top := c.txnXid
 	if c.inStream {
@@ -459,10 +514,14 @@ func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 	c.cChanges.Add(1)
 	c.stats.Add(1, int64(len(ch.Old)+len(ch.New)))
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, time.Second)
+		if c.addCtx == nil || c.addCtx.Err() != nil {
+			if c.addCancel != nil {
+				c.addCancel()
+			}
+			c.addCtx, c.addCancel = context.WithTimeout(ctx, time.Second)
+		}
 		start := time.Now()
-		err := c.opts.Queue.Add(waitCtx, top, ch)
-		cancel()
+		err := c.opts.Queue.Add(c.addCtx, top, ch)
 		if err == nil {
 			return nil
 		}

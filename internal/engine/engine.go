@@ -66,7 +66,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.start = time.Now()
 	// Keep the Go heap near the queue's budget: the budget is the knob the
 	// user sets for memory, the rest is a fixed overhead.
+	// The limit, not GOGC, bounds the heap; a higher GOGC then saves collections.
 	debug.SetMemoryLimit(int64(cfg.Memory) + 48<<20)
+	debug.SetGCPercent(400)
 
 	src, err := connectSource(ctx, cfg.Source)
 	if err != nil {
@@ -93,6 +95,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	createdPub, err := ensurePublication(ctx, src, cfg.Publication, cfg.Tables, e.log)
 	if err != nil {
 		return err
+	}
+	if createdPub {
+		// Recorded at once, so that drop removes it even if this run fails
+		// before the slot exists.
+		if err := target.MarkPublicationCreated(ctx, tgt, cfg.Slot); err != nil {
+			return err
+		}
+		prog.CreatedPublication = true
 	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {
@@ -308,7 +318,10 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 func connectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", err)
+		return nil, fmt.Errorf("source DSN: %w", target.RedactedDSNError(err))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = target.DefaultConnectTimeout
 	}
 	cfg.RuntimeParams["application_name"] = "repstream-admin"
 	conn, err := pgx.ConnectConfig(ctx, cfg)

@@ -101,7 +101,14 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 	})
 	for i := 0; i < min(opts.Workers, len(opts.Tables)); i++ {
 		g.Go(func() error {
-			src, err := pgx.Connect(gctx, opts.SourceDSN)
+			srcCfg, err := pgx.ParseConfig(opts.SourceDSN)
+			if err != nil {
+				return fmt.Errorf("snapshot: source DSN: %w", target.RedactedDSNError(err))
+			}
+			if srcCfg.ConnectTimeout == 0 {
+				srcCfg.ConnectTimeout = target.DefaultConnectTimeout
+			}
+			src, err := pgx.ConnectConfig(gctx, srcCfg)
 			if err != nil {
 				return fmt.Errorf("snapshot: connect to source: %w", err)
 			}
@@ -171,13 +178,22 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (row
 	tag, err := dst.PgConn().CopyFrom(ctx, pr, "COPY "+t.Quoted()+" ("+list+") FROM STDIN")
 	pr.CloseWithError(errors.New("target copy ended"))
 	outErr := <-copyOut
+	// The target's error comes first: when the target's COPY fails, the
+	// source's COPY fails only because its pipe was closed.
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), err)
+	}
 	if outErr != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, outErr)
 	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: write to target: %w", t, err)
-	}
 	return tag.RowsAffected(), counter.n, nil
+}
+
+func targetColumn(err error) string {
+	if c := target.CopyErrorColumn(err); c != "" {
+		return " (column " + c + ")"
+	}
+	return ""
 }
 
 type countingWriter struct {

@@ -4,10 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// DefaultConnectTimeout bounds connection attempts whose DSN sets no
+// connect_timeout: a server that accepts and never answers must not hang us.
+const DefaultConnectTimeout = 15 * time.Second
+
+// RedactedDSNError turns a DSN parse error into one that keeps its cause
+// ("invalid port", "cannot parse URL") but never the DSN (it may hold a
+// password).
+func RedactedDSNError(err error) error {
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return err
+	}
+	msg := pce.Error()
+	// pgconn's message is "cannot parse `<dsn>`: <cause>"; keep the cause.
+	if i := strings.Index(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	} else if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return fmt.Errorf("invalid connection string: %s", msg)
+}
 
 // Connect opens an apply connection to the target. The session runs with
 // session_replication_role = replica (triggers and foreign-key checks off, as
@@ -21,12 +45,10 @@ import (
 func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		cause := "invalid connection string"
-		var pce *pgconn.ParseConfigError
-		if errors.As(err, &pce) && pce.Unwrap() != nil {
-			cause += ": " + pce.Unwrap().Error()
-		}
-		return nil, fmt.Errorf("connect to target: %s", cause)
+		return nil, fmt.Errorf("connect to target: %w", RedactedDSNError(err))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	where := fmt.Sprintf("host=%s port=%d dbname=%s", cfg.Host, cfg.Port, cfg.Database)
 	rp := cfg.RuntimeParams

@@ -138,6 +138,19 @@ ON CONFLICT (slot) DO UPDATE SET low_lsn = excluded.low_lsn, snapshot = excluded
 	return nil
 }
 
+// MarkPublicationCreated records that repstream created the slot's
+// publication (so that drop removes it), creating the progress row if needed
+// without touching an existing position.
+func MarkPublicationCreated(ctx context.Context, conn *pgx.Conn, slot string) error {
+	_, err := conn.Exec(ctx, `INSERT INTO repstream.progress (slot, low_lsn, snapshot, created_publication, updated_at)
+VALUES ($1, '0/0', '', true, now())
+ON CONFLICT (slot) DO UPDATE SET created_publication = true, updated_at = now()`, slot)
+	if err != nil {
+		return fmt.Errorf("record publication of slot %q: %w", slot, err)
+	}
+	return nil
+}
+
 // SetSnapshot records the initial-copy snapshot name of the slot ("" when the
 // copy is complete).
 func SetSnapshot(ctx context.Context, conn *pgx.Conn, slot, snapshot string) error {

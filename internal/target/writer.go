@@ -500,11 +500,42 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		if line := copyErrorLine(err); line >= 1 && line <= n {
 			lsn = lsns[line-1]
 		}
-		return fmt.Errorf("apply insert to %s at %s: %w", tb.plan.rel, lsn, err)
+		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
 	}
 	w.copyRows.Add(int64(n))
 	w.flushes.Add(1)
 	return nil
+}
+
+// CopyErrorColumn returns the column a COPY error's context names
+// ("COPY t, line N, column c: value"), or "".
+func CopyErrorColumn(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	for _, ln := range strings.Split(pgErr.Where, "\n") {
+		if !strings.HasPrefix(ln, "COPY ") {
+			continue
+		}
+		i := strings.Index(ln, ", column ")
+		if i < 0 {
+			continue
+		}
+		col := ln[i+len(", column "):]
+		if k := strings.Index(col, ": "); k >= 0 {
+			col = col[:k]
+		}
+		return col
+	}
+	return ""
+}
+
+func columnSuffix(err error) string {
+	if c := CopyErrorColumn(err); c != "" {
+		return ", column " + c
+	}
+	return ""
 }
 
 // copyErrorLine extracts N from a COPY error's context line

@@ -1,0 +1,49 @@
+package capture
+
+import (
+	"io"
+	"time"
+)
+
+// coalescingReader sits under the replication connection's read buffer.
+// While the stream is busy — several small reads in a row, each soon after
+// the previous one — it waits a fraction of a millisecond before the next
+// read so that the kernel can gather more data: one system call and one
+// scheduler round trip then carry hundreds of messages instead of a few. At
+// low rates (a read that waited, or a large read) it never waits, so it adds
+// no latency to a quiet stream.
+type coalescingReader struct {
+	r        io.Reader
+	nap      time.Duration
+	small    int       // consecutive small reads
+	lastRead time.Time // when the last read returned
+	sleep    func(time.Duration)
+	now      func() time.Time
+}
+
+const (
+	coalesceSmall = 16 << 10 // a read below this is "small"
+	coalesceAfter = 4        // small reads in a row before napping
+)
+
+func newCoalescingReader(r io.Reader) *coalescingReader {
+	return &coalescingReader{r: r, nap: 300 * time.Microsecond, sleep: time.Sleep, now: time.Now}
+}
+
+func (c *coalescingReader) Read(p []byte) (int, error) {
+	if c.small >= coalesceAfter && c.now().Sub(c.lastRead) < c.nap {
+		c.sleep(c.nap)
+	}
+	n, err := c.r.Read(p)
+	end := c.now()
+	// Little data soon after the previous read (our nap included) means the
+	// sender is busy and we are faster than it; a read that came long after
+	// the previous one, or that blocked, means the stream is quiet.
+	if n > 0 && n < coalesceSmall && end.Sub(c.lastRead) < 3*c.nap {
+		c.small++
+	} else {
+		c.small = 0
+	}
+	c.lastRead = end
+	return n, err
+}

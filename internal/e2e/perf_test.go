@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// TestPerfBacklog is a profiling aid, not a benchmark of record (that is
+// `repstream bench`): it loads REPSTREAM_PERF rows in 100-row transactions
+// with replication stopped, then times repstream's catch-up in-process and
+// writes a CPU profile to REPSTREAM_PERF_PROFILE if set.
+//
+//	REPSTREAM_PERF=1000000 REPSTREAM_PERF_PROFILE=/tmp/cpu.out go test -run TestPerfBacklog -v ./internal/e2e
+func TestPerfBacklog(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF"))
+	if n == 0 {
+		t.Skip("set REPSTREAM_PERF=<rows> to run")
+	}
+	e := newEnv(t)
+	e.both(`CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
+		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`)
+	cfg := e.config("public.conditions")
+	cfg.Memory = 256 << 20
+	if p, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_PARALLELISM")); p > 0 {
+		cfg.ApplyParallelism = p
+	}
+	e.catchUp(cfg)
+	// Native replication's slot exists before the load too, so both systems
+	// catch up the same backlog.
+	e.srcExec(`SELECT pg_create_logical_replication_slot('native_' || $1::text, 'pgoutput')`, cfg.Slot)
+	start := time.Now()
+	e.srcExec(`CREATE PROCEDURE load(n int) LANGUAGE plpgsql AS $$
+		BEGIN FOR i IN 0..(n/100 - 1) LOOP
+			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
+			FROM generate_series(i * 100 + 1, i * 100 + 100) g;
+			COMMIT;
+		END LOOP; END $$`)
+	e.srcExec(`CALL load($1)`, n)
+	t.Logf("loaded %d rows in %d-row transactions in %s", n, 100, time.Since(start).Round(time.Millisecond))
+	if p := os.Getenv("REPSTREAM_PERF_PROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	reg := stats.NewRegistry()
+	cfg.UntilCaughtUp = true
+	start = time.Now()
+	if err := engine.New(cfg, testLogger(t), reg).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d := time.Since(start)
+	t.Logf("repstream caught up %d rows in %s: %.0f rows/s (parallelism %d)", n, d.Round(time.Millisecond), float64(n)/d.Seconds(), cfg.ApplyParallelism)
+	for _, r := range stats.Rates(stats.Snapshot{}, reg.Snapshot()) {
+		t.Log(r.String())
+	}
+	e.assertSame("conditions", "id")
+	rsTime := d
+
+	// Native: a subscription on a second target database, same publication.
+	ndb := pgtest.NewDB(t, e.tgt)
+	nconn, err := pgx.Connect(context.Background(), e.tgt.DSN(ndb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nconn.Close(context.Background())
+	if _, err := nconn.Exec(context.Background(), `CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
+		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var endLSN string
+	if err := e.Src.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&endLSN); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := nconn.Exec(context.Background(), fmt.Sprintf(`CREATE SUBSCRIPTION native_sub CONNECTION '%s' PUBLICATION %s
+		WITH (create_slot = false, slot_name = 'native_%s', copy_data = false, streaming = on)`, e.src.DSN(e.srcDB), cfg.Slot, cfg.Slot)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var done bool
+		if err := e.Src.QueryRow(context.Background(), `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = 'native_' || $2::text`,
+			endLSN, cfg.Slot).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	nd := time.Since(start)
+	var cnt int64
+	_ = nconn.QueryRow(context.Background(), "SELECT count(*) FROM conditions").Scan(&cnt)
+	t.Logf("native caught up %d rows (target has %d) in %s: %.0f rows/s; repstream/native time ratio %.2f",
+		n, cnt, nd.Round(time.Millisecond), float64(n)/nd.Seconds(), rsTime.Seconds()/nd.Seconds())
+	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub DISABLE")
+	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub SET (slot_name = NONE)")
+	_, _ = nconn.Exec(context.Background(), "DROP SUBSCRIPTION native_sub")
+}
