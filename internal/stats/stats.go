@@ -154,8 +154,11 @@ func (c *Component) SetState(s State) {
 	if s < 0 || s >= numStates {
 		s = Busy
 	}
-	now := c.now()
+	// The clock is read under the lock: a snapshot taken between reading it
+	// and taking the lock would otherwise count time this call then records
+	// as shorter, and state times would appear to go backwards.
 	c.stateMu.Lock()
+	now := c.now()
 	if d := now.Sub(c.since); d > 0 {
 		c.spent[c.state] += d
 		c.since = now
@@ -264,6 +267,9 @@ func (c *Component) snapshot(now time.Time) ComponentSnapshot {
 	c.stateMu.Lock()
 	spent := c.spent
 	state := c.state
+	if n := c.now(); n.After(now) {
+		now = n // never count less than a SetState that ran after the snapshot began
+	}
 	if d := now.Sub(c.since); d > 0 {
 		spent[state] += d
 	}
