@@ -34,6 +34,13 @@ unit:
 integration:
 	$(GO) test -count=1 -timeout 20m ./...
 
+# A quick pass of every seed workload (repstream and native side by side, real
+# fsync), then the summary table; reports in bench-out/<workload>/.
+BENCH_SCALE ?= 0.05
+bench: postgres build
+	./$(BIN) bench conditions pedestals pedestals-blob batch single-row unrelated fly dbl \
+		--scale $(BENCH_SCALE) --out bench-out --quiet
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
