@@ -41,6 +41,18 @@ type Options struct {
 	Watermark *Watermark
 	Stats     *stats.Registry
 	Logger    *slog.Logger
+
+	// NewWriter opens worker id's writer; nil means a target.Writer on a new
+	// connection to TargetDSN. Tests inject fakes here.
+	NewWriter func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error)
+}
+
+// Writer applies one target transaction at a time (target.Writer).
+type Writer interface {
+	Begin(ctx context.Context) error
+	Write(ctx context.Context, c *change.Change) error
+	Commit(ctx context.Context, applied []change.LSN) error
+	Rollback(ctx context.Context) error
 }
 
 // keyedLimit is the size above which a transaction is not scanned for its
@@ -75,8 +87,22 @@ type Applier struct {
 
 // New validates options.
 func New(opts Options) (*Applier, error) {
-	if opts.Watermark == nil || opts.TargetDSN == "" {
+	if opts.Watermark == nil || opts.TargetDSN == "" && opts.NewWriter == nil {
 		return nil, errors.New("apply: watermark and target DSN are required")
+	}
+	if opts.NewWriter == nil {
+		opts.NewWriter = func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error) {
+			conn, err := target.Connect(ctx, opts.TargetDSN, "repstream-apply."+strconv.Itoa(id))
+			if err != nil {
+				return nil, nil, err
+			}
+			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id)})
+			return w, func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_ = conn.Close(cctx)
+			}, nil
+		}
 	}
 	if opts.Parallelism < 1 {
 		opts.Parallelism = 1
@@ -239,24 +265,18 @@ func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracke
 type worker struct {
 	a      *Applier
 	id     int
-	w      *target.Writer
+	w      Writer
 	closer func()
 	stats  *stats.Component
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
-	name := "apply." + strconv.Itoa(id)
-	conn, err := target.Connect(ctx, a.opts.TargetDSN, "repstream-"+name)
+	st := a.opts.Stats.Component("apply." + strconv.Itoa(id))
+	w, closer, err := a.opts.NewWriter(ctx, id, st)
 	if err != nil {
 		return nil, err
 	}
-	st := a.opts.Stats.Component(name)
-	w := target.NewWriter(conn, target.WriterOptions{Slot: a.opts.Slot, Stats: st, Logger: a.log.With("worker", id)})
-	return &worker{a: a, id: id, w: w, stats: st, closer: func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}}, nil
+	return &worker{a: a, id: id, w: w, stats: st, closer: closer}, nil
 }
 
 func (w *worker) close() { w.closer() }

@@ -1,0 +1,242 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+var (
+	relKV = &change.Relation{ID: 1, Namespace: "public", Name: "kv", ReplicaIdentity: change.IdentityDefault,
+		Columns: []change.Column{{Name: "k", Key: true}, {Name: "v"}}}
+	relFull = &change.Relation{ID: 2, Namespace: "public", Name: "full", ReplicaIdentity: change.IdentityFull,
+		Columns: []change.Column{{Name: "a"}, {Name: "b"}}}
+)
+
+// simTxn is one generated source transaction: the keys it writes, or a barrier.
+type simTxn struct {
+	end     change.LSN
+	keys    []int
+	barrier bool
+}
+
+func (t simTxn) conflicts(o simTxn) bool {
+	if t.barrier || o.barrier {
+		return true
+	}
+	for _, a := range t.keys {
+		for _, b := range o.keys {
+			if a == b {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func tuple(vals ...string) change.Tuple {
+	kinds := make([]byte, len(vals))
+	bs := make([][]byte, len(vals))
+	for i, v := range vals {
+		kinds[i] = change.KindText
+		bs[i] = []byte(v)
+	}
+	return change.AppendTuple(nil, kinds, bs)
+}
+
+// fakeApply is the world the workers write to: it records when each source
+// transaction (identified by its end LSN) starts executing and commits, and
+// checks the ordering rules at those moments.
+type fakeApply struct {
+	t       *testing.T
+	txns    []simTxn
+	index   map[change.LSN]int
+	r       *rand.Rand
+	full    bool
+	wm      *Watermark
+	mu      sync.Mutex
+	commits []change.LSN        // commit order
+	done    map[change.LSN]bool // committed
+	errs    []string
+}
+
+func (f *fakeApply) failf(format string, args ...any) {
+	f.errs = append(f.errs, fmt.Sprintf(format, args...))
+}
+
+// depsCommitted checks that every earlier conflicting transaction committed
+// or runs earlier in the same target transaction (inGroup).
+func (f *fakeApply) depsCommitted(end change.LSN, when string, inGroup map[change.LSN]bool) {
+	i := f.index[end]
+	for j := 0; j < i; j++ {
+		if f.txns[j].conflicts(f.txns[i]) && !f.done[f.txns[j].end] && !inGroup[f.txns[j].end] {
+			f.failf("txn %d %s before txn %d it depends on committed", i, when, j)
+		}
+	}
+}
+
+type fakeWriter struct {
+	f       *fakeApply
+	started map[change.LSN]bool
+}
+
+func (w *fakeWriter) Begin(context.Context) error {
+	w.started = map[change.LSN]bool{}
+	return nil
+}
+
+func (w *fakeWriter) Write(_ context.Context, c *change.Change) error {
+	end := c.LSN + 1 // the generator puts each change at its txn's end - 1
+	if !w.started[end] {
+		w.f.mu.Lock()
+		w.f.depsCommitted(end, "started", w.started)
+		w.f.mu.Unlock()
+		w.started[end] = true
+	}
+	return nil
+}
+
+func (w *fakeWriter) Commit(_ context.Context, applied []change.LSN) error {
+	w.f.mu.Lock()
+	d := time.Duration(w.f.r.IntN(300)) * time.Microsecond
+	w.f.mu.Unlock()
+	time.Sleep(d) // shuffle the workers
+	w.f.mu.Lock()
+	defer w.f.mu.Unlock()
+	group := map[change.LSN]bool{}
+	for _, end := range applied {
+		w.f.depsCommitted(end, "committed", group)
+		group[end] = true
+		if low := w.f.wm.Low(); low >= end {
+			w.f.failf("watermark %s passed txn %s before it committed", low, end)
+		}
+		w.f.done[end] = true
+		w.f.commits = append(w.f.commits, end)
+	}
+	return nil
+}
+
+func (w *fakeWriter) Rollback(context.Context) error { return nil }
+
+// TestApplierOrdering runs the real coordinator and workers over randomized
+// transaction mixes with fake writers: no transaction starts or commits
+// before one it depends on, commit order "full" is source order, the
+// watermark never passes an unapplied transaction, and every transaction is
+// applied exactly once.
+func TestApplierOrdering(t *testing.T) {
+	modes := []struct {
+		parallelism int
+		order       string
+	}{{1, "full"}, {4, "full"}, {4, "dependent"}, {8, "dependent"}}
+	for _, mode := range modes {
+		for seed := uint64(1); seed <= 8; seed++ {
+			t.Run(fmt.Sprintf("p%d-%s-seed%d", mode.parallelism, mode.order, seed), func(t *testing.T) {
+				t.Parallel()
+				runOrdering(t, seed, mode.parallelism, mode.order)
+			})
+		}
+	}
+}
+
+func runOrdering(t *testing.T, seed uint64, parallelism int, order string) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	n := 300 + r.IntN(300)
+	keyspace := 5 + r.IntN(40)
+	txns := make([]simTxn, n)
+	index := map[change.LSN]int{}
+	for i := range txns {
+		txns[i].end = change.LSN(1000 * (i + 1))
+		index[txns[i].end] = i
+		if r.IntN(40) == 0 {
+			txns[i].barrier = true
+			continue
+		}
+		for k := 0; k < 1+r.IntN(4); k++ {
+			txns[i].keys = append(txns[i].keys, r.IntN(keyspace))
+		}
+	}
+	wm := NewWatermark(0)
+	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(seed, 9)), full: order == "full", wm: wm, done: map[change.LSN]bool{}}
+	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	a, err := New(Options{
+		Slot: "test", Parallelism: parallelism, CommitOrder: order,
+		GroupMaxTxns: 1 + r.IntN(8), GroupMaxBytes: 1 << 20, Watermark: wm, Stats: stats.NewRegistry(),
+		NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
+			return &fakeWriter{f: f}, func() {}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx, q) }()
+
+	// Produce, as capture does: register in commit order, then commit.
+	for i, tx := range txns {
+		xid := uint32(i + 1)
+		q.Begin(xid)
+		if tx.barrier {
+			c := &change.Change{Op: change.OpInsert, LSN: tx.end - 1, Rel: relFull, New: tuple("1", "x")}
+			if err := q.Add(ctx, xid, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range tx.keys {
+			c := &change.Change{Op: change.OpUpdate, LSN: tx.end - 1, Rel: relKV, New: tuple(strconv.Itoa(k), "v")}
+			if err := q.Add(ctx, xid, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wm.Register(tx.end)
+		if err := q.Commit(change.TxnInfo{Xid: xid, CommitLSN: tx.end - 1, EndLSN: tx.end}); err != nil {
+			t.Fatal(err)
+		}
+		if r.IntN(10) == 0 {
+			time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
+		}
+	}
+	last := txns[n-1].end
+	for wm.Low() < last {
+		select {
+		case err := <-runErr:
+			t.Fatalf("applier stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("timed out: watermark %s of %s", wm.Low(), last)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.errs[:min(len(f.errs), 5)] {
+		t.Error(e)
+	}
+	if len(f.commits) != n {
+		t.Fatalf("%d commits for %d transactions", len(f.commits), n)
+	}
+	if f.full {
+		for i, end := range f.commits {
+			if end != txns[i].end {
+				t.Fatalf("commit order full: commit %d is txn %s, want %s", i, end, txns[i].end)
+			}
+		}
+	}
+}
