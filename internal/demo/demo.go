@@ -94,8 +94,8 @@ func Run(ctx context.Context, o Options) error {
 	engErr := make(chan error, 1)
 	go func() { engErr <- eng.Run(engCtx) }()
 
-	fmt.Fprintf(out, "  replicating %d existing rows (initial copy) and %d new rows in %d-row transactions, live ...\n",
-		o.Rows/10, o.Rows-o.Rows/10, o.Rows/o.TxnRows)
+	fmt.Fprintf(out, "  replicating %d existing rows (initial copy) and %d new rows in %d transactions of %d rows, live ...\n",
+		o.Rows/10, o.Rows-o.Rows/10, (o.Rows-o.Rows/10)/o.TxnRows, o.TxnRows)
 	g, gctx := errgroup.WithContext(ctx)
 	loadDone := make(chan struct{})
 	g.Go(func() error {
