@@ -29,6 +29,7 @@
 // time and peak RSS come from the kernel, and its per-component stats are
 // polled from its --http /status endpoint once a second. PostgreSQL process
 // CPU comes from /proc/<pid>/stat (walsender: the slot's active_pid; native
-// apply worker: pg_stat_subscription.pid; target backends: pg_stat_activity of
-// the target database). The report schema is documented in REPORT.md.
+// apply worker: the target database's "logical replication worker" backends;
+// target backends: every other backend of the target database in
+// pg_stat_activity, except the bench's own connections). The report schema is documented in REPORT.md.
 package bench
