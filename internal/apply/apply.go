@@ -42,16 +42,27 @@ type Options struct {
 	Stats     *stats.Registry
 	Logger    *slog.Logger
 
+	// Eager, if set, applies large streamed transactions before they commit;
+	// the coordinator commits them at their position in commit order.
+	Eager *Eager
+
 	// NewWriter opens worker id's writer; nil means a target.Writer on a new
 	// connection to TargetDSN. Tests inject fakes here.
 	NewWriter func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error)
+
+	// FlushedLSN reads the target's pg_current_wal_flush_lsn(); nil means a
+	// connection to TargetDSN. Transactions become Done in the watermark only
+	// once the target's WAL is flushed past their commit.
+	FlushedLSN func(ctx context.Context) (change.LSN, error)
 }
 
 // Writer applies one target transaction at a time (target.Writer).
 type Writer interface {
 	Begin(ctx context.Context) error
 	Write(ctx context.Context, c *change.Change) error
-	Commit(ctx context.Context, applied []change.LSN) error
+	// CommitLSN commits, recording the applied source transactions, and
+	// returns a target WAL position at or after the commit (0: durable now).
+	CommitLSN(ctx context.Context, applied []change.LSN) (change.LSN, error)
 	Rollback(ctx context.Context) error
 }
 
@@ -67,6 +78,7 @@ type group struct {
 	bytes     int64
 	deps      []uint64
 	allBefore bool
+	eager     bool // the transaction was applied by Eager: only its commit is left
 }
 
 // Applier runs the coordinator and the workers.
@@ -83,6 +95,7 @@ type Applier struct {
 	log     *slog.Logger
 	commits *commitLog
 	coord   *stats.Component
+	durable *durability
 }
 
 // New validates options.
@@ -95,6 +108,10 @@ func New(opts Options) (*Applier, error) {
 			conn, err := target.Connect(ctx, opts.TargetDSN, "repstream-apply."+strconv.Itoa(id))
 			if err != nil {
 				return nil, nil, err
+			}
+			if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+				conn.Close(context.Background())
+				return nil, nil, fmt.Errorf("apply worker %d: %w", id, err)
 			}
 			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id)})
 			return w, func() {
@@ -122,17 +139,34 @@ func New(opts Options) (*Applier, error) {
 	if opts.Stats == nil {
 		opts.Stats = stats.NewRegistry()
 	}
-	return &Applier{
+	a := &Applier{
 		opts:    opts,
 		log:     opts.Logger.With("component", "apply"),
 		commits: newCommitLog(),
 		coord:   opts.Stats.Component("coordinator"),
-	}, nil
+	}
+	a.durable = newDurability(opts.Watermark, opts.FlushedLSN, a.coord)
+	return a, nil
 }
 
 // Run applies until ctx ends or an error occurs.
 func (a *Applier) Run(ctx context.Context, src Source) error {
 	g, ctx := errgroup.WithContext(ctx)
+	if a.durable.flushed == nil && a.opts.TargetDSN != "" {
+		conn, err := target.Connect(ctx, a.opts.TargetDSN, "repstream-flush")
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		a.durable.flushed = func(ctx context.Context) (change.LSN, error) {
+			var s string
+			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&s); err != nil {
+				return 0, fmt.Errorf("read the target's flushed WAL position: %w", err)
+			}
+			return change.ParseLSN(s)
+		}
+	}
+	g.Go(func() error { return a.durable.run(ctx) })
 	work := make(chan *group, a.opts.Parallelism)
 	for i := 0; i < a.opts.Parallelism; i++ {
 		w, err := a.newWorker(ctx, i)
@@ -168,6 +202,14 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 			return err
 		}
 		a.coord.SetState(stats.Busy)
+		if a.eagerOwns(txn) {
+			seq++
+			g := &group{seq: seq, txns: []*queue.Txn{txn}, eager: true}
+			if err := a.dispatch(ctx, work, tracker, g, nil, true, cBarriers, gInFlight); err != nil {
+				return err
+			}
+			continue
+		}
 		if a.opts.Applied(txn.Info.EndLSN) {
 			a.skip(txn, cSkipped)
 			continue
@@ -185,6 +227,15 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 		for keyed && len(g.txns) < a.opts.GroupMaxTxns && g.bytes < a.opts.GroupMaxBytes {
 			next, ok := src.TryNext()
 			if !ok {
+				break
+			}
+			if a.eagerOwns(next) {
+				if err := a.dispatch(ctx, work, tracker, g, keys, false, cBarriers, gInFlight); err != nil {
+					return err
+				}
+				seq++
+				g = &group{seq: seq, txns: []*queue.Txn{next}, eager: true}
+				keys, keyed = keys[:0], false
 				break
 			}
 			if a.opts.Applied(next.Info.EndLSN) {
@@ -216,6 +267,10 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 			return err
 		}
 	}
+}
+
+func (a *Applier) eagerOwns(txn *queue.Txn) bool {
+	return a.opts.Eager != nil && txn.Info.Streamed && a.opts.Eager.Owns(txn.Info.Xid)
 }
 
 func (a *Applier) skip(txn *queue.Txn, skipped *atomic.Int64) {
@@ -304,45 +359,52 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		for _, t := range g.txns {
 			ends = append(ends, t.Info.EndLSN)
 		}
-		if err := w.apply(ctx, g, full, ends); err != nil {
+		lsn, err := w.apply(ctx, g, full, ends)
+		if err != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = w.w.Rollback(rctx)
 			cancel()
 			return err
 		}
+		// Visible now: dependants may start. Durable (and so acknowledged)
+		// once the target's WAL is flushed past lsn.
 		w.a.commits.markDone(g.seq)
+		w.a.durable.add(lsn, ends)
 		for _, t := range g.txns {
-			w.a.opts.Watermark.Done(t.Info.EndLSN)
 			t.Release()
 		}
-		w.stats.AddTxns(int64(len(g.txns)))
 	}
 }
 
-func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.LSN) error {
+func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.LSN) (change.LSN, error) {
+	if g.eager {
+		// Every earlier group has committed (the group is a barrier).
+		return w.a.opts.Eager.Commit(ctx, g.txns[0].Info)
+	}
 	if err := w.w.Begin(ctx); err != nil {
-		return fmt.Errorf("apply worker %d: begin: %w", w.id, err)
+		return 0, fmt.Errorf("apply worker %d: begin: %w", w.id, err)
 	}
 	for _, t := range g.txns {
 		for c, err := range t.Changes() {
 			if err != nil {
-				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
+				return 0, fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
 			}
 			if err := w.w.Write(ctx, c); err != nil {
-				return fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
+				return 0, fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
 			}
 		}
 	}
 	if full && g.seq > 1 {
 		w.stats.SetState(stats.Waiting)
 		if err := w.a.commits.wait(ctx, g.seq, nil, true); err != nil {
-			return err
+			return 0, err
 		}
 		w.stats.SetState(stats.Busy)
 	}
-	if err := w.w.Commit(ctx, ends); err != nil {
+	lsn, err := w.w.CommitLSN(ctx, ends)
+	if err != nil {
 		first := g.txns[0].Info
-		return fmt.Errorf("commit %d transaction(s) from end %s: %w", len(g.txns), first.EndLSN, err)
+		return 0, fmt.Errorf("commit %d transaction(s) from end %s: %w", len(g.txns), first.EndLSN, err)
 	}
-	return nil
+	return lsn, nil
 }

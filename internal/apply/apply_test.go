@@ -105,7 +105,7 @@ func (w *fakeWriter) Write(_ context.Context, c *change.Change) error {
 	return nil
 }
 
-func (w *fakeWriter) Commit(_ context.Context, applied []change.LSN) error {
+func (w *fakeWriter) CommitLSN(_ context.Context, applied []change.LSN) (change.LSN, error) {
 	w.f.mu.Lock()
 	d := time.Duration(w.f.r.IntN(300)) * time.Microsecond
 	w.f.mu.Unlock()
@@ -122,7 +122,7 @@ func (w *fakeWriter) Commit(_ context.Context, applied []change.LSN) error {
 		w.f.done[end] = true
 		w.f.commits = append(w.f.commits, end)
 	}
-	return nil
+	return 0, nil
 }
 
 func (w *fakeWriter) Rollback(context.Context) error { return nil }

@@ -38,6 +38,16 @@ type Queue interface {
 	Abort(xid, subxid uint32) error
 }
 
+// Eager applies large streamed transactions while they are in progress
+// (apply.Eager). Every call is safe to retry after a ctx deadline: it either
+// happened or did not.
+type Eager interface {
+	TryTake(ctx context.Context, xid uint32, processed, waitFor change.LSN) (bool, error)
+	Chunk(ctx context.Context, xid uint32, waitFor change.LSN) error
+	Add(ctx context.Context, xid uint32, c *change.Change) error
+	Abort(ctx context.Context, xid, subxid uint32) error
+}
+
 // Acker is the progress capture reports to and acknowledges from (apply.Watermark).
 type Acker interface {
 	Register(end change.LSN)
@@ -65,6 +75,7 @@ type Options struct {
 
 	Queue  Queue
 	Acker  Acker
+	Eager  Eager // optional
 	Stats  *stats.Registry
 	Logger *slog.Logger
 }
@@ -89,6 +100,9 @@ type Capture struct {
 	txnXid     uint32 // open non-streamed transaction, valid while inTxn
 	inTxn      bool
 	openStream map[uint32]bool // streamed transactions started and not yet committed/aborted
+	queuedXid  map[uint32]bool // streamed transactions that go to the queue (not eager)
+	eagerXid   uint32          // the streamed transaction applied eagerly, 0 if none
+	lastCommit change.LSN      // end LSN of the last transaction committed
 	received   change.LSN      // highest WAL position received
 	sentFlush  change.LSN
 	lastStatus time.Time
@@ -120,6 +134,7 @@ func New(opts Options) (*Capture, error) {
 		rels:       map[uint32]*change.Relation{},
 		streamRels: map[uint32]map[uint32]*change.Relation{},
 		openStream: map[uint32]bool{},
+		queuedXid:  map[uint32]bool{},
 		sentFlush:  opts.InitialFlush,
 	}
 	c.cMessages = c.stats.Counter("messages")
@@ -428,6 +443,10 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 	case pgoutput.MsgStreamStart:
 		c.inStream, c.streamXid = true, m.Xid
 		c.openStream[m.Xid] = true
+		if m.Xid == c.eagerXid {
+			waitFor := c.lastCommit
+			return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Chunk(ctx, m.Xid, waitFor) })
+		}
 	case pgoutput.MsgStreamStop:
 		c.inStream = false
 	case pgoutput.MsgStreamCommit:
@@ -443,13 +462,27 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		}
 		delete(c.openStream, m.Xid)
 		delete(c.streamRels, m.Xid)
+		delete(c.queuedXid, m.Xid)
+		if m.Xid == c.eagerXid {
+			c.eagerXid = 0 // apply commits it at its position in commit order
+		}
 	case pgoutput.MsgStreamAbort:
-		if err := c.opts.Queue.Abort(m.Xid, m.SubXid); err != nil {
+		whole := m.SubXid == 0 || m.SubXid == m.Xid
+		if m.Xid == c.eagerXid {
+			xid, sub := m.Xid, m.SubXid
+			if err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Abort(ctx, xid, sub) }); err != nil {
+				return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
+			}
+			if whole {
+				c.eagerXid = 0
+			}
+		} else if err := c.opts.Queue.Abort(m.Xid, m.SubXid); err != nil {
 			return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
 		}
-		if m.SubXid == 0 || m.SubXid == m.Xid {
+		if whole {
 			delete(c.openStream, m.Xid)
 			delete(c.streamRels, m.Xid)
+			delete(c.queuedXid, m.Xid)
 		}
 	case pgoutput.MsgRelation:
 		if c.inStream {
@@ -503,9 +536,9 @@ func (c *Capture) relation(id uint32) (*change.Relation, error) {
 	return nil, fmt.Errorf("change for relation OID %d that was never described by a Relation message", id)
 }
 
-// add hands a change to the queue. When the queue holds capture back (flow
-// control), it keeps the slot's status updates flowing while it waits: the
-// queue's Add is given a context that ends at least every second.
+// add hands a change to the queue — or, for the streamed transaction applied
+// eagerly, to Eager. A streamed transaction is offered to Eager at its first
+// change.
 func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 	top := c.txnXid
 	if c.inStream {
@@ -513,6 +546,35 @@ func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 	}
 	c.cChanges.Add(1)
 	c.stats.Add(1, int64(len(ch.Old)+len(ch.New)))
+	if c.inStream && c.opts.Eager != nil {
+		if top != c.eagerXid && c.eagerXid == 0 && !c.queuedXid[top] {
+			// c.received: the walsender has processed the WAL up to here, so
+			// this chunk belongs to a transaction that ends beyond it.
+			taken, err := c.opts.Eager.TryTake(ctx, top, c.received, c.lastCommit)
+			if err != nil {
+				return err
+			}
+			if taken {
+				c.eagerXid = top
+			} else {
+				c.queuedXid[top] = true
+			}
+		}
+		if top == c.eagerXid {
+			return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Add(ctx, top, ch) })
+		}
+	}
+	err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Queue.Add(ctx, top, ch) })
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("queue change of %s at %s: %w", relName(ch), ch.LSN, err)
+	}
+	return err
+}
+
+// blocking runs f, which may block in flow control, with a context that ends
+// at least every second, so that the slot's status updates keep flowing while
+// it waits; f is retried until it succeeds or fails otherwise.
+func (c *Capture) blocking(ctx context.Context, f func(context.Context) error) error {
 	for {
 		if c.addCtx == nil || c.addCtx.Err() != nil {
 			if c.addCancel != nil {
@@ -521,7 +583,7 @@ func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 			c.addCtx, c.addCancel = context.WithTimeout(ctx, time.Second)
 		}
 		start := time.Now()
-		err := c.opts.Queue.Add(c.addCtx, top, ch)
+		err := f(c.addCtx)
 		if err == nil {
 			return nil
 		}
@@ -529,7 +591,7 @@ func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 			return ctx.Err()
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("queue change of %s at %s: %w", relName(ch), ch.LSN, err)
+			return err
 		}
 		c.stats.SetState(stats.Waiting)
 		c.cFlowWaitNs.Add(int64(time.Since(start)))
@@ -554,6 +616,7 @@ func relName(ch *change.Change) string {
 
 func (c *Capture) commit(info change.TxnInfo) error {
 	c.advanceReceived(info.EndLSN)
+	c.lastCommit = info.EndLSN
 	c.opts.Acker.Register(info.EndLSN)
 	c.stats.AddTxns(1)
 	if err := c.opts.Queue.Commit(info); err != nil {

@@ -37,6 +37,7 @@ type Config struct {
 	CommitOrder      string `yaml:"commit_order"`
 	GroupMaxTxns     int    `yaml:"group_max_txns"`
 	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
+	Eager            bool   `yaml:"eager"`
 
 	UntilCaughtUp  bool          `yaml:"until_caught_up"`
 	HTTP           string        `yaml:"http"`
@@ -60,6 +61,7 @@ func Default() Config {
 		CommitOrder:      "full",
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
+		Eager:            true,
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
 		DecodingWorkMem:  "4MB",

@@ -56,38 +56,49 @@ func tail(s string, n int) string {
 }
 
 // TestLargeTransactionSpills replicates one 1,000,000-row transaction with a
-// 64 MiB queue budget: it must spill, the peak RSS must stay within the
-// budget plus a fixed overhead, and spill must cost little more than the
-// changes themselves.
+// 64 MiB queue budget. Through the queue (--eager=false) it must spill, the
+// peak RSS must stay within the budget plus a fixed overhead, and spill must
+// cost little more than the changes themselves. Applied eagerly (the
+// default) it must not spill at all, within the same memory.
 func TestLargeTransactionSpills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1M rows")
 	}
-	e := newEnv(t)
-	e.both(`CREATE TABLE big1m (id bigint PRIMARY KEY, channel int, value float8, label text)`)
-	cfg := e.config("public.big1m")
-	cfg.Memory = 64 << 20
-	cfg.ApplyParallelism = 2
-	e.catchUp(cfg) // create the slot
-	e.srcExec(`INSERT INTO big1m SELECT g, g % 1000, g * 0.5, 'label ' || g FROM generate_series(1, 1000000) g`)
-	log, rss, err := runBinary(t, 5*time.Minute, args(cfg, "--until-caught-up")...)
-	if err != nil {
-		t.Fatalf("repstream: %v\n%s", err, tail(log, 30))
-	}
-	e.assertSame("big1m", "id")
-	spilled := summaryField(t, log, "spilled_bytes")
-	accounted := summaryField(t, log, "spilled_accounted_bytes")
-	changeBytes := summaryField(t, log, "change_bytes")
-	t.Logf("peak RSS %.1f MiB; change bytes %.1f MiB; spilled %.1f MiB written for %.1f MiB of changes (%.2fx)",
-		float64(rss)/(1<<20), changeBytes/(1<<20), spilled/(1<<20), accounted/(1<<20), spilled/max(accounted, 1))
-	if spilled == 0 {
-		t.Fatalf("a 1M-row transaction under --memory 64MiB did not spill")
-	}
-	if limit := int64(64+100) << 20; rss > limit {
-		t.Fatalf("peak RSS %d MiB exceeds the budget plus overhead (%d MiB)", rss>>20, limit>>20)
-	}
-	if spilled > 1.3*accounted {
-		t.Fatalf("spill wrote %.0f bytes for %.0f bytes of changes (> 1.3x)", spilled, accounted)
+	for _, eager := range []bool{false, true} {
+		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
+			e := newEnv(t)
+			e.both(`CREATE TABLE big1m (id bigint PRIMARY KEY, channel int, value float8, label text)`)
+			cfg := e.config("public.big1m")
+			cfg.Memory = 64 << 20
+			cfg.ApplyParallelism = 2
+			e.catchUp(cfg) // create the slot
+			e.srcExec(`INSERT INTO big1m SELECT g, g % 1000, g * 0.5, 'label ' || g FROM generate_series(1, 1000000) g`)
+			log, rss, err := runBinary(t, 5*time.Minute, args(cfg, "--until-caught-up", fmt.Sprintf("--eager=%v", eager))...)
+			if err != nil {
+				t.Fatalf("repstream: %v\n%s", err, tail(log, 30))
+			}
+			e.assertSame("big1m", "id")
+			spilled := summaryField(t, log, "spilled_bytes")
+			accounted := summaryField(t, log, "spilled_accounted_bytes")
+			changeBytes := summaryField(t, log, "change_bytes")
+			t.Logf("peak RSS %.1f MiB; bytes of changes queued %.1f MiB; spilled %.1f MiB written for %.1f MiB of changes (%.2fx)",
+				float64(rss)/(1<<20), changeBytes/(1<<20), spilled/(1<<20), accounted/(1<<20), spilled/max(accounted, 1))
+			if limit := int64(64+100) << 20; rss > limit {
+				t.Fatalf("peak RSS %d MiB exceeds the budget plus overhead (%d MiB)", rss>>20, limit>>20)
+			}
+			if eager {
+				if spilled != 0 {
+					t.Fatalf("applied eagerly, the transaction still spilled %.0f bytes", spilled)
+				}
+				return
+			}
+			if spilled == 0 {
+				t.Fatalf("a 1M-row transaction under --memory 64MiB did not spill")
+			}
+			if spilled > 1.3*accounted {
+				t.Fatalf("spill wrote %.0f bytes for %.0f bytes of changes (> 1.3x)", spilled, accounted)
+			}
+		})
 	}
 }
 
@@ -135,7 +146,7 @@ func TestCrashRecovery(t *testing.T) {
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				err := cmd.Wait()
 				if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-					t.Fatalf("engine ended by itself before the kill (%v):\n%s", err, tail(stderr.String(), 30))
+					t.Fatalf("engine ended by itself before the kill (%v):\n%s", err, tail(stderr.String(), 200))
 				}
 			}
 			stopLoad()

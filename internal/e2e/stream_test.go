@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // TestStreamedTransactions makes the walsender stream large transactions
@@ -114,4 +117,77 @@ func TestRelationFromCommittedStream(t *testing.T) {
 	e.srcExec(`UPDATE r SET v = 'updated' WHERE id = 1`)
 	e.catchUp(cfg)
 	e.assertSame("r", "id")
+}
+
+// TestEagerApply: a large transaction is applied while the source is still
+// streaming it — its rows reach the target's (open) transaction before the
+// source commits — with a rolled-back subtransaction undone by a savepoint,
+// and a streamed transaction aborted at the end rolled back.
+func TestEagerApply(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE big (id int PRIMARY KEY, v text)`)
+	cfg := e.config("public.big")
+	cfg.DecodingWorkMem = "64kB"
+	e.catchUp(cfg)
+	reg := stats.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+
+	conn, err := e.srcConn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", firstLine(sql), err)
+		}
+	}
+	exec(`BEGIN`)
+	exec(`INSERT INTO big SELECT g, repeat('a', 50) FROM generate_series(1, 20000) g`)
+	exec(`SAVEPOINT s`)
+	exec(`INSERT INTO big SELECT g, 'undone' FROM generate_series(20001, 30000) g`)
+	exec(`UPDATE big SET v = 'undone too' WHERE id <= 100`)
+	exec(`ROLLBACK TO SAVEPOINT s`)
+	exec(`INSERT INTO big SELECT g, 'after' FROM generate_series(30001, 40000) g`)
+	// Still uncommitted on the source: the changes must already be applied.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		snap, _ := reg.Snapshot().Component("eager")
+		if snap.Items >= 20000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var st, sb int64
+			_ = e.Src.QueryRow(ctx, `SELECT stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st, &sb)
+			q, _ := reg.Snapshot().Component("queue")
+			c, _ := reg.Snapshot().Component("capture")
+			t.Fatalf("the open transaction's changes were not applied eagerly (eager items %d; walsender streamed %d txns %d bytes; queue %+v; capture %+v)", snap.Items, st, sb, q, c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM big"); n != 0 {
+		t.Fatalf("%d rows visible on the target before the source committed", n)
+	}
+	exec(`COMMIT`)
+	e.waitCaughtUp(cfg.Slot, time.Minute) // one eager transaction at a time
+	// A streamed transaction aborted at the end.
+	exec(`BEGIN`)
+	exec(`INSERT INTO big SELECT g, 'aborted' FROM generate_series(100001, 130000) g`)
+	exec(`ROLLBACK`)
+	exec(`INSERT INTO big VALUES (0, 'after the abort')`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	e.assertSame("big", "id")
+	snap, _ := reg.Snapshot().Component("eager")
+	if snap.Counters["eager_txns"] != 1 || snap.Counters["aborted_txns"] != 1 {
+		t.Fatalf("eager: %d transactions committed, %d aborted; want 1 and 1", snap.Counters["eager_txns"], snap.Counters["aborted_txns"])
+	}
 }

@@ -179,11 +179,37 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
+	var eager *apply.Eager
+	if cfg.Eager {
+		skipBelow := prog.Low
+		for _, a := range prog.Applied {
+			skipBelow = max(skipBelow, a)
+		}
+		eager = apply.NewEager(apply.EagerOptions{
+			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log,
+			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
+				conn, err := target.Connect(ctx, cfg.Target, "repstream-eager")
+				if err != nil {
+					return nil, nil, err
+				}
+				if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+					conn.Close(context.Background())
+					return nil, nil, fmt.Errorf("eager apply: %w", err)
+				}
+				w := target.NewWriter(conn, target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager")})
+				return w, func() { conn.Close(context.Background()) }, nil
+			},
+		})
+	}
+	var captEager capture.Eager
+	if eager != nil {
+		captEager = eager
+	}
 	capt, err := capture.New(capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt,
-		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+		Queue: q, Acker: e.wm, Eager: captEager, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
 		return err
@@ -192,7 +218,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes),
-		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
+		Applied: prog.IsApplied, Watermark: e.wm, Eager: eager, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
 		return err
@@ -203,6 +229,9 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return capt.Run(gctx) })
 	g.Go(func() error { return ap.Run(gctx, q) })
+	if eager != nil {
+		g.Go(func() error { return eager.Run(gctx) })
+	}
 	persisted := prog.Low
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)

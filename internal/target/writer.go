@@ -188,57 +188,77 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 // stay); after a connection error the outcome is unknown and the caller must
 // reload the Progress.
 func (w *Writer) Commit(ctx context.Context, applied []change.LSN) error {
+	_, err := w.CommitLSN(ctx, applied)
+	return err
+}
+
+// CommitLSN is Commit that also returns a WAL position of the target at or
+// after the commit record: with synchronous_commit=off, the transaction is
+// durable once pg_current_wal_flush_lsn() reaches it. The applied record,
+// the COMMIT and the position travel in one round trip.
+func (w *Writer) CommitLSN(ctx context.Context, applied []change.LSN) (change.LSN, error) {
 	if !w.inTxn {
-		return errors.New("commit target transaction: no transaction")
+		return 0, errors.New("commit target transaction: no transaction")
 	}
-	err := w.commit(ctx, applied)
+	lsn, err := w.commit(ctx, applied)
 	if err != nil {
 		if w.inTxn {
 			_ = w.Rollback(ctx) // best effort; the error that matters is err
 		}
-		return err
+		return 0, err
 	}
-	return nil
+	return lsn, nil
 }
 
-func (w *Writer) commit(ctx context.Context, applied []change.LSN) error {
+func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, error) {
 	if w.failed {
-		return errors.New("commit target transaction: a change failed earlier")
+		return 0, errors.New("commit target transaction: a change failed earlier")
 	}
 	if err := w.flushAll(ctx); err != nil {
 		w.failed = true
-		return err
+		return 0, err
 	}
+	b := &pgconn.Batch{}
 	if len(applied) > 0 {
-		b := append(w.lsnText[:0], '{')
+		lt := append(w.lsnText[:0], '{')
 		for i, l := range applied {
 			if i > 0 {
-				b = append(b, ',')
+				lt = append(lt, ',')
 			}
-			b = appendLSN(b, l)
+			lt = appendLSN(lt, l)
 		}
-		b = append(b, '}')
-		w.lsnText = b
-		_, err := w.conn.PgConn().ExecParams(ctx,
-			"INSERT INTO repstream.applied (slot, end_lsn) SELECT $1, unnest($2::pg_lsn[])",
-			[][]byte{[]byte(w.opts.Slot), b}, nil, nil, nil).Close()
-		if err != nil {
-			w.failed = true
-			return fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
+		lt = append(lt, '}')
+		w.lsnText = lt
+		b.ExecParams("INSERT INTO repstream.applied (slot, end_lsn) SELECT $1, unnest($2::pg_lsn[])",
+			[][]byte{[]byte(w.opts.Slot), lt}, nil, nil, nil)
+	}
+	b.ExecParams("COMMIT", nil, nil, nil, nil)
+	b.ExecParams("SELECT pg_current_wal_insert_lsn()::text", nil, nil, nil, nil)
+	res, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	if err != nil {
+		// A statement before COMMIT failed (the server then skips COMMIT and
+		// the transaction stays open, aborted) or COMMIT failed: the caller
+		// rolls back, which is harmless if nothing is open any more.
+		if len(applied) > 0 && len(res) == 0 {
+			return 0, fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
 				len(applied), applied[0], applied[len(applied)-1], w.opts.Slot, err)
 		}
+		return 0, fmt.Errorf("commit target transaction: %w", err)
 	}
-	res, err := w.conn.PgConn().Exec(ctx, "COMMIT").ReadAll()
 	w.inTxn = false
-	if err != nil {
-		return fmt.Errorf("commit target transaction: %w", err)
+	n := len(res)
+	if n < 2 || res[n-2].CommandTag.String() == "ROLLBACK" {
+		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
-	if len(res) == 1 && res[0].CommandTag.String() == "ROLLBACK" {
-		return errors.New("commit target transaction: the server rolled it back")
+	var lsn change.LSN
+	if last := res[n-1]; len(last.Rows) == 1 && len(last.Rows[0]) == 1 {
+		if lsn, err = change.ParseLSN(string(last.Rows[0][0])); err != nil {
+			return 0, fmt.Errorf("commit target transaction: read the WAL position: %w", err)
+		}
 	}
 	w.applied.Add(int64(len(applied)))
 	w.st.AddTxns(int64(len(applied)))
-	return nil
+	return lsn, nil
 }
 
 // Rollback discards buffered changes and rolls the target transaction back.

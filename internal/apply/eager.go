@@ -1,0 +1,316 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// Eager applies a large transaction while the source is still streaming it
+// (pgoutput protocol v2+), in its own target transaction on its own
+// connection, so that little is left to do when it commits.
+//
+// Ordering — why it is safe:
+//   - Before each streamed chunk, Eager waits until every transaction whose
+//     commit the source sent before that chunk is applied on the target (the
+//     watermark). A row the big transaction touches in the chunk may have been
+//     changed by such a transaction; nothing else can conflict, because on the
+//     source the big transaction held its row locks from then on.
+//   - At its commit position it is a barrier for the coordinator: every
+//     earlier group commits first, then the eager transaction commits with its
+//     progress record; every later group waits for it.
+//   - Each subtransaction gets a savepoint at its first change; a
+//     subtransaction abort rolls back to it, a stream abort rolls back all.
+//
+// Exactly once: the target transaction commits with the transaction's end LSN
+// recorded, as any other. After a restart a streamed transaction may already
+// be on the target and its end LSN is only known at commit, so Eager takes
+// only transactions whose first change lies beyond everything the target had
+// recorded as applied (SkipBelow): once the source reports having decoded WAL
+// up to SkipBelow, any transaction it streams afterwards ends beyond it.
+// Others go through the queue.
+//
+// One transaction at a time is applied eagerly; others are queued (and spill)
+// as usual. Capture is the only producer (TryTake, Chunk, Add, Abort); the
+// coordinator's worker calls Commit at the commit position; Run owns the
+// connection and processes the items in order.
+type Eager struct {
+	opts EagerOptions
+	log  *slog.Logger
+	st   *stats.Component
+	in   chan eagerItem
+
+	mu    sync.Mutex
+	owner uint32 // xid being applied eagerly; 0 when free
+	owned map[uint32]bool
+}
+
+// EagerOptions configure Eager.
+type EagerOptions struct {
+	Watermark *Watermark
+	SkipBelow change.LSN // the highest end LSN the target recorded as applied at start
+	NewWriter func(ctx context.Context, st *stats.Component) (EagerWriter, func(), error)
+	Stats     *stats.Registry
+	Logger    *slog.Logger
+	Buffer    int // changes in flight between capture and the eager connection (default 4096)
+}
+
+// EagerWriter is a Writer with savepoints (target.Writer).
+type EagerWriter interface {
+	Writer
+	Savepoint(ctx context.Context, name string) error
+	RollbackToSavepoint(ctx context.Context, name string) error
+}
+
+type eagerKind uint8
+
+const (
+	eagerBegin eagerKind = iota
+	eagerChunk
+	eagerChange
+	eagerAbortSub
+	eagerAbort
+	eagerCommit
+)
+
+type eagerItem struct {
+	kind    eagerKind
+	xid     uint32
+	subxid  uint32
+	waitFor change.LSN
+	c       *change.Change
+	info    change.TxnInfo
+	reply   chan eagerResult
+}
+
+// NewEager validates options.
+func NewEager(opts EagerOptions) *Eager {
+	if opts.Buffer <= 0 {
+		opts.Buffer = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Stats == nil {
+		opts.Stats = stats.NewRegistry()
+	}
+	return &Eager{opts: opts, log: opts.Logger.With("component", "eager"), st: opts.Stats.Component("eager"),
+		in: make(chan eagerItem, opts.Buffer), owned: map[uint32]bool{}}
+}
+
+// TryTake offers a streamed transaction at its first change. It returns true
+// if Eager applies it (then every later item of xid goes to Eager).
+// processed is a WAL position the source reported having decoded before this
+// chunk (so the transaction ends beyond it); waitFor is the end LSN of the
+// last transaction committed before this chunk.
+func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor change.LSN) (bool, error) {
+	e.mu.Lock()
+	// Only when apply has caught up with everything committed before it:
+	// then the transaction's first chunk can start at once (an eager
+	// transaction that waits holds capture back), and after a restart only
+	// beyond what the target may already have.
+	if e.owner != 0 || processed < e.opts.SkipBelow || e.opts.Watermark.Low() < waitFor {
+		e.mu.Unlock()
+		e.log.Debug("streamed transaction goes through the queue", "xid", xid, "processed", processed,
+			"busy", e.owner != 0, "skip_below", e.opts.SkipBelow, "low", e.opts.Watermark.Low(), "wait_for", waitFor)
+		return false, nil
+	}
+	e.owner = xid
+	e.owned[xid] = true
+	e.mu.Unlock()
+	return true, e.send(ctx, eagerItem{kind: eagerBegin, xid: xid, waitFor: waitFor})
+}
+
+// Owns reports whether xid is (or was, until its commit) applied eagerly.
+func (e *Eager) Owns(xid uint32) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.owned[xid]
+}
+
+// Chunk marks the start of a later streamed chunk of the owned transaction.
+func (e *Eager) Chunk(ctx context.Context, xid uint32, waitFor change.LSN) error {
+	return e.send(ctx, eagerItem{kind: eagerChunk, xid: xid, waitFor: waitFor})
+}
+
+// Add hands over one change (Eager owns it from now on). It blocks while the
+// eager connection is behind; ctx bounds the wait (capture retries).
+func (e *Eager) Add(ctx context.Context, xid uint32, c *change.Change) error {
+	return e.send(ctx, eagerItem{kind: eagerChange, xid: xid, c: c})
+}
+
+// Abort undoes a subtransaction (subxid != xid) or the whole transaction.
+func (e *Eager) Abort(ctx context.Context, xid, subxid uint32) error {
+	if subxid != 0 && subxid != xid {
+		return e.send(ctx, eagerItem{kind: eagerAbortSub, xid: xid, subxid: subxid})
+	}
+	if err := e.send(ctx, eagerItem{kind: eagerAbort, xid: xid}); err != nil {
+		return err
+	}
+	e.release(xid)
+	return nil
+}
+
+// Commit commits the eager transaction with its progress record; the caller
+// (an apply worker at the transaction's commit position) has waited for
+// every earlier group.
+func (e *Eager) Commit(ctx context.Context, info change.TxnInfo) (change.LSN, error) {
+	reply := make(chan eagerResult, 1)
+	if err := e.send(ctx, eagerItem{kind: eagerCommit, xid: info.Xid, info: info, reply: reply}); err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-reply:
+		e.release(info.Xid)
+		return r.lsn, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+type eagerResult struct {
+	lsn change.LSN
+	err error
+}
+
+func (e *Eager) release(xid uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.owned, xid)
+	if e.owner == xid {
+		e.owner = 0
+	}
+}
+
+func (e *Eager) send(ctx context.Context, it eagerItem) error {
+	select {
+	case e.in <- it:
+		return nil
+	default:
+	}
+	e.st.Counter("producer_waits").Add(1)
+	select {
+	case e.in <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run owns the eager connection and applies items in order until ctx ends.
+func (e *Eager) Run(ctx context.Context) error {
+	w, closer, err := e.opts.NewWriter(ctx, e.st)
+	if err != nil {
+		return err
+	}
+	defer closer()
+	var (
+		xid       uint32
+		active    bool
+		savepoint []uint32 // subtransactions with a savepoint, oldest first
+		started   time.Time
+		n         int64
+	)
+	fail := func(err error) error {
+		if active {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = w.Rollback(rctx)
+			cancel()
+		}
+		return err
+	}
+	for {
+		e.st.SetState(stats.Idle)
+		var it eagerItem
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case it = <-e.in:
+		}
+		e.st.SetState(stats.Busy)
+		switch it.kind {
+		case eagerBegin:
+			if err := e.waitApplied(ctx, it.waitFor); err != nil {
+				return fail(err)
+			}
+			if err := w.Begin(ctx); err != nil {
+				return fail(fmt.Errorf("eager apply of transaction %d: %w", it.xid, err))
+			}
+			xid, active, savepoint, started, n = it.xid, true, savepoint[:0], time.Now(), 0
+			e.log.Debug("eager apply started", "xid", xid)
+		case eagerChunk:
+			if err := e.waitApplied(ctx, it.waitFor); err != nil {
+				return fail(err)
+			}
+		case eagerChange:
+			c := it.c
+			if c.Xid != 0 && c.Xid != xid && !slices.Contains(savepoint, c.Xid) {
+				if err := w.Savepoint(ctx, savepointName(c.Xid)); err != nil {
+					return fail(fmt.Errorf("eager apply of transaction %d: %w", xid, err))
+				}
+				savepoint = append(savepoint, c.Xid)
+			}
+			if err := w.Write(ctx, c); err != nil {
+				return fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", xid, err))
+			}
+			n++ // the writer counts items and bytes on the same component
+		case eagerAbortSub:
+			if i := slices.Index(savepoint, it.subxid); i >= 0 {
+				if err := w.RollbackToSavepoint(ctx, savepointName(it.subxid)); err != nil {
+					return fail(fmt.Errorf("eager apply of transaction %d: abort subtransaction %d: %w", xid, it.subxid, err))
+				}
+				savepoint = savepoint[:i] // its descendants went with it
+			}
+		case eagerAbort:
+			if err := w.Rollback(ctx); err != nil {
+				return fmt.Errorf("eager apply of transaction %d: roll back: %w", xid, err)
+			}
+			active = false
+			e.st.Counter("aborted_txns").Add(1)
+			e.log.Debug("eager transaction aborted on the source", "xid", xid, "changes", n)
+		case eagerCommit:
+			lsn, err := w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
+			active = false
+			if err != nil {
+				err = fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err)
+				it.reply <- eagerResult{err: err}
+				return err
+			}
+			e.st.Counter("eager_txns").Add(1)
+			e.log.Debug("eager transaction committed", "xid", xid, "changes", n, "elapsed", time.Since(started).Round(time.Millisecond))
+			it.reply <- eagerResult{lsn: lsn}
+		}
+	}
+}
+
+// waitApplied waits until every transaction ending at or before end is
+// applied on the target.
+func (e *Eager) waitApplied(ctx context.Context, end change.LSN) error {
+	if end == 0 {
+		return nil
+	}
+	e.st.SetState(stats.Waiting)
+	for e.opts.Watermark.Low() < end {
+		ch := e.opts.Watermark.Changed()
+		if e.opts.Watermark.Low() >= end {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+	e.st.SetState(stats.Busy)
+	return nil
+}
+
+func savepointName(subxid uint32) string { return "rs_sub_" + strconv.FormatUint(uint64(subxid), 10) }
