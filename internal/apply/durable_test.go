@@ -26,7 +26,7 @@ func TestDurability(t *testing.T) {
 		wm.Register(e)
 	}
 	d.add(500, []change.LSN{10, 20}) // committed at target position 500
-	d.add(0, []change.LSN{30})      // durable at once
+	d.add(0, []change.LSN{30})       // durable at once
 	waitFor := func(want change.LSN) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
