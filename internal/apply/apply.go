@@ -113,6 +113,10 @@ func New(opts Options) (*Applier, error) {
 				conn.Close(context.Background())
 				return nil, nil, fmt.Errorf("apply worker %d: %w", id, err)
 			}
+			if err := target.HoldApplyLock(ctx, conn, opts.Slot); err != nil {
+				conn.Close(context.Background())
+				return nil, nil, err
+			}
 			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id)})
 			return w, func() {
 				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -87,6 +87,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", err)
 	}
+	// A killed previous run's target sessions may still be finishing commits
+	// they received: wait for them before reading what is applied.
+	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, e.log); err != nil {
+		return err
+	}
 	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
 	if err != nil {
 		return fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
@@ -195,6 +200,10 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 				if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
 					conn.Close(context.Background())
 					return nil, nil, fmt.Errorf("eager apply: %w", err)
+				}
+				if err := target.HoldApplyLock(ctx, conn, cfg.Slot); err != nil {
+					conn.Close(context.Background())
+					return nil, nil, err
 				}
 				w := target.NewWriter(conn, target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager")})
 				return w, func() { conn.Close(context.Background()) }, nil

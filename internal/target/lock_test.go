@@ -1,0 +1,43 @@
+package target
+
+import (
+	"testing"
+	"time"
+)
+
+// TestWaitForPreviousApply: an engine starting up waits while a session of
+// a previous run still holds the slot's apply lock (it may be finishing a
+// commit) and goes on once that session is gone; other slots do not wait.
+func TestWaitForPreviousApply(t *testing.T) {
+	e := newEnv(t, "")
+	old, err := Connect(e.ctx, e.dsn, "old-apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := HoldApplyLock(e.ctx, old, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPreviousApply(e.ctx, e.conn, "other", nil); err != nil {
+		t.Fatalf("another slot waited: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- WaitForPreviousApply(e.ctx, e.conn, "s1", nil) }()
+	select {
+	case err := <-done:
+		t.Fatalf("did not wait for the previous run's session (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	old.Close(e.ctx)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting after the previous session closed")
+	}
+	// The lock is free again for the new run's sessions.
+	if err := HoldApplyLock(e.ctx, e.conn, "s1"); err != nil {
+		t.Fatal(err)
+	}
+}
