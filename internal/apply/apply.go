@@ -372,6 +372,8 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		}
 		// Visible now: dependants may start. Durable (and so acknowledged)
 		// once the target's WAL is flushed past lsn.
+		w.a.log.Debug("group committed", "worker", w.id, "seq", g.seq, "txns", len(g.txns),
+			"first_end", ends[0], "last_end", ends[len(ends)-1], "eager", g.eager, "target_lsn", lsn)
 		w.a.commits.markDone(g.seq)
 		w.a.durable.add(lsn, ends)
 		for _, t := range g.txns {

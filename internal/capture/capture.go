@@ -563,6 +563,9 @@ func (c *Capture) add(ctx context.Context, ch *change.Change) error {
 		if top == c.eagerXid {
 			return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Add(ctx, top, ch) })
 		}
+		// Once part of a streamed transaction is queued, all of it is: a
+		// transaction is never split between the queue and Eager.
+		c.queuedXid[top] = true
 	}
 	err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Queue.Add(ctx, top, ch) })
 	if err != nil && ctx.Err() == nil {
