@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,12 +62,15 @@ func TestPerfBacklog(t *testing.T) {
 	}
 	reg := stats.NewRegistry()
 	cfg.UntilCaughtUp = true
+	io0 := procIO(t)
 	start = time.Now()
 	if err := engine.New(cfg, testLogger(t), reg).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	d := time.Since(start)
-	t.Logf("repstream caught up %d rows in %s: %.0f rows/s (parallelism %d)", n, d.Round(time.Millisecond), float64(n)/d.Seconds(), cfg.ApplyParallelism)
+	io1 := procIO(t)
+	t.Logf("repstream caught up %d rows in %s: %.0f rows/s (parallelism %d); syscalls: %d reads, %d writes",
+		n, d.Round(time.Millisecond), float64(n)/d.Seconds(), cfg.ApplyParallelism, io1["syscr"]-io0["syscr"], io1["syscw"]-io0["syscw"])
 	for _, r := range stats.Rates(stats.Snapshot{}, reg.Snapshot()) {
 		t.Log(r.String())
 	}
@@ -112,4 +116,21 @@ func TestPerfBacklog(t *testing.T) {
 	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub DISABLE")
 	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub SET (slot_name = NONE)")
 	_, _ = nconn.Exec(context.Background(), "DROP SUBSCRIPTION native_sub")
+}
+
+// procIO reads this process's /proc/self/io counters.
+func procIO(t *testing.T) map[string]int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			out[k] = n
+		}
+	}
+	return out
 }
