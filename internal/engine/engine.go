@@ -104,9 +104,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", err)
 	}
+	// Another engine streaming from the slot makes it active; so does, for a
+	// moment, the walsender of a run that just died.
+	if err := waitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
+		return err
+	}
 	// A killed previous run's target sessions may still be finishing commits
 	// they received: wait for them before reading what is applied.
-	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, e.log); err != nil {
+	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
 		return err
 	}
 	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
@@ -476,6 +481,40 @@ func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schem
 		log.Info("created target table", "table", t.String())
 	}
 	return nil
+}
+
+// waitSlotInactive waits up to wait for the slot (if it exists) not to be in
+// use by a walsender.
+func waitSlotInactive(ctx context.Context, src *pgx.Conn, slot string, wait time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	for logged := false; ; {
+		var active bool
+		var pid *int32
+		err := src.QueryRow(ctx, "SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &pid)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("look up replication slot %q: %w", slot, err)
+		}
+		if time.Since(start) > wait {
+			p := int32(0)
+			if pid != nil {
+				p = *pid
+			}
+			return fmt.Errorf("replication slot %q is active (in use by walsender PID %d) for more than %s: "+
+				"another repstream or client is streaming from it; stop it first", slot, p, wait)
+		}
+		if !logged {
+			log.Info("replication slot is active (a previous run ending?): waiting", "slot", slot)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 type slotInfo struct {

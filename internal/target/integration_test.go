@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -429,8 +430,9 @@ func TestWriterCommitAtomicity(t *testing.T) {
 	if err := e.apply(w, []change.LSN{0x2000, 0x3000}, e.ins(r, "1", "a")); err != nil {
 		t.Fatal(err)
 	}
-	// Failure at Commit (0x3000 is already recorded): neither data nor LSNs.
-	err := e.apply(w, []change.LSN{0x4000, 0x3000}, e.ins(r, "2", "b"), e.upd(r, 0, nil, "1", "changed"))
+	// Failure at Commit (a range ending at 0x3000 is already recorded):
+	// neither data nor LSNs.
+	err := e.apply(w, []change.LSN{0x2800, 0x3000}, e.ins(r, "2", "b"), e.upd(r, 0, nil, "1", "changed"))
 	if err == nil || !strings.Contains(err.Error(), "record 2 applied transactions") {
 		t.Fatalf("Commit error = %v", err)
 	}
@@ -439,8 +441,8 @@ func TestWriterCommitAtomicity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Applied) != 2 || p.Applied[0] != 0x2000 || p.Applied[1] != 0x3000 {
-		t.Fatalf("applied = %v, want [0/2000 0/3000]", p.Applied)
+	if len(p.Applied) != 1 || p.AppliedFrom[0] != 0x2000 || p.Applied[0] != 0x3000 {
+		t.Fatalf("applied = %v..%v, want the one range 0/2000..0/3000", p.AppliedFrom, p.Applied)
 	}
 	// The writer works after a failed Commit.
 	if err := e.apply(w, []change.LSN{0x4000}, e.ins(r, "2", "b")); err != nil {
@@ -561,11 +563,13 @@ func TestProgressRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Progress{Exists: true, Low: 0x100, Applied: []change.LSN{0x200, 0x300, 0x400, 0x500}, Snapshot: "00000003-00000002-1", CreatedPublication: true}
+	// One range per commit: {0x300, 0x200} is the run 0x200..0x300.
+	want := Progress{Exists: true, Low: 0x100, Applied: []change.LSN{0x300, 0x400, 0x500},
+		AppliedFrom: []change.LSN{0x200, 0x400, 0x500}, Snapshot: "00000003-00000002-1", CreatedPublication: true}
 	if !equalProgress(p, want) {
 		t.Fatalf("progress = %+v, want %+v", p, want)
 	}
-	if !p.IsApplied(0x300) || p.IsApplied(0x350) || !p.IsApplied(0x80) {
+	if !p.IsApplied(0x300) || !p.IsApplied(0x200) || !p.IsApplied(0x250) || p.IsApplied(0x350) || p.IsApplied(0x600) || !p.IsApplied(0x80) {
 		t.Fatal("IsApplied wrong")
 	}
 
@@ -582,7 +586,7 @@ func TestProgressRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Progress{Exists: true, Low: 0x300, Applied: []change.LSN{0x400, 0x500}, CreatedPublication: true}
+	want = Progress{Exists: true, Low: 0x300, Applied: []change.LSN{0x400, 0x500}, AppliedFrom: []change.LSN{0x400, 0x500}, CreatedPublication: true}
 	if !equalProgress(p, want) {
 		t.Fatalf("after AdvanceLow: %+v, want %+v", p, want)
 	}
@@ -610,7 +614,7 @@ func equalProgress(a, b Progress) bool {
 			return false
 		}
 	}
-	return true
+	return slices.Equal(a.AppliedFrom, b.AppliedFrom)
 }
 
 func TestConnect(t *testing.T) {

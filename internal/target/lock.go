@@ -35,23 +35,31 @@ func HoldApplyLock(ctx context.Context, conn *pgx.Conn, slot string) error {
 }
 
 // WaitForPreviousApply returns once no session of an earlier run of slot is
-// left on the target (they may still be finishing a commit they received).
-func WaitForPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+// left on the target (they may still be finishing a commit they received),
+// or fails after wait: then another engine is applying for the slot.
+func WaitForPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, wait time.Duration, log *slog.Logger) error {
 	key := applyLockKey(slot)
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
-		return fmt.Errorf("check for a previous run's target sessions of slot %q: %w", slot, err)
-	}
-	if !ok {
-		if log != nil {
+	start := time.Now()
+	for logged := false; ; {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
+			return fmt.Errorf("check for a previous run's target sessions of slot %q: %w", slot, err)
+		}
+		if ok {
+			break
+		}
+		if time.Since(start) > wait {
+			return fmt.Errorf("target sessions of another repstream for slot %q are still open after %s: stop it first "+
+				"(see pg_stat_activity, application_name repstream-apply.*)", slot, wait)
+		}
+		if !logged && log != nil {
 			log.Info("waiting for target sessions of a previous run to finish", "slot", slot)
+			logged = true
 		}
-		start := time.Now()
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-			return fmt.Errorf("wait for a previous run's target sessions of slot %q (another repstream running?): %w", slot, err)
-		}
-		if log != nil {
-			log.Info("previous run's target sessions finished", "slot", slot, "waited", time.Since(start).Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {

@@ -17,11 +17,11 @@ func TestWaitForPreviousApply(t *testing.T) {
 	if err := HoldApplyLock(e.ctx, old, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := WaitForPreviousApply(e.ctx, e.conn, "other", nil); err != nil {
+	if err := WaitForPreviousApply(e.ctx, e.conn, "other", time.Second, nil); err != nil {
 		t.Fatalf("another slot waited: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- WaitForPreviousApply(e.ctx, e.conn, "s1", nil) }()
+	go func() { done <- WaitForPreviousApply(e.ctx, e.conn, "s1", time.Minute, nil) }()
 	select {
 	case err := <-done:
 		t.Fatalf("did not wait for the previous run's session (err %v)", err)
@@ -35,6 +35,18 @@ func TestWaitForPreviousApply(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("still waiting after the previous session closed")
+	}
+	// A session that stays (another engine) makes the wait fail, not hang.
+	other, err := Connect(e.ctx, e.dsn, "other-engine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(e.ctx)
+	if err := HoldApplyLock(e.ctx, other, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPreviousApply(e.ctx, e.conn, "s2", 300*time.Millisecond, nil); err == nil {
+		t.Fatal("waited past the deadline without an error")
 	}
 	// The lock is free again for the new run's sessions.
 	if err := HoldApplyLock(e.ctx, e.conn, "s1"); err != nil {

@@ -12,12 +12,17 @@ import (
 )
 
 // stateSchema creates the progress state. repstream.progress holds, per slot,
-// the low watermark L; repstream.applied holds the end LSNs of the source
-// transactions applied above L.
+// the low watermark L; repstream.applied holds the source transactions applied
+// above L, one row per target transaction: the range [first_lsn, end_lsn] of
+// end LSNs of the consecutive source transactions (in commit order) it
+// applied. A run of consecutive transactions is what apply groups, so one row
+// stands for many small source transactions.
 //
 // Invariants (kept by the callers through Writer.Commit and AdvanceLow):
-//   - the end LSN of every applied source transaction is inserted into
-//     repstream.applied in the same target transaction as its data;
+//   - every applied source transaction's end LSN lies in a range of
+//     repstream.applied inserted in the same target transaction as its data,
+//     and every source transaction whose end LSN lies in a recorded range is
+//     applied (ranges cover consecutive transactions only);
 //   - every source transaction with end LSN <= low_lsn is applied, so rows of
 //     repstream.applied at or below low_lsn carry no information and are
 //     pruned in the same transaction that raises low_lsn;
@@ -34,29 +39,40 @@ CREATE TABLE IF NOT EXISTS repstream.progress (
 CREATE TABLE IF NOT EXISTS repstream.applied (
 	slot text NOT NULL,
 	end_lsn pg_lsn NOT NULL,
+	first_lsn pg_lsn,
 	PRIMARY KEY (slot, end_lsn)
-);`
+);
+ALTER TABLE repstream.applied ADD COLUMN IF NOT EXISTS first_lsn pg_lsn;`
 
 // Progress is the apply position recorded on the target for one slot.
 //
 // Invariant: every element of Applied is > Low, and Applied is sorted
-// ascending without duplicates.
+// ascending without duplicates; AppliedFrom[i] <= Applied[i] starts the range
+// that ends at Applied[i], and ranges do not overlap.
 type Progress struct {
 	Exists             bool // a progress row exists for the slot
 	Low                change.LSN
-	Applied            []change.LSN
+	Applied            []change.LSN // range ends
+	AppliedFrom        []change.LSN // range starts
 	Snapshot           string // the initial-copy snapshot, "" once the copy is done (as the caller decides)
 	CreatedPublication bool   // repstream created the publication (and may drop it)
 }
 
 // IsApplied reports whether the source transaction ending at end is already
-// applied on the target: end <= Low or end is in Applied.
+// applied on the target: end <= Low or end lies in a recorded range.
 func (p Progress) IsApplied(end change.LSN) bool {
 	if end <= p.Low {
 		return true
 	}
-	_, found := slices.BinarySearch(p.Applied, end)
-	return found
+	i, _ := slices.BinarySearch(p.Applied, end) // the first range ending at or after end
+	if i == len(p.Applied) {
+		return false
+	}
+	from := p.Applied[i]
+	if i < len(p.AppliedFrom) {
+		from = p.AppliedFrom[i]
+	}
+	return from <= end
 }
 
 // EnsureState creates the repstream schema and its tables if missing.
@@ -99,21 +115,26 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, slot string) (Progress, e
 		return Progress{}, fmt.Errorf("load progress of slot %q: %w", slot, err)
 	}
 	rows, err := conn.Query(ctx,
-		`SELECT end_lsn::text FROM repstream.applied WHERE slot = $1 AND end_lsn > $2::pg_lsn ORDER BY end_lsn`, slot, low)
+		`SELECT end_lsn::text, coalesce(first_lsn, end_lsn)::text FROM repstream.applied WHERE slot = $1 AND end_lsn > $2::pg_lsn ORDER BY end_lsn`, slot, low)
 	if err != nil {
 		return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
+		var s, f string
+		if err := rows.Scan(&s, &f); err != nil {
 			return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
 		}
 		l, err := change.ParseLSN(s)
 		if err != nil {
 			return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
 		}
+		from, err := change.ParseLSN(f)
+		if err != nil {
+			return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
+		}
 		p.Applied = append(p.Applied, l)
+		p.AppliedFrom = append(p.AppliedFrom, from)
 	}
 	if err := rows.Err(); err != nil {
 		return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)

@@ -182,8 +182,10 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 	return nil
 }
 
-// Commit flushes everything, records the applied source transactions' end
-// LSNs in repstream.applied (one statement, same transaction) and commits.
+// Commit flushes everything, records the applied source transactions in
+// repstream.applied (one row for the run: applied must be the end LSNs of
+// consecutive source transactions in commit order; same transaction) and
+// commits.
 // If Commit fails, the transaction is rolled back (neither data nor LSNs
 // stay); after a connection error the outcome is unknown and the caller must
 // reload the Progress.
@@ -220,17 +222,16 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	}
 	b := &pgconn.Batch{}
 	if len(applied) > 0 {
-		lt := append(w.lsnText[:0], '{')
-		for i, l := range applied {
-			if i > 0 {
-				lt = append(lt, ',')
-			}
-			lt = appendLSN(lt, l)
+		// One row for the run: applied lists consecutive source transactions.
+		first, last := applied[0], applied[0]
+		for _, l := range applied[1:] {
+			first, last = min(first, l), max(last, l)
 		}
-		lt = append(lt, '}')
-		w.lsnText = lt
-		b.ExecParams("INSERT INTO repstream.applied (slot, end_lsn) SELECT $1, unnest($2::pg_lsn[])",
-			[][]byte{[]byte(w.opts.Slot), lt}, nil, nil, nil)
+		lt := appendLSN(w.lsnText[:0], last)
+		ft := appendLSN(lt[len(lt):], first)
+		w.lsnText = ft
+		b.ExecParams("INSERT INTO repstream.applied (slot, end_lsn, first_lsn) VALUES ($1, $2::pg_lsn, $3::pg_lsn)",
+			[][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil, nil)
 	}
 	b.ExecParams("COMMIT", nil, nil, nil, nil)
 	b.ExecParams("SELECT pg_current_wal_insert_lsn()::text", nil, nil, nil, nil)
