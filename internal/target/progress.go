@@ -54,8 +54,8 @@ type Progress struct {
 	Low                change.LSN
 	Applied            []change.LSN // range ends
 	AppliedFrom        []change.LSN // range starts
-	Snapshot           string // the initial-copy snapshot, "" once the copy is done (as the caller decides)
-	CreatedPublication bool   // repstream created the publication (and may drop it)
+	Snapshot           string       // the initial-copy snapshot, "" once the copy is done (as the caller decides)
+	CreatedPublication bool         // repstream created the publication (and may drop it)
 }
 
 // IsApplied reports whether the source transaction ending at end is already
