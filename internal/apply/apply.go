@@ -375,6 +375,9 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		w.a.log.Debug("group committed", "worker", w.id, "seq", g.seq, "txns", len(g.txns),
 			"first_end", ends[0], "last_end", ends[len(ends)-1], "eager", g.eager, "target_lsn", lsn)
 		w.a.commits.markDone(g.seq)
+		for _, e := range ends {
+			w.a.opts.Watermark.Visible(e)
+		}
 		w.a.durable.add(lsn, ends)
 		for _, t := range g.txns {
 			t.Release()

@@ -117,10 +117,10 @@ func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor chan
 	// then the transaction's first chunk can start at once (an eager
 	// transaction that waits holds capture back), and after a restart only
 	// beyond what the target may already have.
-	if e.owner != 0 || processed < e.opts.SkipBelow || e.opts.Watermark.Low() < waitFor {
+	if e.owner != 0 || processed < e.opts.SkipBelow || e.opts.Watermark.VisibleLow() < waitFor {
 		e.mu.Unlock()
 		e.log.Debug("streamed transaction goes through the queue", "xid", xid, "processed", processed,
-			"busy", e.owner != 0, "skip_below", e.opts.SkipBelow, "low", e.opts.Watermark.Low(), "wait_for", waitFor)
+			"busy", e.owner != 0, "skip_below", e.opts.SkipBelow, "visible", e.opts.Watermark.VisibleLow(), "wait_for", waitFor)
 		return false, nil
 	}
 	e.owner = xid
@@ -292,15 +292,15 @@ func (e *Eager) Run(ctx context.Context) error {
 }
 
 // waitApplied waits until every transaction ending at or before end is
-// applied on the target.
+// committed (visible) on the target; durability does not matter for order.
 func (e *Eager) waitApplied(ctx context.Context, end change.LSN) error {
 	if end == 0 {
 		return nil
 	}
 	e.st.SetState(stats.Waiting)
-	for e.opts.Watermark.Low() < end {
+	for e.opts.Watermark.VisibleLow() < end {
 		ch := e.opts.Watermark.Changed()
-		if e.opts.Watermark.Low() >= end {
+		if e.opts.Watermark.VisibleLow() >= end {
 			break
 		}
 		select {

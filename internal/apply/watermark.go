@@ -28,6 +28,9 @@ import (
 //   - Flush is Low while anything registered is not Done; when nothing is
 //     pending it is max(Low, the idle WAL position) — what lets an idle or
 //     filtered source free WAL. Flush never decreases.
+//   - VisibleLow is the same as Low for "committed on the target" (Visible)
+//     instead of "durable" (Done); Done implies Visible, so VisibleLow >= Low.
+//     Ordering decisions (eager apply) need visibility only.
 //
 // It is safe for concurrent use: capture and the apply workers share one.
 type Watermark struct {
@@ -35,6 +38,8 @@ type Watermark struct {
 	pending []mark // registered, in commit order; a prefix of Done marks is popped into low
 	head    int    // pending[head:] is live
 	undone  int    // registered and not Done
+	vhead   int    // pending[head:vhead] are visible (a prefix of the live marks)
+	vlow    change.LSN
 	low     change.LSN
 	idle    change.LSN
 	flushed change.LSN
@@ -42,15 +47,16 @@ type Watermark struct {
 }
 
 type mark struct {
-	end  change.LSN
-	done bool
+	end     change.LSN
+	done    bool
+	visible bool
 }
 
 // NewWatermark starts the watermark at start: everything at or below start is
 // already applied (the target's recorded low watermark, or the slot's
 // confirmed position).
 func NewWatermark(start change.LSN) *Watermark {
-	return &Watermark{low: start, flushed: start, notify: make(chan struct{})}
+	return &Watermark{low: start, vlow: start, flushed: start, notify: make(chan struct{})}
 }
 
 // Register records a committed source transaction, in commit order.
@@ -70,10 +76,71 @@ func (w *Watermark) Register(end change.LSN) {
 }
 
 // Done marks the transaction ending at end as durably applied (or as skipped
-// because the target had it already).
+// because the target had it already). Done implies Visible.
 func (w *Watermark) Done(end change.LSN) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	i, ok := w.find(end)
+	if !ok || w.pending[i].done {
+		return
+	}
+	w.pending[i].done = true
+	w.pending[i].visible = true
+	w.undone--
+	advanced := w.advanceVisible()
+	for w.head < len(w.pending) && w.pending[w.head].done {
+		w.low = w.pending[w.head].end
+		w.head++
+		advanced = true
+	}
+	w.vhead = max(w.vhead, w.head)
+	if w.head == len(w.pending) {
+		w.pending, w.head, w.vhead = w.pending[:0], 0, 0
+	} else if w.head > 1024 && w.head > len(w.pending)/2 {
+		n := copy(w.pending, w.pending[w.head:])
+		w.vhead -= w.head
+		w.pending, w.head = w.pending[:n], 0
+	}
+	if advanced {
+		w.signal()
+	}
+}
+
+// Visible marks the transaction ending at end as committed on the target
+// (not necessarily durable yet).
+func (w *Watermark) Visible(end change.LSN) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, ok := w.find(end)
+	if !ok || w.pending[i].visible {
+		return
+	}
+	w.pending[i].visible = true
+	if w.advanceVisible() {
+		w.signal()
+	}
+}
+
+// VisibleLow returns the newest end LSN such that it and every transaction
+// registered before it are committed on the target.
+func (w *Watermark) VisibleLow() change.LSN {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(w.vlow, w.low)
+}
+
+func (w *Watermark) advanceVisible() bool {
+	advanced := false
+	w.vhead = max(w.vhead, w.head)
+	for w.vhead < len(w.pending) && w.pending[w.vhead].visible {
+		w.vlow = w.pending[w.vhead].end
+		w.vhead++
+		advanced = true
+	}
+	return advanced
+}
+
+func (w *Watermark) find(end change.LSN) (int, bool) {
 	live := w.pending[w.head:]
 	i, found := slices.BinarySearchFunc(live, end, func(m mark, e change.LSN) int {
 		switch {
@@ -84,26 +151,7 @@ func (w *Watermark) Done(end change.LSN) {
 		}
 		return 0
 	})
-	if !found || live[i].done {
-		return
-	}
-	live[i].done = true
-	w.undone--
-	advanced := false
-	for w.head < len(w.pending) && w.pending[w.head].done {
-		w.low = w.pending[w.head].end
-		w.head++
-		advanced = true
-	}
-	if w.head == len(w.pending) {
-		w.pending, w.head = w.pending[:0], 0
-	} else if w.head > 1024 && w.head > len(w.pending)/2 {
-		n := copy(w.pending, w.pending[w.head:])
-		w.pending, w.head = w.pending[:n], 0
-	}
-	if advanced {
-		w.signal()
-	}
+	return w.head + i, found
 }
 
 // Observe records a WAL position the source has sent everything up to, seen

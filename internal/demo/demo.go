@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/repstream/repstream/internal/bench"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
@@ -30,15 +31,6 @@ type Options struct {
 	Out         io.Writer
 	Logger      *slog.Logger
 }
-
-const conditionsDDL = `CREATE TABLE conditions (
-	id      bigint PRIMARY KEY,
-	channel integer NOT NULL,
-	since   timestamptz NOT NULL,
-	till    timestamptz NOT NULL,
-	value   double precision,
-	error   real,
-	status  smallint NOT NULL DEFAULT 0)`
 
 // Run executes the demo and returns an error if anything fails, including a
 // target that does not match the source.
@@ -68,7 +60,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer tgt.Remove(context.Background())
 	fmt.Fprintf(out, "  source: PostgreSQL %d on port %d; target on port %d\n", src.Version(), src.Port(), tgt.Port())
-	if err := src.Exec(ctx, "postgres", conditionsDDL); err != nil {
+	w, err := bench.Lookup("conditions") // the same table as the performance lab's
+	if err != nil {
+		return err
+	}
+	if err := src.Exec(ctx, "postgres", w.DDL); err != nil {
 		return err
 	}
 	// A first batch exists before replication starts: the initial copy takes it.
