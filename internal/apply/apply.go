@@ -243,8 +243,10 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 				break
 			}
 			if a.opts.Applied(next.Info.EndLSN) {
+				// A group is recorded as the range of its first to last end
+				// LSN; it must not span a transaction it did not apply.
 				a.skip(next, cSkipped)
-				continue
+				break
 			}
 			var nextKeyed bool
 			mark := len(keys)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -132,9 +133,31 @@ func TestCrashRecovery(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
 			t.Logf("kill seed %d", seed)
 			r := rand.New(rand.NewPCG(seed, 2))
+			var logs []*bytes.Buffer // every run's log, shown when the test fails
+			t.Cleanup(func() {
+				if t.Failed() {
+					for i, l := range logs {
+						t.Logf("run %d:\n%s", i+1, tail(l.String(), 60))
+					}
+					rows, err := e.Tgt.Query(context.Background(), `SELECT coalesce(first_lsn::text, ''), end_lsn::text, xmin::text FROM repstream.applied WHERE slot = $1 ORDER BY end_lsn`, cfg.Slot)
+					if err == nil {
+						var b strings.Builder
+						for rows.Next() {
+							var f, en, x string
+							_ = rows.Scan(&f, &en, &x)
+							fmt.Fprintf(&b, "  %s..%s xmin %s\n", f, en, x)
+						}
+						rows.Close()
+						var low string
+						_ = e.Tgt.QueryRow(context.Background(), `SELECT low_lsn::text FROM repstream.progress WHERE slot = $1`, cfg.Slot).Scan(&low)
+						t.Logf("target progress: low %s, applied ranges:\n%s", low, b.String())
+					}
+				}
+			})
 			for kill := 0; kill < 5; kill++ {
-				cmd := exec.Command(repstreamBinary(t), args(cfg)...)
+				cmd := exec.Command(repstreamBinary(t), args(cfg, "--log-level", "debug")...)
 				var stderr bytes.Buffer
+				logs = append(logs, &stderr)
 				cmd.Stderr = &stderr
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)

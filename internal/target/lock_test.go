@@ -3,6 +3,8 @@ package target
 import (
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/change"
 )
 
 // TestWaitForPreviousApply: an engine starting up waits while a session of
@@ -51,5 +53,21 @@ func TestWaitForPreviousApply(t *testing.T) {
 	// The lock is free again for the new run's sessions.
 	if err := HoldApplyLock(e.ctx, e.conn, "s1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIsAppliedOverlappingRanges: a range that contains an older one (a
+// group spanning a transaction applied by an earlier run) must not hide the
+// transactions around it.
+func TestIsAppliedOverlappingRanges(t *testing.T) {
+	from, to := mergeRanges([]change.LSN{200, 100, 500}, []change.LSN{200, 300, 600})
+	p := Progress{Low: 10, AppliedFrom: from, Applied: to}
+	for _, tc := range []struct {
+		end  change.LSN
+		want bool
+	}{{5, true}, {100, true}, {150, true}, {200, true}, {300, true}, {301, false}, {499, false}, {500, true}, {600, true}, {601, false}} {
+		if got := p.IsApplied(tc.end); got != tc.want {
+			t.Errorf("IsApplied(%d) = %v, want %v (ranges %v..%v)", tc.end, got, tc.want, from, to)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,7 +140,37 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, slot string) (Progress, e
 	if err := rows.Err(); err != nil {
 		return Progress{}, fmt.Errorf("load applied transactions of slot %q: %w", slot, err)
 	}
+	p.AppliedFrom, p.Applied = mergeRanges(p.AppliedFrom, p.Applied)
 	return p, nil
+}
+
+// mergeRanges returns the union of the ranges [from[i], to[i]] as disjoint
+// ranges sorted by their ends, so that IsApplied's binary search is exact
+// even if recorded ranges overlap.
+func mergeRanges(from, to []change.LSN) ([]change.LSN, []change.LSN) {
+	if len(to) == 0 {
+		return from, to
+	}
+	type rng struct{ from, to change.LSN }
+	rs := make([]rng, len(to))
+	for i := range to {
+		rs[i] = rng{min(from[i], to[i]), to[i]}
+	}
+	slices.SortFunc(rs, func(a, b rng) int { return cmp.Compare(a.from, b.from) })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if r.from <= last.to {
+			last.to = max(last.to, r.to)
+			continue
+		}
+		out = append(out, r)
+	}
+	mf, mt := make([]change.LSN, len(out)), make([]change.LSN, len(out))
+	for i, r := range out {
+		mf[i], mt[i] = r.from, r.to
+	}
+	return mf, mt
 }
 
 // InitProgress creates or replaces the slot's progress row (low watermark,
