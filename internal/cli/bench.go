@@ -24,16 +24,9 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 		logLevel string
 		summary  bool
 	)
-	// repstream flags that pass through to `repstream run` when set.
-	passThrough := []struct{ name, usage string }{
-		{"apply-parallelism", "repstream: apply workers"},
-		{"memory", "repstream: queue memory budget"},
-		{"commit-order", "repstream: full or dependent"},
-		{"group-max-txns", "repstream: source transactions per target transaction"},
-		{"group-max-bytes", "repstream: bytes per target transaction"},
-		{"decoding-work-mem", "repstream: the walsender's logical_decoding_work_mem"},
-		{"spill-dir", "repstream: spill directory"},
-	}
+	// Every engine-tuning flag of `repstream run` passes through when set;
+	// the list comes from run's own flag set, so the two never drift apart.
+	passThrough := runTuningFlags()
 	cmd := &cobra.Command{
 		Use:   "bench WORKLOAD...",
 		Short: "Run a seed workload against repstream and native logical replication, verify, and report",
@@ -133,7 +126,32 @@ Examples:
 	fs.BoolVar(&summary, "summary", false, "print the summary table at the end")
 	fs.StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	for _, p := range passThrough {
-		fs.String(p.name, "", p.usage)
+		fs.String(p.name, "", "repstream: "+p.usage)
+		if p.boolean {
+			fs.Lookup(p.name).NoOptDefVal = "true"
+		}
 	}
 	return cmd
+}
+
+type flagDoc struct {
+	name, usage string
+	boolean     bool
+}
+
+// runTuningFlags lists `repstream run`'s flags that tune the engine: all but
+// the connection, table-selection and bookkeeping ones the lab sets itself.
+func runTuningFlags() []flagDoc {
+	own := map[string]bool{"tables": true, "snapshot": true, "snapshot-workers": true, "truncate": true,
+		"create-tables": true, "until-caught-up": true, "http": true, "progress": true, "status-interval": true}
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	s := &settings{}
+	s.bindRun(fs)
+	var out []flagDoc
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !own[f.Name] {
+			out = append(out, flagDoc{f.Name, f.Usage, f.Value.Type() == "bool"})
+		}
+	})
+	return out
 }
