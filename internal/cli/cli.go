@@ -129,6 +129,17 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 	return errors.Join(errs...)
 }
 
+// resolveBoth is resolve for commands that need both databases.
+func (s *settings) resolveBoth(cmd *cobra.Command) error {
+	if err := s.resolve(cmd); err != nil {
+		return err
+	}
+	if s.cfg.Source == "" || s.cfg.Target == "" {
+		return errors.New("--source and --target are required")
+	}
+	return nil
+}
+
 func (s *settings) logger(w io.Writer) *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s.logLevel)); err != nil {
@@ -172,11 +183,8 @@ func statusCmd(stdout io.Writer) *cobra.Command {
 		Short: "Print a slot's positions: source, confirmed, applied, lag and retained WAL",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := s.resolve(cmd); err != nil {
+			if err := s.resolveBoth(cmd); err != nil {
 				return err
-			}
-			if s.cfg.Source == "" || s.cfg.Target == "" {
-				return errors.New("--source and --target are required")
 			}
 			st, err := engine.Status(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot)
 			if err != nil {
@@ -203,11 +211,8 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 		Short: "Remove the slot, the publication if repstream created it, and repstream's state on the target",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := s.resolve(cmd); err != nil {
+			if err := s.resolveBoth(cmd); err != nil {
 				return err
-			}
-			if s.cfg.Source == "" || s.cfg.Target == "" {
-				return errors.New("--source and --target are required")
 			}
 			pub := s.cfg.Publication
 			if pub == "" {
