@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestStatusAndDrop: `repstream status` reports the slot's positions as JSON
@@ -59,5 +63,76 @@ func TestStatusAndDrop(t *testing.T) {
 	out, err = exec.Command(bin, append([]string{"status"}, conn...)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "does not exist") {
 		t.Errorf("status of a dropped slot: %v\n%s", err, out)
+	}
+}
+
+// TestHTTPEndpoints: a running engine serves its stats and positions as JSON
+// at /status and in Prometheus format at /metrics.
+func TestHTTPEndpoints(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE h (id int PRIMARY KEY)`)
+	cfg := e.config("public.h")
+	e.catchUp(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg.HTTP = addr
+	stop := e.start(cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	e.srcExec(`INSERT INTO h SELECT generate_series(1, 1000)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	get := func(path string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + path)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return string(b)
+				}
+				t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var st struct {
+		Stats struct {
+			Components []struct {
+				Name  string `json:"name"`
+				Items int64  `json:"items"`
+			} `json:"components"`
+		} `json:"stats"`
+		Status struct {
+			Slot       string `json:"slot"`
+			FlushedLSN string `json:"flushed_lsn"`
+		} `json:"status"`
+	}
+	body := get("/status")
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	applied := int64(0)
+	for _, c := range st.Stats.Components {
+		if strings.HasPrefix(c.Name, "apply.") {
+			applied += c.Items
+		}
+	}
+	if st.Status.Slot != cfg.Slot || st.Status.FlushedLSN == "" || applied < 1000 {
+		t.Fatalf("/status: slot %q flushed %q, %d changes applied (want 1000):\n%s", st.Status.Slot, st.Status.FlushedLSN, applied, body)
+	}
+	if m := get("/metrics"); !strings.Contains(m, `repstream_items_total{component="capture"}`) || !strings.Contains(m, "# TYPE") {
+		t.Fatalf("/metrics lacks the capture counter:\n%.2000s", m)
 	}
 }
