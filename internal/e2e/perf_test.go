@@ -18,7 +18,8 @@ import (
 )
 
 // TestPerfBacklog is a profiling aid, not a benchmark of record (that is
-// `repstream bench`): it loads REPSTREAM_PERF rows in 100-row transactions
+// `repstream bench`): it loads REPSTREAM_PERF rows in transactions of
+// REPSTREAM_PERF_TXN_ROWS rows (default 100)
 // with replication stopped, then times repstream's catch-up in-process and
 // writes a CPU profile to REPSTREAM_PERF_PROFILE if set.
 //
@@ -41,14 +42,18 @@ func TestPerfBacklog(t *testing.T) {
 	// catch up the same backlog.
 	e.srcExec(`SELECT pg_create_logical_replication_slot('native_' || $1::text, 'pgoutput')`, cfg.Slot)
 	start := time.Now()
-	e.srcExec(`CREATE PROCEDURE load(n int) LANGUAGE plpgsql AS $$
-		BEGIN FOR i IN 0..(n/100 - 1) LOOP
+	per := 100
+	if p, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_TXN_ROWS")); p > 0 {
+		per = p
+	}
+	e.srcExec(`CREATE PROCEDURE load(n int, per int) LANGUAGE plpgsql AS $$
+		BEGIN FOR i IN 0..(n/per - 1) LOOP
 			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
-			FROM generate_series(i * 100 + 1, i * 100 + 100) g;
+			FROM generate_series(i * per + 1, i * per + per) g;
 			COMMIT;
 		END LOOP; END $$`)
-	e.srcExec(`CALL load($1)`, n)
-	t.Logf("loaded %d rows in %d-row transactions in %s", n, 100, time.Since(start).Round(time.Millisecond))
+	e.srcExec(`CALL load($1, $2)`, n, per)
+	t.Logf("loaded %d rows in %d-row transactions in %s", n, per, time.Since(start).Round(time.Millisecond))
 	if p := os.Getenv("REPSTREAM_PERF_PROFILE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
