@@ -42,6 +42,10 @@ type Options struct {
 	Stats     *stats.Registry
 	Logger    *slog.Logger
 
+	// Binary: values arrive in binary and the writers apply them so (see
+	// target.WriterOptions.Binary).
+	Binary bool
+
 	// Eager, if set, applies large streamed transactions before they commit;
 	// the coordinator commits them at their position in commit order.
 	Eager *Eager
@@ -117,7 +121,7 @@ func New(opts Options) (*Applier, error) {
 				conn.Close(context.Background())
 				return nil, nil, err
 			}
-			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id)})
+			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary})
 			return w, func() {
 				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()

@@ -101,7 +101,8 @@ func WriteMarkdown(w io.Writer, rep *Report, pngs []string) {
 	if rep.Settings.Vary != "" {
 		fmt.Fprintf(w, "- varied: `%s`\n", rep.Settings.Vary)
 	}
-	fmt.Fprintf(w, "- native: subscription WITH (%s) — text format, not binary\n", rep.Settings.Native["subscription_options"])
+	fmt.Fprintf(w, "- native: subscription WITH (%s)\n", rep.Settings.Native["subscription_options"])
+	fmt.Fprintf(w, "- repstream: values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides, else text; `--binary=false` forces text\n")
 	fmt.Fprintf(w, "- %s\n\n", rep.Settings.Generation)
 
 	if len(rep.DBL) > 0 {

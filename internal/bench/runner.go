@@ -40,6 +40,9 @@ type Options struct {
 	SourceDSN, TargetDSN string
 	// ServerSettings are applied to throwaway clusters (both the same).
 	ServerSettings map[string]string
+	// NativeBinary runs the native subscription with binary = true (default:
+	// PostgreSQL's default, text).
+	NativeBinary bool
 	// Fast starts throwaway clusters with fsync off (not for real figures).
 	Fast bool
 	// Binary is the repstream executable (default: this executable).
@@ -271,7 +274,7 @@ func (r *runner) describe(ctx context.Context, rep *Report) error {
 	rep.Settings = Settings{Scale: o.Params.Scale, Rows: o.Params.Rows, Params: o.Params.Map(), Systems: o.Systems,
 		Vary: o.Vary, RepstreamFlags: append([]string{}, o.RepstreamFlags...), ServerSettings: o.ServerSettings,
 		OwnClusters: o.SourceDSN == "",
-		Native: map[string]string{"subscription_options": NativeOptions, "binary": "false (text format, as repstream)",
+		Native: map[string]string{"subscription_options": nativeOptions(r.version, o.NativeBinary), "binary": nativeBinaryNote(o.NativeBinary),
 			"streaming": "on (PG15; parallel on PG16+)", "copy_data": "false (tables created empty on the target)",
 			"apply_synchronous_commit": "off (subscription default)"},
 		Generation: "the workload is generated once per system run, in that run's own fresh source database; " +
@@ -403,7 +406,9 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 		rsys = newRepstream(env, r.o.Binary, sp.flags)
 		sys = rsys
 	} else {
-		sys = newNative(env, r.version)
+		n := newNative(env, r.version)
+		n.binary = r.o.NativeBinary
+		sys = n
 	}
 	// Cleanup runs before the databases are dropped (defers run LIFO).
 	defer sys.cleanup(context.Background())

@@ -325,17 +325,37 @@ func dropSlot(ctx context.Context, srcDSN, slot string, log *slog.Logger) {
 
 // NativeOptions are the subscription options used for native replication on
 // PostgreSQL 15 (and later): streaming of large in-progress transactions on
-// (PG15's best; 'parallel' exists from PG16), text format (binary=false: the
-// same text values repstream uses), no initial copy (the tables start
-// empty), and the subscription's default synchronous_commit=off for its
-// apply worker.
+// (PG15's best; 'parallel' exists from PG16), text format (binary=false,
+// PostgreSQL's default; bench --native-binary sets binary = true), no
+// initial copy (the tables start empty), and the subscription's default
+// synchronous_commit=off for its apply worker.
 const NativeOptions = "copy_data = false, streaming = on, binary = false"
+
+// nativeOptions returns the subscription options for a source version.
+func nativeOptions(version int, binary bool) string {
+	opts := NativeOptions
+	if version >= 160000 {
+		opts = strings.Replace(opts, "streaming = on", "streaming = parallel", 1)
+	}
+	if binary {
+		opts = strings.Replace(opts, "binary = false", "binary = true", 1)
+	}
+	return opts
+}
+
+func nativeBinaryNote(binary bool) string {
+	if binary {
+		return "true (bench --native-binary)"
+	}
+	return "false (text format, PostgreSQL's default)"
+}
 
 // nativeSys replicates with CREATE SUBSCRIPTION on the target database.
 type nativeSys struct {
 	env     sysEnv
 	sub     string
-	version int // source server_version_num
+	version int  // source server_version_num
+	binary  bool // subscription binary = true
 	done    chan struct{}
 }
 
@@ -344,11 +364,7 @@ func newNative(env sysEnv, version int) *nativeSys {
 }
 
 func (n *nativeSys) options() string {
-	opts := NativeOptions
-	if n.version >= 160000 {
-		opts = "copy_data = false, streaming = parallel, binary = false"
-	}
-	return opts
+	return nativeOptions(n.version, n.binary)
 }
 
 func (n *nativeSys) prepare(ctx context.Context) error {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type Options struct {
 	InitialFlush change.LSN
 
 	ProtoVersion    int           // 0: the highest the server speaks
+	Binary          bool          // ask for values in binary (protocol 2+, PostgreSQL 14+)
 	DecodingWorkMem string        // logical_decoding_work_mem of the walsender session ("" = server default)
 	StatusInterval  time.Duration // standby status updates at least this often (default 10s)
 	StopAt          change.LSN    // if set, Run returns ErrCaughtUp once acknowledged at or past it
@@ -89,6 +91,7 @@ type Capture struct {
 	log   *slog.Logger
 	stats *stats.Component
 	conn  *pgconn.PgConn
+	rd    *coalescingReader // under conn's read buffer; its read times are the loop's clock
 	proto int
 
 	// decode state, owned by the Run goroutine
@@ -164,7 +167,10 @@ func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
 		cfg.RuntimeParams["logical_decoding_work_mem"] = decodingWorkMem
 	}
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(newCoalescingReader(r), 1<<20), w)
+		if _, ok := r.(*coalescingReader); !ok {
+			r = newCoalescingReader(r)
+		}
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, 1<<20), w)
 	}
 	return cfg, nil
 }
@@ -247,9 +253,20 @@ const slotBusyWait = 15 * time.Second
 
 // start connects and issues START_REPLICATION.
 func (c *Capture) start(ctx context.Context) error {
-	conn, err := Connect(ctx, c.opts.DSN, c.opts.DecodingWorkMem)
+	cfg, err := ReplicationConfig(c.opts.DSN, c.opts.DecodingWorkMem)
 	if err != nil {
 		return err
+	}
+	// Keep the connection's coalescing reader: its read times are the
+	// loop's clock.
+	build := cfg.BuildFrontend
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		c.rd = newCoalescingReader(r)
+		return build(c.rd, w)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replication connection to source %s: %w", Describe(cfg), err)
 	}
 	c.conn = conn
 	c.proto = c.opts.ProtoVersion
@@ -263,10 +280,17 @@ func (c *Capture) start(ctx context.Context) error {
 	if c.proto >= 2 {
 		args = append(args, "streaming 'true'")
 	}
+	if c.opts.Binary {
+		if c.proto < 2 {
+			return fmt.Errorf("binary transfer needs pgoutput protocol 2 (PostgreSQL 14) or later; the source speaks %d: run with --binary=false", c.proto)
+		}
+		args = append(args, "binary 'true'")
+	}
 	c.stats.SetInfo("slot", c.opts.Slot)
 	c.stats.SetInfo("protocol", strconv.Itoa(c.proto))
+	c.stats.SetInfo("format", map[bool]string{false: "text", true: "binary"}[c.opts.Binary])
 	c.log.Info("starting replication", "slot", c.opts.Slot, "publication", c.opts.Publication,
-		"start", c.opts.StartLSN, "protocol", c.proto)
+		"start", c.opts.StartLSN, "protocol", c.proto, "binary", c.opts.Binary)
 	err = pglogrepl.StartReplication(ctx, conn, c.opts.Slot, pglogrepl.LSN(c.opts.StartLSN),
 		pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
@@ -292,38 +316,23 @@ func (c *Capture) loop(ctx context.Context) error {
 	forceStatus := true
 	c.stats.SetState(stats.Idle)
 	var deadline, nextCheck time.Time
+	var reads uint64
 	for {
 		// Housekeeping at most every few milliseconds, not per message: the
-		// stream can carry hundreds of thousands of messages a second.
-		now := time.Now()
-		if forceStatus || !now.Before(nextCheck) {
-			nextCheck = now.Add(5 * time.Millisecond)
-			if err := ctx.Err(); err != nil {
+		// stream can carry hundreds of thousands of messages a second. The
+		// clock is the time of the last socket read (reading the clock per
+		// message costs): messages from one read arrived together, and a
+		// quiet stream reads, or times out, every 100 ms.
+		if r := c.rd.reads.Load(); r != reads || forceStatus {
+			reads = r
+			now := c.clock()
+			if forceStatus {
+				now = time.Now()
+			}
+			if err := c.housekeep(ctx, now, forceStatus, &nextCheck, &deadline, netConn); err != nil {
 				return err
 			}
-			// While caught-up is awaited and nothing is pending, ask the
-			// server for its position often, so we learn the WAL it has sent.
-			wantReply := c.opts.StopAt != 0 && c.idle() && c.sentFlush < c.opts.StopAt && c.opts.Acker.Pending() == 0
-			sinceStatus := now.Sub(c.lastStatus)
-			if forceStatus || sinceStatus >= c.opts.StatusInterval ||
-				sinceStatus >= 100*time.Millisecond && (wantReply || c.opts.Acker.Flush() > c.sentFlush) {
-				if err := c.sendStatus(wantReply); err != nil {
-					return err
-				}
-				forceStatus = false
-				if c.opts.StopAt != 0 && c.sentFlush >= c.opts.StopAt {
-					c.log.Info("caught up", "flushed", c.sentFlush, "target", c.opts.StopAt)
-					return ErrCaughtUp
-				}
-			}
-			// Bound the wait so that status updates and cancellation are
-			// timely; moving the socket deadline costs, so only when it nears.
-			if deadline.Sub(now) < 50*time.Millisecond {
-				deadline = now.Add(100 * time.Millisecond)
-				if err := netConn.SetReadDeadline(deadline); err != nil {
-					return fmt.Errorf("set read deadline: %w", err)
-				}
-			}
+			forceStatus = false
 		}
 		msg, err := c.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -367,6 +376,50 @@ func (c *Capture) loop(ctx context.Context) error {
 			return fmt.Errorf("slot %q: the server ended replication at %s", c.opts.Slot, c.received)
 		}
 	}
+}
+
+// housekeep checks cancellation, sends the status update when due, and
+// keeps the socket's read deadline ahead; at most every 5 ms unless force.
+func (c *Capture) housekeep(ctx context.Context, now time.Time, force bool, nextCheck, deadline *time.Time, netConn net.Conn) error {
+	if !force && now.Before(*nextCheck) {
+		return nil
+	}
+	*nextCheck = now.Add(5 * time.Millisecond)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// While caught-up is awaited and nothing is pending, ask the
+	// server for its position often, so we learn the WAL it has sent.
+	wantReply := c.opts.StopAt != 0 && c.idle() && c.sentFlush < c.opts.StopAt && c.opts.Acker.Pending() == 0
+	sinceStatus := now.Sub(c.lastStatus)
+	if force || sinceStatus >= c.opts.StatusInterval ||
+		sinceStatus >= 100*time.Millisecond && (wantReply || c.opts.Acker.Flush() > c.sentFlush) {
+		if err := c.sendStatus(wantReply); err != nil {
+			return err
+		}
+		if c.opts.StopAt != 0 && c.sentFlush >= c.opts.StopAt {
+			c.log.Info("caught up", "flushed", c.sentFlush, "target", c.opts.StopAt)
+			return ErrCaughtUp
+		}
+	}
+	// Bound the wait so that status updates and cancellation are
+	// timely; moving the socket deadline costs, so only when it nears.
+	if deadline.Sub(now) < 50*time.Millisecond {
+		*deadline = now.Add(100 * time.Millisecond)
+		if err := netConn.SetReadDeadline(*deadline); err != nil {
+			return fmt.Errorf("set read deadline: %w", err)
+		}
+	}
+	return nil
+}
+
+// clock returns the time of the last socket read: a cheap, slightly stale
+// clock (time.Now when nothing was read yet).
+func (c *Capture) clock() time.Time {
+	if c.rd == nil || c.rd.reads.Load() == 0 {
+		return time.Now()
+	}
+	return time.Unix(0, c.rd.lastNano.Load())
 }
 
 func beUint64(b []byte) uint64 {
@@ -585,7 +638,7 @@ func (c *Capture) blocking(ctx context.Context, f func(context.Context) error) e
 			}
 			c.addCtx, c.addCancel = context.WithTimeout(ctx, time.Second)
 		}
-		start := time.Now()
+		start := c.clock() // only used if f waits: no clock read per change
 		err := f(c.addCtx)
 		if err == nil {
 			return nil

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"io"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,12 @@ type coalescingReader struct {
 	nap      time.Duration
 	small    int       // consecutive small reads
 	lastRead time.Time // when the last read returned
+
+	// Published for the capture loop, which may look while pgconn's
+	// background reader is inside Read: reads done, and when the last
+	// returned (Unix nanoseconds).
+	reads    atomic.Uint64
+	lastNano atomic.Int64
 	sleep    func(time.Duration)
 	now      func() time.Time
 }
@@ -45,5 +52,7 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 		c.small = 0
 	}
 	c.lastRead = end
+	c.lastNano.Store(end.UnixNano())
+	c.reads.Add(1)
 	return n, err
 }

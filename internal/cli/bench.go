@@ -118,6 +118,7 @@ Examples:
 	fs.StringVar(&o.SourceDSN, "source", "", "existing source server (default: a throwaway cluster)")
 	fs.StringVar(&o.TargetDSN, "target", "", "existing target server (default: a throwaway cluster)")
 	fs.StringArrayVar(&settings, "server-setting", nil, "postgresql.conf setting for the throwaway clusters, name=value (repeatable; both clusters)")
+	fs.BoolVar(&o.NativeBinary, "native-binary", false, "native subscription WITH (binary = true) (default: text, PostgreSQL's default)")
 	fs.BoolVar(&o.Fast, "fast", false, "throwaway clusters with fsync off (quick checks, not real figures)")
 	fs.StringVar(&o.Out, "out", "", "report directory (default bench-WORKLOAD; with several workloads, one subdirectory each)")
 	fs.StringVar(&o.Binary, "repstream-binary", "", "repstream executable to run (default: this one)")

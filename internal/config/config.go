@@ -39,6 +39,12 @@ type Config struct {
 	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
 	Eager            bool   `yaml:"eager"`
 
+	// Binary asks pgoutput for the binary format of values and applies them
+	// with binary COPY and binary statement parameters: no text conversion
+	// on either server. It is used only when every replicated column has the
+	// same built-in type on both sides; otherwise the run uses text (logged).
+	Binary bool `yaml:"binary"`
+
 	UntilCaughtUp  bool          `yaml:"until_caught_up"`
 	HTTP           string        `yaml:"http"`
 	StatusInterval time.Duration `yaml:"status_interval"`
@@ -65,6 +71,7 @@ func Default() Config {
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		Eager:            true,
+		Binary:           true,
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
 		DecodingWorkMem:  "16MB",

@@ -53,6 +53,7 @@ type Engine struct {
 	wm     *apply.Watermark
 	queue  *queue.Queue
 	stopAt change.LSN
+	binary bool // values travel in binary (config Binary and every column eligible)
 	start  time.Time
 }
 
@@ -138,8 +139,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
-	if err := prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, e.log); err != nil {
+	noBinary, err := prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, e.log)
+	if err != nil {
 		return err
+	}
+	e.binary = cfg.Binary && noBinary == ""
+	if cfg.Binary && noBinary != "" {
+		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 
 	slot, err := lookupSlot(ctx, src, cfg.Slot)
@@ -227,7 +233,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 					conn.Close(context.Background())
 					return nil, nil, err
 				}
-				w := target.NewWriter(conn, target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager")})
+				w := target.NewWriter(conn, target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary})
 				return w, func() { conn.Close(context.Background()) }, nil
 			},
 		})
@@ -239,7 +245,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	capt, err := capture.New(capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
-		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
 		Queue: q, Acker: e.wm, Eager: captEager, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
@@ -250,6 +256,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes),
 		Applied: prog.IsApplied, Watermark: e.wm, Eager: eager, Stats: e.stats, Logger: e.log,
+		Binary: e.binary,
 	})
 	if err != nil {
 		return err
@@ -452,35 +459,62 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 
 // prepareTargetTables checks that every published table exists on the target
 // (creating it with createTables) and warns about tables whose updates and
-// deletes the source cannot publish.
-func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) error {
+// deletes the source cannot publish. It returns why values cannot travel in
+// binary ("" if they can): binary needs every column to have the same
+// built-in type on both sides.
+func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) (noBinary string, err error) {
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
-			return fmt.Errorf("source table %s: %w", t, err)
+			return "", fmt.Errorf("source table %s: %w", t, err)
 		}
 		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
 			log.Warn("source table has no primary key and no replica identity: its UPDATEs and DELETEs fail on the source (ALTER TABLE ... REPLICA IDENTITY FULL)", "table", t.String())
 		}
-		_, err = schema.LoadTable(ctx, tgt, t.Schema, t.Name)
+		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
 		if err == nil {
+			if noBinary == "" {
+				noBinary = binaryProblem(st, tt)
+			}
 			continue
 		}
 		if !errors.Is(err, schema.ErrTableNotFound) {
-			return fmt.Errorf("target table %s: %w", t, err)
+			return "", fmt.Errorf("target table %s: %w", t, err)
 		}
 		if !create {
-			return fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
+			return "", fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
 		}
 		if _, err := tgt.Exec(ctx, schema.CreateSchemaSQL(t.Schema)); err != nil {
-			return fmt.Errorf("create schema %s on the target: %w", t.Schema, err)
+			return "", fmt.Errorf("create schema %s on the target: %w", t.Schema, err)
 		}
 		if _, err := tgt.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-			return fmt.Errorf("create table %s on the target: %w", t, err)
+			return "", fmt.Errorf("create table %s on the target: %w", t, err)
 		}
 		log.Info("created target table", "table", t.String())
+		if noBinary == "" {
+			noBinary = binaryProblem(st, st)
+		}
 	}
-	return nil
+	return noBinary, nil
+}
+
+// binaryProblem says why the columns of source table st cannot be applied
+// in binary to target table tt ("" if they can). Target columns missing or
+// generated are left to the apply's own checks.
+func binaryProblem(st, tt *schema.Table) string {
+	for _, c := range st.Columns {
+		if c.Generated {
+			continue // not published
+		}
+		i := tt.Column(c.Name)
+		if i < 0 || tt.Columns[i].Generated {
+			continue
+		}
+		if err := target.BinaryCompatible(c.TypeOID, tt.Columns[i].TypeOID); err != nil {
+			return fmt.Sprintf("column %q of %s (%s): %v", c.Name, st.TableName(), c.Type, err)
+		}
+	}
+	return ""
 }
 
 // waitSlotInactive waits up to wait for the slot (if it exists) not to be in

@@ -21,7 +21,7 @@ func benchWriter(b *testing.B, c *change.Change) *Writer {
 		tab.Columns = append(tab.Columns, schema.Column{Name: col.Name})
 	}
 	w := NewWriter(nil, WriterOptions{CopyFlushBytes: 1 << 30, BatchStatements: 1 << 30})
-	p, err := newPlan(rel, tab, nil)
+	p, err := newPlan(rel, tab, nil, false)
 	if err != nil {
 		b.Fatal(err)
 	}

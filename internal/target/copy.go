@@ -74,3 +74,49 @@ func appendCopyValue(dst, v []byte) []byte {
 	}
 	return append(dst, v[start:]...)
 }
+
+// binaryCopyHeader starts a COPY in binary format: the signature, no flags,
+// no header extension.
+var binaryCopyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+
+// binaryCopyTrailer ends a COPY in binary format (a field count of -1).
+var binaryCopyTrailer = []byte{0xff, 0xff}
+
+// appendCopyRowBinary is appendCopyRow for COPY's binary format: a field
+// count, then per column a 32-bit length (-1 for NULL) and the value as the
+// type's send function wrote it. Only 'b' and 'n' columns can be copied; the
+// first other one is reported as bad. The rows need binaryCopyHeader before
+// them and binaryCopyTrailer after.
+func appendCopyRowBinary(dst []byte, t change.Tuple, cols []int) (_ []byte, bad byteCol) {
+	n := len(cols)
+	dst = append(dst, byte(n>>8), byte(n))
+	it := t.Iter()
+	j := 0
+	for j < len(cols) && it.Next() {
+		if it.Index() != cols[j] {
+			continue
+		}
+		j++
+		switch it.Kind() {
+		case change.KindBinary:
+			v := it.Value()
+			l := len(v)
+			dst = append(dst, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
+			dst = append(dst, v...)
+		case change.KindNull:
+			dst = append(dst, 0xff, 0xff, 0xff, 0xff)
+		default:
+			if bad.kind == 0 {
+				bad = byteCol{kind: it.Kind(), col: it.Index()}
+			}
+			dst = append(dst, 0xff, 0xff, 0xff, 0xff)
+		}
+	}
+	for ; j < len(cols); j++ {
+		dst = append(dst, 0xff, 0xff, 0xff, 0xff)
+		if bad.kind == 0 {
+			bad = byteCol{kind: 'm', col: cols[j]}
+		}
+	}
+	return dst, bad
+}

@@ -38,6 +38,12 @@ type relPlan struct {
 
 	copyHeader string
 	stmts      map[string]*stmt
+
+	// binary: values arrive in binary (pgoutput binary) and are applied with
+	// binary COPY and binary parameters; valueKind is the kind a present
+	// value has (KindBinary or KindText).
+	binary    bool
+	valueKind byte
 }
 
 // stmt is one prepared UPDATE or DELETE shape.
@@ -46,6 +52,11 @@ type stmt struct {
 	sql    string
 	params []paramRef
 	noop   bool // nothing to SET: the statement is skipped
+
+	// For binary plans: the parameter types (the source columns' built-in
+	// types, equal to the target's) and formats (all binary).
+	oids    []uint32
+	formats []int16
 }
 
 // paramRef says where a statement parameter's value comes from.
@@ -56,8 +67,12 @@ type paramRef struct {
 
 // newPlan matches the source relation's columns to the target table by name.
 // textEqCols names target columns whose type has no equality operator.
-func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool) (*relPlan, error) {
+// binary plans check that every written column has the same built-in type
+// on both sides, which binary values need.
+func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool, binary bool) (*relPlan, error) {
 	p := &relPlan{
+		binary:      binary,
+		valueKind:   change.KindText,
 		rel:         rel,
 		name:        tab.TableName(),
 		quotedTable: tab.TableName().Quoted(),
@@ -79,6 +94,11 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		}
 		p.quoted[i] = change.QuoteIdent(c.Name)
 		p.write[i] = !tab.Columns[ti].Generated
+		if binary && p.write[i] {
+			if err := BinaryCompatible(c.TypeOID, tab.Columns[ti].TypeOID); err != nil {
+				return nil, fmt.Errorf("column %q of %s: %w: run with --binary=false", c.Name, rel.String(), err)
+			}
+		}
 		p.textEq[i] = textEqCols[c.Name]
 		if c.Key {
 			p.keyCols = append(p.keyCols, i)
@@ -92,6 +112,10 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		}
 	}
 	hdr.WriteString(") FROM STDIN")
+	if binary {
+		hdr.WriteString(" WITH (FORMAT binary)")
+		p.valueKind = change.KindBinary
+	}
 	p.copyHeader = hdr.String()
 	return p, nil
 }
@@ -137,6 +161,10 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 	param := func(old bool, col int) {
 		n++
 		s.params = append(s.params, paramRef{old: old, col: col})
+		if p.binary {
+			s.oids = append(s.oids, p.rel.Columns[col].TypeOID)
+			s.formats = append(s.formats, 1)
+		}
 		b.WriteByte('$')
 		b.WriteString(strconv.Itoa(n))
 	}
@@ -196,6 +224,9 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 			}
 			b.WriteString(" IS NOT DISTINCT FROM ")
 			param(true, i)
+			if p.textEq[i] && p.binary {
+				b.WriteString("::text") // the parameter has the column's type
+			}
 		}
 		if first {
 			b.WriteString("true")
@@ -232,3 +263,22 @@ JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbaset
 LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typlen = -1 AND bt.typelem <> 0
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
   AND (bt.typcategory = 'G' OR bt.oid IN (114, 142) OR et.typcategory = 'G' OR et.oid IN (114, 142))`
+
+// FirstNormalOID is PostgreSQL's FirstNormalObjectId: types below it are
+// built in, with the same OID and binary format in every database.
+const FirstNormalOID = 16384
+
+// BinaryCompatible reports why a source column's binary values cannot be
+// applied to a target column (nil if they can): both must have the same
+// built-in type. Binary formats of user-defined types (enums aside) embed
+// OIDs that differ between databases, and a binary value is read by the
+// target type's receive function, which must be the sender's counterpart.
+func BinaryCompatible(srcType, tgtType uint32) error {
+	switch {
+	case srcType >= FirstNormalOID || srcType == 0:
+		return fmt.Errorf("type OID %d is not built in, binary transfer cannot carry it", srcType)
+	case srcType != tgtType:
+		return fmt.Errorf("type OID %d on the source but %d on the target, binary transfer needs the same type", srcType, tgtType)
+	}
+	return nil
+}

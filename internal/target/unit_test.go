@@ -108,7 +108,7 @@ func TestStatementsGolden(t *testing.T) {
 	}
 	var out strings.Builder
 	for _, tc := range cases {
-		p, err := newPlan(tc.rel, tc.tab, textEq)
+		p, err := newPlan(tc.rel, tc.tab, textEq, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestStatementsGolden(t *testing.T) {
 		}
 		out.WriteString("\n\n")
 	}
-	p, err := newPlan(keyed, keyedTab, nil)
+	p, err := newPlan(keyed, keyedTab, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestStatementsGolden(t *testing.T) {
 
 func TestStmtKeyDistinguishesShapes(t *testing.T) {
 	rel, tab := testRel(change.IdentityDefault, "id")
-	p, err := newPlan(rel, tab, nil)
+	p, err := newPlan(rel, tab, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestStmtKeyDistinguishesShapes(t *testing.T) {
 func TestNewPlanMissingColumn(t *testing.T) {
 	rel, tab := testRel(change.IdentityDefault, "id")
 	tab.Columns = tab.Columns[:2]
-	_, err := newPlan(rel, tab, nil)
+	_, err := newPlan(rel, tab, nil, false)
 	if err == nil || !strings.Contains(err.Error(), `column "body" of source table public.Items is missing on the target table public.Items`) {
 		t.Fatalf("error = %v", err)
 	}
@@ -373,5 +373,41 @@ func TestAppendCopyRowAllocs(t *testing.T) {
 	n := testing.AllocsPerRun(100, func() { dst = AppendCopyRow(dst[:0], tu, []int{0, 1, 2, 3}) })
 	if n != 0 {
 		t.Errorf("AppendCopyRow allocates %v times per row", n)
+	}
+}
+
+func TestAppendCopyRowBinary(t *testing.T) {
+	tu := change.Tuple(change.AppendTuple(nil,
+		[]byte{change.KindBinary, change.KindNull, change.KindBinary, change.KindBinary},
+		[][]byte{{0, 0, 0, 7}, nil, {}, {'h', 'i'}}))
+	out, bad := appendCopyRowBinary(nil, tu, []int{0, 1, 3})
+	want := []byte{0, 3, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 2, 'h', 'i'}
+	if bad.kind != 0 || !bytes.Equal(out, want) {
+		t.Errorf("got %v %+v, want %v", out, bad, want)
+	}
+	// An empty value is a zero length, not NULL.
+	if out, _ = appendCopyRowBinary(nil, tu, []int{2}); !bytes.Equal(out, []byte{0, 1, 0, 0, 0, 0}) {
+		t.Errorf("empty value: %v", out)
+	}
+	if _, bad = appendCopyRowBinary(nil, tup("1"), []int{0}); bad.kind != change.KindText {
+		t.Errorf("text in binary: bad = %+v", bad)
+	}
+	if _, bad = appendCopyRowBinary(nil, tu, []int{0, 4}); bad.kind != 'm' || bad.col != 4 {
+		t.Errorf("short tuple: bad = %+v", bad)
+	}
+	if n := testing.AllocsPerRun(100, func() { out, _ = appendCopyRowBinary(out[:0], tu, []int{0, 1, 3}) }); n != 0 {
+		t.Errorf("appendCopyRowBinary allocates %v times per row", n)
+	}
+}
+
+func TestBinaryCompatible(t *testing.T) {
+	if err := BinaryCompatible(23, 23); err != nil {
+		t.Errorf("int4 to int4: %v", err)
+	}
+	if err := BinaryCompatible(23, 20); err == nil {
+		t.Error("int4 to int8: no error")
+	}
+	if err := BinaryCompatible(16500, 16500); err == nil {
+		t.Error("user type: no error")
 	}
 }

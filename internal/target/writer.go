@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -32,13 +33,18 @@ type WriterOptions struct {
 	Logger          *slog.Logger     // nil: slog.Default()
 	CopyFlushBytes  int              // flush a table's COPY rows past this size; default 4 MiB
 	BatchStatements int              // pipeline at most this many statements; default 1000
+
+	// Binary: values arrive in pgoutput's binary format; inserts go through
+	// binary COPY and statements get binary parameters. Every written column
+	// must then have the same built-in type on both sides (checked per table).
+	Binary bool
 }
 
 // Writer applies changes to the target in one target transaction at a time,
 // on one connection, which it uses exclusively between Begin and
 // Commit/Rollback.
 //
-// Inserts are buffered per table as COPY text rows; updates and deletes are
+// Inserts are buffered per table as COPY rows (text or binary format); updates and deletes are
 // queued as prepared statements in a pipelined batch. Inserts into different
 // tables may reach the server in another order than they were written (the
 // session runs with session_replication_role = replica: no triggers, no
@@ -393,7 +399,7 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 			return nil, err
 		}
 	}
-	p, err := newPlan(rel, tab, textEq)
+	p, err := newPlan(rel, tab, textEq, w.opts.Binary)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +450,13 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 	}
 	tb.plan = p
 	before := len(tb.rows)
-	rows, bad := appendCopyRow(tb.rows, c.New, p.copyCols)
+	var rows []byte
+	var bad byteCol
+	if p.binary {
+		rows, bad = appendCopyRowBinary(tb.rows, c.New, p.copyCols)
+	} else {
+		rows, bad = appendCopyRow(tb.rows, c.New, p.copyCols)
+	}
 	if bad.kind != 0 {
 		tb.rows = rows[:before]
 		return fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
@@ -470,7 +482,9 @@ func kindProblem(kind byte) string {
 	case change.KindUnchanged:
 		return "unchanged TOAST value where a full value is needed"
 	case change.KindBinary:
-		return "binary value (repstream applies text format only)"
+		return "binary value in a text-format stream"
+	case change.KindText:
+		return "text value in a binary-format stream (a type without a binary send function?): run with --binary=false"
 	case 'm':
 		return "missing from the tuple"
 	}
@@ -508,8 +522,14 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 // from w.dirty).
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 	n := len(tb.lsns)
-	w.reader.Reset(tb.rows)
-	_, err := w.conn.PgConn().CopyFrom(ctx, &w.reader, tb.plan.copyHeader)
+	var err error
+	if tb.plan.binary {
+		w.reader.Reset(tb.rows)
+		_, err = w.conn.PgConn().CopyFrom(ctx, io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer)), tb.plan.copyHeader)
+	} else {
+		w.reader.Reset(tb.rows)
+		_, err = w.conn.PgConn().CopyFrom(ctx, &w.reader, tb.plan.copyHeader)
+	}
 	w.copyBytes -= len(tb.rows)
 	lsns := tb.lsns
 	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
@@ -599,7 +619,7 @@ func (w *Writer) splitTuple(t change.Tuple, kinds []byte, vals [][]byte) ([]byte
 	for it.Next() {
 		kinds = append(kinds, it.Kind())
 		v := it.Value()
-		if it.Kind() == change.KindText && v == nil {
+		if (it.Kind() == change.KindText || it.Kind() == change.KindBinary) && v == nil {
 			v = w.empty
 		}
 		vals = append(vals, v)
@@ -648,7 +668,7 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	}
 	if s.name == "" {
 		name := w.id + "_" + strconv.Itoa(w.nstmt)
-		if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, nil); err != nil {
+		if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, s.oids); err != nil {
 			return fmt.Errorf("apply %s to %s at %s: prepare %q: %w", c.Op, c.Rel, c.LSN, s.sql, err)
 		}
 		w.nstmt++
@@ -667,7 +687,7 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 		size += len(v)
 	}
 	w.params = params
-	w.batch.ExecPrepared(s.name, params, nil, nil)
+	w.batch.ExecPrepared(s.name, params, s.formats, nil)
 	w.items = append(w.items, batchItem{op: c.Op, lsn: c.LSN, plan: p})
 	if !tb.inBatch {
 		tb.inBatch = true
@@ -697,7 +717,7 @@ func (w *Writer) checkShape(c *change.Change, p *relPlan, mode whereMode, ncols 
 			return errors.New("no replica identity key and no old tuple to find the row")
 		}
 		for _, k := range p.keyCols {
-			if w.newKinds[k] != change.KindText {
+			if w.newKinds[k] != p.valueKind {
 				return fmt.Errorf("key column %q: %s", c.Rel.Columns[k].Name, keyProblem(w.newKinds[k]))
 			}
 		}
@@ -716,14 +736,14 @@ func (w *Writer) checkShape(c *change.Change, p *relPlan, mode whereMode, ncols 
 			return errors.New("old key tuple but the relation has no key columns")
 		}
 		for _, k := range p.keyCols {
-			if w.oldKinds[k] != change.KindText {
+			if w.oldKinds[k] != p.valueKind {
 				return fmt.Errorf("key column %q: %s", c.Rel.Columns[k].Name, keyProblem(w.oldKinds[k]))
 			}
 		}
 	}
 	for _, kinds := range [2][]byte{w.newKinds, w.oldKinds} {
 		for i, k := range kinds {
-			if k == change.KindBinary {
+			if (k == change.KindBinary || k == change.KindText) && k != p.valueKind {
 				return fmt.Errorf("column %q: %s", c.Rel.Columns[i].Name, kindProblem(k))
 			}
 		}

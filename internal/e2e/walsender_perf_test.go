@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// TestPerfWalsender is a profiling aid: it loads one backlog and lets several
+// clients decode it from their own slots, reporting the CPU the source's
+// walsender spent for each. It separates what the server costs from what a
+// client's way of reading adds. Clients (REPSTREAM_PERF_CLIENTS, comma-
+// separated): repstream, recvlogical, drain (reads and discards), drain-nap
+// (sleeps REPSTREAM_PERF_NAP, default 1ms, before each read), and -bin
+// variants of the drains (pgoutput binary). REPSTREAM_PERF_STRACE=1 writes
+// `strace -c` of each walsender to /tmp/strace.<client>.<n>.
+//
+//	REPSTREAM_PERF_WALSENDER=100000 REPSTREAM_PERF_TXN_ROWS=1 go test -run TestPerfWalsender -v ./internal/e2e
+func TestPerfWalsender(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_WALSENDER"))
+	if n == 0 {
+		t.Skip("set REPSTREAM_PERF_WALSENDER=<rows> to run")
+	}
+	per := 100
+	if p, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_TXN_ROWS")); p > 0 {
+		per = p
+	}
+	e := newEnv(t)
+	e.both(`CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
+		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`)
+	cfg := e.config("public.conditions")
+	cfg.Memory = 256 << 20
+	e.catchUp(cfg) // creates the publication and repstream's slot
+	pub := cfg.Slot
+	clients := []string{"drain", "recvlogical", "repstream", "drain-nap"}
+	if s := os.Getenv("REPSTREAM_PERF_CLIENTS"); s != "" {
+		clients = strings.Split(s, ",")
+	}
+	for i, c := range clients {
+		if c != "repstream" {
+			e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slotFor(cfg.Slot, c, i))
+		}
+	}
+	e.srcExec(`CREATE PROCEDURE load(n int, per int) LANGUAGE plpgsql AS $$
+		BEGIN FOR i IN 0..(n/per - 1) LOOP
+			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
+			FROM generate_series(i * per + 1, i * per + per) g;
+			COMMIT;
+		END LOOP; END $$`)
+	e.srcExec(`CALL load($1, $2)`, n, per)
+	var end string
+	if err := e.Src.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	endLSN, _ := pglogrepl.ParseLSN(end)
+	for i, c := range clients {
+		slot := slotFor(cfg.Slot, c, i)
+		stop := make(chan struct{})
+		var cpu atomic.Int64 // walsender CPU in ticks, last sample
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pid := 0
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if pid == 0 {
+					var p *int
+					if err := e.Src.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&p); err == nil && p != nil {
+						pid = *p
+						if os.Getenv("REPSTREAM_PERF_STRACE") != "" {
+							st := exec.Command("strace", "-c", "-p", strconv.Itoa(pid), "-o", "/tmp/strace."+c+"."+strconv.Itoa(i))
+							_ = st.Start()
+						}
+					}
+					continue
+				}
+				if ticks, ok := procTicks(pid); ok {
+					cpu.Store(ticks)
+				}
+			}
+		}()
+		start := time.Now()
+		var err error
+		switch c {
+		case "repstream":
+			rc := cfg
+			rc.UntilCaughtUp = true
+			err = engine.New(rc, testLogger(t), stats.NewRegistry()).Run(context.Background())
+		case "recvlogical":
+			out := filepath.Join(t.TempDir(), "out")
+			bin, berr := pgcluster.BinDir()
+			if berr != nil {
+				t.Fatal(berr)
+			}
+			cmd := exec.Command(filepath.Join(bin, "pg_recvlogical"), "-d", e.src.DSN(e.srcDB), "--slot", slot, "--start",
+				"-o", "proto_version=3", "-o", "publication_names="+pub, "-o", "streaming=on", "--endpos", end, "-f", out, "--no-loop", "-s", "1")
+			var b []byte
+			b, err = cmd.CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, b)
+			}
+		case "drain", "drain-nap", "drain-bin", "drain-nap-bin":
+			err = drain(e.src.DSN(e.srcDB)+" replication=database", slot, pub, endLSN, strings.Contains(c, "nap"), strings.HasSuffix(c, "bin"))
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+		d := time.Since(start)
+		time.Sleep(50 * time.Millisecond)
+		close(stop)
+		<-done
+		t.Logf("%-12s %8s  walsender CPU %.2f s", c, d.Round(time.Millisecond), float64(cpu.Load())/100)
+	}
+}
+
+func slotFor(base, client string, i int) string {
+	if client == "repstream" {
+		return base
+	}
+	return fmt.Sprintf("%s_%s_%d", base, strings.ReplaceAll(client, "-", "_"), i)
+}
+
+func procTicks(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+2:])
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + st, true
+}
+
+// drain reads the slot to endLSN and throws the data away: the cheapest
+// possible client. small reads through a tiny buffer, like a slow consumer.
+func drain(dsn, slot, pub string, endLSN pglogrepl.LSN, small, binary bool) error {
+	ctx := context.Background()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	if small {
+		cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+			return pgproto3.NewFrontend(bufio.NewReaderSize(&napReader{r: r, nap: napFor()}, 1<<20), w)
+		}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if err := pglogrepl.StartReplication(ctx, conn, slot, 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{
+		"proto_version '3'", "publication_names '" + pub + "'", "streaming 'true'", "binary '" + strconv.FormatBool(binary) + "'"}}); err != nil {
+		return err
+	}
+	var last pglogrepl.LSN
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 {
+			continue
+		}
+		switch cd.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, _ := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
+			if ka.ServerWALEnd > last {
+				last = ka.ServerWALEnd
+			}
+		case pglogrepl.XLogDataByteID:
+			x, _ := pglogrepl.ParseXLogData(cd.Data[1:])
+			if x.WALStart > last {
+				last = x.WALStart
+			}
+		}
+		if last >= endLSN {
+			return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: last, WALFlushPosition: last})
+		}
+	}
+}
+
+// napReader sleeps before every read, so that data piles up in the socket.
+type napReader struct {
+	r   io.Reader
+	nap time.Duration
+}
+
+func (n *napReader) Read(p []byte) (int, error) {
+	time.Sleep(n.nap)
+	return n.r.Read(p)
+}
+
+func napFor() time.Duration {
+	d, err := time.ParseDuration(os.Getenv("REPSTREAM_PERF_NAP"))
+	if err != nil {
+		return time.Millisecond
+	}
+	return d
+}
