@@ -2,6 +2,8 @@ package capture
 
 import (
 	"io"
+	"net"
+	"syscall"
 	"sync/atomic"
 	"time"
 )
@@ -13,6 +15,12 @@ import (
 // scheduler round trip then carry hundreds of messages instead of a few. At
 // low rates (a read that waited, or a large read) it never waits, so it adds
 // no latency to a quiet stream.
+//
+// While it naps, hold (if set) raises the socket's receive low-water mark so
+// that the data the sender writes meanwhile does not wake this process:
+// every wakeup costs the sender (the walsender) a kernel wake-up of our
+// thread per message it sends, and Go's network poller would otherwise be
+// woken even though nobody reads.
 type coalescingReader struct {
 	r        io.Reader
 	nap      time.Duration
@@ -26,6 +34,7 @@ type coalescingReader struct {
 	lastNano atomic.Int64
 	sleep    func(time.Duration)
 	now      func() time.Time
+	hold     func(on bool) // raise (on) or restore the receive low-water mark; nil: none
 }
 
 const (
@@ -39,7 +48,13 @@ func newCoalescingReader(r io.Reader) *coalescingReader {
 
 func (c *coalescingReader) Read(p []byte) (int, error) {
 	if c.small >= coalesceAfter && c.now().Sub(c.lastRead) < c.nap {
+		if c.hold != nil {
+			c.hold(true)
+		}
 		c.sleep(c.nap)
+		if c.hold != nil {
+			c.hold(false)
+		}
 	}
 	n, err := c.r.Read(p)
 	end := c.now()
@@ -55,4 +70,38 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 	c.lastNano.Store(end.UnixNano())
 	c.reads.Add(1)
 	return n, err
+}
+
+// holdLowWater returns a coalescingReader.hold for a TCP connection: the
+// receive low-water mark (SO_RCVLOWAT) goes up to 1 MiB while held and back
+// to 1 byte after; nil for other connections. A failing setsockopt turns it
+// off for good (the reader still naps).
+func holdLowWater(conn net.Conn) func(bool) {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	broken := false
+	var val int
+	set := func(fd uintptr) {
+		if syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, val) != nil {
+			broken = true
+		}
+	}
+	return func(on bool) {
+		if broken {
+			return
+		}
+		val = 1
+		if on {
+			val = 1 << 20
+		}
+		if raw.Control(set) != nil {
+			broken = true
+		}
+	}
 }
