@@ -331,8 +331,9 @@ type worker struct {
 	a      *Applier
 	id     int
 	w      Writer
-	closer func()
-	stats  *stats.Component
+	closer  func()
+	stats   *stats.Component
+	retries *atomic.Int64 // groups applied again after a deadlock
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
@@ -341,7 +342,7 @@ func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &worker{a: a, id: id, w: w, stats: st, closer: closer}, nil
+	return &worker{a: a, id: id, w: w, stats: st, closer: closer, retries: st.Counter("lock_retries")}, nil
 }
 
 func (w *worker) close() { w.closer() }
@@ -370,10 +371,27 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 			ends = append(ends, t.Info.EndLSN)
 		}
 		lsn, err := w.apply(ctx, g, full, ends)
+		// Dependencies are computed from replica-identity keys only: two
+		// groups in flight can still collide on another unique index — a
+		// value freed by an earlier group that has not committed yet (a
+		// unique violation), or locks taken in crossing order (a deadlock).
+		// Roll the group back and apply it again once every earlier group
+		// has committed; it then waits for nothing but later groups, which
+		// wait for it before they commit (full order) or retry too.
+		for attempt := 1; err != nil && !g.eager && attempt <= maxLockRetries && ctx.Err() == nil && target.Retryable(err, attempt == 1); attempt++ {
+			w.rollback()
+			w.a.log.Warn("group rolled back by a lock conflict on the target: applying it again after the earlier groups commit",
+				"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1], "attempt", attempt, "err", err)
+			w.retries.Add(1)
+			w.stats.SetState(stats.Waiting)
+			if err := w.a.commits.wait(ctx, g.seq, nil, true); err != nil {
+				return err
+			}
+			w.stats.SetState(stats.Busy)
+			lsn, err = w.apply(ctx, g, full, ends)
+		}
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = w.w.Rollback(rctx)
-			cancel()
+			w.rollback()
 			return err
 		}
 		// Visible now: dependants may start. Durable (and so acknowledged)
@@ -389,6 +407,16 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 			t.Release()
 		}
 	}
+}
+
+// maxLockRetries bounds how often a group is applied again after the
+// target aborted it for a deadlock or serialization failure.
+const maxLockRetries = 5
+
+func (w *worker) rollback() {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = w.w.Rollback(rctx)
+	cancel()
 }
 
 func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.LSN) (change.LSN, error) {

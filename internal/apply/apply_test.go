@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
@@ -67,6 +69,9 @@ type fakeApply struct {
 	commits []change.LSN        // commit order
 	done    map[change.LSN]bool // committed
 	errs    []string
+
+	failRate float64 // fraction of commits that fail as deadlocked
+	failed   int
 }
 
 func (f *fakeApply) failf(format string, args ...any) {
@@ -112,6 +117,10 @@ func (w *fakeWriter) CommitLSN(_ context.Context, applied []change.LSN) (change.
 	time.Sleep(d) // shuffle the workers
 	w.f.mu.Lock()
 	defer w.f.mu.Unlock()
+	if w.f.failRate > 0 && w.f.r.Float64() < w.f.failRate {
+		w.f.failed++
+		return 0, fmt.Errorf("commit: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"})
+	}
 	group := map[change.LSN]bool{}
 	for _, end := range applied {
 		w.f.depsCommitted(end, "committed", group)
@@ -141,13 +150,30 @@ func TestApplierOrdering(t *testing.T) {
 		for seed := uint64(1); seed <= 8; seed++ {
 			t.Run(fmt.Sprintf("p%d-%s-seed%d", mode.parallelism, mode.order, seed), func(t *testing.T) {
 				t.Parallel()
-				runOrdering(t, seed, mode.parallelism, mode.order)
+				runOrdering(t, seed, mode.parallelism, mode.order, 0)
 			})
 		}
 	}
 }
 
-func runOrdering(t *testing.T, seed uint64, parallelism int, order string) {
+// TestApplierRetriesDeadlocks makes the target abort 10% of the commits as
+// deadlocked: each such group is applied again, and the ordering rules and
+// exactly-once still hold.
+func TestApplierRetriesDeadlocks(t *testing.T) {
+	for _, order := range []string{"full", "dependent"} {
+		for seed := uint64(1); seed <= 4; seed++ {
+			t.Run(fmt.Sprintf("p4-%s-seed%d", order, seed), func(t *testing.T) {
+				t.Parallel()
+				f := runOrdering(t, seed, 4, order, 0.1)
+				if f.failed == 0 {
+					t.Fatal("no commit failed: the test did not test retries")
+				}
+			})
+		}
+	}
+}
+
+func runOrdering(t *testing.T, seed uint64, parallelism int, order string, failRate float64) *fakeApply {
 	r := rand.New(rand.NewPCG(seed, 7))
 	n := 300 + r.IntN(300)
 	keyspace := 5 + r.IntN(40)
@@ -165,7 +191,7 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order string) {
 		}
 	}
 	wm := NewWatermark(0)
-	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(seed, 9)), full: order == "full", wm: wm, done: map[change.LSN]bool{}}
+	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(seed, 9)), full: order == "full", wm: wm, done: map[change.LSN]bool{}, failRate: failRate}
 	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -239,4 +265,5 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order string) {
 			}
 		}
 	}
+	return f
 }

@@ -579,6 +579,26 @@ func columnSuffix(err error) string {
 	return ""
 }
 
+// Retryable reports whether a group that failed with err can succeed when
+// applied again after every earlier group has committed: always for a
+// deadlock (40P01) or serialization failure (40001); for a unique or
+// exclusion violation (23505, 23P01) only on the first failure (concurrent,
+// firstTry), when an earlier group that frees the value may not have
+// committed yet — once they all have, the violation is real.
+func Retryable(err error, firstTry bool) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40P01", "40001":
+		return true
+	case "23505", "23P01":
+		return firstTry
+	}
+	return false
+}
+
 // copyErrorLine extracts N from a COPY error's context line
 // "COPY t, line N[, column c][: value]", or returns 0.
 func copyErrorLine(err error) int {
