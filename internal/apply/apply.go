@@ -328,9 +328,9 @@ func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracke
 }
 
 type worker struct {
-	a      *Applier
-	id     int
-	w      Writer
+	a       *Applier
+	id      int
+	w       Writer
 	closer  func()
 	stats   *stats.Component
 	retries *atomic.Int64 // groups applied again after a deadlock

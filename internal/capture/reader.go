@@ -3,8 +3,8 @@ package capture
 import (
 	"io"
 	"net"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
