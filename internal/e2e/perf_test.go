@@ -30,8 +30,7 @@ func TestPerfBacklog(t *testing.T) {
 		t.Skip("set REPSTREAM_PERF=<rows> to run")
 	}
 	e := newEnv(t)
-	e.both(`CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
-		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`)
+	e.both(conditionsSQL)
 	cfg := e.config("public.conditions")
 	cfg.Memory = 256 << 20
 	if p, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_PARALLELISM")); p > 0 {
@@ -46,13 +45,7 @@ func TestPerfBacklog(t *testing.T) {
 	if p, _ := strconv.Atoi(os.Getenv("REPSTREAM_PERF_TXN_ROWS")); p > 0 {
 		per = p
 	}
-	e.srcExec(`CREATE PROCEDURE load(n int, per int) LANGUAGE plpgsql AS $$
-		BEGIN FOR i IN 0..(n/per - 1) LOOP
-			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
-			FROM generate_series(i * per + 1, i * per + per) g;
-			COMMIT;
-		END LOOP; END $$`)
-	e.srcExec(`CALL load($1, $2)`, n, per)
+	loadConditions(e, n, per)
 	t.Logf("loaded %d rows in %d-row transactions in %s", n, per, time.Since(start).Round(time.Millisecond))
 	if p := os.Getenv("REPSTREAM_PERF_PROFILE"); p != "" {
 		f, err := os.Create(p)
@@ -89,8 +82,7 @@ func TestPerfBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nconn.Close(context.Background())
-	if _, err := nconn.Exec(context.Background(), `CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
-		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`); err != nil {
+	if _, err := nconn.Exec(context.Background(), conditionsSQL); err != nil {
 		t.Fatal(err)
 	}
 	var endLSN string
@@ -138,4 +130,20 @@ func procIO(t *testing.T) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// conditionsSQL is the conditions workload's table.
+const conditionsSQL = `CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
+	till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`
+
+// loadConditions inserts n rows into conditions on the source, per rows per
+// transaction, with a server-side loop.
+func loadConditions(e *env, n, per int) {
+	e.srcExec(`CREATE PROCEDURE load(n int, per int) LANGUAGE plpgsql AS $$
+		BEGIN FOR i IN 0..(n/per - 1) LOOP
+			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
+			FROM generate_series(i * per + 1, i * per + per) g;
+			COMMIT;
+		END LOOP; END $$`)
+	e.srcExec(`CALL load($1, $2)`, n, per)
 }

@@ -43,8 +43,7 @@ func TestPerfWalsender(t *testing.T) {
 		per = p
 	}
 	e := newEnv(t)
-	e.both(`CREATE TABLE conditions (id bigint PRIMARY KEY, channel int NOT NULL, since timestamptz NOT NULL,
-		till timestamptz NOT NULL, value float8, error real, status smallint NOT NULL DEFAULT 0)`)
+	e.both(conditionsSQL)
 	cfg := e.config("public.conditions")
 	cfg.Memory = 256 << 20
 	e.catchUp(cfg) // creates the publication and repstream's slot
@@ -58,13 +57,7 @@ func TestPerfWalsender(t *testing.T) {
 			e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slotFor(cfg.Slot, c, i))
 		}
 	}
-	e.srcExec(`CREATE PROCEDURE load(n int, per int) LANGUAGE plpgsql AS $$
-		BEGIN FOR i IN 0..(n/per - 1) LOOP
-			INSERT INTO conditions SELECT g, g % 1000, now(), now() + interval '1 hour', random(), random(), 0
-			FROM generate_series(i * per + 1, i * per + per) g;
-			COMMIT;
-		END LOOP; END $$`)
-	e.srcExec(`CALL load($1, $2)`, n, per)
+	loadConditions(e, n, per)
 	var end string
 	if err := e.Src.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
 		t.Fatal(err)

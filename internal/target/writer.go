@@ -522,14 +522,12 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 // from w.dirty).
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 	n := len(tb.lsns)
-	var err error
+	w.reader.Reset(tb.rows)
+	var data io.Reader = &w.reader
 	if tb.plan.binary {
-		w.reader.Reset(tb.rows)
-		_, err = w.conn.PgConn().CopyFrom(ctx, io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer)), tb.plan.copyHeader)
-	} else {
-		w.reader.Reset(tb.rows)
-		_, err = w.conn.PgConn().CopyFrom(ctx, &w.reader, tb.plan.copyHeader)
+		data = io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer))
 	}
+	_, err := w.conn.PgConn().CopyFrom(ctx, data, tb.plan.copyHeader)
 	w.copyBytes -= len(tb.rows)
 	lsns := tb.lsns
 	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
