@@ -2,13 +2,9 @@ package schema
 
 import (
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
+	"github.com/repstream/repstream/internal/golden"
 	"testing"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestParseTableName(t *testing.T) {
 	tests := []struct {
@@ -117,22 +113,7 @@ func TestCreateTableSQLGolden(t *testing.T) {
 	}
 }
 
-func checkGolden(t *testing.T, file, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", file)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s mismatch:\n--- got\n%s\n--- want\n%s", file, got, want)
-	}
-}
+func checkGolden(t *testing.T, file, got string) { t.Helper(); golden.Check(t, file, got) }
 
 func FuzzParseTableName(f *testing.F) {
 	for _, s := range []string{"public.t", "t", `"A"."b.c"`, `"a""b".c`, "s.*", "", `"`, "a.b.c"} {

@@ -3,10 +3,8 @@ package target
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
+	"github.com/repstream/repstream/internal/golden"
 	"strings"
 	"testing"
 
@@ -16,24 +14,7 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
-func checkGolden(t *testing.T, file, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", file)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s mismatch:\n--- got\n%s\n--- want\n%s", file, got, want)
-	}
-}
+func checkGolden(t *testing.T, file, got string) { t.Helper(); golden.Check(t, file, got) }
 
 // tup builds a tuple from strings: "\x00n" is NULL, "\x00u" unchanged TOAST.
 func tup(vals ...string) change.Tuple {
