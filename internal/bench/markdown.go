@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -182,8 +183,13 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 				if r.System != "repstream" {
 					continue
 				}
-				a, b := f.get(r), f.get(native)
-				if !r.Verified || !native.Verified || b == 0 {
+				n := nativeOf(runs, r)
+				if n == nil {
+					fmt.Fprintf(w, " — |")
+					continue
+				}
+				a, b := f.get(r), f.get(n)
+				if !r.Verified || !n.Verified || b == 0 {
 					fmt.Fprintf(w, " — |")
 					continue
 				}
@@ -196,6 +202,9 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")
 	fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every 10 ms. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
 
+	if rep.Settings.Repeat > 1 {
+		writeRoundsMarkdown(w, rep)
+	}
 	fmt.Fprintf(w, "## Verification\n\n| run | table | source rows | target rows | equal |\n|---|---|---:|---:|---|\n")
 	for _, r := range runs {
 		if len(r.Tables) == 0 {
@@ -241,19 +250,78 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
+// nativeOf is the native run r is compared with: the one of r's round (with
+// --repeat), else the last native run; nil if there is none.
+func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
+	var n *RunResult
+	for _, x := range runs {
+		if x.System == "native" && (r.Round == 0 || x.Round == r.Round) {
+			n = x
+		}
+	}
+	return n
+}
+
+// roundRatios returns f's repstream/native ratio of every round in which
+// both runs verified, in round order.
+func roundRatios(runs []*RunResult, f figure) []float64 {
+	var out []float64
+	for _, r := range runs {
+		if r.System != "repstream" || !r.Verified {
+			continue
+		}
+		n := nativeOf(runs, r)
+		if n == nil || !n.Verified || f.get(n) == 0 {
+			continue
+		}
+		out = append(out, f.get(r)/f.get(n))
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// writeRoundsMarkdown summarises --repeat: per figure, the median of the
+// rounds' repstream/native ratios, their range, and each round's ratio.
+func writeRoundsMarkdown(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "## Over %d rounds\n\nEach round ran both systems on fresh databases, every second round in reverse order; a ratio compares the two runs of one round.\n\n", rep.Settings.Repeat)
+	fmt.Fprintf(w, "| figure | median repstream / native | min | max | per round |\n|---|---:|---:|---:|---|\n")
+	for _, f := range figures {
+		rs := roundRatios(rep.Runs, f)
+		if len(rs) == 0 {
+			continue
+		}
+		per := make([]string, len(rs))
+		for i, x := range rs {
+			per[i] = fmt.Sprintf("%.2f", x)
+		}
+		name := f.name
+		if f.unit != "" {
+			name += " (" + f.unit + ")"
+		}
+		fmt.Fprintf(w, "| %s | **%.2f** | %.2f | %.2f | %s |\n", name, median(rs), slices.Min(rs), slices.Max(rs), strings.Join(per, ", "))
+	}
+	fmt.Fprintln(w)
+}
+
 // SummaryTable renders a compact one-line-per-run table (the `make bench`
 // summary).
 func SummaryTable(w io.Writer, reps []*Report) {
 	fmt.Fprintf(w, "| workload | mode | system | verified | rows | repl s | rows/s | MB/s | commit→visible s | p99 ms | total CPU s | tgt/src WAL | ratio rows/s rs/native |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, rep := range reps {
-		var native *RunResult
 		for _, r := range rep.Runs {
-			if r.System == "native" && r.Verified {
-				native = r
+			native := nativeOf(rep.Runs, r)
+			if native != nil && !native.Verified {
+				native = nil
 			}
-		}
-		for _, r := range rep.Runs {
 			ver := "yes"
 			if !r.Verified {
 				ver = "FAILED"

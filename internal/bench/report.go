@@ -34,6 +34,7 @@ type Settings struct {
 	Params         map[string]string `json:"params"`
 	Systems        []string          `json:"systems"`
 	Vary           string            `json:"vary,omitempty"`
+	Repeat         int               `json:"repeat,omitempty"`
 	RepstreamFlags []string          `json:"repstream_flags"`
 	Native         map[string]string `json:"native"`
 	ServerSettings map[string]string `json:"server_settings"`
@@ -58,6 +59,8 @@ type RunResult struct {
 	Label  string `json:"label"`  // system plus the varied setting, e.g. "repstream apply-parallelism=2"
 	// VaryValue is the value of the varied setting ("" without --vary).
 	VaryValue string `json:"vary_value,omitempty"`
+	// Round is the run's round with --repeat (1-based; 0 without it).
+	Round int `json:"round,omitempty"`
 	// Verified is true only when every replicated table equals the source.
 	Verified bool   `json:"verified"`
 	Error    string `json:"error,omitempty"`

@@ -32,6 +32,10 @@ type Options struct {
 	Params   Params
 	// Vary is "flag=v1,v2,...": repstream runs once per value with --flag=v.
 	Vary string
+	// Repeat runs every system this many rounds (default 1), alternating
+	// the order (ABBA) so that drift of a shared machine hits both alike;
+	// ratios are then taken within a round and summarised by their median.
+	Repeat int
 	// RepstreamFlags pass through to `repstream run` (e.g. "--apply-parallelism=2").
 	RepstreamFlags []string
 	// SourceDSN and TargetDSN point at existing servers (any database as the
@@ -106,6 +110,7 @@ func withApp(dsn string) string {
 // runSpec is one system run.
 type runSpec struct {
 	idx       int
+	round     int // 1-based round of --repeat; 0 without it
 	system    string
 	label     string
 	varyValue string
@@ -121,6 +126,39 @@ type runner struct {
 	out      io.Writer
 	// dblSink, when set, receives the dbl workload's results of the current run.
 	dblSink *dblSink
+	// lastNative is when the last native subscription was started.
+	lastNative time.Time
+}
+
+// nativeSpacing waits, before a native run starts its subscription, until
+// the target's wal_retrieve_retry_interval has passed since the previous one
+// started: PostgreSQL's launcher (up to 15) starts at most one apply worker
+// per interval, so a subscription created sooner would wait for its worker
+// inside the measured time (seen: 5 s added to a 0.2 s catch-up).
+func (r *runner) nativeSpacing(ctx context.Context, tgtDSN string) error {
+	if r.lastNative.IsZero() {
+		return nil
+	}
+	c, err := pgx.Connect(ctx, tgtDSN)
+	if err != nil {
+		return err
+	}
+	var ms int64
+	err = c.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_retrieve_retry_interval'").Scan(&ms)
+	c.Close(context.Background())
+	if err != nil {
+		return fmt.Errorf("read wal_retrieve_retry_interval on the target: %w", err)
+	}
+	wait := time.Duration(ms)*time.Millisecond + 100*time.Millisecond - time.Since(r.lastNative)
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-time.After(wait):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Run executes the benchmark and writes the report files into o.Out. The
@@ -135,6 +173,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if wl.Name == "dbl" {
 		o.Mode = "live" // DBL measures the application while replication runs
+		if o.Repeat > 1 {
+			return nil, errors.New("--repeat: not for dbl (it runs its own series of jobs)")
+		}
+	}
+	if o.Repeat < 0 {
+		return nil, fmt.Errorf("--repeat %d: at least 1", o.Repeat)
+	}
+	if o.Repeat > 1 && o.Vary != "" {
+		return nil, errors.New("--repeat and --vary: one at a time")
 	}
 	if o.Mode != "live" && o.Mode != "backlog" {
 		return nil, fmt.Errorf("--mode %q: live or backlog", o.Mode)
@@ -238,7 +285,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 // plan lists the system runs: repstream once (or once per --vary value),
-// then native once.
+// then native once; with --repeat N, N such rounds, every second one in
+// reverse order.
 func plan(o Options) ([]runSpec, error) {
 	var specs []runSpec
 	var varyName string
@@ -263,6 +311,21 @@ func plan(o Options) ([]runSpec, error) {
 			specs = append(specs, runSpec{system: s, label: s, flags: slices.Clone(o.RepstreamFlags)})
 		}
 	}
+	if o.Repeat > 1 {
+		one := specs
+		specs = nil
+		for round := 1; round <= o.Repeat; round++ {
+			rs := slices.Clone(one)
+			if round%2 == 0 {
+				slices.Reverse(rs)
+			}
+			for i := range rs {
+				rs[i].round = round
+				rs[i].label = fmt.Sprintf("%s #%d", rs[i].label, round)
+			}
+			specs = append(specs, rs...)
+		}
+	}
 	for i := range specs {
 		specs[i].idx = i + 1
 	}
@@ -272,7 +335,7 @@ func plan(o Options) ([]runSpec, error) {
 func (r *runner) describe(ctx context.Context, rep *Report) error {
 	o := r.o
 	rep.Settings = Settings{Scale: o.Params.Scale, Rows: o.Params.Rows, Params: o.Params.Map(), Systems: o.Systems,
-		Vary: o.Vary, RepstreamFlags: append([]string{}, o.RepstreamFlags...), ServerSettings: o.ServerSettings,
+		Vary: o.Vary, Repeat: o.Repeat, RepstreamFlags: append([]string{}, o.RepstreamFlags...), ServerSettings: o.ServerSettings,
 		OwnClusters: o.SourceDSN == "",
 		Native: map[string]string{"subscription_options": nativeOptions(r.version, o.NativeBinary), "binary": nativeBinaryNote(o.NativeBinary),
 			"streaming": "on (PG15; parallel on PG16+)", "copy_data": "false (tables created empty on the target)",
@@ -320,7 +383,7 @@ func (r *runner) describe(ctx context.Context, rep *Report) error {
 
 // runSystem runs the workload once for one system; errors end up in the result.
 func (r *runner) runSystem(ctx context.Context, sp runSpec) *RunResult {
-	res := &RunResult{System: sp.system, Label: sp.label, VaryValue: sp.varyValue}
+	res := &RunResult{System: sp.system, Label: sp.label, VaryValue: sp.varyValue, Round: sp.round}
 	if err := r.doRun(ctx, sp, res); err != nil {
 		res.Error = err.Error()
 		res.Verified = false
@@ -466,8 +529,14 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 	}
 	var markID int64
 	var markAt time.Time
+	startSys := func() error {
+		if sp.system == "native" {
+			defer func() { r.lastNative = time.Now() }()
+		}
+		return sys.start(runCtx)
+	}
 	if r.o.Mode == "live" {
-		if err := sys.start(runCtx); err != nil {
+		if err := startSys(); err != nil {
 			return err
 		}
 		if err := waitSlotActive(runCtx, srcDSN, slot, sys); err != nil {
@@ -498,12 +567,17 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 		if srcWAL1, err = currentLSN(runCtx, srcDSN); err != nil {
 			return err
 		}
+		if sp.system == "native" {
+			if err := r.nativeSpacing(runCtx, tgtDSN); err != nil {
+				return err
+			}
+		}
 		smp.setPhase("catch-up")
 		replStart = time.Now()
 		if err := beginMeasure(replStart); err != nil {
 			return err
 		}
-		if err := sys.start(runCtx); err != nil {
+		if err := startSys(); err != nil {
 			return err
 		}
 		probe.SetTicking(true)

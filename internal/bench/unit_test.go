@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -209,5 +211,67 @@ func BenchmarkProbeResults(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Results(t0, time.Time{}, time.Time{})
+	}
+}
+
+// TestPlanRepeat: --repeat N gives N rounds, every second one reversed
+// (ABBA), each run with its own index and round.
+func TestPlanRepeat(t *testing.T) {
+	specs, err := plan(Options{Systems: []string{"repstream", "native"}, Repeat: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	seen := map[int]bool{}
+	for _, s := range specs {
+		got = append(got, fmt.Sprintf("%s/%d", s.label, s.round))
+		if seen[s.idx] {
+			t.Errorf("index %d used twice (runs would share databases)", s.idx)
+		}
+		seen[s.idx] = true
+	}
+	want := "repstream #1/1,native #1/1,native #2/2,repstream #2/2,repstream #3/3,native #3/3"
+	if strings.Join(got, ",") != want {
+		t.Errorf("plan %s, want %s", strings.Join(got, ","), want)
+	}
+	if _, err := Run(context.Background(), Options{Workload: "conditions", Repeat: 2, Vary: "apply-parallelism=1,2"}); err == nil {
+		t.Error("--repeat with --vary accepted")
+	}
+}
+
+// TestWriteMarkdownRounds: ratios are taken within a round (not against the
+// last native run) and summarised by their median; a round whose native run
+// failed gives no ratio.
+func TestWriteMarkdownRounds(t *testing.T) {
+	mk := func(sys string, round int, secs float64, ok bool) *RunResult {
+		r := &RunResult{System: sys, Label: fmt.Sprintf("%s #%d", sys, round), Round: round, Verified: ok}
+		r.Replication = ReplFigures{Seconds: secs, RowsPerSec: 1000 / secs}
+		return r
+	}
+	rep := sampleReport()
+	rep.Settings.Repeat = 4
+	rep.Runs = []*RunResult{
+		mk("repstream", 1, 2, true), mk("native", 1, 4, true),
+		mk("native", 2, 2, true), mk("repstream", 2, 3, true),
+		mk("repstream", 3, 1, true), mk("native", 3, 10, true),
+		mk("repstream", 4, 1, true), mk("native", 4, 1, false),
+	}
+	var b bytes.Buffer
+	WriteMarkdown(&b, rep, nil)
+	md := b.String()
+	for _, want := range []string{
+		"## Over 4 rounds",
+		"| replication time (s) | **0.50** | 0.10 | 1.50 | 0.50, 1.50, 0.10 |",
+		// the main table compares each repstream run with its own round's native
+		"| replication time (s) | 2.00 | 4.00 | 2.00 | 3.00 | 1.00 | 10.00 | 1.00 | — | 0.50 | 1.50 | 0.10 | — |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	var s bytes.Buffer
+	SummaryTable(&s, []*Report{rep})
+	if !strings.Contains(s.String(), "| conditions | live | repstream #2 | yes | 0 | 3.00 | 333.3 |") || !strings.Contains(s.String(), "| 0.67 |") {
+		t.Errorf("summary does not compare within the round:\n%s", s.String())
 	}
 }

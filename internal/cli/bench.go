@@ -114,6 +114,7 @@ Examples:
 	fs.IntVar(&o.Params.Rate, "rate", 0, "fly: transactions per second (default 1000)")
 	fs.DurationVar(&o.Params.Duration, "duration", 0, "fly: duration at --scale 1 (default 60s)")
 	fs.IntVar(&o.Params.Jobs, "jobs", 0, "dbl: most parallel jobs (default 2×CPUs)")
+	fs.IntVar(&o.Repeat, "repeat", 1, "run every system this many rounds (alternating the order); the report gives each round's ratio and their median")
 	fs.StringVar(&o.Vary, "vary", "", "run repstream once per value of one of its flags, e.g. apply-parallelism=1,2,4")
 	fs.StringVar(&o.SourceDSN, "source", "", "existing source server (default: a throwaway cluster)")
 	fs.StringVar(&o.TargetDSN, "target", "", "existing target server (default: a throwaway cluster)")

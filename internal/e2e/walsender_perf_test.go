@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -28,9 +30,12 @@ import (
 // walsender spent for each. It separates what the server costs from what a
 // client's way of reading adds. Clients (REPSTREAM_PERF_CLIENTS, comma-
 // separated): repstream, recvlogical, drain (reads and discards), drain-nap
-// (sleeps REPSTREAM_PERF_NAP, default 1ms, before each read), and -bin
-// variants of the drains (pgoutput binary). REPSTREAM_PERF_STRACE=1 writes
-// `strace -c` of each walsender to /tmp/strace.<client>.<n>.
+// (sleeps REPSTREAM_PERF_NAP, default 1ms, before each read), native (a
+// subscription in a fresh target database), and -bin variants of the drains
+// and native (pgoutput binary). REPSTREAM_PERF_STRACE=1 writes
+// `strace -c` of each walsender to /tmp/strace.<client>.<n>;
+// REPSTREAM_PERF_RECORD=1 a `perf record -g` of the walsender (=all: of the
+// whole machine) to /tmp/perf.<client>.<n>.data.
 //
 //	REPSTREAM_PERF_WALSENDER=100000 REPSTREAM_PERF_TXN_ROWS=1 go test -run TestPerfWalsender -v ./internal/e2e
 func TestPerfWalsender(t *testing.T) {
@@ -67,6 +72,8 @@ func TestPerfWalsender(t *testing.T) {
 		slot := slotFor(cfg.Slot, c, i)
 		stop := make(chan struct{})
 		var cpu atomic.Int64 // walsender CPU in ticks, last sample
+		var vol, invol atomic.Int64
+		var rec *exec.Cmd // perf record of the walsender, REPSTREAM_PERF_RECORD
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -81,6 +88,10 @@ func TestPerfWalsender(t *testing.T) {
 					var p *int
 					if err := e.Src.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&p); err == nil && p != nil {
 						pid = *p
+						if os.Getenv("REPSTREAM_PERF_RECORD") == "1" {
+							rec = exec.Command("perf", "record", "-g", "-p", strconv.Itoa(pid), "-o", "/tmp/perf."+c+"."+strconv.Itoa(i)+".data")
+							_ = rec.Start()
+						}
 						if os.Getenv("REPSTREAM_PERF_STRACE") != "" {
 							st := exec.Command("strace", "-c", "-p", strconv.Itoa(pid), "-o", "/tmp/strace."+c+"."+strconv.Itoa(i))
 							_ = st.Start()
@@ -90,9 +101,15 @@ func TestPerfWalsender(t *testing.T) {
 				}
 				if ticks, ok := procTicks(pid); ok {
 					cpu.Store(ticks)
+					vol.Store(procStatus(pid, "voluntary_ctxt_switches"))
+					invol.Store(procStatus(pid, "nonvoluntary_ctxt_switches"))
 				}
 			}
 		}()
+		if os.Getenv("REPSTREAM_PERF_RECORD") == "all" {
+			rec = exec.Command("perf", "record", "-a", "-g", "-o", "/tmp/perf."+c+"."+strconv.Itoa(i)+".data")
+			_ = rec.Start()
+		}
 		start := time.Now()
 		var err error
 		switch c {
@@ -113,6 +130,8 @@ func TestPerfWalsender(t *testing.T) {
 			if err != nil {
 				err = fmt.Errorf("%w: %s", err, b)
 			}
+		case "native", "native-bin":
+			err = nativeCatchUp(t, e, slot, pub, end, strings.HasSuffix(c, "bin"))
 		case "drain", "drain-nap", "drain-bin", "drain-nap-bin":
 			err = drain(e.src.DSN(e.srcDB)+" replication=database", slot, pub, endLSN, strings.Contains(c, "nap"), strings.HasSuffix(c, "bin"))
 		}
@@ -123,7 +142,51 @@ func TestPerfWalsender(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		close(stop)
 		<-done
-		t.Logf("%-12s %8s  walsender CPU %.2f s", c, d.Round(time.Millisecond), float64(cpu.Load())/100)
+		if rec != nil && rec.Process != nil {
+			_ = rec.Process.Signal(os.Interrupt)
+			_ = rec.Wait()
+		}
+		t.Logf("%-12s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not", c, d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load())
+	}
+}
+
+// nativeCatchUp subscribes a fresh database of the target to the publication
+// through slot and waits until the slot has confirmed end.
+func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) error {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, e.tgt)
+	conn, err := pgx.Connect(ctx, e.tgt.DSN(db))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, conditionsSQL); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE SUBSCRIPTION native_sub CONNECTION '%s' PUBLICATION %s
+		WITH (create_slot = false, slot_name = '%s', copy_data = false, streaming = on, binary = %t)`, e.src.DSN(e.srcDB), pub, slot, binary)); err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = conn.Exec(ctx, "ALTER SUBSCRIPTION native_sub DISABLE")
+		_, _ = conn.Exec(ctx, "ALTER SUBSCRIPTION native_sub SET (slot_name = NONE)")
+		_, _ = conn.Exec(ctx, "DROP SUBSCRIPTION native_sub")
+	}()
+	src, err := e.srcConn(ctx) // e.Src belongs to the CPU sampler
+	if err != nil {
+		return err
+	}
+	defer src.Close(ctx)
+	for {
+		var done bool
+		if err := src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`,
+			end, slot).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -132,6 +195,21 @@ func slotFor(base, client string, i int) string {
 		return base
 	}
 	return fmt.Sprintf("%s_%s_%d", base, strings.ReplaceAll(client, "-", "_"), i)
+}
+
+// procStatus reads one counter of /proc/<pid>/status.
+func procStatus(pid int, key string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func procTicks(pid int) (int64, bool) {
