@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -10,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/engine"
-	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -76,43 +73,18 @@ func TestPerfBacklog(t *testing.T) {
 	rsTime := d
 
 	// Native: a subscription on a second target database, same publication.
-	ndb := pgtest.NewDB(t, e.tgt)
-	nconn, err := pgx.Connect(context.Background(), e.tgt.DSN(ndb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nconn.Close(context.Background())
-	if _, err := nconn.Exec(context.Background(), conditionsSQL); err != nil {
-		t.Fatal(err)
-	}
 	var endLSN string
 	if err := e.Src.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&endLSN); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	if _, err := nconn.Exec(context.Background(), fmt.Sprintf(`CREATE SUBSCRIPTION native_sub CONNECTION '%s' PUBLICATION %s
-		WITH (create_slot = false, slot_name = 'native_%s', copy_data = false, streaming = on)`, e.src.DSN(e.srcDB), cfg.Slot, cfg.Slot)); err != nil {
+	cnt, err := nativeCatchUp(t, e, "native_"+cfg.Slot, cfg.Slot, endLSN, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		var done bool
-		if err := e.Src.QueryRow(context.Background(), `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = 'native_' || $2::text`,
-			endLSN, cfg.Slot).Scan(&done); err != nil {
-			t.Fatal(err)
-		}
-		if done {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	nd := time.Since(start)
-	var cnt int64
-	_ = nconn.QueryRow(context.Background(), "SELECT count(*) FROM conditions").Scan(&cnt)
 	t.Logf("native caught up %d rows (target has %d) in %s: %.0f rows/s; repstream/native time ratio %.2f",
 		n, cnt, nd.Round(time.Millisecond), float64(n)/nd.Seconds(), rsTime.Seconds()/nd.Seconds())
-	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub DISABLE")
-	_, _ = nconn.Exec(context.Background(), "ALTER SUBSCRIPTION native_sub SET (slot_name = NONE)")
-	_, _ = nconn.Exec(context.Background(), "DROP SUBSCRIPTION native_sub")
 }
 
 // procIO reads this process's /proc/self/io counters.

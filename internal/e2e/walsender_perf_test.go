@@ -131,7 +131,7 @@ func TestPerfWalsender(t *testing.T) {
 				err = fmt.Errorf("%w: %s", err, b)
 			}
 		case "native", "native-bin":
-			err = nativeCatchUp(t, e, slot, pub, end, strings.HasSuffix(c, "bin"))
+			_, err = nativeCatchUp(t, e, slot, pub, end, strings.HasSuffix(c, "bin"))
 		case "drain", "drain-nap", "drain-bin", "drain-nap-bin":
 			err = drain(e.src.DSN(e.srcDB)+" replication=database", slot, pub, endLSN, strings.Contains(c, "nap"), strings.HasSuffix(c, "bin"))
 		}
@@ -151,40 +151,43 @@ func TestPerfWalsender(t *testing.T) {
 }
 
 // nativeCatchUp subscribes a fresh database of the target to the publication
-// through slot and waits until the slot has confirmed end.
-func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) error {
+// through slot, waits until the slot has confirmed end and returns the rows
+// of conditions on that target.
+func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) (int64, error) {
 	ctx := context.Background()
 	db := pgtest.NewDB(t, e.tgt)
 	conn, err := pgx.Connect(ctx, e.tgt.DSN(db))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, conditionsSQL); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE SUBSCRIPTION native_sub CONNECTION '%s' PUBLICATION %s
 		WITH (create_slot = false, slot_name = '%s', copy_data = false, streaming = on, binary = %t)`, e.src.DSN(e.srcDB), pub, slot, binary)); err != nil {
-		return err
+		return 0, err
 	}
 	defer func() {
 		_, _ = conn.Exec(ctx, "ALTER SUBSCRIPTION native_sub DISABLE")
 		_, _ = conn.Exec(ctx, "ALTER SUBSCRIPTION native_sub SET (slot_name = NONE)")
 		_, _ = conn.Exec(ctx, "DROP SUBSCRIPTION native_sub")
 	}()
-	src, err := e.srcConn(ctx) // e.Src belongs to the CPU sampler
+	src, err := e.srcConn(ctx) // e.Src may belong to a CPU sampler
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer src.Close(ctx)
 	for {
 		var done bool
 		if err := src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`,
 			end, slot).Scan(&done); err != nil {
-			return err
+			return 0, err
 		}
 		if done {
-			return nil
+			var n int64
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM conditions").Scan(&n)
+			return n, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
