@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/stats"
 )
