@@ -34,6 +34,10 @@ type Options struct {
 	GroupMaxTxns  int   // source transactions per target transaction at most
 	GroupMaxBytes int64 // accounted bytes per target transaction at most (a larger single txn goes alone)
 
+	// Collapse folds repeated changes to one key within a group where the
+	// target table allows it (see collapse.go).
+	Collapse bool
+
 	// Applied says whether a source transaction (by end LSN) is already on the
 	// target — the record loaded at start; such transactions are skipped.
 	Applied func(end change.LSN) bool
@@ -82,6 +86,7 @@ type group struct {
 	bytes     int64
 	deps      []uint64
 	allBefore bool
+	repeats   bool // a key occurs twice in the write set: worth folding (Options.Collapse)
 	eager     bool // the transaction was applied by Eager: only its commit is left
 }
 
@@ -292,7 +297,7 @@ func (a *Applier) skip(txn *queue.Txn, skipped *atomic.Int64) {
 
 // writeSet appends the key hashes of txn; keyed is false for a barrier.
 func (a *Applier) writeSet(h keyHasher, txn *queue.Txn, keys []uint64) ([]uint64, bool, error) {
-	if a.opts.Parallelism == 1 {
+	if a.opts.Parallelism == 1 && !a.opts.Collapse {
 		return keys, true, nil // one worker: order is total anyway
 	}
 	if txn.Spilled() || txn.Len() > keyedLimit {
@@ -311,7 +316,7 @@ func (a *Applier) writeSet(h keyHasher, txn *queue.Txn, keys []uint64) ([]uint64
 }
 
 func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracker, g *group, keys []uint64, barrier bool, barriers, inFlight *atomic.Int64) error {
-	g.deps, g.allBefore = t.add(g.seq, keys, barrier, a.commits.committedBelow())
+	g.deps, g.allBefore, g.repeats = t.add(g.seq, keys, barrier, a.commits.committedBelow())
 	if barrier {
 		barriers.Add(1)
 	}
@@ -328,12 +333,14 @@ func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracke
 }
 
 type worker struct {
-	a       *Applier
-	id      int
-	w       Writer
-	closer  func()
-	stats   *stats.Component
-	retries *atomic.Int64 // groups applied again after a deadlock
+	a         *Applier
+	id        int
+	w         Writer
+	closer    func()
+	stats     *stats.Component
+	retries   *atomic.Int64 // groups applied again after a deadlock
+	collapsed *atomic.Int64 // source changes saved by folding
+	folding   []*change.Change
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
@@ -342,7 +349,7 @@ func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &worker{a: a, id: id, w: w, stats: st, closer: closer, retries: st.Counter("lock_retries")}, nil
+	return &worker{a: a, id: id, w: w, stats: st, closer: closer, retries: st.Counter("lock_retries"), collapsed: st.Counter("collapsed_changes")}, nil
 }
 
 func (w *worker) close() { w.closer() }
@@ -427,15 +434,12 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 	if err := w.w.Begin(ctx); err != nil {
 		return 0, fmt.Errorf("apply worker %d: begin: %w", w.id, err)
 	}
-	for _, t := range g.txns {
-		for c, err := range t.Changes() {
-			if err != nil {
-				return 0, fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
-			}
-			if err := w.w.Write(ctx, c); err != nil {
-				return 0, fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
-			}
+	if cw, ok := w.w.(collapsibleWriter); ok && g.repeats && w.a.opts.Collapse {
+		if err := w.writeFolded(ctx, g, cw); err != nil {
+			return 0, err
 		}
+	} else if err := w.writeAll(ctx, g); err != nil {
+		return 0, err
 	}
 	if full && g.seq > 1 {
 		w.stats.SetState(stats.Waiting)
@@ -450,4 +454,47 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 		return 0, fmt.Errorf("commit %d transaction(s) from end %s: %w", len(g.txns), first.EndLSN, err)
 	}
 	return lsn, nil
+}
+
+// writeAll writes every change of g in order.
+func (w *worker) writeAll(ctx context.Context, g *group) error {
+	for _, t := range g.txns {
+		for c, err := range t.Changes() {
+			if err != nil {
+				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
+			}
+			if err := w.w.Write(ctx, c); err != nil {
+				return fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeFolded writes g's changes with repeated changes to one key folded
+// (collapse). Groups with repeats are never spilled (spilled transactions
+// are barriers), so the changes stay in memory while they are folded.
+func (w *worker) writeFolded(ctx context.Context, g *group, cw collapsibleWriter) error {
+	all := w.folding[:0]
+	for _, t := range g.txns {
+		for c, err := range t.Changes() {
+			if err != nil {
+				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
+			}
+			all = append(all, c)
+		}
+	}
+	defer func() { clear(all); w.folding = all[:0] }()
+	first, last := g.txns[0].Info, g.txns[len(g.txns)-1].Info
+	out, saved, err := collapse(all, func(rel *change.Relation) (bool, error) { return cw.Collapsible(ctx, rel) })
+	if err != nil {
+		return fmt.Errorf("apply transactions from end %s to %s: %w", first.EndLSN, last.EndLSN, err)
+	}
+	w.collapsed.Add(int64(saved))
+	for _, c := range out {
+		if err := w.w.Write(ctx, c); err != nil {
+			return fmt.Errorf("apply transactions from end %s to %s (change at %s): %w", first.EndLSN, last.EndLSN, c.LSN, err)
+		}
+	}
+	return nil
 }

@@ -80,14 +80,15 @@ func newDepTracker() *depTracker {
 
 // add records group seq's write set and returns the groups it depends on
 // (possibly already committed; the waiter checks). allBefore is true for a
-// barrier: it waits for every earlier group.
-func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow uint64) (deps []uint64, allBefore bool) {
+// barrier: it waits for every earlier group. repeats is true when a key hash
+// occurs more than once in keys: the group may have changes to fold.
+func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow uint64) (deps []uint64, allBefore, repeats bool) {
 	if barrier {
 		t.lastBarrier = seq
 		// Every later group depends on the barrier, so earlier writers no
 		// longer need to be remembered.
 		clear(t.lastWriter)
-		return nil, true
+		return nil, true, false
 	}
 	if t.lastBarrier > committedBelow {
 		deps = append(deps, t.lastBarrier)
@@ -95,6 +96,8 @@ func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow
 	for _, k := range keys {
 		if s, ok := t.lastWriter[k]; ok && s > committedBelow && s != seq {
 			deps = append(deps, s)
+		} else if ok && s == seq {
+			repeats = true
 		}
 		t.lastWriter[k] = seq
 	}
@@ -108,7 +111,7 @@ func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow
 		}
 		t.pruneAt = max(minPruneAt, 2*len(t.lastWriter))
 	}
-	return deps, false
+	return deps, false, repeats
 }
 
 // commitLog records which groups have committed on the target and lets

@@ -80,6 +80,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.IntVar(&c.GroupMaxTxns, "group-max-txns", c.GroupMaxTxns, "source transactions applied in one target transaction at most")
 	fs.Var(&c.GroupMaxBytes, "group-max-bytes", "bytes of changes in one target transaction at most")
 	fs.BoolVar(&c.Eager, "eager", c.Eager, "apply a large transaction while the source streams it, before it commits")
+	fs.BoolVar(&c.Collapse, "collapse", c.Collapse, "fold repeated changes to one key within a target transaction where the target table allows it")
 	fs.BoolVar(&c.Binary, "binary", c.Binary, "transfer values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides")
 	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")
 	fs.StringVar(&c.HTTP, "http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. :9187")

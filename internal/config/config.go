@@ -39,6 +39,12 @@ type Config struct {
 	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
 	Eager            bool   `yaml:"eager"`
 
+	// Collapse folds repeated changes to one key within a target
+	// transaction (insert+update → insert, update+update → update, …) on
+	// tables where that is safe: the only unique index is the key, no
+	// ENABLE ALWAYS trigger or rule.
+	Collapse bool `yaml:"collapse"`
+
 	// Binary asks pgoutput for the binary format of values and applies them
 	// with binary COPY and binary statement parameters: no text conversion
 	// on either server. It is used only when every replicated column has the
@@ -71,6 +77,7 @@ func Default() Config {
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		Eager:            true,
+		Collapse:         true,
 		Binary:           true,
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",

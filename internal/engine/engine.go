@@ -254,7 +254,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	ap, err := apply.New(apply.Options{
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
-		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes),
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Eager: eager, Stats: e.stats, Logger: e.log,
 		Binary: e.binary,
 	})

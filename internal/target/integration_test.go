@@ -649,3 +649,57 @@ func TestConnect(t *testing.T) {
 		t.Fatalf("bad DSN: %v", err)
 	}
 }
+
+// TestWriterCollapsible checks which target tables allow folding repeated
+// changes to one key: only those whose one unique index is the source's key.
+func TestWriterCollapsible(t *testing.T) {
+	e := newEnv(t, `
+CREATE TABLE pk_only (id int PRIMARY KEY, v text);
+CREATE TABLE pk2 (a int, b int, v text, PRIMARY KEY (b, a));
+CREATE TABLE pk_include (id int, v text, PRIMARY KEY (id) INCLUDE (v));
+CREATE TABLE extra_unique (id int PRIMARY KEY, code int UNIQUE);
+CREATE TABLE partial_unique (id int PRIMARY KEY, code int);
+CREATE UNIQUE INDEX ON partial_unique (code) WHERE code > 0;
+CREATE TABLE plain_index (id int PRIMARY KEY, code int);
+CREATE INDEX ON plain_index (code);
+CREATE TABLE other_key (id int, code int PRIMARY KEY);
+CREATE TABLE no_key (id int, v text);
+CREATE TABLE always_trigger (id int PRIMARY KEY, v text);
+CREATE FUNCTION nothing() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER t BEFORE INSERT ON always_trigger FOR EACH ROW EXECUTE FUNCTION nothing();
+ALTER TABLE always_trigger ENABLE ALWAYS TRIGGER t;
+CREATE TABLE origin_trigger (id int PRIMARY KEY, v text);
+CREATE TRIGGER t BEFORE INSERT ON origin_trigger FOR EACH ROW EXECUTE FUNCTION nothing();
+CREATE TABLE fk_child (id int PRIMARY KEY, parent int REFERENCES pk_only);
+CREATE TABLE parted (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100);`)
+	w := e.writer(WriterOptions{})
+	for _, tc := range []struct {
+		rel  *change.Relation
+		want bool
+	}{
+		{rel("public", "pk_only", 'd', "*id", "v"), true},
+		{rel("public", "pk2", 'd', "*a", "*b", "v"), true},
+		{rel("public", "pk_include", 'd', "*id", "v"), true},
+		{rel("public", "extra_unique", 'd', "*id", "code"), false},
+		{rel("public", "partial_unique", 'd', "*id", "code"), false},
+		{rel("public", "plain_index", 'd', "*id", "code"), true},
+		{rel("public", "other_key", 'd', "*id", "code"), false},
+		{rel("public", "no_key", 'f', "id", "v"), false},
+		{rel("public", "always_trigger", 'd', "*id", "v"), false},
+		{rel("public", "origin_trigger", 'd', "*id", "v"), true},
+		{rel("public", "fk_child", 'd', "*id", "parent"), true},
+		{rel("public", "parted", 'd', "*id", "v"), false},
+	} {
+		got, err := w.Collapsible(e.ctx, tc.rel)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.rel, err)
+		}
+		if got != tc.want {
+			t.Errorf("Collapsible(%s) = %v, want %v", tc.rel, got, tc.want)
+		}
+	}
+	if _, err := w.Collapsible(e.ctx, rel("public", "missing", 'd', "*id")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("missing table: err = %v", err)
+	}
+}

@@ -29,6 +29,10 @@ type relPlan struct {
 	name        schema.TableName
 	quotedTable string
 	partitioned bool
+	tableOID    uint32 // the target table's OID
+
+	// collapsible caches Writer.Collapsible: 0 not asked yet, 1 yes, -1 no.
+	collapsible int8
 
 	quoted   []string // quoted target column name per source column
 	write    []bool   // false for columns generated on the target
@@ -77,6 +81,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		name:        tab.TableName(),
 		quotedTable: tab.TableName().Quoted(),
 		partitioned: tab.Partitioned,
+		tableOID:    tab.OID,
 		quoted:      make([]string, len(rel.Columns)),
 		write:       make([]bool, len(rel.Columns)),
 		textEq:      make([]bool, len(rel.Columns)),

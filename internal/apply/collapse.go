@@ -1,0 +1,217 @@
+package apply
+
+import (
+	"context"
+	"encoding/binary"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// Collapsing repeated changes to one key within a group.
+//
+// A group is one target transaction, so the states a row passes through
+// between its first and last change in the group are never visible on the
+// target. Where that is safe, the changes to one key are folded into at most
+// one change, written at the position of the last of them:
+//
+//	insert + update  → insert of the updated row
+//	insert + delete  → nothing
+//	update + update  → one update (unchanged TOAST columns of the later one
+//	                   keep the earlier one's values)
+//	update + delete  → the delete
+//	nothing + X      → X   (after insert + delete)
+//
+// Any other pair (delete + insert, insert + insert, delete + update, …)
+// closes the key's run: the earlier run is written as folded so far, and the
+// later change starts a new one. An update that changes its key is never
+// folded: it closes the runs of both keys and is written as it is.
+//
+// Safe means: the target table's only unique (or exclusion) index is the
+// replica-identity key, it has no trigger or rule that fires in replica mode
+// (ENABLE ALWAYS), and it is not partitioned — asked through Collapsible.
+// Then changes to different keys commute (apply runs with
+// session_replication_role = replica: no FK checks, no ordinary triggers),
+// so moving a run's result later, past changes to other keys, changes
+// nothing, while changes to one key keep their order: a run is written at its
+// last change, before the next run of the same key starts.
+//
+// Outcomes differ from applying every change only where the target already
+// disagrees with the source: an insert + delete run on a key the target
+// already has leaves that row (the unfolded insert would have failed), and a
+// run that finds no row is counted missing once rather than per change.
+
+// collapsibleWriter is implemented by writers that can say whether a
+// relation's changes may be folded (target.Writer).
+type collapsibleWriter interface {
+	Collapsible(ctx context.Context, rel *change.Relation) (bool, error)
+}
+
+// runKey identifies the row a change addresses: the relation version and its
+// replica-identity key values (kind, length, bytes per key column).
+type runKey struct {
+	rel *change.Relation
+	key string
+}
+
+// run is the folded state of one key's consecutive changes: c is the change
+// to write at position last (nil: nothing to write).
+type run struct {
+	last int
+	c    *change.Change
+}
+
+// collapse folds the changes of one group (in order) and returns the changes
+// to write, in order, and how many source changes it saved. ok(rel) says
+// whether rel's changes may be folded. If a key column carries an unchanged
+// TOAST value (its key is unknown) nothing in the group is folded.
+// collapse does not modify the input; folded changes are new allocations.
+func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
+	out := make([]*change.Change, len(in))
+	copy(out, in)
+	runs := make(map[runKey]*run)
+	okRel := make(map[*change.Relation]bool)
+	var keyBuf []byte
+	for i, c := range in {
+		if c.Op == change.OpTruncate || c.Rel == nil {
+			// Not foldable; a truncate ends every run of its relations.
+			if c.Op == change.OpTruncate {
+				for k := range runs {
+					for _, r := range c.TruncateRels {
+						if k.rel == r {
+							delete(runs, k)
+						}
+					}
+				}
+			}
+			continue
+		}
+		foldable, seen := okRel[c.Rel]
+		if !seen {
+			f, err := ok(c.Rel)
+			if err != nil {
+				return nil, 0, err
+			}
+			foldable = f && c.Rel.HasKey()
+			okRel[c.Rel] = foldable
+		}
+		if !foldable {
+			continue
+		}
+		var known bool
+		switch {
+		case c.Op == change.OpUpdate && c.OldKind != 0:
+			// The key changed (or the old row was sent whole): close both
+			// keys' runs, write it as it is.
+			if keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.Old); !known {
+				return in, 0, nil
+			}
+			delete(runs, runKey{c.Rel, string(keyBuf)})
+			if keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.New); !known {
+				return in, 0, nil
+			}
+			delete(runs, runKey{c.Rel, string(keyBuf)})
+			continue
+		case c.Op == change.OpDelete:
+			keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.Old)
+		default:
+			keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.New)
+		}
+		if !known {
+			return in, 0, nil
+		}
+		k := runKey{c.Rel, string(keyBuf)}
+		r := runs[k]
+		if r == nil {
+			runs[k] = &run{last: i, c: c}
+			continue
+		}
+		folded, ok := fold(r.c, c)
+		if !ok {
+			runs[k] = &run{last: i, c: c}
+			continue
+		}
+		out[r.last] = nil
+		out[i] = folded
+		r.last, r.c = i, folded
+	}
+	n := 0
+	for _, c := range out {
+		if c != nil {
+			out[n] = c
+			n++
+		}
+	}
+	return out[:n], len(in) - n, nil
+}
+
+// fold returns the one change equivalent to a then b on the same key (nil:
+// no change at all), or false if they do not fold. a may be nil (nothing).
+func fold(a, b *change.Change) (*change.Change, bool) {
+	if a == nil {
+		return b, true
+	}
+	switch {
+	case a.Op == change.OpInsert && b.Op == change.OpUpdate:
+		return &change.Change{Op: change.OpInsert, Xid: b.Xid, LSN: b.LSN, Rel: b.Rel, New: overlay(b.New, a.New)}, true
+	case a.Op == change.OpInsert && b.Op == change.OpDelete:
+		return nil, true
+	case a.Op == change.OpUpdate && b.Op == change.OpUpdate:
+		return &change.Change{Op: change.OpUpdate, Xid: b.Xid, LSN: b.LSN, Rel: b.Rel, New: overlay(b.New, a.New)}, true
+	case a.Op == change.OpUpdate && b.Op == change.OpDelete:
+		return b, true
+	}
+	return nil, false
+}
+
+// overlay returns newer with its unchanged-TOAST columns taken from older.
+// Both are tuples of the same relation version.
+func overlay(newer, older change.Tuple) change.Tuple {
+	hasUnchanged := false
+	it := newer.Iter()
+	for it.Next() {
+		if it.Kind() == change.KindUnchanged {
+			hasUnchanged = true
+			break
+		}
+	}
+	if !hasUnchanged {
+		return newer
+	}
+	dst := make(change.Tuple, 0, len(newer)+len(older))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(newer.NumColumns()))
+	ot := older.Iter()
+	it = newer.Iter()
+	for it.Next() {
+		ot.Next()
+		kind, val := it.Kind(), it.Value()
+		if kind == change.KindUnchanged && ot.Index() == it.Index() {
+			kind, val = ot.Kind(), ot.Value()
+		}
+		dst = append(dst, kind)
+		if kind == change.KindText || kind == change.KindBinary {
+			dst = binary.BigEndian.AppendUint32(dst, uint32(len(val)))
+			dst = append(dst, val...)
+		}
+	}
+	return dst
+}
+
+// appendKey appends the key columns of t (kind, length, value) to dst. It
+// returns false if a key column's value is not in the tuple (unchanged
+// TOAST).
+func appendKey(dst []byte, rel *change.Relation, t change.Tuple) ([]byte, bool) {
+	it := t.Iter()
+	for it.Next() {
+		if it.Index() >= len(rel.Columns) || !rel.Columns[it.Index()].Key {
+			continue
+		}
+		if it.Kind() == change.KindUnchanged {
+			return dst, false
+		}
+		v := it.Value()
+		dst = append(dst, it.Kind())
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
+		dst = append(dst, v...)
+	}
+	return dst, true
+}
