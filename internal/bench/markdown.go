@@ -103,6 +103,9 @@ func WriteMarkdown(w io.Writer, rep *Report, pngs []string) {
 		fmt.Fprintf(w, "- varied: `%s`\n", rep.Settings.Vary)
 	}
 	fmt.Fprintf(w, "- native: subscription WITH (%s)\n", rep.Settings.Native["subscription_options"])
+	if rep.Settings.Connection != "" {
+		fmt.Fprintf(w, "- connections (both systems): %s\n", rep.Settings.Connection)
+	}
 	fmt.Fprintf(w, "- repstream: values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides, else text; `--binary=false` forces text\n")
 	fmt.Fprintf(w, "- %s\n\n", rep.Settings.Generation)
 

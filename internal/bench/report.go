@@ -39,6 +39,7 @@ type Settings struct {
 	Native         map[string]string `json:"native"`
 	ServerSettings map[string]string `json:"server_settings"`
 	OwnClusters    bool              `json:"own_clusters"`
+	Connection     string            `json:"connection"`
 	Generation     string            `json:"generation"`
 }
 

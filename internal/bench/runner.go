@@ -49,6 +49,10 @@ type Options struct {
 	NativeBinary bool
 	// Fast starts throwaway clusters with fsync off (not for real figures).
 	Fast bool
+	// UnixSocket connects everything — repstream, the native subscription
+	// and the bench itself — through the throwaway clusters' Unix sockets
+	// instead of TCP on 127.0.0.1.
+	UnixSocket bool
 	// Binary is the repstream executable (default: this executable).
 	Binary string
 	// Out is the report directory (created).
@@ -71,7 +75,10 @@ type server struct {
 	cluster *pgcluster.Cluster
 }
 
-func clusterServer(c *pgcluster.Cluster) *server {
+func clusterServer(c *pgcluster.Cluster, unixSocket bool) *server {
+	if unixSocket {
+		return &server{admin: c.SocketDSN("postgres"), dsnFor: c.SocketDSN, cluster: c}
+	}
 	return &server{admin: c.DSN("postgres"), dsnFor: c.DSN, cluster: c}
 }
 
@@ -228,6 +235,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if o.SourceDSN == "" || o.TargetDSN == "" {
 			return nil, errors.New("--source and --target go together")
 		}
+		if o.UnixSocket {
+			return nil, errors.New("--unix-socket applies to throwaway clusters: with --source/--target, put host=/socket/dir in the DSNs")
+		}
 		if r.src, err = dsnServer(o.SourceDSN); err != nil {
 			return nil, err
 		}
@@ -246,7 +256,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("start the target cluster: %w", err)
 		}
 		defer tc.Remove(context.Background())
-		r.src, r.tgt = clusterServer(sc), clusterServer(tc)
+		r.src, r.tgt = clusterServer(sc, o.UnixSocket), clusterServer(tc, o.UnixSocket)
 	}
 
 	rep := &Report{SchemaVersion: SchemaVersion, Workload: wl.Name, Description: wl.Description, Mode: o.Mode,
@@ -336,7 +346,7 @@ func (r *runner) describe(ctx context.Context, rep *Report) error {
 	o := r.o
 	rep.Settings = Settings{Scale: o.Params.Scale, Rows: o.Params.Rows, Params: o.Params.Map(), Systems: o.Systems,
 		Vary: o.Vary, Repeat: o.Repeat, RepstreamFlags: append([]string{}, o.RepstreamFlags...), ServerSettings: o.ServerSettings,
-		OwnClusters: o.SourceDSN == "",
+		OwnClusters: o.SourceDSN == "", Connection: connectionNote(o),
 		Native: map[string]string{"subscription_options": nativeOptions(r.version, o.NativeBinary), "binary": nativeBinaryNote(o.NativeBinary),
 			"streaming": "on (PG15; parallel on PG16+)", "copy_data": "false (tables created empty on the target)",
 			"apply_synchronous_commit": "off (subscription default)"},
@@ -779,4 +789,15 @@ func summaryLine(res *RunResult) string {
 	return fmt.Sprintf("%s: verified; replication %.2fs, %.0f rows/s, %.2f MB/s, last commit→visible %.2fs, probe p50 %.0fms p99 %.0fms max %.0fms",
 		res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec,
 		res.Replication.LastCommitToVisibleSeconds, res.Latency.P50Ms, res.Latency.P99Ms, res.Latency.MaxMs)
+}
+
+// connectionNote says how both systems reach the servers.
+func connectionNote(o Options) string {
+	switch {
+	case o.SourceDSN != "":
+		return "as given by --source/--target"
+	case o.UnixSocket:
+		return "Unix sockets (--unix-socket)"
+	}
+	return "TCP on 127.0.0.1"
 }

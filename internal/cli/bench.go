@@ -121,6 +121,7 @@ Examples:
 	fs.StringArrayVar(&settings, "server-setting", nil, "postgresql.conf setting for the throwaway clusters, name=value (repeatable; both clusters)")
 	fs.BoolVar(&o.NativeBinary, "native-binary", false, "native subscription WITH (binary = true) (default: text, PostgreSQL's default)")
 	fs.BoolVar(&o.Fast, "fast", false, "throwaway clusters with fsync off (quick checks, not real figures)")
+	fs.BoolVar(&o.UnixSocket, "unix-socket", false, "connect both systems (and the bench) through the throwaway clusters' Unix sockets instead of TCP")
 	fs.StringVar(&o.Out, "out", "", "report directory (default bench-WORKLOAD; with several workloads, one subdirectory each)")
 	fs.StringVar(&o.Binary, "repstream-binary", "", "repstream executable to run (default: this one)")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "limit for one system's run")

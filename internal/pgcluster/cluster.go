@@ -444,6 +444,16 @@ func (c *Cluster) DSN(db string) string {
 		c.Port(), Superuser, quoteDSNValue(db))
 }
 
+// SocketDSN is DSN(db) through the server's Unix socket (in Dir()) instead
+// of TCP.
+func (c *Cluster) SocketDSN(db string) string {
+	if db == "" {
+		db = "postgres"
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable",
+		quoteDSNValue(c.dir), c.Port(), Superuser, quoteDSNValue(db))
+}
+
 // ReplicationDSN is DSN(db) plus replication=database, for a logical
 // replication (walsender) connection.
 func (c *Cluster) ReplicationDSN(db string) string {
