@@ -341,6 +341,7 @@ type worker struct {
 	retries   *atomic.Int64 // groups applied again after a deadlock
 	collapsed *atomic.Int64 // source changes saved by folding
 	folding   []*change.Change
+	folder    folder
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
@@ -486,7 +487,8 @@ func (w *worker) writeFolded(ctx context.Context, g *group, cw collapsibleWriter
 	}
 	defer func() { clear(all); w.folding = all[:0] }()
 	first, last := g.txns[0].Info, g.txns[len(g.txns)-1].Info
-	out, saved, err := collapse(all, func(rel *change.Relation) (bool, error) { return cw.Collapsible(ctx, rel) })
+	defer w.folder.release()
+	out, saved, err := w.folder.fold(all, func(rel *change.Relation) (bool, error) { return cw.Collapsible(ctx, rel) })
 	if err != nil {
 		return fmt.Errorf("apply transactions from end %s to %s: %w", first.EndLSN, last.EndLSN, err)
 	}

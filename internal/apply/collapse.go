@@ -46,18 +46,28 @@ type collapsibleWriter interface {
 	Collapsible(ctx context.Context, rel *change.Relation) (bool, error)
 }
 
-// runKey identifies the row a change addresses: the relation version and its
-// replica-identity key values (kind, length, bytes per key column).
-type runKey struct {
-	rel *change.Relation
-	key string
+// folder folds the changes of groups (collapse), keeping its maps and
+// buffers from one group to the next. Owned by one apply worker.
+type folder struct {
+	rels   map[*change.Relation]*relRuns
+	out    []*change.Change
+	keyBuf []byte
+}
+
+// relRuns is the open runs of one relation version in the current group,
+// by key (kind, length, bytes of each key column).
+type relRuns struct {
+	foldable bool
+	runs     map[string]run
 }
 
 // run is the folded state of one key's consecutive changes: c is the change
-// to write at position last (nil: nothing to write).
+// to write at position last (nil: nothing to write); own says collapse
+// allocated c, so it may change it in place.
 type run struct {
 	last int
 	c    *change.Change
+	own  bool
 }
 
 // collapse folds the changes of one group (in order) and returns the changes
@@ -66,35 +76,42 @@ type run struct {
 // TOAST value (its key is unknown) nothing in the group is folded.
 // collapse does not modify the input; folded changes are new allocations.
 func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
-	out := make([]*change.Change, len(in))
-	copy(out, in)
-	runs := make(map[runKey]*run)
-	okRel := make(map[*change.Relation]bool)
-	var keyBuf []byte
+	var f folder
+	return f.fold(in, ok)
+}
+
+// fold is collapse; the returned slice is valid until the next fold or
+// release.
+func (f *folder) fold(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
+	if f.rels == nil {
+		f.rels = make(map[*change.Relation]*relRuns)
+	}
+	clear(f.rels)
+	out := append(f.out[:0], in...)
+	f.out = out
 	for i, c := range in {
 		if c.Op == change.OpTruncate || c.Rel == nil {
 			// Not foldable; a truncate ends every run of its relations.
-			if c.Op == change.OpTruncate {
-				for k := range runs {
-					for _, r := range c.TruncateRels {
-						if k.rel == r {
-							delete(runs, k)
-						}
-					}
+			for _, r := range c.TruncateRels {
+				if rr := f.rels[r]; rr != nil {
+					clear(rr.runs)
 				}
 			}
 			continue
 		}
-		foldable, seen := okRel[c.Rel]
-		if !seen {
-			f, err := ok(c.Rel)
+		rr := f.rels[c.Rel]
+		if rr == nil {
+			foldable, err := ok(c.Rel)
 			if err != nil {
 				return nil, 0, err
 			}
-			foldable = f && c.Rel.HasKey()
-			okRel[c.Rel] = foldable
+			rr = &relRuns{foldable: foldable && c.Rel.HasKey()}
+			if rr.foldable {
+				rr.runs = make(map[string]run)
+			}
+			f.rels[c.Rel] = rr
 		}
-		if !foldable {
+		if !rr.foldable {
 			continue
 		}
 		var known bool
@@ -102,37 +119,36 @@ func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*
 		case c.Op == change.OpUpdate && c.OldKind != 0:
 			// The key changed (or the old row was sent whole): close both
 			// keys' runs, write it as it is.
-			if keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.Old); !known {
+			if f.keyBuf, known = appendKey(f.keyBuf[:0], c.Rel, c.Old); !known {
 				return in, 0, nil
 			}
-			delete(runs, runKey{c.Rel, string(keyBuf)})
-			if keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.New); !known {
+			delete(rr.runs, string(f.keyBuf))
+			if f.keyBuf, known = appendKey(f.keyBuf[:0], c.Rel, c.New); !known {
 				return in, 0, nil
 			}
-			delete(runs, runKey{c.Rel, string(keyBuf)})
+			delete(rr.runs, string(f.keyBuf))
 			continue
 		case c.Op == change.OpDelete:
-			keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.Old)
+			f.keyBuf, known = appendKey(f.keyBuf[:0], c.Rel, c.Old)
 		default:
-			keyBuf, known = appendKey(keyBuf[:0], c.Rel, c.New)
+			f.keyBuf, known = appendKey(f.keyBuf[:0], c.Rel, c.New)
 		}
 		if !known {
 			return in, 0, nil
 		}
-		k := runKey{c.Rel, string(keyBuf)}
-		r := runs[k]
-		if r == nil {
-			runs[k] = &run{last: i, c: c}
+		r, open := rr.runs[string(f.keyBuf)]
+		if !open {
+			rr.runs[string(f.keyBuf)] = run{last: i, c: c}
 			continue
 		}
-		folded, ok := fold(r.c, c)
+		folded, own, ok := foldPair(r, c)
 		if !ok {
-			runs[k] = &run{last: i, c: c}
+			rr.runs[string(f.keyBuf)] = run{last: i, c: c}
 			continue
 		}
 		out[r.last] = nil
 		out[i] = folded
-		r.last, r.c = i, folded
+		rr.runs[string(f.keyBuf)] = run{last: i, c: folded, own: own}
 	}
 	n := 0
 	for _, c := range out {
@@ -144,23 +160,40 @@ func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*
 	return out[:n], len(in) - n, nil
 }
 
-// fold returns the one change equivalent to a then b on the same key (nil:
-// no change at all), or false if they do not fold. a may be nil (nothing).
-func fold(a, b *change.Change) (*change.Change, bool) {
+// release drops the folder's references to the last group's changes.
+func (f *folder) release() {
+	clear(f.out[:cap(f.out)])
+	f.out = f.out[:0]
+	clear(f.rels)
+}
+
+// foldPair returns the one change equivalent to r's change then b on the
+// same key (nil: no change at all) and whether collapse owns it, or false if
+// they do not fold. A change collapse owns is reused.
+func foldPair(r run, b *change.Change) (*change.Change, bool, bool) {
+	a := r.c
 	if a == nil {
-		return b, true
+		return b, false, true
 	}
+	var op change.Op
 	switch {
 	case a.Op == change.OpInsert && b.Op == change.OpUpdate:
-		return &change.Change{Op: change.OpInsert, Xid: b.Xid, LSN: b.LSN, Rel: b.Rel, New: overlay(b.New, a.New)}, true
-	case a.Op == change.OpInsert && b.Op == change.OpDelete:
-		return nil, true
+		op = change.OpInsert
 	case a.Op == change.OpUpdate && b.Op == change.OpUpdate:
-		return &change.Change{Op: change.OpUpdate, Xid: b.Xid, LSN: b.LSN, Rel: b.Rel, New: overlay(b.New, a.New)}, true
+		op = change.OpUpdate
+	case a.Op == change.OpInsert && b.Op == change.OpDelete:
+		return nil, false, true
 	case a.Op == change.OpUpdate && b.Op == change.OpDelete:
-		return b, true
+		return b, false, true
+	default:
+		return nil, false, false
 	}
-	return nil, false
+	c := a
+	if !r.own {
+		c = &change.Change{}
+	}
+	*c = change.Change{Op: op, Xid: b.Xid, LSN: b.LSN, Rel: b.Rel, New: overlay(b.New, a.New)}
+	return c, true, true
 }
 
 // overlay returns newer with its unchanged-TOAST columns taken from older.
