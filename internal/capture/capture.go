@@ -112,7 +112,7 @@ type Capture struct {
 	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
 	addCancel  context.CancelFunc
 
-	cMessages, cChanges, cKeepalives, cFlowWaitNs *atomic.Int64
+	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	gReceived, gFlushed                           *atomic.Int64
 }
 
@@ -143,6 +143,7 @@ func New(opts Options) (*Capture, error) {
 	c.cMessages = c.stats.Counter("messages")
 	c.cChanges = c.stats.Counter("changes")
 	c.cKeepalives = c.stats.Counter("keepalives")
+	c.cReads = c.stats.Counter("socket_reads")
 	c.cFlowWaitNs = c.stats.Counter("flow_control_ns")
 	c.gReceived = c.stats.Gauge("received_lsn")
 	c.gFlushed = c.stats.Gauge("flushed_lsn")
@@ -325,6 +326,7 @@ func (c *Capture) loop(ctx context.Context) error {
 		// message costs): messages from one read arrived together, and a
 		// quiet stream reads, or times out, every 100 ms.
 		if r := c.rd.reads.Load(); r != reads || forceStatus {
+			c.cReads.Add(int64(r - reads))
 			reads = r
 			now := c.clock()
 			if forceStatus {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -169,6 +170,11 @@ applied transaction is stored on the target with its data.`,
 				return err
 			}
 			log := s.logger(stderr)
+			stop, err := startCPUProfile(os.Getenv("REPSTREAM_CPUPROFILE"), log)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return engine.New(s.cfg, log, stats.NewRegistry()).Run(cmd.Context())
 		},
 	}
@@ -225,4 +231,27 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 	}
 	s.bindConnection(cmd.Flags())
 	return cmd
+}
+
+// startCPUProfile writes a CPU profile of the run to path (the
+// REPSTREAM_CPUPROFILE environment variable; "" = none), for `go tool pprof`.
+// It is how the engine's hot paths are found under a real workload, e.g. a
+// bench run, whose repstream processes inherit the variable.
+func startCPUProfile(path string, log *slog.Logger) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("REPSTREAM_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("REPSTREAM_CPUPROFILE: %w", err)
+	}
+	log.Info("writing a CPU profile", "component", "cli", "path", path)
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
