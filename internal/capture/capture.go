@@ -113,7 +113,7 @@ type Capture struct {
 	addCancel  context.CancelFunc
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
-	gReceived, gFlushed                           *atomic.Int64
+	gReceived, gFlushed                                   *atomic.Int64
 }
 
 // New validates options; Run connects.
