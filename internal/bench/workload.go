@@ -29,6 +29,9 @@ type Params struct {
 	Duration time.Duration
 	// Jobs is dbl's largest number of parallel jobs (default 2×CPUs).
 	Jobs int
+	// Accounts is how many of fly's 1,000 accounts the transactions update,
+	// in turn (default all): fewer makes hot rows, updated again and again.
+	Accounts int
 }
 
 // rows returns the row count for a workload whose seed size is seed rows.
@@ -63,6 +66,9 @@ func (p Params) Map() map[string]string {
 	}
 	if p.Jobs > 0 {
 		m["jobs"] = fmt.Sprint(p.Jobs)
+	}
+	if p.Accounts > 0 {
+		m["accounts"] = fmt.Sprint(p.Accounts)
 	}
 	return m
 }

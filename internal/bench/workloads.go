@@ -369,6 +369,9 @@ INSERT INTO fly_audit VALUES (%[1]d, %[1]d, 'order %[1]d for account %[2]d');`
 
 const flyClients = 4
 
+// flyAccounts is the number of rows of fly_accounts (flyDDL).
+const flyAccounts = 1000
+
 func flyWorkload() *Workload {
 	return &Workload{
 		Name: "fly",
@@ -380,6 +383,13 @@ func flyWorkload() *Workload {
 			rate := env.Params.Rate
 			if rate <= 0 {
 				rate = flySeedRate
+			}
+			accounts := env.Params.Accounts
+			if accounts <= 0 {
+				accounts = flyAccounts
+			}
+			if accounts > flyAccounts {
+				return LoadStats{}, fmt.Errorf("fly: --accounts %d: at most %d", accounts, flyAccounts)
 			}
 			var txns int64
 			if env.Params.Rows > 0 {
@@ -421,7 +431,7 @@ func flyWorkload() *Workload {
 							}
 						}
 						once.Do(env.markFirst)
-						acct := 1 + k%1000
+						acct := 1 + k%int64(accounts)
 						sql := fmt.Sprintf(flyTxn, k, acct, k%500, k%10000)
 						if _, err := c.Exec(gctx, sql); err != nil {
 							return fmt.Errorf("fly transaction %d: %w", k, err)
