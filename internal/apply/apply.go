@@ -296,7 +296,7 @@ func (a *Applier) skip(txn *queue.Txn, skipped *atomic.Int64) {
 }
 
 // writeSet appends the key hashes of txn; keyed is false for a barrier.
-func (a *Applier) writeSet(h keyHasher, txn *queue.Txn, keys []uint64) ([]uint64, bool, error) {
+func (a *Applier) writeSet(h *keyHasher, txn *queue.Txn, keys []uint64) ([]uint64, bool, error) {
 	if a.opts.Parallelism == 1 && !a.opts.Collapse {
 		return keys, true, nil // one worker: order is total anyway
 	}

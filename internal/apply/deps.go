@@ -10,15 +10,22 @@ import (
 
 // keyHasher hashes (relation, replica-identity key values) — the write set a
 // transaction's changes touch. Two transactions with a common hash are applied
-// in commit order; hash collisions only add a needless dependency.
-type keyHasher struct{ seed maphash.Seed }
+// in commit order; hash collisions only add a needless dependency. It caches
+// the last relation's hash and key columns (a stream mostly repeats one
+// relation), so it is owned by one goroutine (the coordinator).
+type keyHasher struct {
+	seed    maphash.Seed
+	rel     *change.Relation // relation of the cached values
+	relHash uint64           // hash of rel's schema and name
+	lastKey int              // index of rel's last key column
+}
 
-func newKeyHasher() keyHasher { return keyHasher{seed: maphash.MakeSeed()} }
+func newKeyHasher() *keyHasher { return &keyHasher{seed: maphash.MakeSeed()} }
 
 // appendKeys appends the write-set hashes of c. It returns false when the
 // change cannot be keyed (TRUNCATE, a table without a usable key): such a
 // transaction is a barrier.
-func (k keyHasher) appendKeys(dst []uint64, c *change.Change) ([]uint64, bool) {
+func (k *keyHasher) appendKeys(dst []uint64, c *change.Change) ([]uint64, bool) {
 	if c.Op == change.OpTruncate || c.Rel == nil || !c.Rel.HasKey() {
 		return dst, false
 	}
@@ -36,26 +43,34 @@ func (k keyHasher) appendKeys(dst []uint64, c *change.Change) ([]uint64, bool) {
 	return dst, true
 }
 
-func (k keyHasher) hash(rel *change.Relation, t change.Tuple) uint64 {
-	var h maphash.Hash
-	h.SetSeed(k.seed)
-	h.WriteString(rel.Namespace)
-	h.WriteByte(0)
-	h.WriteString(rel.Name)
-	h.WriteByte(0)
+func (k *keyHasher) hash(rel *change.Relation, t change.Tuple) uint64 {
+	if rel != k.rel {
+		k.rel = rel
+		k.relHash = maphash.String(k.seed, rel.Namespace+"\x00"+rel.Name)
+		k.lastKey = -1
+		for i, c := range rel.Columns {
+			if c.Key {
+				k.lastKey = i
+			}
+		}
+	}
+	h := k.relHash
 	it := t.Iter()
 	for it.Next() {
-		if !rel.Columns[it.Index()].Key {
+		i := it.Index()
+		if i > k.lastKey {
+			break
+		}
+		if !rel.Columns[i].Key {
 			continue
 		}
-		h.WriteByte(it.Kind())
-		v := it.Value()
-		var n [4]byte
-		n[0], n[1], n[2], n[3] = byte(len(v)>>24), byte(len(v)>>16), byte(len(v)>>8), byte(len(v))
-		h.Write(n[:])
-		h.Write(v)
+		// The value's hash (which covers its length) and its kind (null,
+		// unchanged, text or binary), mixed in column order.
+		h ^= maphash.Bytes(k.seed, it.Value()) ^ uint64(it.Kind())
+		h *= 0x9e3779b97f4a7c15
+		h ^= h >> 29
 	}
-	return h.Sum64()
+	return h
 }
 
 // depTracker computes, for each group of transactions in commit order (its
@@ -66,16 +81,22 @@ func (k keyHasher) hash(rel *change.Relation, t change.Tuple) uint64 {
 // Invariant: if groups a < b write a common key (or either is a barrier), b
 // depends on a directly or through a chain of dependencies — so b never runs
 // before a commits.
+//
+// The last writers live in two generations, cur and prev: new writes go to
+// cur; once cur is large and every group in prev has committed (prevMax ≤
+// committed), prev is dropped (cleared and reused) and cur becomes prev.
+// Entries of committed groups cannot order anything, so dropping them loses
+// nothing, and no entry is ever deleted one by one (deletions would leave
+// the map slower to probe).
 type depTracker struct {
-	lastWriter  map[uint64]uint64
+	cur, prev   map[uint64]uint64
+	prevMax     uint64 // highest sequence number in prev
 	lastBarrier uint64
-	pruneAt     int // prune entries of committed groups when the map grows past this
+	rotateAt    int // size of cur past which the generations turn over
 }
 
-const minPruneAt = 1 << 14
-
 func newDepTracker() *depTracker {
-	return &depTracker{lastWriter: map[uint64]uint64{}, pruneAt: minPruneAt}
+	return &depTracker{cur: map[uint64]uint64{}, prev: map[uint64]uint64{}, rotateAt: 1 << 14}
 }
 
 // add records group seq's write set and returns the groups it depends on
@@ -87,29 +108,33 @@ func (t *depTracker) add(seq uint64, keys []uint64, barrier bool, committedBelow
 		t.lastBarrier = seq
 		// Every later group depends on the barrier, so earlier writers no
 		// longer need to be remembered.
-		clear(t.lastWriter)
+		clear(t.cur)
+		clear(t.prev)
+		t.prevMax = 0
 		return nil, true, false
 	}
 	if t.lastBarrier > committedBelow {
 		deps = append(deps, t.lastBarrier)
 	}
+	usePrev := t.prevMax > committedBelow
 	for _, k := range keys {
-		if s, ok := t.lastWriter[k]; ok && s > committedBelow && s != seq {
-			deps = append(deps, s)
-		} else if ok && s == seq {
+		s, ok := t.cur[k]
+		if !ok && usePrev {
+			s, ok = t.prev[k]
+		}
+		switch {
+		case !ok:
+		case s == seq:
 			repeats = true
+		case s > committedBelow && (len(deps) == 0 || deps[len(deps)-1] != s):
+			deps = append(deps, s)
 		}
-		t.lastWriter[k] = seq
+		t.cur[k] = seq
 	}
-	if len(t.lastWriter) > t.pruneAt {
-		// Keys last written by committed groups cannot order anything any
-		// more. Pruning when the map doubles keeps the cost amortised O(1).
-		for k, s := range t.lastWriter {
-			if s <= committedBelow {
-				delete(t.lastWriter, k)
-			}
-		}
-		t.pruneAt = max(minPruneAt, 2*len(t.lastWriter))
+	if len(t.cur) >= t.rotateAt && t.prevMax <= committedBelow {
+		clear(t.prev)
+		t.cur, t.prev = t.prev, t.cur
+		t.prevMax = seq
 	}
 	return deps, false, repeats
 }
