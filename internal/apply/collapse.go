@@ -70,18 +70,12 @@ type run struct {
 	own  bool
 }
 
-// collapse folds the changes of one group (in order) and returns the changes
-// to write, in order, and how many source changes it saved. ok(rel) says
+// fold folds the changes of one group (in order) and returns the changes to
+// write, in order, and how many source changes it saved. ok(rel) says
 // whether rel's changes may be folded. If a key column carries an unchanged
-// TOAST value (its key is unknown) nothing in the group is folded.
-// collapse does not modify the input; folded changes are new allocations.
-func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
-	var f folder
-	return f.fold(in, ok)
-}
-
-// fold is collapse; the returned slice is valid until the next fold or
-// release.
+// TOAST value (its key is unknown) nothing in the group is folded. fold does
+// not modify the input; folded changes are new allocations. The returned
+// slice is valid until the next fold or release.
 func (f *folder) fold(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
 	if f.rels == nil {
 		f.rels = make(map[*change.Relation]*relRuns)

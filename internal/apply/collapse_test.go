@@ -59,6 +59,12 @@ func del(rel *change.Relation, key string) *change.Change {
 	return &change.Change{Op: change.OpDelete, Rel: rel, OldKind: 'K', Old: tup(o...)}
 }
 
+// collapse folds in with a fresh folder.
+func collapse(in []*change.Change, ok func(*change.Relation) (bool, error)) ([]*change.Change, int, error) {
+	var f folder
+	return f.fold(in, ok)
+}
+
 // describe renders changes as "op(tuple)" for comparisons.
 func describe(cs []*change.Change) string {
 	var parts []string
