@@ -340,7 +340,6 @@ type worker struct {
 	stats     *stats.Component
 	retries   *atomic.Int64 // groups applied again after a deadlock
 	collapsed *atomic.Int64 // source changes saved by folding
-	folding   []*change.Change
 	folder    folder
 }
 
@@ -457,14 +456,15 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 	return lsn, nil
 }
 
-// writeAll writes every change of g in order.
-func (w *worker) writeAll(ctx context.Context, g *group) error {
+// eachChange calls fn with every change of g in order, naming the
+// transaction in fn's errors.
+func eachChange(g *group, fn func(c *change.Change) error) error {
 	for _, t := range g.txns {
 		for c, err := range t.Changes() {
 			if err != nil {
 				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
 			}
-			if err := w.w.Write(ctx, c); err != nil {
+			if err := fn(c); err != nil {
 				return fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
 			}
 		}
@@ -472,22 +472,22 @@ func (w *worker) writeAll(ctx context.Context, g *group) error {
 	return nil
 }
 
+// writeAll writes every change of g in order.
+func (w *worker) writeAll(ctx context.Context, g *group) error {
+	return eachChange(g, func(c *change.Change) error { return w.w.Write(ctx, c) })
+}
+
 // writeFolded writes g's changes with repeated changes to one key folded
 // (collapse). Groups with repeats are never spilled (spilled transactions
 // are barriers), so the changes stay in memory while they are folded.
 func (w *worker) writeFolded(ctx context.Context, g *group, cw collapsibleWriter) error {
-	all := w.folding[:0]
-	for _, t := range g.txns {
-		for c, err := range t.Changes() {
-			if err != nil {
-				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
-			}
-			all = append(all, c)
-		}
-	}
-	defer func() { clear(all); w.folding = all[:0] }()
-	first, last := g.txns[0].Info, g.txns[len(g.txns)-1].Info
 	defer w.folder.release()
+	all := w.folder.in[:0]
+	if err := eachChange(g, func(c *change.Change) error { all = append(all, c); return nil }); err != nil {
+		return err
+	}
+	w.folder.in = all
+	first, last := g.txns[0].Info, g.txns[len(g.txns)-1].Info
 	out, saved, err := w.folder.fold(all, func(rel *change.Relation) (bool, error) { return cw.Collapsible(ctx, rel) })
 	if err != nil {
 		return fmt.Errorf("apply transactions from end %s to %s: %w", first.EndLSN, last.EndLSN, err)

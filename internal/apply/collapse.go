@@ -50,6 +50,7 @@ type collapsibleWriter interface {
 // buffers from one group to the next. Owned by one apply worker.
 type folder struct {
 	rels   map[*change.Relation]*relRuns
+	in     []*change.Change // scratch for the caller's group (release clears it)
 	out    []*change.Change
 	keyBuf []byte
 }
@@ -156,8 +157,9 @@ func (f *folder) fold(in []*change.Change, ok func(*change.Relation) (bool, erro
 
 // release drops the folder's references to the last group's changes.
 func (f *folder) release() {
+	clear(f.in[:cap(f.in)])
 	clear(f.out[:cap(f.out)])
-	f.out = f.out[:0]
+	f.in, f.out = f.in[:0], f.out[:0]
 	clear(f.rels)
 }
 
