@@ -57,11 +57,22 @@ func TestPerfWalsender(t *testing.T) {
 	if s := os.Getenv("REPSTREAM_PERF_CLIENTS"); s != "" {
 		clients = strings.Split(s, ",")
 	}
+	// A client may carry environment for its run after a colon:
+	// repstream:REPSTREAM_XRCVBUF=65536+REPSTREAM_XNAP=1ms.
+	clientEnv := make([]string, len(clients))
 	for i, c := range clients {
-		if c != "repstream" {
+		if name, env, ok := strings.Cut(c, ":"); ok {
+			clients[i], clientEnv[i] = name, strings.ReplaceAll(env, "+", " ")
+		}
+	}
+	for i, c := range clients {
+		{
 			e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slotFor(cfg.Slot, c, i))
 		}
 	}
+	// Autovacuum of the fresh backlog would compete for the CPUs at a random
+	// moment of some client's run.
+	e.srcExec(`ALTER TABLE conditions SET (autovacuum_enabled = off)`)
 	loadConditions(e, n, per)
 	var end string
 	if err := e.Src.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
@@ -116,7 +127,28 @@ func TestPerfWalsender(t *testing.T) {
 		case "repstream":
 			rc := cfg
 			rc.UntilCaughtUp = true
+			{ // its own slot and a fresh target database
+				rc.Slot, rc.Publication = slot, pub
+				db := pgtest.NewDB(t, e.tgt)
+				rc.Target = e.tgt.DSN(db)
+				tc, cerr := pgx.Connect(context.Background(), rc.Target)
+				if cerr != nil {
+					t.Fatal(cerr)
+				}
+				if _, cerr := tc.Exec(context.Background(), conditionsSQL); cerr != nil {
+					t.Fatal(cerr)
+				}
+				tc.Close(context.Background())
+			}
+			for _, kv := range strings.Fields(clientEnv[i]) {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
 			err = engine.New(rc, testLogger(t), stats.NewRegistry()).Run(context.Background())
+			for _, kv := range strings.Fields(clientEnv[i]) {
+				k, _, _ := strings.Cut(kv, "=")
+				os.Unsetenv(k)
+			}
 		case "recvlogical":
 			out := filepath.Join(t.TempDir(), "out")
 			bin, berr := pgcluster.BinDir()
@@ -146,7 +178,7 @@ func TestPerfWalsender(t *testing.T) {
 			_ = rec.Process.Signal(os.Interrupt)
 			_ = rec.Wait()
 		}
-		t.Logf("%-12s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not", c, d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load())
+		t.Logf("%-12s %-40s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not", c, clientEnv[i], d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load())
 	}
 }
 
@@ -194,9 +226,6 @@ func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) (in
 }
 
 func slotFor(base, client string, i int) string {
-	if client == "repstream" {
-		return base
-	}
 	return fmt.Sprintf("%s_%s_%d", base, strings.ReplaceAll(client, "-", "_"), i)
 }
 
