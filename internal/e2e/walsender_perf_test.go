@@ -32,7 +32,10 @@ import (
 // separated): repstream, recvlogical, drain (reads and discards), drain-nap
 // (sleeps REPSTREAM_PERF_NAP, default 1ms, before each read), native (a
 // subscription in a fresh target database), and -bin variants of the drains
-// and native (pgoutput binary). REPSTREAM_PERF_STRACE=1 writes
+// and native (pgoutput binary). A client may carry environment for its run
+// after a colon (repstream:REPSTREAM_CPUPROFILE=/tmp/p+OTHER=1); each
+// repstream run gets its own slot and target database, so runs can be
+// repeated and alternated. REPSTREAM_PERF_STRACE=1 writes
 // `strace -c` of each walsender to /tmp/strace.<client>.<n>;
 // REPSTREAM_PERF_RECORD=1 a `perf record -g` of the walsender (=all: of the
 // whole machine) to /tmp/perf.<client>.<n>.data.
