@@ -33,7 +33,8 @@ import (
 // (sleeps REPSTREAM_PERF_NAP, default 1ms, before each read), native (a
 // subscription in a fresh target database), and -bin variants of the drains
 // and native (pgoutput binary). A client may carry environment for its run
-// after a colon (repstream:REPSTREAM_CPUPROFILE=/tmp/p+OTHER=1); each
+// after a colon (repstream:NAME=VALUE+NAME2=VALUE2), for experiments whose
+// knobs are read from the environment when the engine starts; each
 // repstream run gets its own slot and target database, so runs can be
 // repeated and alternated. REPSTREAM_PERF_STRACE=1 writes
 // `strace -c` of each walsender to /tmp/strace.<client>.<n>;
