@@ -62,17 +62,13 @@ func TestPerfWalsender(t *testing.T) {
 		clients = strings.Split(s, ",")
 	}
 	// A client may carry environment for its run after a colon:
-	// repstream:REPSTREAM_XRCVBUF=65536+REPSTREAM_XNAP=1ms.
+	// repstream:NAME=VALUE+NAME2=VALUE2.
 	clientEnv := make([]string, len(clients))
 	for i, c := range clients {
 		if name, env, ok := strings.Cut(c, ":"); ok {
 			clients[i], clientEnv[i] = name, strings.ReplaceAll(env, "+", " ")
 		}
-	}
-	for i, c := range clients {
-		{
-			e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slotFor(cfg.Slot, c, i))
-		}
+		e.srcExec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slotFor(cfg.Slot, clients[i], i))
 	}
 	// Autovacuum of the fresh backlog would compete for the CPUs at a random
 	// moment of some client's run.
@@ -129,30 +125,22 @@ func TestPerfWalsender(t *testing.T) {
 		var err error
 		switch c {
 		case "repstream":
+			// Its own slot and a fresh target database.
 			rc := cfg
 			rc.UntilCaughtUp = true
-			{ // its own slot and a fresh target database
-				rc.Slot, rc.Publication = slot, pub
-				db := pgtest.NewDB(t, e.tgt)
-				rc.Target = e.tgt.DSN(db)
-				tc, cerr := pgx.Connect(context.Background(), rc.Target)
-				if cerr != nil {
-					t.Fatal(cerr)
-				}
-				if _, cerr := tc.Exec(context.Background(), conditionsSQL); cerr != nil {
-					t.Fatal(cerr)
-				}
-				tc.Close(context.Background())
+			rc.Slot, rc.Publication = slot, pub
+			rc.Target = e.tgt.DSN(pgtest.NewDB(t, e.tgt))
+			tc, cerr := pgx.Connect(context.Background(), rc.Target)
+			if cerr != nil {
+				t.Fatal(cerr)
 			}
-			for _, kv := range strings.Fields(clientEnv[i]) {
-				k, v, _ := strings.Cut(kv, "=")
-				t.Setenv(k, v)
+			if _, cerr := tc.Exec(context.Background(), conditionsSQL); cerr != nil {
+				t.Fatal(cerr)
 			}
-			err = engine.New(rc, testLogger(t), stats.NewRegistry()).Run(context.Background())
-			for _, kv := range strings.Fields(clientEnv[i]) {
-				k, _, _ := strings.Cut(kv, "=")
-				os.Unsetenv(k)
-			}
+			tc.Close(context.Background())
+			err = withEnv(clientEnv[i], func() error {
+				return engine.New(rc, testLogger(t), stats.NewRegistry()).Run(context.Background())
+			})
 		case "recvlogical":
 			out := filepath.Join(t.TempDir(), "out")
 			bin, berr := pgcluster.BinDir()
@@ -227,6 +215,22 @@ func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) (in
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// withEnv runs f with the space-separated NAME=VALUE pairs of env set in
+// the process environment and puts the previous values back after.
+func withEnv(env string, f func() error) error {
+	for _, kv := range strings.Fields(env) {
+		k, v, _ := strings.Cut(kv, "=")
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		if had {
+			defer os.Setenv(k, old)
+		} else {
+			defer os.Unsetenv(k)
+		}
+	}
+	return f()
 }
 
 func slotFor(base, client string, i int) string {
