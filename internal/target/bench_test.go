@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -142,5 +143,128 @@ func BenchmarkWriterApply(b *testing.B) {
 			}
 			b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "rows/s")
 		})
+	}
+}
+
+// BenchmarkWriterSmallTxn applies fly-shaped transactions to a real target,
+// one target transaction each (what a lone small source transaction gets):
+// an UPDATE of an account, then inserts into three tables (1, 4 and 1 rows),
+// and the applied-LSN record. It measures the fixed cost of a small
+// transaction: round trips, statements the server parses, COPY set-up.
+func BenchmarkWriterSmallTxn(b *testing.B) {
+	if testing.Short() {
+		b.Skip("integration benchmark")
+	}
+	c := pgtest.Shared(b, "target")
+	db := pgtest.NewDB(b, c)
+	ctx := context.Background()
+	conn, err := Connect(ctx, c.DSN(db), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+CREATE TABLE acc (id int PRIMARY KEY, balance numeric, updated timestamptz);
+INSERT INTO acc SELECT g, 0, now() FROM generate_series(1, 1000) g;
+CREATE TABLE ord (id bigint PRIMARY KEY, acc int, amount numeric, at timestamptz);
+CREATE TABLE item (ord bigint, line int, product int, qty int, price numeric, PRIMARY KEY (ord, line));
+CREATE TABLE audit (id bigint PRIMARY KEY, ord bigint, note text)`); err != nil {
+		b.Fatal(err)
+	}
+	if err := EnsureState(ctx, conn); err != nil {
+		b.Fatal(err)
+	}
+	acc := rel("public", "acc", change.IdentityDefault, "*id", "balance", "updated")
+	ord := rel("public", "ord", change.IdentityDefault, "*id", "acc", "amount", "at")
+	item := rel("public", "item", change.IdentityDefault, "*ord", "*line", "product", "qty", "price")
+	audit := rel("public", "audit", change.IdentityDefault, "*id", "ord", "note")
+	w := NewWriter(conn, WriterOptions{Slot: "bench", Logger: slog.New(slog.DiscardHandler)})
+	const ts = "2026-11-22 10:00:00+00"
+	lsn := change.LSN(0x1000000)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		id := strconv.Itoa(i)
+		a := strconv.Itoa(i%1000 + 1)
+		txn := []*change.Change{
+			{Op: change.OpUpdate, Rel: acc, New: tup(a, id+".25", ts)},
+			{Op: change.OpInsert, Rel: ord, New: tup(id, a, id+".25", ts)},
+			{Op: change.OpInsert, Rel: item, New: tup(id, "1", a, "1", "9.99")},
+			{Op: change.OpInsert, Rel: item, New: tup(id, "2", a, "2", "19.99")},
+			{Op: change.OpInsert, Rel: item, New: tup(id, "3", a, "3", "5.50")},
+			{Op: change.OpInsert, Rel: item, New: tup(id, "4", a, "1", "100.00")},
+			{Op: change.OpInsert, Rel: audit, New: tup(id, id, "order "+id+" for account "+a)},
+		}
+		if err := w.Begin(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for _, ch := range txn {
+			lsn += 0x40
+			ch.LSN = lsn
+			if err := w.Write(ctx, ch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		lsn += 0x40
+		if err := w.Commit(ctx, []change.LSN{lsn}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "txns/s")
+}
+
+// BenchmarkWriterInsertRows applies transactions of k inserts into one table
+// (the conditions table's shape), sent as INSERT statements in the commit's
+// pipeline or by COPY: where the two cross is what DefaultInsertRowsMax is
+// set from.
+func BenchmarkWriterInsertRows(b *testing.B) {
+	if testing.Short() {
+		b.Skip("integration benchmark")
+	}
+	c := pgtest.Shared(b, "target")
+	db := pgtest.NewDB(b, c)
+	ctx := context.Background()
+	conn, err := Connect(ctx, c.DSN(db), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE cond (id bigint PRIMARY KEY, ch int, since timestamptz, till timestamptz, v float8, r real, f int)`); err != nil {
+		b.Fatal(err)
+	}
+	if err := EnsureState(ctx, conn); err != nil {
+		b.Fatal(err)
+	}
+	r := rel("public", "cond", change.IdentityDefault, "*id", "ch", "since", "till", "v", "r", "f")
+	id, lsn := 0, change.LSN(0x1000000)
+	for _, k := range []int{1, 4, 8, 16, 32} {
+		for _, how := range []struct {
+			name string
+			max  int
+		}{{"insert", 1 << 20}, {"copy", -1}} {
+			b.Run(fmt.Sprintf("rows=%d/%s", k, how.name), func(b *testing.B) {
+				w := NewWriter(conn, WriterOptions{Slot: "bench", InsertRowsMax: how.max, Logger: slog.New(slog.DiscardHandler)})
+				ch := &change.Change{Op: change.OpInsert, Rel: r}
+				for b.Loop() {
+					if err := w.Begin(ctx); err != nil {
+						b.Fatal(err)
+					}
+					for range k {
+						id++
+						lsn += 0x40
+						ch.LSN = lsn
+						ch.New = tup(strconv.Itoa(id), "7", "2026-11-22 10:00:00+00", "2026-11-22 11:00:00+00", "0.5", "0.25", "0")
+						if err := w.Write(ctx, ch); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := w.Commit(ctx, []change.LSN{lsn}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*k), "µs/row")
+			})
+		}
 	}
 }

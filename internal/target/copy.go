@@ -1,6 +1,9 @@
 package target
 
 import (
+	"encoding/binary"
+	"errors"
+
 	"github.com/repstream/repstream/internal/change"
 )
 
@@ -119,4 +122,86 @@ func appendCopyRowBinary(dst []byte, t change.Tuple, cols []int) (_ []byte, bad 
 		}
 	}
 	return dst, bad
+}
+
+// copyUnescape maps the letter after a backslash in COPY's text format to
+// the byte it stands for; other letters stand for themselves.
+var copyUnescape = func() (m [256]byte) {
+	for i := range m {
+		m[i] = byte(i)
+	}
+	m['t'], m['n'], m['r'], m['b'], m['f'], m['v'] = '\t', '\n', '\r', '\b', '\f', '\v'
+	return m
+}()
+
+var errCopyRow = errors.New("malformed COPY row (internal error)")
+
+// splitCopyRow splits the first row of rows, in COPY text format as
+// appendCopyRow writes it, into vals (nil for \N; never nil otherwise) and
+// returns the rest of rows. Values with escapes are decoded into buf, which
+// is returned grown; the others point into rows.
+func splitCopyRow(rows []byte, vals [][]byte, buf []byte) (_ [][]byte, rest, _ []byte, _ error) {
+	start, esc := 0, false
+	for i := 0; i < len(rows); i++ {
+		c := rows[i]
+		switch c {
+		case '\\':
+			esc = true
+			i++ // the escaped byte is never a separator
+			continue
+		case '\t', '\n':
+		default:
+			continue
+		}
+		f := rows[start:i:i]
+		switch {
+		case len(f) == 2 && f[0] == '\\' && f[1] == 'N':
+			f = nil
+		case esc:
+			from := len(buf)
+			for j := 0; j < len(f); j++ {
+				b := f[j]
+				if b == '\\' && j+1 < len(f) {
+					j++
+					b = copyUnescape[f[j]]
+				}
+				buf = append(buf, b)
+			}
+			f = buf[from:len(buf):len(buf)]
+		}
+		vals = append(vals, f)
+		start, esc = i+1, false
+		if c == '\n' {
+			return vals, rows[i+1:], buf, nil
+		}
+	}
+	return vals, nil, buf, errCopyRow
+}
+
+// splitCopyRowBinary splits the first row of rows, in COPY binary format as
+// appendCopyRowBinary writes it, into vals (nil for NULL; never nil
+// otherwise, pointing into rows) and returns the rest of rows.
+func splitCopyRowBinary(rows []byte, vals [][]byte) (_ [][]byte, rest []byte, _ error) {
+	if len(rows) < 2 {
+		return vals, nil, errCopyRow
+	}
+	n := int(binary.BigEndian.Uint16(rows))
+	rows = rows[2:]
+	for range n {
+		if len(rows) < 4 {
+			return vals, nil, errCopyRow
+		}
+		l := int32(binary.BigEndian.Uint32(rows))
+		rows = rows[4:]
+		switch {
+		case l == -1:
+			vals = append(vals, nil)
+		case l < 0 || int(l) > len(rows):
+			return vals, nil, errCopyRow
+		default:
+			vals = append(vals, rows[:l:l])
+			rows = rows[l:]
+		}
+	}
+	return vals, rows, nil
 }

@@ -176,7 +176,14 @@ var allCols = []string{"*id", "big", "num", "f", "txt", "vc", "j", "ia", "ta", "
 
 const selectAll = `SELECT id, big, num, f, txt, vc, j, ia, ta, b, ts, d, u, flag, c, total, target_only FROM public.t ORDER BY id`
 
+// TestWriterAllTypes runs with rows sent as INSERT statements where there
+// are few (the default) and with every row sent by COPY.
 func TestWriterAllTypes(t *testing.T) {
+	t.Run("inserts", func(t *testing.T) { testWriterAllTypes(t, 0) })
+	t.Run("copy", func(t *testing.T) { testWriterAllTypes(t, -1) })
+}
+
+func testWriterAllTypes(t *testing.T, insertRowsMax int) {
 	e := newEnv(t, allTypes)
 	r := rel("public", "t", change.IdentityDefault, allCols...)
 	huge := strings.Repeat("0123456789abcdef\\\t\n", 60000) // > 1 MB, TOASTed
@@ -186,7 +193,7 @@ func TestWriterAllTypes(t *testing.T) {
 		"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "t", "green", "999"}
 	row2 := []string{"2", "-1", "NaN", "-Infinity", "", "", "[]", "{}", "{}", `\x`, "infinity", "0001-01-01 BC", "00000000-0000-0000-0000-000000000000", "f", "red", null}
 	row3 := []string{"3", null, null, "NaN", null, null, null, null, null, null, null, null, null, null, null, null}
-	w := e.writer(WriterOptions{CopyFlushBytes: 64 << 10, BatchStatements: 2})
+	w := e.writer(WriterOptions{CopyFlushBytes: 64 << 10, BatchStatements: 2, InsertRowsMax: insertRowsMax})
 	e.mustApply(w, e.ins(r, row1...), e.ins(r, row2...), e.ins(r, row3...))
 
 	want := func(vals []string, total, targetOnly string) []string {
@@ -221,11 +228,17 @@ func TestWriterAllTypes(t *testing.T) {
 	if u, d := e.st.Counter("update_missing").Load(), e.st.Counter("delete_missing").Load(); u != 1 || d != 1 {
 		t.Errorf("missing counters: update %d delete %d, want 1 1", u, d)
 	}
-	if n := e.st.Counter("copy_rows").Load(); n != 3 {
-		t.Errorf("copy_rows = %d, want 3", n)
+	// row1 is over CopyFlushBytes: a COPY of its own; rows 2 and 3 are
+	// few enough to travel as INSERTs in the commit's pipeline (by default).
+	copied, stmts := int64(1), int64(7)
+	if insertRowsMax < 0 {
+		copied, stmts = 3, 5
 	}
-	if n := e.st.Counter("statements").Load(); n != 5 {
-		t.Errorf("statements = %d, want 5", n)
+	if n := e.st.Counter("copy_rows").Load(); n != copied {
+		t.Errorf("copy_rows = %d, want %d", n, copied)
+	}
+	if n := e.st.Counter("statements").Load(); n != stmts {
+		t.Errorf("statements = %d, want %d (inserts, 3 + 2 updates and deletes)", n, stmts)
 	}
 
 	// Truncate.
@@ -342,26 +355,47 @@ func TestWriterErrors(t *testing.T) {
 			t.Fatalf("error = %v", err)
 		}
 	})
-	t.Run("duplicate key in COPY names the row", func(t *testing.T) {
-		cs := []*change.Change{e.ins(r, "1", "a"), e.ins(r, "2", "b"), e.ins(r, "3", "c"), e.ins(r, "2", "dup"), e.ins(r, "5", "e")}
-		err := e.apply(w, nil, cs...)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
-			t.Fatalf("error = %v, want a 23505 PgError", err)
-		}
-		if want := "apply insert to public.k at " + cs[3].LSN.String() + ": ERROR: duplicate key"; !strings.HasPrefix(err.Error(), want) {
-			t.Fatalf("error = %v, want prefix %q", err, want)
-		}
-		if n := e.count(`SELECT count(*) FROM k`); n != 0 {
-			t.Fatalf("%d rows after failed transaction", n)
-		}
-	})
-	t.Run("bad value in COPY names the row", func(t *testing.T) {
-		cs := []*change.Change{e.ins(r, "1", "a"), e.ins(r, "x", "b")}
-		err := e.apply(w, nil, cs...)
-		if err == nil || !strings.Contains(err.Error(), "apply insert to public.k at "+cs[1].LSN.String()) ||
-			!strings.Contains(err.Error(), "22P02") {
-			t.Fatalf("error = %v", err)
+	// A few rows travel as INSERT statements at commit, more by COPY (or
+	// every row, with InsertRowsMax -1): both name the failing row.
+	for _, how := range []struct {
+		name string
+		w    *Writer
+	}{{"COPY", e.writer(WriterOptions{InsertRowsMax: -1})}, {"INSERT", w}} {
+		t.Run("duplicate key in "+how.name+" names the row", func(t *testing.T) {
+			cs := []*change.Change{e.ins(r, "1", "a"), e.ins(r, "2", "b"), e.ins(r, "3", "c"), e.ins(r, "2", "dup"), e.ins(r, "5", "e")}
+			err := e.apply(how.w, nil, cs...)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+				t.Fatalf("error = %v, want a 23505 PgError", err)
+			}
+			if want := "apply insert to public.k at " + cs[3].LSN.String() + ": ERROR: duplicate key"; !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("error = %v, want prefix %q", err, want)
+			}
+			if n := e.count(`SELECT count(*) FROM k`); n != 0 {
+				t.Fatalf("%d rows after failed transaction", n)
+			}
+		})
+		t.Run("bad value in "+how.name+" names the row", func(t *testing.T) {
+			cs := []*change.Change{e.ins(r, "1", "a"), e.ins(r, "x", "b")}
+			err := e.apply(how.w, nil, cs...)
+			if err == nil || !strings.Contains(err.Error(), "apply insert to public.k at "+cs[1].LSN.String()+", column id: ") ||
+				!strings.Contains(err.Error(), "22P02") {
+				t.Fatalf("error = %v", err)
+			}
+		})
+	}
+	t.Run("insert behind an update of its table keeps the order", func(t *testing.T) {
+		// The delete is queued; the insert of the same key must follow it
+		// (as a statement in the same pipeline), not overtake it.
+		// The long row is copied at once, so BEGIN has been sent when the
+		// delete is queued; the COPY writer would copy a buffered 7 before
+		// the queued delete.
+		long := strings.Repeat("x", 200)
+		for _, w := range []*Writer{w, e.writer(WriterOptions{InsertRowsMax: -1, CopyFlushBytes: 100})} {
+			e.mustApply(w, e.ins(r, "7", "old"))
+			e.mustApply(w, e.ins(r, "8", long), e.del(r, 'K', "7", null), e.ins(r, "7", "new"))
+			compareRows(t, "re-inserted", e.rows(`SELECT id, v FROM k WHERE id IN (7, 8) ORDER BY id`), [][]string{{"7", "new"}, {"8", long}})
+			e.mustApply(w, e.del(r, 'K', "7", null), e.del(r, 'K', "8", null))
 		}
 	})
 	t.Run("violation in a batch names the statement", func(t *testing.T) {

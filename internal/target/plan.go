@@ -42,6 +42,7 @@ type relPlan struct {
 
 	copyHeader string
 	stmts      map[string]*stmt
+	insert     *stmt // one row's INSERT of the copyCols, built on first use
 
 	// binary: values arrive in binary (pgoutput binary) and are applied with
 	// binary COPY and binary parameters; valueKind is the kind a present
@@ -238,6 +239,43 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 		}
 		b.WriteString(" LIMIT 1)")
 	}
+	s.sql = b.String()
+	return s
+}
+
+// buildInsert writes the INSERT of one row: the written columns (copyCols),
+// in order, as parameters — the values of one COPY row.
+func (p *relPlan) buildInsert() *stmt {
+	s := &stmt{}
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(p.quotedTable)
+	if len(p.copyCols) == 0 {
+		b.WriteString(" DEFAULT VALUES")
+		s.sql = b.String()
+		return s
+	}
+	b.WriteString(" (")
+	for j, i := range p.copyCols {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p.quoted[i])
+		s.params = append(s.params, paramRef{col: i})
+		if p.binary {
+			s.oids = append(s.oids, p.rel.Columns[i].TypeOID)
+			s.formats = append(s.formats, 1)
+		}
+	}
+	b.WriteString(") VALUES (")
+	for j := range p.copyCols {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('$')
+		b.WriteString(strconv.Itoa(j + 1))
+	}
+	b.WriteByte(')')
 	s.sql = b.String()
 	return s
 }

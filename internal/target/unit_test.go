@@ -114,6 +114,7 @@ func TestStatementsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(&out, "-- insert COPY header (generated target column left out)\n%s;\n\n", p.copyHeader)
+	fmt.Fprintf(&out, "-- insert of one row, for a few rows at commit (generated target column left out)\n%s;\n\n", p.buildInsert().sql)
 	fmt.Fprintf(&out, "-- truncate\n%s;\n%s;\n%s;\n",
 		truncateSQL([]string{`"public"."a"`}, 0),
 		truncateSQL([]string{`"public"."a"`, `"s"."b"`}, change.TruncateCascade),
@@ -283,7 +284,64 @@ func FuzzAppendCopyRow(f *testing.F) {
 		if len(got) != 2 || got[0] != vals[0] || got[1] != vals[1] {
 			t.Fatalf("round trip %q -> %q -> %q", vals, row, got)
 		}
+		// splitCopyRow (INSERT statements at commit) reads it back too,
+		// also when another row follows.
+		split, rest, _, err := splitCopyRow(append(row, "x\n"...), nil, nil)
+		if err != nil || len(split) != 2 || string(rest) != "x\n" {
+			t.Fatalf("split %q: %q rest %q, %v", row, split, rest, err)
+		}
+		for i, v := range split {
+			if v == nil && vals[i] != null || v != nil && string(v) != vals[i] {
+				t.Fatalf("split %q: value %d is %q, want %q", row, i, v, vals[i])
+			}
+		}
 	})
+}
+
+// FuzzCopyRowBinary: splitCopyRowBinary reads back what appendCopyRowBinary
+// wrote, NULL as nil and an empty value as empty, not nil.
+func FuzzCopyRowBinary(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 7}, []byte{}, false)
+	f.Add([]byte("hi"), []byte(nil), true)
+	f.Fuzz(func(t *testing.T, a, b []byte, bNull bool) {
+		kinds := []byte{change.KindBinary, change.KindBinary}
+		if bNull {
+			kinds[1], b = change.KindNull, nil
+		}
+		tu := change.Tuple(change.AppendTuple(nil, kinds, [][]byte{a, b}))
+		row, bad := appendCopyRowBinary(nil, tu, []int{0, 1})
+		if bad.kind != 0 {
+			t.Fatalf("bad %+v", bad)
+		}
+		vals, rest, err := splitCopyRowBinary(append(row, 0xee), nil)
+		if err != nil || len(vals) != 2 || !bytes.Equal(rest, []byte{0xee}) {
+			t.Fatalf("split %v: %q rest %v, %v", row, vals, rest, err)
+		}
+		if vals[0] == nil || !bytes.Equal(vals[0], a) {
+			t.Fatalf("value 0: %q, want %q", vals[0], a)
+		}
+		if bNull != (vals[1] == nil) || !bytes.Equal(vals[1], b) {
+			t.Fatalf("value 1: %q (nil %v), want %q (null %v)", vals[1], vals[1] == nil, b, bNull)
+		}
+		// A cut row is an error, not a panic.
+		for i := range len(row) {
+			if _, _, err := splitCopyRowBinary(row[:i], nil); err == nil {
+				t.Fatalf("row cut at %d of %d: no error", i, len(row))
+			}
+		}
+	})
+}
+
+func TestSplitCopyRowMalformed(t *testing.T) {
+	for _, row := range []string{"", "a\tb", "a\\"} {
+		if _, _, _, err := splitCopyRow([]byte(row), nil, nil); err == nil {
+			t.Errorf("%q: no error", row)
+		}
+	}
+	vals, rest, _, err := splitCopyRow([]byte(`\\N`+"\t"+`\N`+"\t\n"), nil, nil)
+	if err != nil || len(vals) != 3 || string(vals[0]) != `\N` || vals[1] != nil || vals[2] == nil || len(vals[2]) != 0 || len(rest) != 0 {
+		t.Errorf("escaped backslash-N, NULL, empty: %q rest %q %v", vals, rest, err)
+	}
 }
 
 func TestCopyErrorLine(t *testing.T) {

@@ -25,6 +25,10 @@ import (
 const (
 	DefaultCopyFlushBytes  = 4 << 20
 	DefaultBatchStatements = 1000
+	// DefaultInsertRowsMax: a COPY costs a round trip, and the server parses
+	// and sets it up anew each time; for a few rows, prepared INSERTs in the
+	// commit's pipeline cost less (BenchmarkWriterSmallTxn).
+	DefaultInsertRowsMax = 8
 )
 
 // WriterOptions configures a Writer.
@@ -34,6 +38,10 @@ type WriterOptions struct {
 	Logger          *slog.Logger     // nil: slog.Default()
 	CopyFlushBytes  int              // flush a table's COPY rows past this size; default 4 MiB
 	BatchStatements int              // pipeline at most this many statements; default 1000
+	// InsertRowsMax: at commit, a table with at most this many buffered rows
+	// gets them as INSERT statements in the commit's pipeline instead of a
+	// COPY; default DefaultInsertRowsMax, negative: always COPY.
+	InsertRowsMax int
 
 	// Binary: values arrive in pgoutput's binary format; inserts go through
 	// binary COPY and statements get binary parameters. Every written column
@@ -51,10 +59,21 @@ type WriterOptions struct {
 // session runs with session_replication_role = replica: no triggers, no
 // foreign-key checks), but changes of one table keep their order.
 //
+// A small transaction costs one round trip: BEGIN is not sent on its own but
+// queued ahead of the first statement (or sent just before the first COPY),
+// and at commit the tables with few buffered rows (InsertRowsMax) become
+// prepared INSERTs in the same pipeline as the queued statements, the
+// applied record and COMMIT — a COPY per table would cost a round trip and a
+// statement the server must parse each.
+//
 // Invariants:
 //   - a table never has both buffered COPY rows and queued statements: an
-//     insert flushes the batch first if it touches the table (tableBuf.inBatch),
-//     an update or delete flushes the table's COPY rows first;
+//     insert into a table with queued statements is queued as an INSERT
+//     statement behind them (tableBuf.inBatch), an update or delete flushes
+//     the table's COPY rows first;
+//   - begin says where BEGIN is: not sent yet (beginPending), queued as the
+//     batch's first statement (beginQueued: items[0] is its control item), or
+//     sent; nothing reaches the server inside the transaction before BEGIN;
 //   - a tableBuf's rows all follow the COPY header of tableBuf.plan, and
 //     lsns[i] is the LSN of row i+1 (COPY line numbers start at 1);
 //   - items[i] describes the i-th statement of batch; len(items) is the
@@ -81,6 +100,9 @@ type Writer struct {
 	nstmt  int
 	inTxn  bool
 	failed bool
+	begin  beginState
+
+	appliedStmt string // name of the prepared applied-record INSERT, "" until prepared
 
 	// Scratch space reused for every change (no per-column allocation).
 	reader             bytes.Reader
@@ -90,6 +112,10 @@ type Writer struct {
 	params             [][]byte
 	empty              []byte // non-nil empty value (nil is NULL)
 	lsnText            []byte
+	rowBuf             []byte // one insert's row, when it is queued as a statement
+	unescaped          []byte // text COPY values with escapes, decoded
+	insertVals         [][]byte
+	tail               []pgconn.CommandTag
 
 	st                                    *stats.Component
 	copyRows, statements, flushes         *atomic.Int64
@@ -105,11 +131,23 @@ type tableBuf struct {
 	inBatch bool // a queued statement touches the table
 }
 
+// batchItem describes one queued statement: a change's (op, lsn, plan), or
+// BEGIN (op 0).
 type batchItem struct {
 	op   change.Op
 	lsn  change.LSN
 	plan *relPlan
+	s    *stmt
 }
+
+// beginState says whether the transaction's BEGIN has reached the server.
+type beginState byte
+
+const (
+	beginSent    beginState = iota // sent (or no transaction)
+	beginPending                   // not sent, not queued
+	beginQueued                    // first statement of the unsent batch
+)
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
 func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
@@ -118,6 +156,9 @@ func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
 	}
 	if opts.BatchStatements <= 0 {
 		opts.BatchStatements = DefaultBatchStatements
+	}
+	if opts.InsertRowsMax == 0 {
+		opts.InsertRowsMax = DefaultInsertRowsMax
 	}
 	log := opts.Logger
 	if log == nil {
@@ -152,10 +193,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
-	if err := w.exec(ctx, "BEGIN"); err != nil {
-		return fmt.Errorf("begin target transaction: %w", err)
-	}
-	w.inTxn, w.failed = true, false
+	w.inTxn, w.failed, w.begin = true, false, beginPending
 	return nil
 }
 
@@ -223,12 +261,20 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	if w.failed {
 		return 0, errors.New("commit target transaction: a change failed earlier")
 	}
-	if err := w.flushAll(ctx); err != nil {
+	if err := w.queueSmallCopies(ctx); err != nil {
 		w.failed = true
 		return 0, err
 	}
-	b := &pgconn.Batch{}
+	w.queueBegin()
 	if len(applied) > 0 {
+		if w.appliedStmt == "" {
+			name := w.id + "_applied"
+			if _, err := w.conn.PgConn().Prepare(ctx, name, appliedInsert, nil); err != nil {
+				w.failed = true
+				return 0, fmt.Errorf("commit target transaction: prepare %q: %w", appliedInsert, err)
+			}
+			w.appliedStmt = name
+		}
 		// One row for the run: applied lists consecutive source transactions.
 		first, last := applied[0], applied[0]
 		for _, l := range applied[1:] {
@@ -237,36 +283,74 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		lt := appendLSN(w.lsnText[:0], last)
 		ft := appendLSN(lt[len(lt):], first)
 		w.lsnText = ft
-		b.ExecParams("INSERT INTO repstream.applied (slot, end_lsn, first_lsn) VALUES ($1, $2::pg_lsn, $3::pg_lsn)",
-			[][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil, nil)
+		w.batch.ExecPrepared(w.appliedStmt, [][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil)
 	}
-	b.ExecParams("COMMIT", nil, nil, nil, nil)
-	b.ExecParams("SELECT pg_current_wal_insert_lsn()::text", nil, nil, nil, nil)
-	res, err := w.conn.PgConn().ExecBatch(ctx, b).ReadAll()
+	w.batch.ExecParams("COMMIT", nil, nil, nil, nil)
+	w.batch.ExecParams("SELECT pg_current_wal_insert_lsn()::text", nil, nil, nil, nil)
+	n := len(w.items)
+	stmts := w.changeItems()
+	done, tail, pos, err := w.sendBatch(ctx)
 	if err != nil {
 		// A statement before COMMIT failed (the server then skips COMMIT and
 		// the transaction stays open, aborted) or COMMIT failed: the caller
 		// rolls back, which is harmless if nothing is open any more.
-		if len(applied) > 0 && len(res) == 0 {
-			return 0, fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
+		switch {
+		case done < n:
+			err = w.itemError(done, err)
+		case len(applied) > 0 && done == n:
+			err = fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
 				len(applied), applied[0], applied[len(applied)-1], w.opts.Slot, err)
+		default:
+			err = fmt.Errorf("commit target transaction: %w", err)
 		}
-		return 0, fmt.Errorf("commit target transaction: %w", err)
+		w.resetBatch()
+		return 0, err
 	}
+	w.resetBatch()
 	w.inTxn = false
-	n := len(res)
-	if n < 2 || res[n-2].CommandTag.String() == "ROLLBACK" {
+	if len(tail) < 2 || tail[len(tail)-2].String() == "ROLLBACK" {
 		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
 	var lsn change.LSN
-	if last := res[n-1]; len(last.Rows) == 1 && len(last.Rows[0]) == 1 {
-		if lsn, err = change.ParseLSN(string(last.Rows[0][0])); err != nil {
+	if pos != nil {
+		if lsn, err = change.ParseLSN(string(pos)); err != nil {
 			return 0, fmt.Errorf("commit target transaction: read the WAL position: %w", err)
 		}
 	}
+	w.statements.Add(int64(stmts))
+	w.flushes.Add(1)
 	w.applied.Add(int64(len(applied)))
 	w.st.AddTxns(int64(len(applied)))
 	return lsn, nil
+}
+
+// appliedInsert records applied source transactions (Commit).
+const appliedInsert = "INSERT INTO repstream.applied (slot, end_lsn, first_lsn) VALUES ($1, $2::pg_lsn, $3::pg_lsn)"
+
+// queueSmallCopies sends the buffered rows of tables with more than
+// InsertRowsMax rows by COPY and queues the others as INSERT statements.
+func (w *Writer) queueSmallCopies(ctx context.Context) error {
+	for len(w.dirty) > 0 {
+		tb := w.dirty[0]
+		w.dirty = w.dirty[1:]
+		if len(tb.lsns) > w.opts.InsertRowsMax {
+			if err := w.copyOut(ctx, tb); err != nil {
+				return err
+			}
+			continue
+		}
+		rows := tb.rows
+		for _, lsn := range tb.lsns {
+			var err error
+			if rows, err = w.queueInsertRow(ctx, tb.plan, rows, lsn); err != nil {
+				return err
+			}
+		}
+		w.copyBytes -= len(tb.rows)
+		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	}
+	w.dirty = w.dirty[:0]
+	return nil
 }
 
 // Rollback discards buffered changes and rolls the target transaction back.
@@ -276,7 +360,11 @@ func (w *Writer) Rollback(ctx context.Context) error {
 	if !w.inTxn {
 		return nil
 	}
-	w.inTxn, w.failed = false, false
+	sent := w.begin == beginSent
+	w.inTxn, w.failed, w.begin = false, false, beginSent
+	if !sent {
+		return nil // the server never saw the transaction
+	}
 	if err := w.exec(ctx, "ROLLBACK"); err != nil {
 		return fmt.Errorf("roll back target transaction: %w", err)
 	}
@@ -292,7 +380,7 @@ func (w *Writer) Savepoint(ctx context.Context, name string) error {
 		w.failed = true
 		return err
 	}
-	if err := w.exec(ctx, "SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+	if err := w.txExec(ctx, "SAVEPOINT "+change.QuoteIdent(name)); err != nil {
 		w.failed = true
 		return fmt.Errorf("savepoint %s: %w", name, err)
 	}
@@ -323,7 +411,7 @@ func (w *Writer) ReleaseSavepoint(ctx context.Context, name string) error {
 		w.failed = true
 		return err
 	}
-	if err := w.exec(ctx, "RELEASE SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+	if err := w.txExec(ctx, "RELEASE SAVEPOINT "+change.QuoteIdent(name)); err != nil {
 		w.failed = true
 		return fmt.Errorf("release savepoint %s: %w", name, err)
 	}
@@ -364,20 +452,57 @@ func (w *Writer) exec(ctx context.Context, sql string) error {
 	return err
 }
 
+// txExec runs sql inside the transaction (after BEGIN).
+func (w *Writer) txExec(ctx context.Context, sql string) error {
+	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
+	return w.exec(ctx, sql)
+}
+
+// queueBegin queues BEGIN as the batch's first statement if it has not
+// reached the server; call it before queueing any statement.
+func (w *Writer) queueBegin() {
+	if w.begin != beginPending {
+		return
+	}
+	w.batch.ExecParams("BEGIN", nil, nil, nil, nil)
+	w.items = append(w.items, batchItem{})
+	w.begin = beginQueued
+}
+
+// ensureBegun makes sure BEGIN has reached the server: before a COPY or a
+// statement outside the batch.
+func (w *Writer) ensureBegun(ctx context.Context) error {
+	switch w.begin {
+	case beginQueued:
+		return w.flushBatch(ctx)
+	case beginPending:
+		if err := w.exec(ctx, "BEGIN"); err != nil {
+			return fmt.Errorf("begin target transaction: %w", err)
+		}
+		w.begin = beginSent
+	}
+	return nil
+}
+
 // discard drops every buffered change.
 func (w *Writer) discard() {
+	if w.begin == beginQueued {
+		w.begin = beginPending // the batch holding BEGIN is dropped unsent
+	}
 	for _, tb := range w.dirty {
 		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
 	}
 	w.dirty = w.dirty[:0]
 	w.copyBytes = 0
+	if len(w.items) > 0 {
+		w.batch = &pgconn.Batch{} // drop the unsent statements
+	}
 	w.resetBatch()
 }
 
 func (w *Writer) resetBatch() {
-	if len(w.items) > 0 {
-		w.batch = &pgconn.Batch{}
-	}
 	for _, tb := range w.batchTables {
 		tb.inBatch = false
 	}
@@ -500,9 +625,20 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 	}
 	tb := w.table(p)
 	if tb.inBatch {
-		if err := w.flushBatch(ctx); err != nil {
+		// Behind the table's queued statements, as a statement too.
+		var bad byteCol
+		if p.binary {
+			w.rowBuf, bad = appendCopyRowBinary(w.rowBuf[:0], c.New, p.copyCols)
+		} else {
+			w.rowBuf, bad = appendCopyRow(w.rowBuf[:0], c.New, p.copyCols)
+		}
+		if bad.kind != 0 {
+			return fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+		}
+		if _, err := w.queueInsertRow(ctx, p, w.rowBuf, c.LSN); err != nil {
 			return err
 		}
+		return w.batchFull(ctx)
 	}
 	if tb.dirty && tb.plan != p {
 		if err := w.flushCopy(ctx, tb); err != nil {
@@ -582,6 +718,9 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 // copyOut runs the COPY of tb's rows and empties tb (tb is already removed
 // from w.dirty).
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
+	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
 	n := len(tb.lsns)
 	w.reader.Reset(tb.rows)
 	var data io.Reader = &w.reader
@@ -745,13 +884,8 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	if s.noop {
 		return nil
 	}
-	if s.name == "" {
-		name := w.id + "_" + strconv.Itoa(w.nstmt)
-		if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, s.oids); err != nil {
-			return fmt.Errorf("apply %s to %s at %s: prepare %q: %w", c.Op, c.Rel, c.LSN, s.sql, err)
-		}
-		w.nstmt++
-		s.name = name
+	if err := w.prepare(ctx, s); err != nil {
+		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, err)
 	}
 	params := w.params[:0]
 	size := 0
@@ -766,17 +900,68 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 		size += len(v)
 	}
 	w.params = params
+	w.queue(s, params, size, batchItem{op: c.Op, lsn: c.LSN, plan: p, s: s}, tb)
+	return w.batchFull(ctx)
+}
+
+// prepare prepares s on the server once.
+func (w *Writer) prepare(ctx context.Context, s *stmt) error {
+	if s.name != "" {
+		return nil
+	}
+	name := w.id + "_" + strconv.Itoa(w.nstmt)
+	if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, s.oids); err != nil {
+		return fmt.Errorf("prepare %q: %w", s.sql, err)
+	}
+	w.nstmt++
+	s.name = name
+	return nil
+}
+
+// queue appends prepared statement s with params (size bytes) to the batch,
+// behind BEGIN if that has not reached the server.
+func (w *Writer) queue(s *stmt, params [][]byte, size int, it batchItem, tb *tableBuf) {
+	w.queueBegin()
 	w.batch.ExecPrepared(s.name, params, s.formats, nil)
-	w.items = append(w.items, batchItem{op: c.Op, lsn: c.LSN, plan: p})
+	w.items = append(w.items, it)
 	if !tb.inBatch {
 		tb.inBatch = true
 		w.batchTables = append(w.batchTables, tb)
 	}
 	w.batchBytes += size + 16
+}
+
+// batchFull sends the batch once it holds enough statements or bytes.
+func (w *Writer) batchFull(ctx context.Context) error {
 	if len(w.items) >= w.opts.BatchStatements || w.batchBytes >= w.opts.CopyFlushBytes {
 		return w.flushBatch(ctx)
 	}
 	return nil
+}
+
+// queueInsertRow queues the first row of rows (COPY format of p) as an
+// INSERT and returns the rest.
+func (w *Writer) queueInsertRow(ctx context.Context, p *relPlan, rows []byte, lsn change.LSN) ([]byte, error) {
+	s := p.insert
+	if s == nil {
+		s = p.buildInsert()
+		p.insert = s
+	}
+	if err := w.prepare(ctx, s); err != nil {
+		return nil, fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsn, err)
+	}
+	var err error
+	before := len(rows)
+	if p.binary {
+		w.insertVals, rows, err = splitCopyRowBinary(rows, w.insertVals[:0])
+	} else {
+		w.insertVals, rows, w.unescaped, err = splitCopyRow(rows, w.insertVals[:0], w.unescaped[:0])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsn, err)
+	}
+	w.queue(s, w.insertVals, before-len(rows), batchItem{op: change.OpInsert, lsn: lsn, plan: p, s: s}, w.table(p))
+	return rows, nil
 }
 
 // checkShape verifies the tuples carry what the statement needs.
@@ -839,36 +1024,105 @@ func keyProblem(kind byte) string {
 
 // flushBatch sends the queued statements in one pipeline and checks each
 // result: an error names the failing statement's change; zero rows affected
-// is counted and logged as a missing row.
+// by an update or delete is counted and logged as a missing row.
 func (w *Writer) flushBatch(ctx context.Context) error {
-	if len(w.items) == 0 {
+	n := len(w.items)
+	if n == 0 {
 		return nil
 	}
-	mrr := w.conn.PgConn().ExecBatch(ctx, w.batch)
-	i := 0
-	for mrr.NextResult() {
-		tag, err := mrr.ResultReader().Close()
-		if err != nil {
-			break
-		}
-		if i < len(w.items) && tag.RowsAffected() == 0 {
-			w.missing(w.items[i])
-		}
-		i++
-	}
-	err := mrr.Close()
-	n := len(w.items)
-	var failed batchItem
+	stmts := w.changeItems()
+	done, _, _, err := w.sendBatch(ctx)
 	if err != nil {
-		failed = w.items[min(i, n-1)]
+		err = w.itemError(min(done, n-1), err)
 	}
 	w.resetBatch()
 	if err != nil {
-		return fmt.Errorf("apply %s to %s at %s: %w", failed.op, failed.plan.rel, failed.lsn, err)
+		return err
 	}
-	w.statements.Add(int64(n))
+	w.statements.Add(int64(stmts))
 	w.flushes.Add(1)
 	return nil
+}
+
+// sendBatch sends the batch in one pipeline and reads every result. The
+// first len(items) results are the queued statements'; the command tags of
+// those after them are returned in tail, and val is the first value of the
+// last row any statement returned. done counts the statements that
+// completed before err. The caller resets the batch.
+func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.CommandTag, val []byte, err error) {
+	if w.begin == beginQueued {
+		w.begin = beginSent
+	}
+	tail = w.tail[:0]
+	mrr := w.conn.PgConn().ExecBatch(ctx, w.batch)
+	w.batch = &pgconn.Batch{} // the sent one may hold more than the items
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		for rr.NextRow() {
+			if v := rr.Values(); len(v) > 0 {
+				val = append(val[:0], v[0]...)
+			}
+		}
+		tag, err := rr.Close()
+		if err != nil {
+			break
+		}
+		if done < len(w.items) {
+			it := w.items[done]
+			if (it.op == change.OpUpdate || it.op == change.OpDelete) && tag.RowsAffected() == 0 {
+				w.missing(it)
+			}
+		} else {
+			tail = append(tail, tag)
+		}
+		done++
+	}
+	w.tail = tail
+	return done, tail, val, mrr.Close()
+}
+
+// itemError names the queued statement i in err.
+func (w *Writer) itemError(i int, err error) error {
+	it := w.items[i]
+	if it.op == 0 {
+		return fmt.Errorf("begin target transaction: %w", err)
+	}
+	col := ""
+	if r, ok := paramOf(err, it.s); ok {
+		col = ", column " + it.plan.rel.Columns[r.col].Name
+	}
+	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
+}
+
+// paramOf returns the parameter of s that err's context names: the server
+// says which parameter it could not read ("unnamed portal parameter $2 =
+// ..."), as COPY says which column.
+func paramOf(err error, s *stmt) (paramRef, bool) {
+	var pgErr *pgconn.PgError
+	if s == nil || !errors.As(err, &pgErr) {
+		return paramRef{}, false
+	}
+	_, after, ok := strings.Cut(pgErr.Where, "parameter $")
+	if !ok {
+		return paramRef{}, false
+	}
+	end := 0
+	for end < len(after) && after[end] >= '0' && after[end] <= '9' {
+		end++
+	}
+	n, err := strconv.Atoi(after[:end])
+	if err != nil || n < 1 || n > len(s.params) {
+		return paramRef{}, false
+	}
+	return s.params[n-1], true
+}
+
+// changeItems counts the queued statements that apply changes (BEGIN aside).
+func (w *Writer) changeItems() int {
+	if len(w.items) > 0 && w.items[0].op == 0 {
+		return len(w.items) - 1
+	}
+	return len(w.items)
 }
 
 func (w *Writer) missing(it batchItem) {
@@ -911,7 +1165,7 @@ func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 	if len(names) == 0 {
 		return nil
 	}
-	if err := w.exec(ctx, truncateSQL(names, c.TruncateOpts)); err != nil {
+	if err := w.txExec(ctx, truncateSQL(names, c.TruncateOpts)); err != nil {
 		return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
 	}
 	w.statements.Add(1)

@@ -32,6 +32,9 @@ DELETE FROM "public"."Items" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FRO
 -- insert COPY header (generated target column left out)
 COPY "public"."Items" ("id", "name", "body", "doc") FROM STDIN;
 
+-- insert of one row, for a few rows at commit (generated target column left out)
+INSERT INTO "public"."Items" ("id", "name", "body", "doc") VALUES ($1, $2, $3, $4);
+
 -- truncate
 TRUNCATE "public"."a";
 TRUNCATE "public"."a", "s"."b" CASCADE;
