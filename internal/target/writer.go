@@ -102,7 +102,8 @@ type Writer struct {
 	failed bool
 	begin  beginState
 
-	appliedStmt string // name of the prepared applied-record INSERT, "" until prepared
+	appliedStmt string    // name of the prepared applied-record INSERT, "" until prepared
+	ctl         [3]string // names of the prepared control statements (controlSQL), "" until prepared
 
 	// Scratch space reused for every change (no per-column allocation).
 	reader             bytes.Reader
@@ -193,9 +194,29 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
+	if w.ctl[0] == "" {
+		// Once per session: every transaction runs these, and a prepared
+		// statement spares the server parsing and planning them each time.
+		for i, sql := range controlSQL {
+			name := w.id + "_ctl" + strconv.Itoa(i)
+			if _, err := w.conn.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+				return fmt.Errorf("begin target transaction: prepare %q: %w", sql, err)
+			}
+			w.ctl[i] = name
+		}
+	}
 	w.inTxn, w.failed, w.begin = true, false, beginPending
 	return nil
 }
+
+// controlSQL are the statements of every transaction, prepared once.
+var controlSQL = [3]string{ctlBegin: "BEGIN", ctlCommit: "COMMIT", ctlWALPos: "SELECT pg_current_wal_insert_lsn()::text"}
+
+const (
+	ctlBegin = iota
+	ctlCommit
+	ctlWALPos
+)
 
 // Write applies one change (buffered: errors may surface at a later Write or
 // at Commit, naming the change that failed). c may be reused by the caller
@@ -285,8 +306,8 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		w.lsnText = ft
 		w.batch.ExecPrepared(w.appliedStmt, [][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil)
 	}
-	w.batch.ExecParams("COMMIT", nil, nil, nil, nil)
-	w.batch.ExecParams("SELECT pg_current_wal_insert_lsn()::text", nil, nil, nil, nil)
+	w.batch.ExecPrepared(w.ctl[ctlCommit], nil, nil, nil)
+	w.batch.ExecPrepared(w.ctl[ctlWALPos], nil, nil, nil)
 	n := len(w.items)
 	stmts := w.changeItems()
 	done, tail, pos, err := w.sendBatch(ctx)
@@ -466,7 +487,7 @@ func (w *Writer) queueBegin() {
 	if w.begin != beginPending {
 		return
 	}
-	w.batch.ExecParams("BEGIN", nil, nil, nil, nil)
+	w.batch.ExecPrepared(w.ctl[ctlBegin], nil, nil, nil)
 	w.items = append(w.items, batchItem{})
 	w.begin = beginQueued
 }
