@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/schema"
@@ -82,9 +84,10 @@ func BenchmarkWriterBufferInsert(b *testing.B) {
 	}
 }
 
-// BenchmarkWriterApply applies inserts, then updates, to a real target
-// (one commit per 10,000 changes) and reports rows per second.
-func BenchmarkWriterApply(b *testing.B) {
+// benchConn returns an apply connection (Connect) to a new database of the
+// shared test cluster, with ddl run and the progress state created; it skips
+// the benchmark in -short mode.
+func benchConn(b *testing.B, ddl string) *pgx.Conn {
 	if testing.Short() {
 		b.Skip("integration benchmark")
 	}
@@ -95,10 +98,21 @@ func BenchmarkWriterApply(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `CREATE TABLE bench (id int PRIMARY KEY, a text, b text, c text, d timestamptz, e int[], f bool, g float8)`); err != nil {
+	b.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, ddl); err != nil {
 		b.Fatal(err)
 	}
+	if err := EnsureState(ctx, conn); err != nil {
+		b.Fatal(err)
+	}
+	return conn
+}
+
+// BenchmarkWriterApply applies inserts, then updates, to a real target
+// (one commit per 10,000 changes) and reports rows per second.
+func BenchmarkWriterApply(b *testing.B) {
+	ctx := context.Background()
+	conn := benchConn(b, `CREATE TABLE bench (id int PRIMARY KEY, a text, b text, c text, d timestamptz, e int[], f bool, g float8)`)
 	r := benchRel()
 	inserted := 0
 	for _, op := range []change.Op{change.OpInsert, change.OpUpdate} {
@@ -152,28 +166,13 @@ func BenchmarkWriterApply(b *testing.B) {
 // and the applied-LSN record. It measures the fixed cost of a small
 // transaction: round trips, statements the server parses, COPY set-up.
 func BenchmarkWriterSmallTxn(b *testing.B) {
-	if testing.Short() {
-		b.Skip("integration benchmark")
-	}
-	c := pgtest.Shared(b, "target")
-	db := pgtest.NewDB(b, c)
 	ctx := context.Background()
-	conn, err := Connect(ctx, c.DSN(db), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `
+	conn := benchConn(b, `
 CREATE TABLE acc (id int PRIMARY KEY, balance numeric, updated timestamptz);
 INSERT INTO acc SELECT g, 0, now() FROM generate_series(1, 1000) g;
 CREATE TABLE ord (id bigint PRIMARY KEY, acc int, amount numeric, at timestamptz);
 CREATE TABLE item (ord bigint, line int, product int, qty int, price numeric, PRIMARY KEY (ord, line));
-CREATE TABLE audit (id bigint PRIMARY KEY, ord bigint, note text)`); err != nil {
-		b.Fatal(err)
-	}
-	if err := EnsureState(ctx, conn); err != nil {
-		b.Fatal(err)
-	}
+CREATE TABLE audit (id bigint PRIMARY KEY, ord bigint, note text)`)
 	acc := rel("public", "acc", change.IdentityDefault, "*id", "balance", "updated")
 	ord := rel("public", "ord", change.IdentityDefault, "*id", "acc", "amount", "at")
 	item := rel("public", "item", change.IdentityDefault, "*ord", "*line", "product", "qty", "price")
@@ -219,23 +218,8 @@ CREATE TABLE audit (id bigint PRIMARY KEY, ord bigint, note text)`); err != nil 
 // pipeline or by COPY: where the two cross is what DefaultInsertRowsMax is
 // set from.
 func BenchmarkWriterInsertRows(b *testing.B) {
-	if testing.Short() {
-		b.Skip("integration benchmark")
-	}
-	c := pgtest.Shared(b, "target")
-	db := pgtest.NewDB(b, c)
 	ctx := context.Background()
-	conn, err := Connect(ctx, c.DSN(db), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `CREATE TABLE cond (id bigint PRIMARY KEY, ch int, since timestamptz, till timestamptz, v float8, r real, f int)`); err != nil {
-		b.Fatal(err)
-	}
-	if err := EnsureState(ctx, conn); err != nil {
-		b.Fatal(err)
-	}
+	conn := benchConn(b, `CREATE TABLE cond (id bigint PRIMARY KEY, ch int, since timestamptz, till timestamptz, v float8, r real, f int)`)
 	r := rel("public", "cond", change.IdentityDefault, "*id", "ch", "since", "till", "v", "r", "f")
 	id, lsn := 0, change.LSN(0x1000000)
 	for _, k := range []int{1, 4, 8, 16, 32} {

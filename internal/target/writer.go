@@ -647,14 +647,8 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 	tb := w.table(p)
 	if tb.inBatch {
 		// Behind the table's queued statements, as a statement too.
-		var bad byteCol
-		if p.binary {
-			w.rowBuf, bad = appendCopyRowBinary(w.rowBuf[:0], c.New, p.copyCols)
-		} else {
-			w.rowBuf, bad = appendCopyRow(w.rowBuf[:0], c.New, p.copyCols)
-		}
-		if bad.kind != 0 {
-			return fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+		if w.rowBuf, err = appendRow(w.rowBuf[:0], c, p); err != nil {
+			return err
 		}
 		if _, err := w.queueInsertRow(ctx, p, w.rowBuf, c.LSN); err != nil {
 			return err
@@ -668,16 +662,10 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 	}
 	tb.plan = p
 	before := len(tb.rows)
-	var rows []byte
-	var bad byteCol
-	if p.binary {
-		rows, bad = appendCopyRowBinary(tb.rows, c.New, p.copyCols)
-	} else {
-		rows, bad = appendCopyRow(tb.rows, c.New, p.copyCols)
-	}
-	if bad.kind != 0 {
+	rows, err := appendRow(tb.rows, c, p)
+	if err != nil {
 		tb.rows = rows[:before]
-		return fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+		return err
 	}
 	tb.rows = rows
 	tb.lsns = append(tb.lsns, c.LSN)
@@ -693,6 +681,22 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 		return w.flushCopies(ctx)
 	}
 	return nil
+}
+
+// appendRow appends insert c's row in p's COPY format (text or binary) to
+// dst; a value that format cannot carry is an error naming the column (dst
+// then holds a partial row).
+func appendRow(dst []byte, c *change.Change, p *relPlan) ([]byte, error) {
+	var bad byteCol
+	if p.binary {
+		dst, bad = appendCopyRowBinary(dst, c.New, p.copyCols)
+	} else {
+		dst, bad = appendCopyRow(dst, c.New, p.copyCols)
+	}
+	if bad.kind != 0 {
+		return dst, fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+	}
+	return dst, nil
 }
 
 func kindProblem(kind byte) string {
