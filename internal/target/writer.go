@@ -194,16 +194,17 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
-	if w.ctl[0] == "" {
-		// Once per session: every transaction runs these, and a prepared
-		// statement spares the server parsing and planning them each time.
-		for i, sql := range controlSQL {
-			name := w.id + "_ctl" + strconv.Itoa(i)
-			if _, err := w.conn.PgConn().Prepare(ctx, name, sql, nil); err != nil {
-				return fmt.Errorf("begin target transaction: prepare %q: %w", sql, err)
-			}
-			w.ctl[i] = name
+	// Once per session: every transaction runs these, and a prepared
+	// statement spares the server parsing and planning them each time.
+	for i, sql := range controlSQL {
+		if w.ctl[i] != "" {
+			continue
 		}
+		name := w.id + "_ctl" + strconv.Itoa(i)
+		if _, err := w.conn.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+			return fmt.Errorf("begin target transaction: prepare %q: %w", sql, err)
+		}
+		w.ctl[i] = name
 	}
 	w.inTxn, w.failed, w.begin = true, false, beginPending
 	return nil
@@ -360,15 +361,17 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 			}
 			continue
 		}
-		rows := tb.rows
-		for _, lsn := range tb.lsns {
+		// tb is emptied first, so that an error leaves no rows behind for
+		// the next transaction; nothing appends to it while rows is read.
+		rows, lsns := tb.rows, tb.lsns
+		w.copyBytes -= len(rows)
+		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+		for _, lsn := range lsns {
 			var err error
 			if rows, err = w.queueInsertRow(ctx, tb.plan, rows, lsn); err != nil {
 				return err
 			}
 		}
-		w.copyBytes -= len(tb.rows)
-		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
 	}
 	w.dirty = w.dirty[:0]
 	return nil
@@ -744,6 +747,8 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 // from w.dirty).
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 	if err := w.ensureBegun(ctx); err != nil {
+		w.copyBytes -= len(tb.rows)
+		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
 		return err
 	}
 	n := len(tb.lsns)
