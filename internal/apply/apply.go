@@ -34,6 +34,16 @@ type Options struct {
 	GroupMaxTxns  int   // source transactions per target transaction at most
 	GroupMaxBytes int64 // accounted bytes per target transaction at most (a larger single txn goes alone)
 
+	// Behind reports whether the source is far ahead (a backlog being
+	// caught up: capture.Capture.Behind); nil: never. While it is, the
+	// coordinator waits up to CatchUpWait (0: never) for more transactions
+	// to fill a group to CatchUpGroupBytes: one larger target transaction
+	// costs the target less than many small ones (COPY set-up, commit,
+	// applied record), and latency does not matter in a backlog.
+	Behind            func() bool
+	CatchUpWait       time.Duration
+	CatchUpGroupBytes int64 // default GroupMaxBytes/4
+
 	// Collapse folds repeated changes to one key within a group where the
 	// target table allows it (see collapse.go).
 	Collapse bool
@@ -143,6 +153,9 @@ func New(opts Options) (*Applier, error) {
 	if opts.GroupMaxBytes < 1 {
 		opts.GroupMaxBytes = 1
 	}
+	if opts.CatchUpGroupBytes <= 0 {
+		opts.CatchUpGroupBytes = max(opts.GroupMaxBytes/4, 1)
+	}
 	if opts.Applied == nil {
 		opts.Applied = func(change.LSN) bool { return false }
 	}
@@ -205,6 +218,7 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 	tracker := newDepTracker()
 	cSkipped := a.coord.Counter("skipped_txns")
 	cBarriers := a.coord.Counter("barriers")
+	cFills := a.coord.Counter("catch_up_fills")
 	gInFlight := a.coord.Gauge("groups_in_flight")
 	var seq uint64
 	var keys []uint64
@@ -236,11 +250,16 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 			return err
 		}
 		// Group more committed transactions while they are at hand: never
-		// wait for a batch to fill (a lone transaction goes at once).
+		// wait for a batch to fill (a lone transaction goes at once) —
+		// unless the source is far ahead (fill).
+		var fillBy time.Time
 		for keyed && len(g.txns) < a.opts.GroupMaxTxns && g.bytes < a.opts.GroupMaxBytes {
 			next, ok := src.TryNext()
 			if !ok {
-				break
+				if next, ok = a.fill(ctx, src, g, &fillBy); !ok {
+					break
+				}
+				cFills.Add(1)
 			}
 			if a.eagerOwns(next) {
 				if err := a.dispatch(ctx, work, tracker, g, keys, false, cBarriers, gInFlight); err != nil {
@@ -282,6 +301,40 @@ func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group
 			return err
 		}
 	}
+}
+
+// catchUpSlice is how often fill looks at Behind again while it waits.
+const catchUpSlice = 5 * time.Millisecond
+
+// fill waits for the next committed transaction while the source is far
+// ahead (Options.Behind) and g is below CatchUpGroupBytes, CatchUpWait per
+// group at most (*by is the group's deadline, set on the first wait). It
+// looks at Behind every catchUpSlice, so the end of a backlog is noticed at
+// once. ok is false when g should go as it is.
+func (a *Applier) fill(ctx context.Context, src Source, g *group, by *time.Time) (*queue.Txn, bool) {
+	if a.opts.Behind == nil || a.opts.CatchUpWait <= 0 || g.bytes >= a.opts.CatchUpGroupBytes {
+		return nil, false
+	}
+	for a.opts.Behind() {
+		now := time.Now()
+		if by.IsZero() {
+			*by = now.Add(a.opts.CatchUpWait)
+		}
+		left := by.Sub(now)
+		if left <= 0 {
+			return nil, false
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(left, catchUpSlice))
+		txn, err := src.Next(wctx)
+		cancel()
+		if err == nil {
+			return txn, true
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, false // stopping, or the queue closed: send what we have
+		}
+	}
+	return nil, false
 }
 
 func (a *Applier) eagerOwns(txn *queue.Txn) bool {

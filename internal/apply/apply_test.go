@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,7 @@ type fakeApply struct {
 
 	failRate float64 // fraction of commits that fail as deadlocked
 	failed   int
+	groups   int // successful commits (target transactions)
 }
 
 func (f *fakeApply) failf(format string, args ...any) {
@@ -132,6 +134,7 @@ func (w *fakeWriter) CommitLSN(_ context.Context, applied []change.LSN) (change.
 		w.f.done[end] = true
 		w.f.commits = append(w.f.commits, end)
 	}
+	w.f.groups++
 	return 0, nil
 }
 
@@ -198,13 +201,20 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order string, failR
 		t.Fatal(err)
 	}
 	defer q.Close()
-	a, err := New(Options{
+	opts := Options{
 		Slot: "test", Parallelism: parallelism, CommitOrder: order,
 		GroupMaxTxns: 1 + r.IntN(8), GroupMaxBytes: 1 << 20, Watermark: wm, Stats: stats.NewRegistry(),
 		NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
 			return &fakeWriter{f: f}, func() {}, nil
 		},
-	})
+	}
+	if seed%2 == 0 {
+		// Catch-up grouping on and off by turns: groups wait to fill.
+		var calls atomic.Int64
+		opts.Behind = func() bool { return calls.Add(1)/7%2 == 0 }
+		opts.CatchUpWait = 3 * time.Millisecond
+	}
+	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,5 +371,78 @@ func TestDepTrackerExact(t *testing.T) {
 				last[k] = seq
 			}
 		}
+	}
+}
+
+// TestApplierFillsGroupsWhileBehind: while the source is far ahead
+// (Options.Behind), transactions that arrive one by one are gathered into
+// one group (up to CatchUpWait); otherwise each goes at once, alone.
+func TestApplierFillsGroupsWhileBehind(t *testing.T) {
+	const n = 30
+	run := func(behind bool) int {
+		txns := make([]simTxn, n)
+		index := map[change.LSN]int{}
+		for i := range txns {
+			txns[i] = simTxn{end: change.LSN(1000 * (i + 1)), keys: []int{i}}
+			index[txns[i].end] = i
+		}
+		wm := NewWatermark(0)
+		f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(1, 2)), full: true, wm: wm, done: map[change.LSN]bool{}}
+		q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		a, err := New(Options{
+			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
+			Behind: func() bool { return behind }, CatchUpWait: time.Second,
+			Watermark: wm, Stats: stats.NewRegistry(),
+			NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
+				return &fakeWriter{f: f}, func() {}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		runErr := make(chan error, 1)
+		go func() { runErr <- a.Run(ctx, q) }()
+		for i, tx := range txns {
+			xid := uint32(i + 1)
+			q.Begin(xid)
+			c := &change.Change{Op: change.OpUpdate, LSN: tx.end - 1, Rel: relKV, New: tuple(strconv.Itoa(i), "v")}
+			if err := q.Add(ctx, xid, c); err != nil {
+				t.Fatal(err)
+			}
+			wm.Register(tx.end)
+			if err := q.Commit(change.TxnInfo{Xid: xid, CommitLSN: tx.end - 1, EndLSN: tx.end}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for wm.Low() < txns[n-1].end {
+			select {
+			case err := <-runErr:
+				t.Fatalf("applier stopped: %v", err)
+			case <-ctx.Done():
+				t.Fatalf("timed out: watermark %s", wm.Low())
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cancel()
+		<-runErr
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.commits) != n {
+			t.Fatalf("behind=%v: %d transactions committed, want %d", behind, len(f.commits), n)
+		}
+		return f.groups
+	}
+	if g := run(true); g > 3 {
+		t.Errorf("behind: %d target transactions for %d source transactions 1 ms apart, want them gathered (at most 3)", g, n)
+	}
+	if g := run(false); g < n/2 {
+		t.Errorf("not behind: %d target transactions for %d source transactions 1 ms apart: they waited for each other", g, n)
 	}
 }

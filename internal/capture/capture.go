@@ -114,6 +114,34 @@ type Capture struct {
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	gReceived, gFlushed                                   *atomic.Int64
+
+	// For Behind (read by other goroutines): when the stream started, the
+	// last keepalive came and the last XLogData came (Unix nanoseconds of
+	// the loop's clock; 0: not yet).
+	startNano, keepaliveNano, dataNano atomic.Int64
+}
+
+// Catch-up detection (Behind).
+const (
+	behindAfter = 500 * time.Millisecond // data without a keepalive for this long: catching up
+	behindQuiet = 100 * time.Millisecond // no data for this long: not streaming, so not behind
+)
+
+// Behind reports whether the source is far ahead of capture — a backlog being
+// caught up — so that applying in larger groups costs no latency that
+// matters. The walsender sends a keepalive whenever it has reached the end
+// of the WAL and waits for more, and never while it reads older WAL as fast
+// as it can (WalSndWaitForWal's fast path); so data that has kept coming for
+// behindAfter without a keepalive means a backlog. False before the stream
+// starts and when it is quiet. Safe for concurrent use.
+func (c *Capture) Behind() bool {
+	data := c.dataNano.Load()
+	if data == 0 {
+		return false
+	}
+	since := max(c.keepaliveNano.Load(), c.startNano.Load())
+	now := time.Now().UnixNano()
+	return data-since >= int64(behindAfter) && now-data < int64(behindQuiet)
 }
 
 // New validates options; Run connects.
@@ -241,6 +269,7 @@ func (c *Capture) Run(ctx context.Context) error {
 	}
 	defer c.closeConn()
 	c.received = c.opts.StartLSN
+	c.startNano.Store(time.Now().UnixNano())
 	defer func() {
 		if c.addCancel != nil {
 			c.addCancel()
@@ -357,6 +386,7 @@ func (c *Capture) loop(ctx context.Context) error {
 					return fmt.Errorf("parse keepalive: %w", err)
 				}
 				c.cKeepalives.Add(1)
+				c.keepaliveNano.Store(c.clock().UnixNano())
 				c.advanceReceived(change.LSN(ka.ServerWALEnd))
 				if c.idle() {
 					c.opts.Acker.Observe(change.LSN(ka.ServerWALEnd))
@@ -369,6 +399,7 @@ func (c *Capture) loop(ctx context.Context) error {
 					return fmt.Errorf("short XLogData message (%d bytes)", len(m.Data))
 				}
 				start := change.LSN(beUint64(m.Data[1:]))
+				c.dataNano.Store(c.clock().UnixNano())
 				if err := c.handle(ctx, start, m.Data[25:]); err != nil {
 					return err
 				}

@@ -37,7 +37,10 @@ type Config struct {
 	CommitOrder      string `yaml:"commit_order"`
 	GroupMaxTxns     int    `yaml:"group_max_txns"`
 	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
-	Eager            bool   `yaml:"eager"`
+	// CatchUpWait: while a backlog is caught up, how long a group may wait
+	// for more transactions (fewer, larger target transactions); 0: never.
+	CatchUpWait time.Duration `yaml:"catch_up_wait"`
+	Eager       bool          `yaml:"eager"`
 
 	// Collapse folds repeated changes to one key within a target
 	// transaction (insert+update → insert, update+update → update, …) on
@@ -76,6 +79,7 @@ func Default() Config {
 		CommitOrder:      "full",
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
+		CatchUpWait:      50 * time.Millisecond,
 		Eager:            true,
 		Collapse:         true,
 		Binary:           true,
@@ -143,6 +147,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GroupMaxBytes < 1 {
 		c.GroupMaxBytes = 1
+	}
+	if c.CatchUpWait < 0 || c.CatchUpWait > time.Second {
+		errs = append(errs, fmt.Errorf("--catch-up-wait %s: between 0 (off) and 1s", c.CatchUpWait))
 	}
 	if c.SnapshotWorkers < 1 {
 		c.SnapshotWorkers = 1

@@ -257,6 +257,11 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Eager: eager, Stats: e.stats, Logger: e.log,
 		Binary: e.binary,
+		// In a backlog, groups fill up to a quarter of the group limit, and
+		// never hold more than an eighth of the queue's memory.
+		Behind:            capt.Behind,
+		CatchUpWait:       cfg.CatchUpWait,
+		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 	})
 	if err != nil {
 		return err
