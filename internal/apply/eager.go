@@ -113,6 +113,17 @@ func NewEager(opts EagerOptions) *Eager {
 // last transaction committed before this chunk.
 func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor change.LSN) (bool, error) {
 	e.mu.Lock()
+	free := e.owner == 0 && processed >= e.opts.SkipBelow
+	e.mu.Unlock()
+	if free {
+		// The transactions before it are usually on their way (a group
+		// being applied, or one that was filling in a backlog): give them
+		// a moment rather than send a large transaction to the queue.
+		if err := e.visibleWithin(ctx, waitFor, takeWait); err != nil {
+			return false, err
+		}
+	}
+	e.mu.Lock()
 	// Only when apply has caught up with everything committed before it:
 	// then the transaction's first chunk can start at once (an eager
 	// transaction that waits holds capture back), and after a restart only
@@ -289,6 +300,35 @@ func (e *Eager) Run(ctx context.Context) error {
 			it.reply <- eagerResult{lsn: lsn}
 		}
 	}
+}
+
+// takeWait is how long TryTake waits for the transactions before a streamed
+// one to be applied.
+const takeWait = 200 * time.Millisecond
+
+// visibleWithin waits up to d until every transaction ending at or before end
+// is visible on the target; it returns nil also when d runs out first.
+func (e *Eager) visibleWithin(ctx context.Context, end change.LSN, d time.Duration) error {
+	var timeout <-chan time.Time
+	for e.opts.Watermark.VisibleLow() < end {
+		ch := e.opts.Watermark.Changed()
+		if e.opts.Watermark.VisibleLow() >= end {
+			break
+		}
+		if timeout == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout:
+			return nil
+		case <-ch:
+		}
+	}
+	return nil
 }
 
 // waitApplied waits until every transaction ending at or before end is

@@ -31,5 +31,11 @@ func TestBehind(t *testing.T) {
 		if got := c.Behind(); got != tc.want {
 			t.Errorf("%s: Behind() = %v, want %v", tc.name, got, tc.want)
 		}
+		// While a transaction streams in progress, never.
+		c.streamsOpen.Store(1)
+		if c.Behind() {
+			t.Errorf("%s, a stream open: Behind() = true", tc.name)
+		}
+		c.streamsOpen.Store(0)
 	}
 }

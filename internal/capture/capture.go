@@ -119,11 +119,12 @@ type Capture struct {
 	// last keepalive came and the last XLogData came (Unix nanoseconds of
 	// the loop's clock; 0: not yet).
 	startNano, keepaliveNano, dataNano atomic.Int64
+	streamsOpen                        atomic.Int32 // len(openStream)
 }
 
 // Catch-up detection (Behind).
 const (
-	behindAfter = 500 * time.Millisecond // data without a keepalive for this long: catching up
+	behindAfter = 250 * time.Millisecond // data without a keepalive for this long: catching up
 	behindQuiet = 100 * time.Millisecond // no data for this long: not streaming, so not behind
 )
 
@@ -133,10 +134,13 @@ const (
 // of the WAL and waits for more, and never while it reads older WAL as fast
 // as it can (WalSndWaitForWal's fast path); so data that has kept coming for
 // behindAfter without a keepalive means a backlog. False before the stream
-// starts and when it is quiet. Safe for concurrent use.
+// starts, when it is quiet, and while a large transaction streams in
+// progress: eager apply of its chunks waits for the transactions that
+// committed before them, which must not wait in a group meanwhile. Safe
+// for concurrent use.
 func (c *Capture) Behind() bool {
 	data := c.dataNano.Load()
-	if data == 0 {
+	if data == 0 || c.streamsOpen.Load() > 0 {
 		return false
 	}
 	since := max(c.keepaliveNano.Load(), c.startNano.Load())
@@ -530,6 +534,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 	case pgoutput.MsgStreamStart:
 		c.inStream, c.streamXid = true, m.Xid
 		c.openStream[m.Xid] = true
+		c.streamsOpen.Store(int32(len(c.openStream)))
 		if m.Xid == c.eagerXid {
 			waitFor := c.lastCommit
 			return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Chunk(ctx, m.Xid, waitFor) })
@@ -548,6 +553,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			c.rels[id] = r
 		}
 		delete(c.openStream, m.Xid)
+		c.streamsOpen.Store(int32(len(c.openStream)))
 		delete(c.streamRels, m.Xid)
 		delete(c.queuedXid, m.Xid)
 		if m.Xid == c.eagerXid {
@@ -568,6 +574,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		}
 		if whole {
 			delete(c.openStream, m.Xid)
+			c.streamsOpen.Store(int32(len(c.openStream)))
 			delete(c.streamRels, m.Xid)
 			delete(c.queuedXid, m.Xid)
 		}

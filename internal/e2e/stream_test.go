@@ -191,3 +191,36 @@ func TestEagerApply(t *testing.T) {
 		t.Fatalf("eager: %d transactions committed, %d aborted; want 1 and 1", snap.Counters["eager_txns"], snap.Counters["aborted_txns"])
 	}
 }
+
+// TestEagerAfterBacklog: a large transaction behind a backlog of small ones
+// is still applied eagerly. In a backlog the coordinator lets groups wait to
+// fill (catch-up grouping); eager apply needs every transaction before the
+// large one applied first, so neither may hold up the other.
+func TestEagerAfterBacklog(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE small (id int PRIMARY KEY, v int); CREATE TABLE big (id int PRIMARY KEY, v text)`)
+	cfg := e.config("public.small", "public.big")
+	cfg.DecodingWorkMem = "64kB"
+	e.catchUp(cfg)
+	// The backlog, written while nothing replicates: long enough to take
+	// the engine well over behindAfter (0.25 s) to decode.
+	e.srcExec(`DO $$ BEGIN FOR i IN 1..200000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
+	e.srcExec(`INSERT INTO big SELECT g, repeat('b', 40) FROM generate_series(1, 30000) g`)
+	e.srcExec(`DO $$ BEGIN FOR i IN 200001..201000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
+	t0 := time.Now()
+	reg := e.catchUp(cfg)
+	t.Logf("caught up in %s", time.Since(t0))
+	e.assertSame("small", "id")
+	e.assertSame("big", "id")
+	snap := reg.Snapshot()
+	eager, _ := snap.Component("eager")
+	coord, _ := snap.Component("coordinator")
+	if eager.Counters["eager_txns"] != 1 {
+		t.Errorf("the large transaction was not applied eagerly (eager_txns %d; catch_up_fills %d)",
+			eager.Counters["eager_txns"], coord.Counters["catch_up_fills"])
+	}
+	if coord.Counters["catch_up_fills"] == 0 {
+		capt, _ := snap.Component("capture")
+		t.Errorf("no group waited to fill: the backlog did not exercise catch-up grouping (capture %+v)", capt.Counters)
+	}
+}
