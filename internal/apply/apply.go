@@ -325,7 +325,9 @@ func (a *Applier) fill(ctx context.Context, src Source, g *group, by *time.Time)
 			return nil, false
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(left, catchUpSlice))
+		a.coord.SetState(stats.Idle) // waiting for capture, as in Next
 		txn, err := src.Next(wctx)
+		a.coord.SetState(stats.Busy)
 		cancel()
 		if err == nil {
 			return txn, true
