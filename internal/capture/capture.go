@@ -303,7 +303,6 @@ func (c *Capture) start(ctx context.Context) error {
 		return fmt.Errorf("replication connection to source %s: %w", Describe(cfg), err)
 	}
 	c.conn = conn
-	c.rd.hold = holdLowWater(conn.Conn())
 	c.proto = c.opts.ProtoVersion
 	if c.proto == 0 {
 		c.proto = ProtoVersionFor(ServerMajor(conn))

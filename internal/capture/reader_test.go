@@ -2,7 +2,6 @@ package capture
 
 import (
 	"bytes"
-	"io"
 	"testing"
 	"time"
 )
@@ -11,47 +10,43 @@ type fakeClock struct{ t time.Time }
 
 func (f *fakeClock) now() time.Time { return f.t }
 
-// TestCoalescingReader: back-to-back small reads lead to naps; a quiet
-// stream (reads that block) or large reads never nap.
+// TestCoalescingReader: a large read is followed by a busyNap before the
+// next read; small reads never nap.
 func TestCoalescingReader(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(0, 0)}
-	naps := 0
+	var slept []time.Duration
 	r := newCoalescingReader(bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20)))
 	r.now = clk.now
-	r.sleep = func(d time.Duration) { naps++; clk.t = clk.t.Add(d) }
-	buf := make([]byte, 100)
+	r.sleep = func(d time.Duration) { slept = append(slept, d); clk.t = clk.t.Add(d) }
+	small := make([]byte, 100)
 	for i := 0; i < 10; i++ {
-		if _, err := r.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-		clk.t = clk.t.Add(10 * time.Microsecond)
-	}
-	// The first read has no predecessor; the next coalesceAfter count as
-	// small; every read after them naps.
-	if want := 10 - 1 - coalesceAfter; naps != want {
-		t.Fatalf("busy stream: %d naps, want %d", naps, want)
-	}
-	// Quiet stream: each read comes long after the previous one.
-	naps = 0
-	r.small = 0
-	for i := 0; i < 10; i++ {
-		clk.t = clk.t.Add(50 * time.Millisecond)
-		if _, err := r.Read(buf); err != nil {
+		if _, err := r.Read(small); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if naps != 0 {
-		t.Fatalf("quiet stream: %d naps", naps)
+	if len(slept) != 0 {
+		t.Fatalf("small reads napped %v", slept)
 	}
-	// Large reads never count as small.
-	naps = 0
 	big := make([]byte, 64<<10)
-	for i := 0; i < 8; i++ {
-		if _, err := r.Read(big); err != nil && err != io.EOF {
+	for i := 0; i < 4; i++ {
+		if _, err := r.Read(big); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if naps != 0 {
-		t.Fatalf("large reads: %d naps", naps)
+	if len(slept) != 3 || slept[0] != busyNap {
+		t.Fatalf("large reads: naps %v, want 3 of %s (after each but the last)", slept, busyNap)
+	}
+	// A small read after a large one: napped once, then no more.
+	slept = nil
+	for i := 0; i < 3; i++ {
+		if _, err := r.Read(small); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(slept) != 1 {
+		t.Fatalf("small reads after a large one: naps %v, want 1", slept)
+	}
+	if r.reads.Load() != 17 || r.lastNano.Load() != clk.t.UnixNano() {
+		t.Fatalf("reads %d, last %d", r.reads.Load(), r.lastNano.Load())
 	}
 }
