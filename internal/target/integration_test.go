@@ -418,6 +418,22 @@ func TestWriterErrors(t *testing.T) {
 			t.Fatalf("error = %v", err)
 		}
 	})
+	t.Run("a COPY that carried BEGIN is rolled back with its transaction", func(t *testing.T) {
+		// The first insert is copied at once (its row is over
+		// CopyFlushBytes), BEGIN in the COPY's query; the update after it
+		// fails: the copied row must go too.
+		wc := e.writer(WriterOptions{CopyFlushBytes: 8, InsertRowsMax: -1})
+		err := e.apply(wc, nil, e.ins(r, "60", "copied first"), e.upd(r, 0, nil, "60", null))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23502" {
+			t.Fatalf("error = %v, want a NOT NULL violation", err)
+		}
+		if n := e.count(`SELECT count(*) FROM k WHERE id = 60`); n != 0 {
+			t.Fatalf("the copied row outlived its failed transaction")
+		}
+		e.mustApply(wc, e.ins(r, "61", "x"))
+		e.mustApply(wc, e.del(r, 'K', "61", null))
+	})
 	t.Run("writer usable after errors", func(t *testing.T) {
 		e.mustApply(w, e.ins(r, "10", "ten"))
 		if n := e.count(`SELECT count(*) FROM k WHERE id = 10`); n != 1 {

@@ -60,7 +60,7 @@ type WriterOptions struct {
 // foreign-key checks), but changes of one table keep their order.
 //
 // A small transaction costs one round trip: BEGIN is not sent on its own but
-// queued ahead of the first statement (or sent just before the first COPY),
+// queued ahead of the first statement (or put in the first COPY's query),
 // and at commit the tables with few buffered rows (InsertRowsMax) become
 // prepared INSERTs in the same pipeline as the queued statements, the
 // applied record and COMMIT — a COPY per table would cost a round trip and a
@@ -746,7 +746,12 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 // copyOut runs the COPY of tb's rows and empties tb (tb is already removed
 // from w.dirty).
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
-	if err := w.ensureBegun(ctx); err != nil {
+	sql := tb.plan.copyHeader
+	if w.begin == beginPending {
+		// BEGIN travels in the COPY's query string: one round trip.
+		sql = "BEGIN; " + sql
+		w.begin = beginSent
+	} else if err := w.ensureBegun(ctx); err != nil {
 		w.copyBytes -= len(tb.rows)
 		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
 		return err
@@ -757,7 +762,7 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 	if tb.plan.binary {
 		data = io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer))
 	}
-	_, err := w.conn.PgConn().CopyFrom(ctx, data, tb.plan.copyHeader)
+	_, err := w.conn.PgConn().CopyFrom(ctx, data, sql)
 	w.copyBytes -= len(tb.rows)
 	lsns := tb.lsns
 	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
