@@ -196,17 +196,9 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order string, failR
 	}
 	wm := NewWatermark(0)
 	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(seed, 9)), full: order == "full", wm: wm, done: map[change.LSN]bool{}, failRate: failRate}
-	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
 	opts := Options{
 		Slot: "test", Parallelism: parallelism, CommitOrder: order,
 		GroupMaxTxns: 1 + r.IntN(8), GroupMaxBytes: 1 << 20, Watermark: wm, Stats: stats.NewRegistry(),
-		NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
-			return &fakeWriter{f: f}, func() {}, nil
-		},
 	}
 	if seed%2 == 0 {
 		// Catch-up grouping on and off by turns: groups wait to fill.
@@ -214,51 +206,17 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order string, failR
 		opts.Behind = func() bool { return calls.Add(1)/7%2 == 0 }
 		opts.CatchUpWait = 3 * time.Millisecond
 	}
-	a, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(ctx, q) }()
+	run := startApplier(t, f, opts)
+	ctx := run.ctx
 
-	// Produce, as capture does: register in commit order, then commit.
 	for i, tx := range txns {
-		xid := uint32(i + 1)
-		q.Begin(xid)
-		if tx.barrier {
-			c := &change.Change{Op: change.OpInsert, LSN: tx.end - 1, Rel: relFull, New: tuple("1", "x")}
-			if err := q.Add(ctx, xid, c); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, k := range tx.keys {
-			c := &change.Change{Op: change.OpUpdate, LSN: tx.end - 1, Rel: relKV, New: tuple(strconv.Itoa(k), "v")}
-			if err := q.Add(ctx, xid, c); err != nil {
-				t.Fatal(err)
-			}
-		}
-		wm.Register(tx.end)
-		if err := q.Commit(change.TxnInfo{Xid: xid, CommitLSN: tx.end - 1, EndLSN: tx.end}); err != nil {
-			t.Fatal(err)
-		}
+		produce(ctx, t, run.q, wm, uint32(i+1), tx)
 		if r.IntN(10) == 0 {
 			time.Sleep(time.Duration(r.IntN(200)) * time.Microsecond)
 		}
 	}
-	last := txns[n-1].end
-	for wm.Low() < last {
-		select {
-		case err := <-runErr:
-			t.Fatalf("applier stopped: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("timed out: watermark %s of %s", wm.Low(), last)
-		case <-time.After(time.Millisecond):
-		}
-	}
-	cancel()
-	if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+	run.waitLow(t, wm, txns[n-1].end)
+	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -388,50 +346,17 @@ func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 		}
 		wm := NewWatermark(0)
 		f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(1, 2)), full: true, wm: wm, done: map[change.LSN]bool{}}
-		q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
-		a, err := New(Options{
+		ar := startApplier(t, f, Options{
 			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
 			Behind: func() bool { return behind }, CatchUpWait: time.Second,
 			Watermark: wm, Stats: stats.NewRegistry(),
-			NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
-				return &fakeWriter{f: f}, func() {}, nil
-			},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		runErr := make(chan error, 1)
-		go func() { runErr <- a.Run(ctx, q) }()
 		for i, tx := range txns {
-			xid := uint32(i + 1)
-			q.Begin(xid)
-			c := &change.Change{Op: change.OpUpdate, LSN: tx.end - 1, Rel: relKV, New: tuple(strconv.Itoa(i), "v")}
-			if err := q.Add(ctx, xid, c); err != nil {
-				t.Fatal(err)
-			}
-			wm.Register(tx.end)
-			if err := q.Commit(change.TxnInfo{Xid: xid, CommitLSN: tx.end - 1, EndLSN: tx.end}); err != nil {
-				t.Fatal(err)
-			}
+			produce(ar.ctx, t, ar.q, wm, uint32(i+1), tx)
 			time.Sleep(time.Millisecond)
 		}
-		for wm.Low() < txns[n-1].end {
-			select {
-			case err := <-runErr:
-				t.Fatalf("applier stopped: %v", err)
-			case <-ctx.Done():
-				t.Fatalf("timed out: watermark %s", wm.Low())
-			case <-time.After(time.Millisecond):
-			}
-		}
-		cancel()
-		<-runErr
+		ar.waitLow(t, wm, txns[n-1].end)
+		_ = ar.stop()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if len(f.commits) != n {
@@ -444,5 +369,83 @@ func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 	}
 	if g := run(false); g < n/2 {
 		t.Errorf("not behind: %d target transactions for %d source transactions 1 ms apart: they waited for each other", g, n)
+	}
+}
+
+// produce hands one generated transaction to the queue as capture does:
+// its changes, its end registered in commit order, then the commit.
+func produce(ctx context.Context, t *testing.T, q *queue.Queue, wm *Watermark, xid uint32, tx simTxn) {
+	t.Helper()
+	q.Begin(xid)
+	if tx.barrier {
+		c := &change.Change{Op: change.OpInsert, LSN: tx.end - 1, Rel: relFull, New: tuple("1", "x")}
+		if err := q.Add(ctx, xid, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range tx.keys {
+		c := &change.Change{Op: change.OpUpdate, LSN: tx.end - 1, Rel: relKV, New: tuple(strconv.Itoa(k), "v")}
+		if err := q.Add(ctx, xid, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wm.Register(tx.end)
+	if err := q.Commit(change.TxnInfo{Xid: xid, CommitLSN: tx.end - 1, EndLSN: tx.end}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applierRun is an Applier running over a queue with fake writers.
+type applierRun struct {
+	ctx    context.Context
+	q      *queue.Queue
+	errc   chan error
+	cancel context.CancelFunc
+}
+
+// startApplier runs an Applier with opts over a new queue; its writers are
+// fakeWriters recording into f.
+func startApplier(t *testing.T, f *fakeApply, opts Options) *applierRun {
+	t.Helper()
+	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	opts.NewWriter = func(context.Context, int, *stats.Component) (Writer, func(), error) {
+		return &fakeWriter{f: f}, func() {}, nil
+	}
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	r := &applierRun{ctx: ctx, q: q, errc: make(chan error, 1), cancel: cancel}
+	go func() { r.errc <- a.Run(ctx, q) }()
+	return r
+}
+
+// stop cancels the run and returns Run's error (nil for the cancellation).
+func (r *applierRun) stop() error {
+	r.cancel()
+	if err := <-r.errc; !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// waitLow waits until the watermark reaches end; it fails the test if the
+// applier stops or the run's time runs out first.
+func (r *applierRun) waitLow(t *testing.T, wm *Watermark, end change.LSN) {
+	t.Helper()
+	for wm.Low() < end {
+		select {
+		case err := <-r.errc:
+			t.Fatalf("applier stopped: %v", err)
+		case <-r.ctx.Done():
+			t.Fatalf("timed out: watermark %s of %s", wm.Low(), end)
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
