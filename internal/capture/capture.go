@@ -116,8 +116,8 @@ type Capture struct {
 	gReceived, gFlushed                                   *atomic.Int64
 
 	// For Behind (read by other goroutines): when the stream started, the
-	// last keepalive came and the last XLogData came (Unix nanoseconds of
-	// the loop's clock; 0: not yet).
+	// last keepalive came and the last socket read returned data (Unix
+	// nanoseconds of the loop's clock; 0: not yet).
 	startNano, keepaliveNano, dataNano atomic.Int64
 	streamsOpen                        atomic.Int32 // len(openStream)
 }
@@ -360,6 +360,10 @@ func (c *Capture) loop(ctx context.Context) error {
 		if r := c.rd.reads.Load(); r != reads || forceStatus {
 			c.cReads.Add(int64(r - reads))
 			reads = r
+			// Once per read, not per message: a read that carried only a
+			// keepalive leaves no gap for Behind (keepaliveNano gets the
+			// same clock).
+			c.dataNano.Store(c.rd.lastNano.Load())
 			now := c.clock()
 			if forceStatus {
 				now = time.Now()
@@ -402,7 +406,6 @@ func (c *Capture) loop(ctx context.Context) error {
 					return fmt.Errorf("short XLogData message (%d bytes)", len(m.Data))
 				}
 				start := change.LSN(beUint64(m.Data[1:]))
-				c.dataNano.Store(c.clock().UnixNano())
 				if err := c.handle(ctx, start, m.Data[25:]); err != nil {
 					return err
 				}
