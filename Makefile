@@ -6,9 +6,13 @@ LDFLAGS   := -X github.com/repstream/repstream/internal/cli.Version=$(VERSION)
 # Pure-logic packages run under the race detector; integration packages start
 # real PostgreSQL clusters and run without it (it slows them several-fold).
 UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/... \
+             ./internal/pgerr/... ./internal/pgdsn/... \
              ./internal/queue/... ./internal/stats/... ./internal/apply/...
 
-.PHONY: all build postgres demo test unit integration vet fmt bench clean
+# staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build postgres demo test lint unit integration vet fmt bench clean
 
 all: build
 
@@ -22,7 +26,11 @@ postgres:
 demo: postgres build
 	./$(BIN) demo
 
-test: postgres build vet unit integration
+test: lint postgres build unit integration
+
+# gofmt, go vet and staticcheck: clean, or the build fails.
+lint: vet
+	$(STATICCHECK) ./...
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

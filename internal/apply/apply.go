@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -124,24 +123,10 @@ func New(opts Options) (*Applier, error) {
 	}
 	if opts.NewWriter == nil {
 		opts.NewWriter = func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error) {
-			conn, err := target.Connect(ctx, opts.TargetDSN, "repstream-apply."+strconv.Itoa(id))
-			if err != nil {
-				return nil, nil, err
-			}
-			if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-				conn.Close(context.Background())
-				return nil, nil, fmt.Errorf("apply worker %d: %w", id, err)
-			}
-			if err := target.HoldApplyLock(ctx, conn, opts.Slot); err != nil {
-				conn.Close(context.Background())
-				return nil, nil, err
-			}
-			w := target.NewWriter(conn, target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary})
-			return w, func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				_ = conn.Close(cctx)
-			}, nil
+			return target.OpenSession(ctx, target.SessionOptions{
+				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id),
+				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary},
+			})
 		}
 	}
 	if opts.Parallelism < 1 {
@@ -160,7 +145,7 @@ func New(opts Options) (*Applier, error) {
 		opts.Applied = func(change.LSN) bool { return false }
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stats == nil {
 		opts.Stats = stats.NewRegistry()

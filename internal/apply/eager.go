@@ -3,7 +3,6 @@ package apply
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -97,7 +96,7 @@ func NewEager(opts EagerOptions) *Eager {
 		opts.Buffer = 4096
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stats == nil {
 		opts.Stats = stats.NewRegistry()

@@ -304,7 +304,7 @@ func plan(o Options) ([]runSpec, error) {
 	if o.Vary != "" {
 		name, vals, ok := strings.Cut(o.Vary, "=")
 		if !ok || name == "" || vals == "" {
-			return nil, fmt.Errorf("--vary %q: want flag=v1,v2,...", o.Vary)
+			return nil, fmt.Errorf("--vary %q: want flag=v1,v2[,...] (values separated by commas)", o.Vary)
 		}
 		varyName = strings.TrimPrefix(name, "--")
 		varyVals = strings.Split(vals, ",")

@@ -22,9 +22,10 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/pgoutput"
 	"github.com/repstream/repstream/internal/stats"
-	"github.com/repstream/repstream/internal/target"
 )
 
 // ErrCaughtUp is returned by Run when Options.StopAt is set and the slot has
@@ -157,7 +158,7 @@ func New(opts Options) (*Capture, error) {
 		opts.StatusInterval = 10 * time.Second
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stats == nil {
 		opts.Stats = stats.NewRegistry()
@@ -187,12 +188,9 @@ func New(opts Options) (*Capture, error) {
 // large chunks, not one small message per syscall), and the walsender
 // session's logical_decoding_work_mem.
 func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgdsn.Parse(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", target.RedactedDSNError(err))
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = target.DefaultConnectTimeout
+		return nil, fmt.Errorf("source DSN: %w", err)
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "repstream"
@@ -216,14 +214,9 @@ func Connect(ctx context.Context, dsn, decodingWorkMem string) (*pgconn.PgConn, 
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("replication connection to source %s: %w", Describe(cfg), err)
+		return nil, fmt.Errorf("replication connection to source %s: %w", pgdsn.Describe(cfg), err)
 	}
 	return conn, nil
-}
-
-// Describe names a server for messages, without the password.
-func Describe(cfg *pgconn.Config) string {
-	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
 }
 
 // ProtoVersionFor returns the highest pgoutput protocol a server speaks.
@@ -255,8 +248,7 @@ func (c *Capture) Run(ctx context.Context) error {
 	deadline := time.Now().Add(slotBusyWait)
 	for {
 		err := c.start(ctx)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+		if err == nil || !pgerr.SlotInUse(err) || time.Now().After(deadline) {
 			if err != nil {
 				c.closeConn()
 				return err
@@ -300,7 +292,7 @@ func (c *Capture) start(ctx context.Context) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("replication connection to source %s: %w", Describe(cfg), err)
+		return fmt.Errorf("replication connection to source %s: %w", pgdsn.Describe(cfg), err)
 	}
 	c.conn = conn
 	c.proto = c.opts.ProtoVersion

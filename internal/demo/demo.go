@@ -45,7 +45,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Memory = 256 << 20
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	out := o.Out
 	fmt.Fprintln(out, "repstream demo: starting a source and a target PostgreSQL cluster ...")

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"runtime"
@@ -25,6 +24,7 @@ import (
 	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
@@ -60,7 +60,7 @@ type Engine struct {
 // New prepares a run; Run does the work.
 func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	if reg == nil {
 		reg = stats.NewRegistry()
@@ -221,20 +221,10 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		eager = apply.NewEager(apply.EagerOptions{
 			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log,
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
-				conn, err := target.Connect(ctx, cfg.Target, "repstream-eager")
-				if err != nil {
-					return nil, nil, err
-				}
-				if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
-					conn.Close(context.Background())
-					return nil, nil, fmt.Errorf("eager apply: %w", err)
-				}
-				if err := target.HoldApplyLock(ctx, conn, cfg.Slot); err != nil {
-					conn.Close(context.Background())
-					return nil, nil, err
-				}
-				w := target.NewWriter(conn, target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary})
-				return w, func() { conn.Close(context.Background()) }, nil
+				return target.OpenSession(ctx, target.SessionOptions{
+					DSN: cfg.Target, AppName: "repstream-eager",
+					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary},
+				})
 			},
 		})
 	}
@@ -388,17 +378,14 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 }
 
 func connectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	cfg, err := pgdsn.ParsePgx(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", target.RedactedDSNError(err))
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = target.DefaultConnectTimeout
+		return nil, fmt.Errorf("source DSN: %w", err)
 	}
 	cfg.RuntimeParams["application_name"] = "repstream-admin"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to source host=%s port=%d dbname=%s user=%s: %w", cfg.Host, cfg.Port, cfg.Database, cfg.User, err)
+		return nil, fmt.Errorf("connect to source %s: %w", pgdsn.Describe(&cfg.Config), err)
 	}
 	return conn, nil
 }

@@ -205,7 +205,7 @@ func (s SlotStatus) Format(w io.Writer) {
 // repstream's state for the slot on the target.
 func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, log *slog.Logger) error {
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	tgt, err := target.Connect(ctx, targetDSN, "repstream-drop")
 	if err != nil {

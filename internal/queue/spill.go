@@ -128,9 +128,6 @@ func newSpillWriter(path string, h spillHandle, rels *relTable, pool *sync.Pool)
 	}
 }
 
-// size is the number of bytes of complete records (written or buffered).
-func (w *spillWriter) size() int64 { return w.off + int64(len(w.buf)) }
-
 func (w *spillWriter) relRef(r *change.Relation) uint32 {
 	if r == nil {
 		return 0

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -78,7 +79,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 		opts.Stats = stats.NewRegistry()
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Logger.With("component", "snapshot")
 	st := opts.Stats.Component("snapshot")
@@ -101,16 +102,13 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 	})
 	for i := 0; i < min(opts.Workers, len(opts.Tables)); i++ {
 		g.Go(func() error {
-			srcCfg, err := pgx.ParseConfig(opts.SourceDSN)
+			srcCfg, err := pgdsn.ParsePgx(opts.SourceDSN)
 			if err != nil {
-				return fmt.Errorf("snapshot: source DSN: %w", target.RedactedDSNError(err))
-			}
-			if srcCfg.ConnectTimeout == 0 {
-				srcCfg.ConnectTimeout = target.DefaultConnectTimeout
+				return fmt.Errorf("snapshot: source DSN: %w", err)
 			}
 			src, err := pgx.ConnectConfig(gctx, srcCfg)
 			if err != nil {
-				return fmt.Errorf("snapshot: connect to source: %w", err)
+				return fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)
 			}
 			defer src.Close(context.Background())
 			if _, err := src.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {

@@ -690,7 +690,7 @@ func TestConnect(t *testing.T) {
 	}
 
 	_, err = Connect(e.ctx, "host=127.0.0.1 port=1 dbname=nowhere user=u password=s3cret connect_timeout=2", "x")
-	if err == nil || !strings.HasPrefix(err.Error(), "connect to target host=127.0.0.1 port=1 dbname=nowhere: ") ||
+	if err == nil || !strings.HasPrefix(err.Error(), "connect to target host=127.0.0.1 port=1 dbname=nowhere user=u: ") ||
 		strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("unreachable: %v", err)
 	}

@@ -10,13 +10,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -784,25 +784,8 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 // CopyErrorColumn returns the column a COPY error's context names
 // ("COPY t, line N, column c: value"), or "".
 func CopyErrorColumn(err error) string {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return ""
-	}
-	for _, ln := range strings.Split(pgErr.Where, "\n") {
-		if !strings.HasPrefix(ln, "COPY ") {
-			continue
-		}
-		i := strings.Index(ln, ", column ")
-		if i < 0 {
-			continue
-		}
-		col := ln[i+len(", column "):]
-		if k := strings.Index(col, ": "); k >= 0 {
-			col = col[:k]
-		}
-		return col
-	}
-	return ""
+	cc, _ := pgerr.CopyWhere(err)
+	return cc.Column
 }
 
 func columnSuffix(err error) string {
@@ -814,54 +797,19 @@ func columnSuffix(err error) string {
 
 // Retryable reports whether a group that failed with err can succeed when
 // applied again after every earlier group has committed: always for a
-// deadlock (40P01) or serialization failure (40001); for a unique or
-// exclusion violation (23505, 23P01) only on the first failure (concurrent,
-// firstTry), when an earlier group that frees the value may not have
-// committed yet — once they all have, the violation is real.
+// deadlock or serialization failure; for a unique or exclusion violation
+// only on the first failure (concurrent, firstTry), when an earlier group
+// that frees the value may not have committed yet — once they all have, the
+// violation is real.
 func Retryable(err error, firstTry bool) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "40P01", "40001":
-		return true
-	case "23505", "23P01":
-		return firstTry
-	}
-	return false
+	return pgerr.TxnConflict(err) || firstTry && pgerr.UniqueConflict(err)
 }
 
 // copyErrorLine extracts N from a COPY error's context line
 // "COPY t, line N[, column c][: value]", or returns 0.
 func copyErrorLine(err error) int {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return 0
-	}
-	for _, ln := range strings.Split(pgErr.Where, "\n") {
-		if !strings.HasPrefix(ln, "COPY ") {
-			continue
-		}
-		// The quoted value after ": " may itself contain ", line ".
-		if k := strings.Index(ln, ": "); k >= 0 {
-			ln = ln[:k]
-		}
-		i := strings.LastIndex(ln, ", line ")
-		if i < 0 {
-			continue
-		}
-		digits := ln[i+len(", line "):]
-		if k := strings.IndexByte(digits, ','); k >= 0 {
-			digits = digits[:k]
-		}
-		n, err := strconv.Atoi(digits)
-		if err != nil {
-			continue
-		}
-		return n
-	}
-	return 0
+	cc, _ := pgerr.CopyWhere(err)
+	return cc.Line
 }
 
 // splitTuple fills kinds and vals from t (vals[i] nil for NULL and 'u', never
@@ -1133,20 +1081,8 @@ func (w *Writer) itemError(i int, err error) error {
 // says which parameter it could not read ("unnamed portal parameter $2 =
 // ..."), as COPY says which column.
 func paramOf(err error, s *stmt) (paramRef, bool) {
-	var pgErr *pgconn.PgError
-	if s == nil || !errors.As(err, &pgErr) {
-		return paramRef{}, false
-	}
-	_, after, ok := strings.Cut(pgErr.Where, "parameter $")
-	if !ok {
-		return paramRef{}, false
-	}
-	end := 0
-	for end < len(after) && after[end] >= '0' && after[end] <= '9' {
-		end++
-	}
-	n, err := strconv.Atoi(after[:end])
-	if err != nil || n < 1 || n > len(s.params) {
+	n := pgerr.Param(err)
+	if s == nil || n < 1 || n > len(s.params) {
 		return paramRef{}, false
 	}
 	return s.params[n-1], true

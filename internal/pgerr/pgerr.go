@@ -1,0 +1,204 @@
+// Package pgerr is the one home of repstream's knowledge of PostgreSQL
+// errors: the SQLSTATE codes the engine acts on, by name; which errors a
+// retry can cure (a transaction conflict, a lost connection) and which are
+// fatal; and the parsing of an error's context (Where) line, which names the
+// COPY line and column or the statement parameter the server could not read.
+//
+// It is a leaf: it imports pgx's pgconn and nothing of repstream, so the
+// source side and the target side share it without importing each other.
+//
+// SQLSTATE codes: https://www.postgresql.org/docs/current/errcodes-appendix.html
+package pgerr
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Code is a SQLSTATE: five characters, the first two naming the class.
+type Code string
+
+// Class is a code's first two characters ("40" transaction rollback).
+func (c Code) Class() string {
+	if len(c) < 2 {
+		return ""
+	}
+	return string(c[:2])
+}
+
+// The codes repstream acts on.
+const (
+	// Class 08: connection exception.
+	ConnectionException       Code = "08000"
+	ConnectionDoesNotExist    Code = "08003"
+	ConnectionFailure         Code = "08006"
+	CannotConnectNow          Code = "57P03" // the server is starting up or in recovery
+	AdminShutdown             Code = "57P01"
+	CrashShutdown             Code = "57P02"
+	TooManyConnections        Code = "53300"
+	InsufficientPrivilege     Code = "42501"
+	InvalidPassword           Code = "28P01"
+	InvalidAuthorization      Code = "28000"
+	UndefinedTable            Code = "42P01"
+	UndefinedObject           Code = "42704"
+	ObjectInUse               Code = "55006" // a replication slot held by another session
+	ObjectNotInPrerequisite   Code = "55000"
+	DeadlockDetected          Code = "40P01"
+	SerializationFailure      Code = "40001"
+	UniqueViolation           Code = "23505"
+	ExclusionViolation        Code = "23P01"
+	DiskFull                  Code = "53100"
+	QueryCanceled             Code = "57014"
+	IdleSessionTimeout        Code = "57P05"
+	ReadOnlySQLTransaction    Code = "25006"
+	ProgramLimitExceeded      Code = "54000"
+	FeatureNotSupported       Code = "0A000"
+	InvalidTextRepresentation Code = "22P02"
+	UndefinedColumn           Code = "42703"
+	DatatypeMismatch          Code = "42804"
+	NotNullViolation          Code = "23502"
+	ForeignKeyViolation       Code = "23503"
+	CheckViolation            Code = "23514"
+	InvalidCatalogName        Code = "3D000" // database does not exist
+	InvalidParameterValue     Code = "22023"
+)
+
+// CodeOf returns err's SQLSTATE, or "" when err carries no server error.
+func CodeOf(err error) Code {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	return Code(pgErr.Code)
+}
+
+// Is reports whether err carries a server error with one of codes.
+func Is(err error, codes ...Code) bool {
+	c := CodeOf(err)
+	if c == "" {
+		return false
+	}
+	for _, k := range codes {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// SlotInUse reports whether err says a replication slot is active for
+// another session (a walsender that has not noticed its client is gone).
+func SlotInUse(err error) bool { return Is(err, ObjectInUse) }
+
+// PermissionDenied reports an insufficient-privilege error.
+func PermissionDenied(err error) bool { return Is(err, InsufficientPrivilege) }
+
+// TxnConflict reports a deadlock or serialization failure: the transaction
+// was chosen as a victim and succeeds when run again.
+func TxnConflict(err error) bool { return Is(err, DeadlockDetected, SerializationFailure) }
+
+// UniqueConflict reports a unique or exclusion violation.
+func UniqueConflict(err error) bool { return Is(err, UniqueViolation, ExclusionViolation) }
+
+// ConnectionLost reports whether err means the connection is gone or the
+// server cannot serve it now — the causes a reconnect can cure: a class 08
+// error, an administrator or crash shutdown, a server starting up or in
+// recovery, too many connections, or a network error below the protocol
+// (pgconn's own classification). Authentication, privilege and missing
+// objects are not among them.
+func ConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch c := CodeOf(err); {
+	case c.Class() == "08":
+		return true
+	case c == AdminShutdown || c == CrashShutdown || c == CannotConnectNow || c == TooManyConnections || c == IdleSessionTimeout:
+		return true
+	case c != "":
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		// A refused or reset connection attempt; authentication failures
+		// carry a SQLSTATE and were handled above.
+		return true
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || pgconn.SafeToRetry(err)
+}
+
+// Where returns the context (Where) lines of err's server error, or nil.
+func Where(err error) []string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Where == "" {
+		return nil
+	}
+	return strings.Split(pgErr.Where, "\n")
+}
+
+// CopyContext is what a COPY FROM error's context line says:
+// "COPY t, line N[, column c][: value]".
+type CopyContext struct {
+	Line   int    // 1-based data line, 0 when not named
+	Column string // "" when not named
+}
+
+// CopyWhere parses the COPY context line of err, if any.
+func CopyWhere(err error) (CopyContext, bool) {
+	for _, ln := range Where(err) {
+		if !strings.HasPrefix(ln, "COPY ") {
+			continue
+		}
+		// The quoted value after ": " may itself contain ", line " or
+		// ", column ".
+		head := ln
+		if k := strings.Index(head, ": "); k >= 0 {
+			head = head[:k]
+		}
+		var cc CopyContext
+		if i := strings.LastIndex(head, ", line "); i >= 0 {
+			digits := head[i+len(", line "):]
+			if k := strings.IndexByte(digits, ','); k >= 0 {
+				digits = digits[:k]
+			}
+			if n, err := strconv.Atoi(digits); err == nil && n > 0 {
+				cc.Line = n
+			}
+		}
+		if i := strings.Index(head, ", column "); i >= 0 {
+			cc.Column = head[i+len(", column "):]
+		}
+		return cc, true
+	}
+	return CopyContext{}, false
+}
+
+// Param returns the 1-based statement parameter err's context names
+// ("unnamed portal parameter $2 = ..."), or 0.
+func Param(err error) int {
+	for _, ln := range Where(err) {
+		_, after, ok := strings.Cut(ln, "parameter $")
+		if !ok {
+			continue
+		}
+		end := 0
+		for end < len(after) && after[end] >= '0' && after[end] <= '9' {
+			end++
+		}
+		if n, err := strconv.Atoi(after[:end]); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}

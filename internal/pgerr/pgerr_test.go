@@ -1,0 +1,114 @@
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func pg(code Code) error {
+	return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: string(code), Message: "m"})
+}
+
+func TestCopyWhere(t *testing.T) {
+	tests := []struct {
+		where string
+		line  int
+		col   string
+		ok    bool
+	}{
+		{`COPY items, line 3, column id: "x"`, 3, "id", true},
+		{`COPY items, line 12`, 12, "", true},
+		{`COPY items, line 7: "1	a, line 99, column z"`, 7, "", true},
+		{"SQL function \"f\"\nCOPY items, line 2, column b", 2, "b", true},
+		{`PL/pgSQL function x()`, 0, "", false},
+		{``, 0, "", false},
+	}
+	for _, tt := range tests {
+		err := fmt.Errorf("wrapped: %w", &pgconn.PgError{Where: tt.where})
+		cc, ok := CopyWhere(err)
+		if ok != tt.ok || cc.Line != tt.line || cc.Column != tt.col {
+			t.Errorf("CopyWhere(%q) = %+v, %v; want line %d column %q, %v", tt.where, cc, ok, tt.line, tt.col, tt.ok)
+		}
+	}
+	if _, ok := CopyWhere(errors.New("plain")); ok {
+		t.Error("non-PgError gave a COPY context")
+	}
+}
+
+func TestParam(t *testing.T) {
+	for where, want := range map[string]int{
+		`unnamed portal parameter $2 = '...'`:             2,
+		"SQL statement\nunnamed portal parameter $12 = x": 12,
+		`unnamed portal parameter $ = x`:                  0,
+		`COPY t, line 1`:                                  0,
+	} {
+		if got := Param(&pgconn.PgError{Where: where}); got != want {
+			t.Errorf("Param(%q) = %d, want %d", where, got, want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name                               string
+		err                                error
+		lost, conflict, unique, inUse, prm bool
+	}{
+		{"deadlock", pg(DeadlockDetected), false, true, false, false, false},
+		{"serialization", pg(SerializationFailure), false, true, false, false, false},
+		{"unique", pg(UniqueViolation), false, false, true, false, false},
+		{"exclusion", pg(ExclusionViolation), false, false, true, false, false},
+		{"slot in use", pg(ObjectInUse), false, false, false, true, false},
+		{"privilege", pg(InsufficientPrivilege), false, false, false, false, true},
+		{"admin shutdown", pg(AdminShutdown), true, false, false, false, false},
+		{"recovery", pg(CannotConnectNow), true, false, false, false, false},
+		{"too many", pg(TooManyConnections), true, false, false, false, false},
+		{"class 08", pg("08P01"), true, false, false, false, false},
+		{"auth", pg(InvalidPassword), false, false, false, false, false},
+		{"missing table", pg(UndefinedTable), false, false, false, false, false},
+		{"eof", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, false, false, false, false},
+		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, true, false, false, false, false},
+		{"plain", errors.New("x"), false, false, false, false, false},
+		{"canceled", context.Canceled, false, false, false, false, false},
+		{"nil", nil, false, false, false, false, false},
+	}
+	for _, tt := range tests {
+		if got := ConnectionLost(tt.err); got != tt.lost {
+			t.Errorf("%s: ConnectionLost = %v", tt.name, got)
+		}
+		if got := TxnConflict(tt.err); got != tt.conflict {
+			t.Errorf("%s: TxnConflict = %v", tt.name, got)
+		}
+		if got := UniqueConflict(tt.err); got != tt.unique {
+			t.Errorf("%s: UniqueConflict = %v", tt.name, got)
+		}
+		if got := SlotInUse(tt.err); got != tt.inUse {
+			t.Errorf("%s: SlotInUse = %v", tt.name, got)
+		}
+		if got := PermissionDenied(tt.err); got != tt.prm {
+			t.Errorf("%s: PermissionDenied = %v", tt.name, got)
+		}
+	}
+}
+
+func FuzzWhere(f *testing.F) {
+	f.Add("COPY t, line 3, column c: \"v\"")
+	f.Add("unnamed portal parameter $1 = 'x'")
+	f.Fuzz(func(t *testing.T, where string) {
+		err := &pgconn.PgError{Where: where}
+		cc, _ := CopyWhere(err)
+		if cc.Line < 0 {
+			t.Fatalf("negative line %d", cc.Line)
+		}
+		if Param(err) < 0 {
+			t.Fatal("negative parameter")
+		}
+	})
+}

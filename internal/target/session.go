@@ -1,0 +1,43 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SessionOptions configure an apply session (OpenSession).
+type SessionOptions struct {
+	DSN     string // the target
+	AppName string // application_name, e.g. repstream-apply.0
+	Writer  WriterOptions
+}
+
+// OpenSession opens an apply session: one connection to the target (Connect:
+// replica role, ISO dates), committing with synchronous_commit = off — the
+// watermark counts a transaction done only once the target's WAL is flushed
+// past its commit (apply/durable.go) — and holding the slot's shared apply
+// lock for its whole life (lock.go), with a Writer on it. Every session that
+// writes applied transactions — apply workers and eager apply — opens here.
+//
+// closeFn closes the connection, waiting at most 2 s for the server.
+func OpenSession(ctx context.Context, o SessionOptions) (w *Writer, closeFn func(), err error) {
+	conn, err := Connect(ctx, o.DSN, o.AppName)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeFn = func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		closeFn()
+		return nil, nil, fmt.Errorf("open apply session %s: %w", o.AppName, err)
+	}
+	if err := HoldApplyLock(ctx, conn, o.Writer.Slot); err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return NewWriter(conn, o.Writer), closeFn, nil
+}
