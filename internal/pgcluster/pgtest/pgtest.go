@@ -32,6 +32,18 @@ import (
 // PostgreSQL installation into a skipped test instead of a failure.
 const EnvSkip = "REPSTREAM_SKIP_PG"
 
+// EnvBinDirPrefix, followed by a shared cluster's name in upper case
+// (REPSTREAM_PG_BINDIR_SOURCE, REPSTREAM_PG_BINDIR_TARGET), selects the
+// server binaries of that shared cluster: the version matrix runs a source
+// of one PostgreSQL major against a target of another (make test-versions).
+const EnvBinDirPrefix = "REPSTREAM_PG_BINDIR_"
+
+// SharedBinDir returns the binary directory chosen for the shared cluster
+// name, or "" for the default (pgcluster.BinDir).
+func SharedBinDir(name string) string {
+	return os.Getenv(EnvBinDirPrefix + strings.ToUpper(name))
+}
+
 // startTimeout bounds one cluster start (initdb + pg_ctl start, with retries).
 const startTimeout = 3 * time.Minute
 
@@ -120,6 +132,7 @@ func Shared(t testing.TB, name string) *pgcluster.Cluster {
 			Name:   "shared-" + name,
 			Fast:   true,
 			Logger: slog.New(slog.DiscardHandler),
+			BinDir: SharedBinDir(name),
 		})
 	})
 	if e.err != nil {
