@@ -6,7 +6,7 @@ LDFLAGS   := -X github.com/repstream/repstream/internal/cli.Version=$(VERSION)
 # Pure-logic packages run under the race detector; integration packages start
 # real PostgreSQL clusters and run without it (it slows them several-fold).
 UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/... \
-             ./internal/pgerr/... ./internal/pgdsn/... \
+             ./internal/pgerr/... ./internal/pgdsn/... ./internal/sequences/... \
              ./internal/queue/... ./internal/stats/... ./internal/apply/...
 
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.

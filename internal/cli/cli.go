@@ -46,7 +46,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		Version:       Version,
 	}
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
-	root.AddCommand(benchCmd(stdout, stderr))
+	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
 	return root
 }
 
