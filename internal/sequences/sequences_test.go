@@ -8,8 +8,8 @@ func TestAheadOf(t *testing.T) {
 		inc            int64
 		want           bool
 	}{
-		{Position{1, false}, Position{42, true}, 1, false}, // fresh target
-		{Position{42, true}, Position{42, true}, 1, false}, // equal
+		{Position{1, false}, Position{42, true}, 1, false},  // fresh target
+		{Position{42, true}, Position{42, true}, 1, false},  // equal
 		{Position{43, false}, Position{42, true}, 1, false}, // same next value
 		{Position{100, true}, Position{42, true}, 1, true},
 		{Position{44, false}, Position{42, true}, 1, true},
