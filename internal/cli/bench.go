@@ -147,7 +147,7 @@ type flagDoc struct {
 // the connection, table-selection and bookkeeping ones the lab sets itself.
 func runTuningFlags() []flagDoc {
 	own := map[string]bool{"tables": true, "snapshot": true, "snapshot-workers": true, "truncate": true,
-		"create-tables": true, "until-caught-up": true, "http": true, "progress": true, "status-interval": true}
+		"create-tables": true, "until-caught-up": true, "sync-sequences": true, "http": true, "progress": true, "status-interval": true}
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	s := &settings{}
 	s.bindRun(fs)

@@ -54,7 +54,11 @@ type Config struct {
 	// same built-in type on both sides; otherwise the run uses text (logged).
 	Binary bool `yaml:"binary"`
 
-	UntilCaughtUp  bool          `yaml:"until_caught_up"`
+	UntilCaughtUp bool `yaml:"until_caught_up"`
+	// SyncSequences copies the positions of the replicated tables'
+	// sequences to the target when the run ends caught up or is stopped
+	// cleanly (engine.SyncSequences): the cutover points.
+	SyncSequences  bool          `yaml:"sync_sequences"`
 	HTTP           string        `yaml:"http"`
 	StatusInterval time.Duration `yaml:"status_interval"`
 	Progress       time.Duration `yaml:"progress"`

@@ -63,6 +63,15 @@ func TestSequencesSync(t *testing.T) {
 		t.Errorf("unrelated_seq changed on the target: last_value %d", got)
 	}
 
+	// run --until-caught-up --sync-sequences: synced once caught up.
+	e.srcExec(`INSERT INTO ser (v) SELECT 'z' FROM generate_series(1, 8)`)
+	cfg.SyncSequences = true
+	e.catchUp(cfg)
+	if src, tgt := e.count(e.Src, "SELECT last_value FROM ser_id_seq"), e.count(e.Tgt, "SELECT last_value FROM ser_id_seq"); src != tgt {
+		t.Errorf("run --sync-sequences: ser_id_seq at %d on the target, %d on the source", tgt, src)
+	}
+	cfg.SyncSequences = false
+
 	// A sequence missing on the target: an error naming it, nothing changed.
 	e.srcExec(`SELECT nextval('ser_id_seq') FROM generate_series(1, 10)`)
 	e.tgtExec(`ALTER TABLE ident ALTER COLUMN id DROP IDENTITY`)

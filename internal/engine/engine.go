@@ -299,10 +299,10 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	case caughtUp:
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
 			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
-		return perr
+		return errors.Join(perr, e.syncSequencesAtEnd())
 	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
 		e.log.Info("stopped", "applied_up_to", e.wm.Flush())
-		return nil
+		return e.syncSequencesAtEnd()
 	}
 	return err
 }

@@ -4,12 +4,27 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
 	"github.com/repstream/repstream/internal/target"
 )
+
+// syncSequencesAtEnd runs SyncSequences when the run asked for it
+// (--sync-sequences), with a fresh context: the run's may be done.
+func (e *Engine) syncSequencesAtEnd() error {
+	if !e.cfg.SyncSequences {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := SyncSequences(ctx, e.cfg, e.log); err != nil {
+		return fmt.Errorf("--sync-sequences: %w", err)
+	}
+	return nil
+}
 
 // SyncSequences copies the positions of the sequences the replicated tables
 // use (the tables of cfg.Tables, or else of the publication) from the source
