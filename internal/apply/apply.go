@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -27,8 +28,8 @@ type Source interface {
 type Options struct {
 	TargetDSN   string
 	Slot        string
-	Parallelism int    // apply workers (connections to the target)
-	CommitOrder string // "full": target commits in source commit order; "dependent": only dependencies ordered
+	Parallelism int                // apply workers (connections to the target)
+	CommitOrder config.CommitOrder // full: target commits in source commit order; dependent: only dependencies ordered
 
 	GroupMaxTxns  int   // source transactions per target transaction at most
 	GroupMaxBytes int64 // accounted bytes per target transaction at most (a larger single txn goes alone)
@@ -59,9 +60,10 @@ type Options struct {
 	// target.WriterOptions.Binary).
 	Binary bool
 
-	// Eager, if set, applies large streamed transactions before they commit;
-	// the coordinator commits them at their position in commit order.
-	Eager *Eager
+	// Eager, if set, applies large streamed transactions before they commit
+	// (*Eager); the coordinator commits them at their position in commit
+	// order. Leave it nil (not a nil *Eager) when there is none.
+	Eager EagerCommitter
 
 	// NewWriter opens worker id's writer; nil means a target.Writer on a new
 	// connection to TargetDSN. Tests inject fakes here.
@@ -72,6 +74,21 @@ type Options struct {
 	// once the target's WAL is flushed past their commit.
 	FlushedLSN func(ctx context.Context) (change.LSN, error)
 }
+
+// EagerCommitter is what the coordinator and workers need of eager apply
+// (*Eager): whether it owns a streamed transaction, and its commit once every
+// earlier group has committed.
+type EagerCommitter interface {
+	Owns(xid uint32) bool
+	Commit(ctx context.Context, info change.TxnInfo) (change.LSN, error)
+}
+
+// Compile-time pins: the implementations the engine wires in.
+var (
+	_ EagerCommitter = (*Eager)(nil)
+	_ Writer         = (*target.Writer)(nil)
+	_ EagerWriter    = (*target.Writer)(nil)
+)
 
 // Writer applies one target transaction at a time (target.Writer).
 type Writer interface {
@@ -87,17 +104,6 @@ type Writer interface {
 // write set and is applied as a barrier instead (large and spilled
 // transactions would be read twice).
 const keyedLimit = 10000
-
-// group is one target transaction: consecutive source transactions.
-type group struct {
-	seq       uint64
-	txns      []*queue.Txn
-	bytes     int64
-	deps      []uint64
-	allBefore bool
-	repeats   bool // a key occurs twice in the write set: worth folding (Options.Collapse)
-	eager     bool // the transaction was applied by Eager: only its commit is left
-}
 
 // Applier runs the coordinator and the workers.
 //
@@ -193,183 +199,9 @@ func (a *Applier) Run(ctx context.Context, src Source) error {
 	}
 	g.Go(func() error {
 		defer close(work)
-		return a.coordinate(ctx, src, work)
+		return a.newCoordinator(src, work).run(ctx)
 	})
 	return g.Wait()
-}
-
-func (a *Applier) coordinate(ctx context.Context, src Source, work chan<- *group) error {
-	hasher := newKeyHasher()
-	tracker := newDepTracker()
-	cSkipped := a.coord.Counter("skipped_txns")
-	cBarriers := a.coord.Counter("barriers")
-	cFills := a.coord.Counter("catch_up_fills")
-	gInFlight := a.coord.Gauge("groups_in_flight")
-	var seq uint64
-	var keys []uint64
-	for {
-		a.coord.SetState(stats.Idle)
-		txn, err := src.Next(ctx)
-		if err != nil {
-			return err
-		}
-		a.coord.SetState(stats.Busy)
-		if a.eagerOwns(txn) {
-			seq++
-			g := &group{seq: seq, txns: []*queue.Txn{txn}, eager: true}
-			if err := a.dispatch(ctx, work, tracker, g, nil, true, cBarriers, gInFlight); err != nil {
-				return err
-			}
-			continue
-		}
-		if a.opts.Applied(txn.Info.EndLSN) {
-			a.skip(txn, cSkipped)
-			continue
-		}
-		seq++
-		g := &group{seq: seq, txns: []*queue.Txn{txn}, bytes: txn.Bytes()}
-		keys = keys[:0]
-		keyed := true
-		keys, keyed, err = a.writeSet(hasher, txn, keys)
-		if err != nil {
-			return err
-		}
-		// Group more committed transactions while they are at hand: never
-		// wait for a batch to fill (a lone transaction goes at once) —
-		// unless the source is far ahead (fill).
-		var fillBy time.Time
-		for keyed && len(g.txns) < a.opts.GroupMaxTxns && g.bytes < a.opts.GroupMaxBytes {
-			next, ok := src.TryNext()
-			if !ok {
-				if next, ok = a.fill(ctx, src, g, &fillBy); !ok {
-					break
-				}
-				cFills.Add(1)
-			}
-			if a.eagerOwns(next) {
-				if err := a.dispatch(ctx, work, tracker, g, keys, false, cBarriers, gInFlight); err != nil {
-					return err
-				}
-				seq++
-				g = &group{seq: seq, txns: []*queue.Txn{next}, eager: true}
-				keys, keyed = keys[:0], false
-				break
-			}
-			if a.opts.Applied(next.Info.EndLSN) {
-				// A group is recorded as the range of its first to last end
-				// LSN; it must not span a transaction it did not apply.
-				a.skip(next, cSkipped)
-				break
-			}
-			var nextKeyed bool
-			mark := len(keys)
-			keys, nextKeyed, err = a.writeSet(hasher, next, keys)
-			if err != nil {
-				return err
-			}
-			if !nextKeyed || g.bytes+next.Bytes() > a.opts.GroupMaxBytes {
-				// It starts the next group (possibly a barrier of its own).
-				keys = keys[:mark]
-				if err := a.dispatch(ctx, work, tracker, g, keys, false, cBarriers, gInFlight); err != nil {
-					return err
-				}
-				seq++
-				g = &group{seq: seq, txns: []*queue.Txn{next}, bytes: next.Bytes()}
-				keys = keys[:0]
-				keys, keyed, _ = a.writeSet(hasher, next, keys)
-				continue
-			}
-			g.txns = append(g.txns, next)
-			g.bytes += next.Bytes()
-		}
-		if err := a.dispatch(ctx, work, tracker, g, keys, !keyed, cBarriers, gInFlight); err != nil {
-			return err
-		}
-	}
-}
-
-// catchUpSlice is how often fill looks at Behind again while it waits.
-const catchUpSlice = 5 * time.Millisecond
-
-// fill waits for the next committed transaction while the source is far
-// ahead (Options.Behind) and g is below CatchUpGroupBytes, CatchUpWait per
-// group at most (*by is the group's deadline, set on the first wait). It
-// looks at Behind every catchUpSlice, so the end of a backlog is noticed at
-// once. ok is false when g should go as it is.
-func (a *Applier) fill(ctx context.Context, src Source, g *group, by *time.Time) (*queue.Txn, bool) {
-	if a.opts.Behind == nil || a.opts.CatchUpWait <= 0 || g.bytes >= a.opts.CatchUpGroupBytes {
-		return nil, false
-	}
-	for a.opts.Behind() {
-		now := time.Now()
-		if by.IsZero() {
-			*by = now.Add(a.opts.CatchUpWait)
-		}
-		left := by.Sub(now)
-		if left <= 0 {
-			return nil, false
-		}
-		wctx, cancel := context.WithTimeout(ctx, min(left, catchUpSlice))
-		a.coord.SetState(stats.Idle) // waiting for capture, as in Next
-		txn, err := src.Next(wctx)
-		a.coord.SetState(stats.Busy)
-		cancel()
-		if err == nil {
-			return txn, true
-		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return nil, false // stopping, or the queue closed: send what we have
-		}
-	}
-	return nil, false
-}
-
-func (a *Applier) eagerOwns(txn *queue.Txn) bool {
-	return a.opts.Eager != nil && txn.Info.Streamed && a.opts.Eager.Owns(txn.Info.Xid)
-}
-
-func (a *Applier) skip(txn *queue.Txn, skipped *atomic.Int64) {
-	a.log.Debug("skipping transaction already applied", "end", txn.Info.EndLSN)
-	a.opts.Watermark.Done(txn.Info.EndLSN)
-	txn.Release()
-	skipped.Add(1)
-}
-
-// writeSet appends the key hashes of txn; keyed is false for a barrier.
-func (a *Applier) writeSet(h *keyHasher, txn *queue.Txn, keys []uint64) ([]uint64, bool, error) {
-	if a.opts.Parallelism == 1 && !a.opts.Collapse {
-		return keys, true, nil // one worker: order is total anyway
-	}
-	if txn.Spilled() || txn.Len() > keyedLimit {
-		return keys, false, nil
-	}
-	for c, err := range txn.Changes() {
-		if err != nil {
-			return keys, false, fmt.Errorf("read transaction %d (end %s): %w", txn.Info.Xid, txn.Info.EndLSN, err)
-		}
-		var ok bool
-		if keys, ok = h.appendKeys(keys, c); !ok {
-			return keys, false, nil
-		}
-	}
-	return keys, true, nil
-}
-
-func (a *Applier) dispatch(ctx context.Context, work chan<- *group, t *depTracker, g *group, keys []uint64, barrier bool, barriers, inFlight *atomic.Int64) error {
-	g.deps, g.allBefore, g.repeats = t.add(g.seq, keys, barrier, a.commits.committedBelow())
-	if barrier {
-		barriers.Add(1)
-	}
-	a.coord.AddTxns(int64(len(g.txns)))
-	a.coord.Add(1, g.bytes)
-	a.coord.SetState(stats.Waiting)
-	select {
-	case work <- g:
-		inFlight.Store(int64(g.seq - a.commits.committedBelow()))
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 type worker struct {
@@ -395,7 +227,7 @@ func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
 func (w *worker) close() { w.closer() }
 
 func (w *worker) run(ctx context.Context, work <-chan *group) error {
-	full := w.a.opts.CommitOrder != "dependent"
+	full := w.a.opts.CommitOrder != config.CommitDependent
 	ends := make([]change.LSN, 0, 64)
 	for {
 		w.stats.SetState(stats.Idle)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -148,7 +149,7 @@ func (w *fakeWriter) Rollback(context.Context) error { return nil }
 func TestApplierOrdering(t *testing.T) {
 	modes := []struct {
 		parallelism int
-		order       string
+		order       config.CommitOrder
 	}{{1, "full"}, {4, "full"}, {4, "dependent"}, {8, "dependent"}}
 	for _, mode := range modes {
 		for seed := uint64(1); seed <= 8; seed++ {
@@ -164,7 +165,7 @@ func TestApplierOrdering(t *testing.T) {
 // deadlocked: each such group is applied again, and the ordering rules and
 // exactly-once still hold.
 func TestApplierRetriesDeadlocks(t *testing.T) {
-	for _, order := range []string{"full", "dependent"} {
+	for _, order := range []config.CommitOrder{config.CommitFull, config.CommitDependent} {
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(fmt.Sprintf("p4-%s-seed%d", order, seed), func(t *testing.T) {
 				t.Parallel()
@@ -177,7 +178,7 @@ func TestApplierRetriesDeadlocks(t *testing.T) {
 	}
 }
 
-func runOrdering(t *testing.T, seed uint64, parallelism int, order string, failRate float64) *fakeApply {
+func runOrdering(t *testing.T, seed uint64, parallelism int, order config.CommitOrder, failRate float64) *fakeApply {
 	r := rand.New(rand.NewPCG(seed, 7))
 	n := 300 + r.IntN(300)
 	keyspace := 5 + r.IntN(40)

@@ -15,10 +15,12 @@ import (
 // target and derives the position the slot may be acknowledged with.
 //
 // Capture registers every committed transaction, in commit order, before it
-// hands it to the queue; apply marks it Done once the target transaction that
-// contains it has committed (durably: the apply sessions use
-// synchronous_commit=on). Capture also reports WAL positions it saw while it had
-// no transaction open (keepalives).
+// hands it to the queue. Apply marks it Visible once the target transaction
+// that contains it has committed, and Done once that commit is durable: the
+// apply sessions commit with synchronous_commit = off, so a commit is durable
+// only when the target's WAL is flushed past it, which durability
+// (durable.go) learns by polling pg_current_wal_flush_lsn(). Capture also
+// reports WAL positions it saw while it had no transaction open (keepalives).
 //
 // Invariants:
 //   - Registered end LSNs strictly increase (commit order).

@@ -33,10 +33,10 @@ type Config struct {
 	Memory   Size   `yaml:"memory"`
 	SpillDir string `yaml:"spill_dir"`
 
-	ApplyParallelism int    `yaml:"apply_parallelism"`
-	CommitOrder      string `yaml:"commit_order"`
-	GroupMaxTxns     int    `yaml:"group_max_txns"`
-	GroupMaxBytes    Size   `yaml:"group_max_bytes"`
+	ApplyParallelism int         `yaml:"apply_parallelism"`
+	CommitOrder      CommitOrder `yaml:"commit_order"`
+	GroupMaxTxns     int         `yaml:"group_max_txns"`
+	GroupMaxBytes    Size        `yaml:"group_max_bytes"`
 	// CatchUpWait: while a backlog is caught up, how long a group may wait
 	// for more transactions (fewer, larger target transactions); 0: never.
 	CatchUpWait time.Duration `yaml:"catch_up_wait"`
@@ -80,7 +80,7 @@ func Default() Config {
 		SnapshotWorkers:  4,
 		Memory:           256 << 20,
 		ApplyParallelism: DefaultParallelism(),
-		CommitOrder:      "full",
+		CommitOrder:      CommitFull,
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		CatchUpWait:      50 * time.Millisecond,
@@ -143,8 +143,8 @@ func (c *Config) Validate() error {
 	if c.ApplyParallelism < 1 || c.ApplyParallelism > 64 {
 		errs = append(errs, fmt.Errorf("--apply-parallelism %d: between 1 and 64", c.ApplyParallelism))
 	}
-	if c.CommitOrder != "full" && c.CommitOrder != "dependent" {
-		errs = append(errs, fmt.Errorf("--commit-order %q: full or dependent", c.CommitOrder))
+	if err := c.CommitOrder.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--commit-order: %w", err))
 	}
 	if c.GroupMaxTxns < 1 {
 		c.GroupMaxTxns = 1
@@ -179,6 +179,46 @@ func validSlotName(s string) bool {
 		}
 	}
 	return true
+}
+
+// CommitOrder says which target commits keep the source's order.
+type CommitOrder string
+
+const (
+	// CommitFull: every target transaction commits in source commit order
+	// (a reader of the target never sees a later transaction without an
+	// earlier one). The default.
+	CommitFull CommitOrder = "full"
+	// CommitDependent: only transactions that touch a common key are
+	// ordered; independent ones may commit in any order (more parallel).
+	CommitDependent CommitOrder = "dependent"
+)
+
+func (o CommitOrder) String() string { return string(o) }
+
+// Set implements pflag.Value: a value other than full or dependent is an
+// error.
+func (o *CommitOrder) Set(v string) error {
+	n := CommitOrder(strings.TrimSpace(v))
+	if err := n.validate(); err != nil {
+		return err
+	}
+	*o = n
+	return nil
+}
+
+// Type implements pflag.Value.
+func (o *CommitOrder) Type() string { return "full|dependent" }
+
+// UnmarshalYAML rejects unknown values.
+func (o *CommitOrder) UnmarshalYAML(n *yaml.Node) error { return o.Set(n.Value) }
+
+func (o CommitOrder) validate() error {
+	switch o {
+	case CommitFull, CommitDependent:
+		return nil
+	}
+	return fmt.Errorf("%q: want %s or %s", string(o), CommitFull, CommitDependent)
 }
 
 // Size is a byte count that parses "256MiB", "64MB", "1GiB", "512k" or plain bytes.

@@ -63,3 +63,31 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCommitOrder(t *testing.T) {
+	var o CommitOrder
+	for _, ok := range []string{"full", "dependent", " dependent "} {
+		if err := o.Set(ok); err != nil {
+			t.Errorf("Set(%q): %v", ok, err)
+		}
+	}
+	if o != CommitDependent {
+		t.Errorf("after Set(dependent): %q", o)
+	}
+	for _, typo := range []string{"ful", "Full", "dependant", ""} {
+		err := o.Set(typo)
+		if err == nil || !strings.Contains(err.Error(), "full or dependent") {
+			t.Errorf("Set(%q) = %v; want an error naming the valid values", typo, err)
+		}
+	}
+	if o != CommitDependent {
+		t.Errorf("a rejected Set changed the value to %q", o)
+	}
+	c := Default()
+	if err := Parse([]byte("commit_order: dependnet\n"), &c); err == nil || !strings.Contains(err.Error(), "full or dependent") {
+		t.Errorf("YAML typo accepted: %v", err)
+	}
+	if err := Parse([]byte("commit_order: dependent\n"), &c); err != nil || c.CommitOrder != CommitDependent {
+		t.Errorf("YAML commit_order: %v, %q", err, c.CommitOrder)
+	}
+}

@@ -677,7 +677,7 @@ func TestBadInputConstraintViolation(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		parallelism int
-		order       string
+		order       config.CommitOrder
 		setup, fix  string // target SQL: after the initial copy, and to repair
 		bad         string // the source transaction the target rejects
 		want        []string

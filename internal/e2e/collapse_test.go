@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/repstream/repstream/internal/config"
 )
 
 // TestCollapseHotKeys replicates a backlog of small transactions that touch
@@ -15,7 +17,7 @@ import (
 func TestCollapseHotKeys(t *testing.T) {
 	for _, tc := range []struct {
 		parallelism int
-		order       string
+		order       config.CommitOrder
 	}{{1, "full"}, {4, "full"}, {4, "dependent"}} {
 		t.Run(fmt.Sprintf("p%d-%s", tc.parallelism, tc.order), func(t *testing.T) {
 			e := newEnv(t)

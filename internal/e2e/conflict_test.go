@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/repstream/repstream/internal/config"
 )
 
 // TestUniqueIndexReordering replicates transactions that are independent by
@@ -13,8 +15,8 @@ import (
 // unique violation; the worker must roll it back and apply it again after
 // the earlier groups commit, not fail.
 func TestUniqueIndexReordering(t *testing.T) {
-	for _, order := range []string{"full", "dependent"} {
-		t.Run(order, func(t *testing.T) {
+	for _, order := range []config.CommitOrder{config.CommitFull, config.CommitDependent} {
+		t.Run(order.String(), func(t *testing.T) {
 			e := newEnv(t)
 			e.both(`CREATE TABLE u (id int PRIMARY KEY, code int NOT NULL UNIQUE, pad text)`)
 			e.srcExec(`INSERT INTO u SELECT g, g, repeat('x', 100) FROM generate_series(1, 400) g`)

@@ -230,7 +230,7 @@ func repstreamBinary(t *testing.T) string {
 func args(c config.Config, extra ...string) []string {
 	a := []string{"run", "--source", c.Source, "--target", c.Target, "--slot", c.Slot,
 		"--memory", c.Memory.String(), "--spill-dir", c.SpillDir,
-		fmt.Sprintf("--apply-parallelism=%d", c.ApplyParallelism), "--commit-order", c.CommitOrder,
+		fmt.Sprintf("--apply-parallelism=%d", c.ApplyParallelism), "--commit-order", c.CommitOrder.String(),
 		"--status-interval", c.StatusInterval.String(), "--log-level", "info"}
 	if len(c.Tables) > 0 {
 		a = append(a, "--tables", strings.Join(c.Tables, ","))

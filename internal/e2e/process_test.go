@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/config"
 )
 
 // runBinary runs bin/repstream to completion and returns its stderr and
@@ -110,7 +112,7 @@ func TestCrashRecovery(t *testing.T) {
 	modes := []struct {
 		name        string
 		parallelism int
-		order       string
+		order       config.CommitOrder
 	}{{"p1", 1, "full"}, {"p4-dependent", 4, "dependent"}}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -11,7 +12,7 @@ import (
 var applyModes = []struct {
 	name        string
 	parallelism int
-	order       string
+	order       config.CommitOrder
 }{
 	{"p1", 1, "full"},
 	{"p4-full", 4, "full"},
@@ -45,7 +46,7 @@ func TestReplicateTypesAndChanges(t *testing.T) {
 	modes := append(applyModes[:len(applyModes):len(applyModes)], struct {
 		name        string
 		parallelism int
-		order       string
+		order       config.CommitOrder
 	}{"p4-dependent-text", 4, "dependent"})
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {

@@ -212,7 +212,24 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
-	var eager *apply.Eager
+	capOpts := capture.Options{
+		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
+		StartLSN: prog.Low, InitialFlush: initialFlush,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
+		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+	}
+	apOpts := apply.Options{
+		TargetDSN: cfg.Target, Slot: cfg.Slot,
+		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
+		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
+		Binary:      e.binary,
+		CatchUpWait: cfg.CatchUpWait,
+		// In a backlog, groups fill up to a quarter of the group limit, and
+		// never hold more than an eighth of the queue's memory.
+		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+	}
+	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
 	if cfg.Eager {
 		skipBelow := prog.Low
 		for _, a := range prog.Applied {
@@ -227,32 +244,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 				})
 			},
 		})
+		capOpts.Eager, apOpts.Eager = eager, eager
 	}
-	var captEager capture.Eager
-	if eager != nil {
-		captEager = eager
-	}
-	capt, err := capture.New(capture.Options{
-		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
-		StartLSN: prog.Low, InitialFlush: initialFlush,
-		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
-		Queue: q, Acker: e.wm, Eager: captEager, Stats: e.stats, Logger: e.log,
-	})
+	capt, err := capture.New(capOpts)
 	if err != nil {
 		return err
 	}
-	ap, err := apply.New(apply.Options{
-		TargetDSN: cfg.Target, Slot: cfg.Slot,
-		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
-		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
-		Applied: prog.IsApplied, Watermark: e.wm, Eager: eager, Stats: e.stats, Logger: e.log,
-		Binary: e.binary,
-		// In a backlog, groups fill up to a quarter of the group limit, and
-		// never hold more than an eighth of the queue's memory.
-		Behind:            capt.Behind,
-		CatchUpWait:       cfg.CatchUpWait,
-		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
-	})
+	apOpts.Behind = capt.Behind
+	ap, err := apply.New(apOpts)
 	if err != nil {
 		return err
 	}
