@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -335,10 +336,11 @@ func TestDepTrackerExact(t *testing.T) {
 
 // TestApplierFillsGroupsWhileBehind: while the source is far ahead
 // (Options.Behind), transactions that arrive one by one are gathered into
-// one group (up to CatchUpWait); otherwise each goes at once, alone.
+// one group (up to CatchUpWait); otherwise each goes at once, alone. Time is
+// virtual (synctest), so "1 ms apart" and "up to 1 s" are exact.
 func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 	const n = 30
-	run := func(behind bool) int {
+	run := func(t *testing.T, behind bool) int {
 		txns := make([]simTxn, n)
 		index := map[change.LSN]int{}
 		for i := range txns {
@@ -365,12 +367,16 @@ func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 		}
 		return f.groups
 	}
-	if g := run(true); g > 3 {
-		t.Errorf("behind: %d target transactions for %d source transactions 1 ms apart, want them gathered (at most 3)", g, n)
-	}
-	if g := run(false); g < n/2 {
-		t.Errorf("not behind: %d target transactions for %d source transactions 1 ms apart: they waited for each other", g, n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		if g := run(t, true); g != 1 {
+			t.Errorf("behind: %d target transactions for %d source transactions 1 ms apart, want them gathered into 1", g, n)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		if g := run(t, false); g != n {
+			t.Errorf("not behind: %d target transactions for %d source transactions 1 ms apart, want %d: they waited for each other", g, n, n)
+		}
+	})
 }
 
 // produce hands one generated transaction to the queue as capture does:

@@ -1,7 +1,3 @@
-// Package apply takes committed source transactions from the queue and applies
-// them to the target: the coordinator groups and schedules them, workers write
-// them through target.Writer, and the Watermark turns "applied on the target"
-// into the position the replication slot may be acknowledged with.
 package apply
 
 import (
