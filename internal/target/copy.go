@@ -11,19 +11,13 @@ import (
 // that follows the backslash; 0 means the byte passes as it is.
 var copyEscape = [256]byte{'\\': '\\', '\t': 't', '\n': 'n', '\r': 'r'}
 
-// AppendCopyRow appends one row of COPY text format to dst: the values of the
-// tuple columns listed in cols (ascending source column indexes), separated by
-// tabs, ended by a newline. Text values are copied with backslash, tab, line
-// feed and carriage return escaped; NULL is \N. Columns of any other kind
-// ('u' unchanged TOAST, 'b' binary) are written as \N: callers must check the
-// tuple first (the Writer does). It does not allocate beyond growing dst.
-func AppendCopyRow(dst []byte, t change.Tuple, cols []int) []byte {
-	dst, _ = appendCopyRow(dst, t, cols)
-	return dst
-}
-
-// appendCopyRow is AppendCopyRow that also reports the first column that was
-// neither text nor null (bad = its kind, col = its index), bad == 0 if none.
+// appendCopyRow appends one row of COPY text format to dst: the values of the
+// tuple columns listed in cols (ascending source column indexes), separated
+// by tabs, ended by a newline. Text values are copied with backslash, tab,
+// line feed and carriage return escaped; NULL is \N. It reports the first
+// column that was neither text nor null (bad = its kind, col = its index),
+// bad == 0 if none; such a column is written as \N. It does not allocate
+// beyond growing dst.
 func appendCopyRow(dst []byte, t change.Tuple, cols []int) (_ []byte, bad byteCol) {
 	it := t.Iter()
 	j := 0

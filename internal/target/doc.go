@@ -2,11 +2,29 @@
 // session settings apply needs, the progress state that makes apply exactly
 // once (repstream.progress and repstream.applied, written in the same target
 // transaction as the data), and the Writer that turns captured changes into
-// text COPY for inserts and pipelined prepared statements for updates and
+// COPY rows for inserts and pipelined prepared statements for updates and
 // deletes.
 //
-// Values are never decoded: pgoutput's text output forms pass straight into
-// COPY rows and into text-format statement parameters whose types the server
-// infers. That needs the same text conventions on both sides, which Connect
-// sets (DateStyle ISO, IntervalStyle postgres, extra_float_digits 3, UTF8).
+// Values are never decoded: pgoutput's values pass straight into COPY rows
+// (binary COPY when the stream is binary) and into statement parameters of
+// the same format. Text values need the same conventions on both sides,
+// which Connect sets (DateStyle ISO, IntervalStyle postgres,
+// extra_float_digits 3, UTF8).
+//
+// Files:
+//
+//	connect.go    Connect: an apply connection (replica role, text conventions)
+//	session.go    OpenSession: an apply session (async commit, apply lock) and its Writer
+//	lock.go       the per-slot apply lock that closes the crash window of exactly-once
+//	progress.go   repstream.progress / repstream.applied: the exactly-once record
+//	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
+//	txn.go        txnState: where the transaction stands, BEGIN's placement
+//	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs
+//	copy.go       COPY row encoding (text and binary) and splitting
+//	pipeline.go   the statement pipeline: queued statements, one round trip, missing rows
+//	modify.go     updates, deletes and truncates as prepared statements
+//	plan.go       relPlan: per relation, the target table's columns, keys and statements
+//	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)
+//	savepoint.go  savepoints for eager apply's subtransactions
+//	errors.go     what an apply error says: retryable, COPY line and column
 package target

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/repstream/repstream/internal/golden"
 	"strings"
 	"testing"
+
+	"github.com/repstream/repstream/internal/golden"
 
 	"github.com/jackc/pgx/v5/pgconn"
 

@@ -1,0 +1,116 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// What the Writer reads from the target's catalog: the table behind each
+// relation (its plan, cached per relation), which columns compare only as
+// text, and whether folding is safe for a table.
+
+// plan returns the cached plan of rel, loading the target table on first use.
+func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, error) {
+	if p := w.plans[rel]; p != nil {
+		return p, nil
+	}
+	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w on target", err)
+	}
+	var textEq map[string]bool
+	if !rel.HasKey() {
+		textEq, err = w.textEqColumns(ctx, tab)
+		if err != nil {
+			return nil, err
+		}
+	}
+	p, err := newPlan(rel, tab, textEq, w.opts.Binary)
+	if err != nil {
+		return nil, err
+	}
+	w.plans[rel] = p
+	return p, nil
+}
+
+// collapsibleQuery reads, for one target table (oid $1), what makes folding
+// repeated changes to one key unsafe: how many unique and exclusion indexes
+// it has, how many of them are a plain unique index on exactly the key
+// columns $2 (sorted), and how many triggers and rules fire even under
+// session_replication_role = replica (ENABLE ALWAYS).
+const collapsibleQuery = `
+SELECT
+  count(*) FILTER (WHERE i.indisunique OR i.indisexclusion),
+  count(*) FILTER (WHERE i.indisunique AND NOT i.indisexclusion AND i.indexprs IS NULL AND i.indpred IS NULL
+                     AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+                            FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                            JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                           WHERE k.ord <= i.indnkeyatts) = $2::text[]),
+  (SELECT count(*) FROM pg_catalog.pg_trigger t WHERE t.tgrelid = $1 AND t.tgenabled = 'A'),
+  (SELECT count(*) FROM pg_catalog.pg_rewrite r WHERE r.ev_class = $1 AND r.ev_enabled = 'A' AND r.rulename <> '_RETURN')
+FROM pg_catalog.pg_index i
+WHERE i.indrelid = $1`
+
+// Collapsible reports whether repeated changes to one key of rel may be
+// folded into one within a target transaction (see internal/apply's
+// collapse.go): the target table is not partitioned, its only unique index
+// is on exactly the source's replica-identity key columns (no exclusion
+// constraint, no partial or expression unique index), and no trigger or rule
+// fires in replica mode (ENABLE ALWAYS). The answer is cached with the
+// relation's plan.
+func (w *Writer) Collapsible(ctx context.Context, rel *change.Relation) (bool, error) {
+	p, err := w.plan(ctx, rel)
+	if err != nil {
+		return false, fmt.Errorf("apply to %s: %w", rel.String(), err)
+	}
+	if p.collapsible != 0 {
+		return p.collapsible > 0, nil
+	}
+	ok, err := w.collapsible(ctx, p)
+	if err != nil {
+		return false, fmt.Errorf("read the unique indexes and triggers of %s on target: %w", p.name, err)
+	}
+	p.collapsible = -1
+	if ok {
+		p.collapsible = 1
+	}
+	return ok, nil
+}
+
+func (w *Writer) collapsible(ctx context.Context, p *relPlan) (bool, error) {
+	if p.partitioned || !p.rel.HasKey() {
+		return false, nil
+	}
+	var key []string
+	for _, i := range p.keyCols {
+		key = append(key, p.rel.Columns[i].Name)
+	}
+	slices.Sort(key)
+	var uniques, onKey, triggers, rules int64
+	if err := w.conn.QueryRow(ctx, collapsibleQuery, p.tableOID, key).Scan(&uniques, &onKey, &triggers, &rules); err != nil {
+		return false, err
+	}
+	return uniques == 1 && onKey == 1 && triggers == 0 && rules == 0, nil
+}
+
+func (w *Writer) textEqColumns(ctx context.Context, tab *schema.Table) (map[string]bool, error) {
+	rows, err := w.conn.Query(ctx, textEqQuery, tab.OID)
+	if err != nil {
+		return nil, fmt.Errorf("load column types of %s on target: %w", tab.TableName(), err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("load column types of %s on target: %w", tab.TableName(), err)
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m, nil
+}

@@ -1,0 +1,247 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// tableBuf is the pending work for one target table.
+//
+// Invariants: rows all follow the COPY header of plan (text or binary), and
+// lsns[i] is the LSN of row i+1 (COPY line numbers start at 1); dirty is
+// set exactly when rows is not empty, and then the table is in
+// copyBufs.dirty; inBatch is set exactly when a queued statement of the
+// pipeline touches the table. A table never has both buffered rows and
+// queued statements: an insert into a table with queued statements is
+// queued as an INSERT behind them, and an update or delete sends the
+// table's rows first.
+type tableBuf struct {
+	plan    *relPlan
+	rows    []byte
+	lsns    []change.LSN
+	dirty   bool
+	inBatch bool
+}
+
+// copyBufs holds the inserts of the current transaction buffered as COPY
+// rows, per target table.
+//
+// Invariants: dirty lists the tables with buffered rows, each once, in the
+// order their first row came; bytes is the sum of len(rows) over dirty.
+type copyBufs struct {
+	tables map[schema.TableName]*tableBuf
+	dirty  []*tableBuf
+	bytes  int
+}
+
+func newCopyBufs() copyBufs { return copyBufs{tables: make(map[schema.TableName]*tableBuf)} }
+
+// table returns p's table buffer.
+func (b *copyBufs) table(p *relPlan) *tableBuf {
+	tb := b.tables[p.name]
+	if tb == nil {
+		tb = &tableBuf{plan: p}
+		b.tables[p.name] = tb
+	}
+	return tb
+}
+
+// added accounts n more bytes of rows in tb.
+func (b *copyBufs) added(tb *tableBuf, n int) {
+	if !tb.dirty {
+		tb.dirty = true
+		b.dirty = append(b.dirty, tb)
+	}
+	b.bytes += n
+}
+
+// take empties tb, which the caller has already removed from dirty, and
+// returns its rows and LSNs (valid until tb's next row).
+func (b *copyBufs) take(tb *tableBuf) (rows []byte, lsns []change.LSN) {
+	rows, lsns = tb.rows, tb.lsns
+	b.bytes -= len(rows)
+	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	return rows, lsns
+}
+
+// remove takes tb out of dirty.
+func (b *copyBufs) remove(tb *tableBuf) {
+	for i, d := range b.dirty {
+		if d == tb {
+			b.dirty = append(b.dirty[:i], b.dirty[i+1:]...)
+			return
+		}
+	}
+}
+
+// pop removes and returns the first dirty table, or nil.
+func (b *copyBufs) pop() *tableBuf {
+	if len(b.dirty) == 0 {
+		b.dirty = b.dirty[:0]
+		return nil
+	}
+	tb := b.dirty[0]
+	b.dirty = b.dirty[1:]
+	return tb
+}
+
+// discard drops every buffered row.
+func (b *copyBufs) discard() {
+	for _, tb := range b.dirty {
+		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	}
+	b.dirty = b.dirty[:0]
+	b.bytes = 0
+}
+
+func (w *Writer) insert(ctx context.Context, c *change.Change) error {
+	p, err := w.plan(ctx, c.Rel)
+	if err != nil {
+		return fmt.Errorf("apply insert to %s at %s: %w", c.Rel, c.LSN, err)
+	}
+	tb := w.copies.table(p)
+	if tb.inBatch {
+		// Behind the table's queued statements, as a statement too.
+		if w.rowBuf, err = appendRow(w.rowBuf[:0], c, p); err != nil {
+			return err
+		}
+		if _, err := w.queueInsertRow(ctx, p, w.rowBuf, c.LSN); err != nil {
+			return err
+		}
+		return w.batchFull(ctx)
+	}
+	if tb.dirty && tb.plan != p {
+		if err := w.flushCopy(ctx, tb); err != nil {
+			return err
+		}
+	}
+	tb.plan = p
+	before := len(tb.rows)
+	rows, err := appendRow(tb.rows, c, p)
+	if err != nil {
+		tb.rows = rows[:before]
+		return err
+	}
+	tb.rows = rows
+	tb.lsns = append(tb.lsns, c.LSN)
+	w.copies.added(tb, len(rows)-before)
+	switch {
+	case len(tb.rows) >= w.opts.CopyFlushBytes:
+		return w.flushCopy(ctx, tb)
+	case w.copies.bytes >= 4*w.opts.CopyFlushBytes:
+		return w.flushCopies(ctx)
+	}
+	return nil
+}
+
+// appendRow appends insert c's row in p's COPY format (text or binary) to
+// dst; a value that format cannot carry is an error naming the column (dst
+// then holds a partial row).
+func appendRow(dst []byte, c *change.Change, p *relPlan) ([]byte, error) {
+	var bad byteCol
+	if p.binary {
+		dst, bad = appendCopyRowBinary(dst, c.New, p.copyCols)
+	} else {
+		dst, bad = appendCopyRow(dst, c.New, p.copyCols)
+	}
+	if bad.kind != 0 {
+		return dst, fmt.Errorf("apply insert to %s at %s: column %q: %s", c.Rel, c.LSN, c.Rel.Columns[bad.col].Name, kindProblem(bad.kind))
+	}
+	return dst, nil
+}
+
+func kindProblem(kind byte) string {
+	switch kind {
+	case change.KindUnchanged:
+		return "unchanged TOAST value where a full value is needed"
+	case change.KindBinary:
+		return "binary value in a text-format stream"
+	case change.KindText:
+		return "text value in a binary-format stream (a type without a binary send function?): run with --binary=false"
+	case 'm':
+		return "missing from the tuple"
+	}
+	return fmt.Sprintf("unexpected value kind %q", kind)
+}
+
+// flushCopy sends a table's buffered rows with one COPY.
+func (w *Writer) flushCopy(ctx context.Context, tb *tableBuf) error {
+	if !tb.dirty {
+		return nil
+	}
+	w.copies.remove(tb)
+	return w.copyOut(ctx, tb)
+}
+
+// flushCopies sends every table's buffered rows.
+func (w *Writer) flushCopies(ctx context.Context) error {
+	for tb := w.copies.pop(); tb != nil; tb = w.copies.pop() {
+		if err := w.copyOut(ctx, tb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueSmallCopies sends the buffered rows of tables with more than
+// InsertRowsMax rows by COPY and queues the others as INSERT statements.
+func (w *Writer) queueSmallCopies(ctx context.Context) error {
+	for tb := w.copies.pop(); tb != nil; tb = w.copies.pop() {
+		if len(tb.lsns) > w.opts.InsertRowsMax {
+			if err := w.copyOut(ctx, tb); err != nil {
+				return err
+			}
+			continue
+		}
+		// tb is emptied first, so that an error leaves no rows behind for
+		// the next transaction; nothing appends to it while rows is read.
+		rows, lsns := w.copies.take(tb)
+		for _, lsn := range lsns {
+			var err error
+			if rows, err = w.queueInsertRow(ctx, tb.plan, rows, lsn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyOut runs the COPY of tb's rows and empties tb (tb is already removed
+// from the dirty list).
+func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
+	sql := tb.plan.copyHeader
+	if w.state == txnPending {
+		// BEGIN travels in the COPY's query string: one round trip.
+		sql = "BEGIN; " + sql
+		w.state = txnOpen
+	} else if err := w.ensureBegun(ctx); err != nil {
+		w.copies.take(tb)
+		return err
+	}
+	n := len(tb.lsns)
+	w.reader.Reset(tb.rows)
+	var data io.Reader = &w.reader
+	if tb.plan.binary {
+		data = io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer))
+	}
+	_, err := w.conn.PgConn().CopyFrom(ctx, data, sql)
+	_, lsns := w.copies.take(tb)
+	if cap(tb.rows) > 2*w.opts.CopyFlushBytes {
+		tb.rows = nil // a huge row: do not keep its buffer
+	}
+	if err != nil {
+		lsn := lsns[0]
+		if line := copyErrorLine(err); line >= 1 && line <= n {
+			lsn = lsns[line-1]
+		}
+		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
+	}
+	w.copyRows.Add(int64(n))
+	w.flushes.Add(1)
+	return nil
+}

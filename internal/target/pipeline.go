@@ -1,0 +1,248 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
+)
+
+// itemKind says what a queued statement is.
+type itemKind uint8
+
+const (
+	itemChange itemKind = iota // applies one change (op, lsn, plan, s)
+	itemBegin                  // the transaction's BEGIN
+)
+
+// batchItem describes one queued statement.
+type batchItem struct {
+	kind itemKind
+	op   change.Op
+	lsn  change.LSN
+	plan *relPlan
+	s    *stmt
+}
+
+// pipeline is the unsent batch of prepared statements of the Writer's
+// current transaction: updates, deletes, inserts that must keep their place
+// behind them, and BEGIN, sent in one round trip (sendBatch).
+//
+// Invariants: items[i] describes the i-th statement of batch, so len(items)
+// is the batch's statement count; a BEGIN item can only be items[0];
+// tables lists each table with a queued statement once, and exactly those
+// have tableBuf.inBatch set; bytes approximates the batch's size.
+type pipeline struct {
+	batch  *pgconn.Batch
+	items  []batchItem
+	tables []*tableBuf
+	bytes  int
+	tail   []pgconn.CommandTag // scratch for sendBatch
+}
+
+func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}} }
+
+// addBegin queues BEGIN (prepared as name); the batch must be empty.
+func (p *pipeline) addBegin(name string) {
+	p.batch.ExecPrepared(name, nil, nil, nil)
+	p.items = append(p.items, batchItem{kind: itemBegin})
+}
+
+// add queues the prepared statement s with params (size bytes) for tb.
+func (p *pipeline) add(s *stmt, params [][]byte, size int, it batchItem, tb *tableBuf) {
+	p.batch.ExecPrepared(s.name, params, s.formats, nil)
+	p.items = append(p.items, it)
+	if !tb.inBatch {
+		tb.inBatch = true
+		p.tables = append(p.tables, tb)
+	}
+	p.bytes += size + 16
+}
+
+// changes counts the queued statements that apply changes (BEGIN aside).
+func (p *pipeline) changes() int {
+	if len(p.items) > 0 && p.items[0].kind == itemBegin {
+		return len(p.items) - 1
+	}
+	return len(p.items)
+}
+
+// reset forgets the items once the batch was sent (or dropped).
+func (p *pipeline) reset() {
+	for _, tb := range p.tables {
+		tb.inBatch = false
+	}
+	p.items, p.tables, p.bytes = p.items[:0], p.tables[:0], 0
+}
+
+// drop discards the unsent statements.
+func (p *pipeline) drop() {
+	if len(p.items) > 0 {
+		p.batch = &pgconn.Batch{}
+	}
+	p.reset()
+}
+
+// prepare prepares s on the server once.
+func (w *Writer) prepare(ctx context.Context, s *stmt) error {
+	if s.name != "" {
+		return nil
+	}
+	name := w.id + "_" + strconv.Itoa(w.nstmt)
+	if _, err := w.conn.PgConn().Prepare(ctx, name, s.sql, s.oids); err != nil {
+		return fmt.Errorf("prepare %q: %w", s.sql, err)
+	}
+	w.nstmt++
+	s.name = name
+	return nil
+}
+
+// queue appends prepared statement s with params (size bytes) to the batch,
+// behind BEGIN if that has not reached the server.
+func (w *Writer) queue(s *stmt, params [][]byte, size int, it batchItem, tb *tableBuf) {
+	w.queueBegin()
+	w.pipe.add(s, params, size, it, tb)
+}
+
+// batchFull sends the batch once it holds enough statements or bytes.
+func (w *Writer) batchFull(ctx context.Context) error {
+	if len(w.pipe.items) >= w.opts.BatchStatements || w.pipe.bytes >= w.opts.CopyFlushBytes {
+		return w.flushBatch(ctx)
+	}
+	return nil
+}
+
+// flushBatch sends the queued statements in one pipeline and checks each
+// result: an error names the failing statement's change; zero rows affected
+// by an update or delete is counted and logged as a missing row.
+func (w *Writer) flushBatch(ctx context.Context) error {
+	n := len(w.pipe.items)
+	if n == 0 {
+		return nil
+	}
+	stmts := w.pipe.changes()
+	done, _, _, err := w.sendBatch(ctx)
+	if err != nil {
+		err = w.itemError(min(done, n-1), err)
+	}
+	w.pipe.reset()
+	if err != nil {
+		return err
+	}
+	w.statements.Add(int64(stmts))
+	w.flushes.Add(1)
+	return nil
+}
+
+// sendBatch sends the batch in one pipeline and reads every result. The
+// first len(items) results are the queued statements'; the command tags of
+// those after them are returned in tail, and val is the first value of the
+// last row any statement returned. done counts the statements that
+// completed before err. The caller resets the pipeline.
+func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.CommandTag, val []byte, err error) {
+	if w.state == txnQueued {
+		w.state = txnOpen
+	}
+	p := &w.pipe
+	tail = p.tail[:0]
+	mrr := w.conn.PgConn().ExecBatch(ctx, p.batch)
+	p.batch = &pgconn.Batch{} // the sent one may hold more than the items
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		for rr.NextRow() {
+			if v := rr.Values(); len(v) > 0 {
+				val = append(val[:0], v[0]...)
+			}
+		}
+		tag, err := rr.Close()
+		if err != nil {
+			break
+		}
+		if done < len(p.items) {
+			it := p.items[done]
+			if (it.op == change.OpUpdate || it.op == change.OpDelete) && tag.RowsAffected() == 0 {
+				w.missing.report(it)
+			}
+		} else {
+			tail = append(tail, tag)
+		}
+		done++
+	}
+	p.tail = tail
+	return done, tail, val, mrr.Close()
+}
+
+// itemError names the queued statement i in err.
+func (w *Writer) itemError(i int, err error) error {
+	it := w.pipe.items[i]
+	if it.kind == itemBegin {
+		return fmt.Errorf("begin target transaction: %w", err)
+	}
+	col := ""
+	if r, ok := paramOf(err, it.s); ok {
+		col = ", column " + it.plan.rel.Columns[r.col].Name
+	}
+	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
+}
+
+// paramOf returns the parameter of s that err's context names: the server
+// says which parameter it could not read ("unnamed portal parameter $2 =
+// ..."), as COPY says which column.
+func paramOf(err error, s *stmt) (paramRef, bool) {
+	n := pgerr.Param(err)
+	if s == nil || n < 1 || n > len(s.params) {
+		return paramRef{}, false
+	}
+	return s.params[n-1], true
+}
+
+// missingRows counts updates and deletes that found no row on the target
+// and logs them without flooding the log: the first one of a table at once
+// (with its LSN), then at most one line per table every missingLogEvery,
+// with how many were missed since the last line.
+//
+// It is owned by the Writer's goroutine; the counters are read by stats.
+type missingRows struct {
+	log            *slog.Logger
+	update, delete interface{ Add(int64) int64 }
+	every          time.Duration
+	now            func() time.Time
+	tables         map[string]*missedTable
+}
+
+type missedTable struct {
+	logged time.Time // when the last line was logged
+	since  int64     // missed since that line
+}
+
+// missingLogEvery is how often a table's missing rows are logged at most.
+const missingLogEvery = 10 * time.Second
+
+func (m *missingRows) report(it batchItem) {
+	op := "delete"
+	if it.op == change.OpUpdate {
+		op = "update"
+		m.update.Add(1)
+	} else {
+		m.delete.Add(1)
+	}
+	table := it.plan.rel.String()
+	t := m.tables[table]
+	if t == nil {
+		t = &missedTable{}
+		m.tables[table] = t
+	}
+	now := m.now()
+	if !t.logged.IsZero() && now.Sub(t.logged) < m.every {
+		t.since++
+		return
+	}
+	m.log.Warn("row to "+op+" not found on target", "table", table, "lsn", it.lsn.String(), "missed_since_last_line", t.since)
+	t.logged, t.since = now, 0
+}
