@@ -195,16 +195,10 @@ func (e *env) runInBackground(cfg config.Config) (<-chan error, func()) {
 	return done, cancel
 }
 
-// waitFor polls cond until it holds or timeout passes.
+// waitFor polls cond until it holds or timeout passes (pgtest.WaitFor).
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, what, timeout, func() (bool, error) { return cond(), nil })
 }
 
 // waitSlotReleased waits until no walsender holds the slot: the walsender of

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // TestStatusAndDrop: `repstream status` reports the slot's positions as JSON
@@ -90,22 +92,21 @@ func TestHTTPEndpoints(t *testing.T) {
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	get := func(path string) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		var body string
+		pgtest.WaitFor(t, "GET "+path, 10*time.Second, func() (bool, error) {
 			resp, err := http.Get("http://" + addr + path)
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					return string(b)
-				}
+			if err != nil {
+				return false, err // the endpoint may not listen yet
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
 				t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: %v", path, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			body = string(b)
+			return true, nil
+		})
+		return body
 	}
 	var st struct {
 		Stats struct {

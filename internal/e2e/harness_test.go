@@ -257,19 +257,9 @@ func (e *env) waitCaughtUp(slot string, timeout time.Duration) {
 	if err := e.Src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
 		e.t.Fatal(err)
 	}
-	deadline := time.Now().Add(timeout)
-	for {
+	pgtest.WaitFor(e.t, "slot "+slot+" to confirm "+target, timeout, func() (bool, error) {
 		var ok bool
 		err := e.Src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&ok)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("slot %s did not reach %s within %s", slot, target, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok, err
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -159,21 +160,17 @@ func TestEagerApply(t *testing.T) {
 	exec(`ROLLBACK TO SAVEPOINT s`)
 	exec(`INSERT INTO big SELECT g, 'after' FROM generate_series(30001, 40000) g`)
 	// Still uncommitted on the source: the changes must already be applied.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.WaitFor(t, "the open transaction's changes to be applied eagerly", 20*time.Second, func() (bool, error) {
 		snap, _ := reg.Snapshot().Component("eager")
 		if snap.Items >= 20000 {
-			break
+			return true, nil
 		}
-		if time.Now().After(deadline) {
-			var st, sb int64
-			_ = e.Src.QueryRow(ctx, `SELECT stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st, &sb)
-			q, _ := reg.Snapshot().Component("queue")
-			c, _ := reg.Snapshot().Component("capture")
-			t.Fatalf("the open transaction's changes were not applied eagerly (eager items %d; walsender streamed %d txns %d bytes; queue %+v; capture %+v)", snap.Items, st, sb, q, c)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		var st, sb int64
+		_ = e.Src.QueryRow(ctx, `SELECT stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&st, &sb)
+		q, _ := reg.Snapshot().Component("queue")
+		c, _ := reg.Snapshot().Component("capture")
+		return false, fmt.Errorf("eager items %d; walsender streamed %d txns %d bytes; queue %+v; capture %+v", snap.Items, st, sb, q, c)
+	})
 	if n := e.count(e.Tgt, "SELECT count(*) FROM big"); n != 0 {
 		t.Fatalf("%d rows visible on the target before the source committed", n)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
@@ -291,7 +292,11 @@ func TestLargestTransactionSpills(t *testing.T) {
 	}
 }
 
-func TestFlowControl(t *testing.T) {
+// TestFlowControl runs in virtual time (synctest): "blocks" means the Add
+// goroutine is durably blocked (synctest.Wait), not that it was slow.
+func TestFlowControl(t *testing.T) { synctest.Test(t, testFlowControl) }
+
+func testFlowControl(t *testing.T) {
 	const budget = 10_000
 	q := newTestQueue(t, budget)
 	// Committed transactions hold more than half the budget.
@@ -333,19 +338,22 @@ func TestFlowControl(t *testing.T) {
 	// Blocks until the consumer releases.
 	done := make(chan error, 1)
 	go func() { done <- q.Add(context.Background(), 9, c) }()
+	time.Sleep(time.Hour)
+	synctest.Wait()
 	select {
 	case err := <-done:
 		t.Fatalf("Add did not block: %v", err)
-	case <-time.After(30 * time.Millisecond):
+	default:
 	}
 	txn := mustNext(t, q.Queue)
 	txn.Release()
+	synctest.Wait()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	default:
 		t.Fatal("Add still blocked after Release")
 	}
 	if q.open[9].Spilled() || q.open[9].Len() != lenBefore+1 {
@@ -360,14 +368,19 @@ func TestFlowControl(t *testing.T) {
 		mustAdd(t, q.Queue, 9, insert(relA, 0, 100, 800))
 	}
 	go func() { done <- q.Add(context.Background(), 9, c) }()
-	time.Sleep(10 * time.Millisecond)
+	synctest.Wait()
+	if len(done) != 0 {
+		t.Fatal("Add did not wait for room")
+	}
 	q.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Add after Close: %v", err)
 	}
 }
 
-func TestNextContextAndClose(t *testing.T) {
+func TestNextContextAndClose(t *testing.T) { synctest.Test(t, testNextContextAndClose) }
+
+func testNextContextAndClose(t *testing.T) {
 	q := newTestQueue(t, 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -376,7 +389,10 @@ func TestNextContextAndClose(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := q.Next(context.Background()); done <- err }()
-	time.Sleep(10 * time.Millisecond)
+	synctest.Wait()
+	if len(done) != 0 {
+		t.Fatal("Next on an empty queue did not wait")
+	}
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}

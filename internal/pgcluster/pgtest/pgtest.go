@@ -267,3 +267,32 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// WaitFor is the one poller of the integration tests: it calls cond until it
+// reports true, first every 10 ms then less often (at most every 200 ms),
+// and fails t when timeout passes first — naming what it waited for, how
+// long, and cond's last error. An error from cond does not stop the wait
+// (the condition may not be checkable yet); it is reported on timeout.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	start := time.Now()
+	pause := 10 * time.Millisecond
+	var last error
+	for {
+		ok, err := cond()
+		if ok && err == nil {
+			return
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Since(start) > timeout {
+			if last != nil {
+				t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+			}
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
