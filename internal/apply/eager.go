@@ -115,10 +115,10 @@ func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor chan
 	free := e.owner == 0 && processed >= e.opts.SkipBelow
 	e.mu.Unlock()
 	if free {
-		// The transactions before it are usually on their way (a group
-		// being applied, or one that was filling in a backlog): give them
-		// a moment rather than send a large transaction to the queue.
-		if err := e.visibleWithin(ctx, waitFor, takeWait); err != nil {
+		// The transactions before it are usually on their way (groups
+		// being applied, the tail of a backlog): wait while apply makes
+		// progress rather than send a large transaction to the queue.
+		if err := e.visibleWhileProgressing(ctx, waitFor, takeStall, takeWaitMax); err != nil {
 			return false, err
 		}
 	}
@@ -301,33 +301,52 @@ func (e *Eager) Run(ctx context.Context) error {
 	}
 }
 
-// takeWait is how long TryTake waits for the transactions before a streamed
-// one to be applied.
-const takeWait = 200 * time.Millisecond
+// TryTake waits for the transactions before a streamed one to be applied
+// while apply makes progress towards them: it gives up once the visible
+// watermark has not moved for takeStall, or after takeWaitMax in all. A
+// fixed wait was too short on a loaded machine, where apply can be seconds
+// behind capture at the end of a backlog yet steadily catching up; a wait
+// with no progress at all means something else holds apply (a group waiting
+// to fill, a lock), and then the transaction goes through the queue.
+const (
+	takeStall   = 200 * time.Millisecond
+	takeWaitMax = 10 * time.Second
+)
 
-// visibleWithin waits up to d until every transaction ending at or before end
-// is visible on the target; it returns nil also when d runs out first.
-func (e *Eager) visibleWithin(ctx context.Context, end change.LSN, d time.Duration) error {
-	var timeout <-chan time.Time
-	for e.opts.Watermark.VisibleLow() < end {
-		ch := e.opts.Watermark.Changed()
-		if e.opts.Watermark.VisibleLow() >= end {
-			break
+// visibleWhileProgressing waits until every transaction ending at or before
+// end is visible on the target, as long as the visible watermark advances at
+// least every stall and for at most max in all; it returns nil also when it
+// gives up (the caller looks at the watermark again).
+func (e *Eager) visibleWhileProgressing(ctx context.Context, end change.LSN, stall, max time.Duration) error {
+	wm := e.opts.Watermark
+	if wm.VisibleLow() >= end {
+		return nil
+	}
+	deadline := time.NewTimer(max)
+	defer deadline.Stop()
+	idle := time.NewTimer(stall)
+	defer idle.Stop()
+	last := wm.VisibleLow()
+	for {
+		ch := wm.Changed()
+		low := wm.VisibleLow()
+		if low >= end {
+			return nil
 		}
-		if timeout == nil {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+		if low != last {
+			last = low
+			idle.Reset(stall)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timeout:
+		case <-deadline.C:
+			return nil
+		case <-idle.C:
 			return nil
 		case <-ch:
 		}
 	}
-	return nil
 }
 
 // waitApplied waits until every transaction ending at or before end is

@@ -49,7 +49,7 @@ func TestWorkloads(t *testing.T) {
 	src, tgt := servers(t)
 	cases := []struct {
 		workload string
-		mode     string
+		mode     Mode
 		params   Params
 		flags    []string
 		vary     string
@@ -66,7 +66,7 @@ func TestWorkloads(t *testing.T) {
 		{"dbl", "live", Params{Rows: 40, Jobs: 2}, nil, ""},
 	}
 	for _, tc := range cases {
-		t.Run(tc.workload+"/"+tc.mode, func(t *testing.T) {
+		t.Run(tc.workload+"/"+tc.mode.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			out := t.TempDir()

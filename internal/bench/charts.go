@@ -51,7 +51,7 @@ func writeCharts(rep *Report, dir string) ([]string, error) {
 			return names, err
 		}
 		for i, r := range rep.Runs {
-			if r.System != "repstream" || len(r.Components) == 0 {
+			if r.System != SystemRepstream || len(r.Components) == 0 {
 				continue
 			}
 			name := fmt.Sprintf("components-%d.png", i+1)
@@ -199,7 +199,7 @@ func varyChart(rep *Report, path string) error {
 	var labels []string
 	var native *RunResult
 	for _, r := range rep.Runs {
-		if r.System == "native" {
+		if r.System == SystemNative {
 			native = r
 			continue
 		}

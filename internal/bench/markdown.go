@@ -124,7 +124,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	runs := rep.Runs
 	var native *RunResult
 	for _, r := range runs {
-		if r.System == "native" {
+		if r.System == SystemNative {
 			native = r
 		}
 	}
@@ -135,7 +135,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	withRatio := native != nil && len(runs) > 1
 	if withRatio {
 		for _, r := range runs {
-			if r.System == "repstream" {
+			if r.System == SystemRepstream {
 				fmt.Fprintf(w, " %s / native |", r.Label)
 			}
 		}
@@ -146,7 +146,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	}
 	if withRatio {
 		for _, r := range runs {
-			if r.System == "repstream" {
+			if r.System == SystemRepstream {
 				fmt.Fprintf(w, "---:|")
 			}
 		}
@@ -162,7 +162,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	}
 	if withRatio {
 		for _, r := range runs {
-			if r.System == "repstream" {
+			if r.System == SystemRepstream {
 				fmt.Fprintf(w, " |")
 			}
 		}
@@ -183,7 +183,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		}
 		if withRatio {
 			for _, r := range runs {
-				if r.System != "repstream" {
+				if r.System != SystemRepstream {
 					continue
 				}
 				n := nativeOf(runs, r)
@@ -258,7 +258,7 @@ func firstWords(s string, n int) string {
 func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
 	var n *RunResult
 	for _, x := range runs {
-		if x.System == "native" && (r.Round == 0 || x.Round == r.Round) {
+		if x.System == SystemNative && (r.Round == 0 || x.Round == r.Round) {
 			n = x
 		}
 	}
@@ -270,7 +270,7 @@ func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
 func roundRatios(runs []*RunResult, f figure) []float64 {
 	var out []float64
 	for _, r := range runs {
-		if r.System != "repstream" || !r.Verified {
+		if r.System != SystemRepstream || !r.Verified {
 			continue
 		}
 		n := nativeOf(runs, r)
@@ -330,7 +330,7 @@ func SummaryTable(w io.Writer, reps []*Report) {
 				ver = "FAILED"
 			}
 			ratio := ""
-			if r.System == "repstream" && r.Verified && native != nil && native.Replication.RowsPerSec > 0 {
+			if r.System == SystemRepstream && r.Verified && native != nil && native.Replication.RowsPerSec > 0 {
 				ratio = fmt.Sprintf("%.2f", r.Replication.RowsPerSec/native.Replication.RowsPerSec)
 			}
 			if !r.Verified {

@@ -18,7 +18,7 @@ type Report struct {
 	SchemaVersion int          `json:"schema_version"`
 	Workload      string       `json:"workload"`
 	Description   string       `json:"description"`
-	Mode          string       `json:"mode"`
+	Mode          Mode         `json:"mode"`
 	Started       string       `json:"started"` // RFC 3339
 	Settings      Settings     `json:"settings"`
 	Machine       Machine      `json:"machine"`
@@ -32,7 +32,7 @@ type Settings struct {
 	Scale          float64           `json:"scale"`
 	Rows           int64             `json:"rows"`
 	Params         map[string]string `json:"params"`
-	Systems        []string          `json:"systems"`
+	Systems        []System          `json:"systems"`
 	Vary           string            `json:"vary,omitempty"`
 	Repeat         int               `json:"repeat,omitempty"`
 	RepstreamFlags []string          `json:"repstream_flags"`
@@ -56,7 +56,7 @@ type Machine struct {
 
 // RunResult is one system's run of the workload.
 type RunResult struct {
-	System string `json:"system"` // "repstream" or "native"
+	System System `json:"system"` // "repstream" or "native"
 	Label  string `json:"label"`  // system plus the varied setting, e.g. "repstream apply-parallelism=2"
 	// VaryValue is the value of the varied setting ("" without --vary).
 	VaryValue string `json:"vary_value,omitempty"`

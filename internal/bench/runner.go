@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,8 +26,8 @@ var ErrNotVerified = errors.New("a run failed or did not verify")
 // Options configure Run.
 type Options struct {
 	Workload string
-	Mode     string   // "live" (default) or "backlog"
-	Systems  []string // "repstream", "native" (default both)
+	Mode     Mode     // ModeLive (the zero value) or ModeBacklog
+	Systems  []System // default AllSystems
 	Params   Params
 	// Vary is "flag=v1,v2,...": repstream runs once per value with --flag=v.
 	Vary string
@@ -118,7 +117,7 @@ func withApp(dsn string) string {
 type runSpec struct {
 	idx       int
 	round     int // 1-based round of --repeat; 0 without it
-	system    string
+	system    System
 	label     string
 	varyValue string
 	flags     []string
@@ -168,38 +167,16 @@ func (r *runner) nativeSpacing(ctx context.Context, tgtDSN string) error {
 	}
 }
 
-// Run executes the benchmark and writes the report files into o.Out. The
-// report is returned also when a run failed (then with ErrNotVerified).
-func Run(ctx context.Context, o Options) (*Report, error) {
-	wl, err := Lookup(o.Workload)
-	if err != nil {
-		return nil, err
-	}
-	if o.Mode == "" {
-		o.Mode = "live"
-	}
-	if wl.Name == "dbl" {
-		o.Mode = "live" // DBL measures the application while replication runs
-		if o.Repeat > 1 {
-			return nil, errors.New("--repeat: not for dbl (it runs its own series of jobs)")
-		}
-	}
-	if o.Repeat < 0 {
-		return nil, fmt.Errorf("--repeat %d: at least 1", o.Repeat)
-	}
-	if o.Repeat > 1 && o.Vary != "" {
-		return nil, errors.New("--repeat and --vary: one at a time")
-	}
-	if o.Mode != "live" && o.Mode != "backlog" {
-		return nil, fmt.Errorf("--mode %q: live or backlog", o.Mode)
+// EnsureDefaults fills what is left zero: mode live (always live for dbl,
+// which measures the application while replication runs), both systems,
+// scale 1, a 30-minute timeout, a discarding logger, the report directory
+// bench-WORKLOAD.
+func (o *Options) EnsureDefaults() {
+	if o.Mode == "" || o.Workload == "dbl" {
+		o.Mode = ModeLive
 	}
 	if len(o.Systems) == 0 {
-		o.Systems = []string{"repstream", "native"}
-	}
-	for _, s := range o.Systems {
-		if s != "repstream" && s != "native" {
-			return nil, fmt.Errorf("--systems: unknown system %q (repstream, native)", s)
-		}
+		o.Systems = slices.Clone(AllSystems)
 	}
 	if o.Params.Scale <= 0 {
 		o.Params.Scale = 1
@@ -210,13 +187,62 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Out == "" {
+		o.Out = "bench-" + o.Workload
+	}
+}
+
+// Validate checks the options before anything starts; every problem is
+// reported, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := Lookup(o.Workload); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Workload == "dbl" && o.Repeat > 1 {
+		errs = append(errs, errors.New("--repeat: not for dbl (it runs its own series of jobs)"))
+	}
+	if o.Repeat < 0 {
+		errs = append(errs, fmt.Errorf("--repeat %d: at least 1", o.Repeat))
+	}
+	if o.Repeat > 1 && o.Vary != "" {
+		errs = append(errs, errors.New("--repeat and --vary: one at a time"))
+	}
+	if o.Mode != ModeLive && o.Mode != ModeBacklog {
+		errs = append(errs, fmt.Errorf("--mode %q: want %s or %s", o.Mode, ModeLive, ModeBacklog))
+	}
+	for _, s := range o.Systems {
+		if _, err := ParseSystem(string(s)); err != nil {
+			errs = append(errs, fmt.Errorf("--systems: %w", err))
+		}
+	}
+	if _, _, err := parseVary(o.Vary); err != nil {
+		errs = append(errs, err)
+	}
+	if (o.SourceDSN == "") != (o.TargetDSN == "") {
+		errs = append(errs, errors.New("--source and --target go together"))
+	}
+	if o.SourceDSN != "" && o.UnixSocket {
+		errs = append(errs, errors.New("--unix-socket applies to throwaway clusters: with --source/--target, put host=/socket/dir in the DSNs"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run executes the benchmark and writes the report files into o.Out. The
+// report is returned also when a run failed (then with ErrNotVerified).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	wl, err := Lookup(o.Workload)
+	if err != nil {
+		return nil, err
+	}
 	if o.Binary == "" {
 		if o.Binary, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the repstream executable: %w", err)
 		}
-	}
-	if o.Out == "" {
-		o.Out = "bench-" + wl.Name
 	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("create report directory: %w", err)
@@ -231,13 +257,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	// Servers.
-	if o.SourceDSN != "" || o.TargetDSN != "" {
-		if o.SourceDSN == "" || o.TargetDSN == "" {
-			return nil, errors.New("--source and --target go together")
-		}
-		if o.UnixSocket {
-			return nil, errors.New("--unix-socket applies to throwaway clusters: with --source/--target, put host=/socket/dir in the DSNs")
-		}
+	if o.SourceDSN != "" {
 		if r.src, err = dsnServer(o.SourceDSN); err != nil {
 			return nil, err
 		}
@@ -294,31 +314,37 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// parseVary splits --vary "flag=v1,v2,...": name "" when vary is "".
+func parseVary(vary string) (name string, vals []string, err error) {
+	if vary == "" {
+		return "", nil, nil
+	}
+	name, list, ok := strings.Cut(vary, "=")
+	if !ok || name == "" || list == "" {
+		return "", nil, fmt.Errorf("--vary %q: want flag=v1,v2[,...] (values separated by commas)", vary)
+	}
+	return strings.TrimPrefix(name, "--"), strings.Split(list, ","), nil
+}
+
 // plan lists the system runs: repstream once (or once per --vary value),
 // then native once; with --repeat N, N such rounds, every second one in
 // reverse order.
 func plan(o Options) ([]runSpec, error) {
 	var specs []runSpec
-	var varyName string
-	var varyVals []string
-	if o.Vary != "" {
-		name, vals, ok := strings.Cut(o.Vary, "=")
-		if !ok || name == "" || vals == "" {
-			return nil, fmt.Errorf("--vary %q: want flag=v1,v2[,...] (values separated by commas)", o.Vary)
-		}
-		varyName = strings.TrimPrefix(name, "--")
-		varyVals = strings.Split(vals, ",")
+	varyName, varyVals, err := parseVary(o.Vary)
+	if err != nil {
+		return nil, err
 	}
 	for _, s := range o.Systems {
 		switch {
-		case s == "repstream" && varyName != "":
+		case s == SystemRepstream && varyName != "":
 			for _, v := range varyVals {
 				flags := append(slices.Clone(o.RepstreamFlags), "--"+varyName+"="+strings.TrimSpace(v))
 				specs = append(specs, runSpec{system: s, label: fmt.Sprintf("repstream %s=%s", varyName, strings.TrimSpace(v)),
 					varyValue: strings.TrimSpace(v), flags: flags})
 			}
 		default:
-			specs = append(specs, runSpec{system: s, label: s, flags: slices.Clone(o.RepstreamFlags)})
+			specs = append(specs, runSpec{system: s, label: s.String(), flags: slices.Clone(o.RepstreamFlags)})
 		}
 	}
 	if o.Repeat > 1 {
@@ -460,208 +486,6 @@ func currentLSN(ctx context.Context, dsn string) (change.LSN, error) {
 		return 0, fmt.Errorf("read WAL position: %w", err)
 	}
 	return change.ParseLSN(s)
-}
-
-func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
-	db := fmt.Sprintf("bench_%d_%s", sp.idx, sp.system)
-	slot := fmt.Sprintf("bench_%d_%s", sp.idx, sp.system)
-	if err := r.setupDatabases(ctx, db); err != nil {
-		return err
-	}
-	defer r.dropDB(r.src, db)
-	defer r.dropDB(r.tgt, db)
-	srcDSN, tgtDSN := r.src.dsnFor(db), r.tgt.dsnFor(db)
-	env := sysEnv{srcDSN: srcDSN, tgtDSN: tgtDSN, slot: slot, pub: "bench_pub", outDir: r.o.Out, label: sp.label,
-		log: r.log.With("system", sp.label)}
-	var sys replSystem
-	var rsys *repstreamSys
-	if sp.system == "repstream" {
-		rsys = newRepstream(env, r.o.Binary, sp.flags)
-		sys = rsys
-	} else {
-		n := newNative(env, r.version)
-		n.binary = r.o.NativeBinary
-		sys = n
-	}
-	// Cleanup runs before the databases are dropped (defers run LIFO).
-	defer sys.cleanup(context.Background())
-	if err := sys.prepare(ctx); err != nil {
-		return err
-	}
-
-	runCtx, cancelRun := context.WithTimeout(ctx, r.o.Timeout)
-	defer cancelRun()
-
-	probe := NewProbe(withApp(srcDSN), withApp(tgtDSN), 100*time.Millisecond, r.log)
-	bg, cancelBG := context.WithCancel(runCtx)
-	var wg sync.WaitGroup
-	var probeErr error
-	wg.Add(1)
-	go func() { defer wg.Done(); probeErr = probe.Run(bg) }()
-	stopBG := func() { cancelBG(); wg.Wait() }
-	defer stopBG()
-
-	smp := newSampler(r, sp, withApp(srcDSN), withApp(tgtDSN), slot, append([]string{}, r.wl.Tables...), probe, sys)
-	loadEnv := &LoadEnv{DSN: srcDSN, Params: r.o.Params, dbl: r.dblSink}
-	smp.load = loadEnv
-	wg.Add(1)
-	go func() { defer wg.Done(); smp.run(bg) }()
-
-	srcWAL0, err := currentLSN(runCtx, srcDSN)
-	if err != nil {
-		return err
-	}
-	var tgtWAL0 change.LSN
-	var epoch, loadStart, loadEnd, replStart time.Time
-	var ls LoadStats
-	var srcWAL1 change.LSN
-	beginMeasure := func(at time.Time) error {
-		epoch = at
-		if tgtWAL0, err = currentLSN(runCtx, tgtDSN); err != nil {
-			return err
-		}
-		if rsys != nil {
-			rsys.setEpoch(at)
-		}
-		smp.begin(runCtx, at)
-		return nil
-	}
-	load := func() error {
-		smp.setPhase("load")
-		loadStart = time.Now()
-		var err error
-		ls, err = r.wl.Load(runCtx, loadEnv)
-		loadEnd = time.Now()
-		if err != nil {
-			return fmt.Errorf("load %s: %w", r.wl.Name, err)
-		}
-		return nil
-	}
-	var markID int64
-	var markAt time.Time
-	startSys := func() error {
-		if sp.system == "native" {
-			defer func() { r.lastNative = time.Now() }()
-		}
-		return sys.start(runCtx)
-	}
-	if r.o.Mode == "live" {
-		if err := startSys(); err != nil {
-			return err
-		}
-		if err := waitSlotActive(runCtx, srcDSN, slot, sys); err != nil {
-			return err
-		}
-		if err := beginMeasure(time.Now()); err != nil {
-			return err
-		}
-		probe.SetTicking(true)
-		if err := load(); err != nil {
-			return err
-		}
-		smp.setPhase("catch-up")
-		if markID, markAt, err = probe.Mark(runCtx); err != nil {
-			return err
-		}
-		replStart = loadEnv.firstCommit
-		if replStart.IsZero() {
-			replStart = loadStart
-		}
-	} else {
-		if err := load(); err != nil {
-			return err
-		}
-		if markID, _, err = probe.Mark(runCtx); err != nil {
-			return err
-		}
-		if srcWAL1, err = currentLSN(runCtx, srcDSN); err != nil {
-			return err
-		}
-		if sp.system == "native" {
-			if err := r.nativeSpacing(runCtx, tgtDSN); err != nil {
-				return err
-			}
-		}
-		smp.setPhase("catch-up")
-		replStart = time.Now()
-		if err := beginMeasure(replStart); err != nil {
-			return err
-		}
-		if err := startSys(); err != nil {
-			return err
-		}
-		probe.SetTicking(true)
-	}
-
-	// Visible: the marker, then every table's count.
-	visible, err := r.waitVisible(runCtx, probe, markID, srcDSN, tgtDSN, sys)
-	probe.SetTicking(false)
-	if err != nil {
-		return err
-	}
-	smp.setPhase("verify")
-	if r.o.Mode == "live" {
-		if srcWAL1, err = currentLSN(runCtx, srcDSN); err != nil {
-			return err
-		}
-	}
-	tgtWAL1, err := currentLSN(runCtx, tgtDSN)
-	if err != nil {
-		return err
-	}
-	smp.sampleNow(runCtx) // last CPU readings before processes go away
-	slotStats(runCtx, srcDSN, slot, res)
-	stopBG()
-	if probeErr != nil {
-		return probeErr
-	}
-	if err := sys.stop(ctx, res); err != nil {
-		return err
-	}
-
-	// Figures.
-	res.Load = LoadFigures{Seconds: loadEnd.Sub(loadStart).Seconds(), Rows: ls.Rows, Txns: ls.Txns, SourceRows: ls.SourceRows}
-	if s := res.Load.Seconds; s > 0 {
-		res.Load.RowsPerSec = float64(ls.SourceRows) / s
-		res.Load.TxnsPerSec = float64(ls.Txns) / s
-	}
-	repl := visible.Sub(replStart).Seconds()
-	res.Replication = ReplFigures{Seconds: repl, LastCommitToVisibleSeconds: visible.Sub(loadEnd).Seconds()}
-	if r.o.Mode == "live" {
-		res.Replication.CatchUpSeconds = visible.Sub(loadEnd).Seconds()
-	} else {
-		res.Replication.CatchUpSeconds = repl
-	}
-	// The marker's commit may be recorded just after the poller saw it.
-	res.Probes, res.Latency = probe.Results(epoch, epoch, later(visible, markAt))
-	res.Timeline = smp.timeline()
-	smp.fillResources(res)
-	res.WAL = WALFigures{SourceBytes: int64(srcWAL1 - srcWAL0), TargetBytes: int64(tgtWAL1 - tgtWAL0)}
-	if res.WAL.SourceBytes > 0 {
-		res.WAL.Ratio = float64(res.WAL.TargetBytes) / float64(res.WAL.SourceBytes)
-	}
-
-	checks, ok, payload, err := verify(ctx, srcDSN, tgtDSN, r.wl.Tables, r.wl.Unreplicated)
-	res.Tables = checks
-	if err != nil {
-		return err
-	}
-	res.Load.PayloadBytes = payload
-	if repl > 0 {
-		res.Replication.RowsPerSec = float64(ls.Rows) / repl
-		res.Replication.MBPerSec = float64(payload) / 1e6 / repl
-	}
-	res.Verified = ok
-	if !ok {
-		var bad []string
-		for _, c := range checks {
-			if !c.Equal {
-				bad = append(bad, fmt.Sprintf("%s (source %d rows, target %d)", c.Table, c.SourceRows, c.TargetRows))
-			}
-		}
-		res.Error = "verification failed: target differs from source: " + strings.Join(bad, ", ")
-	}
-	return nil
 }
 
 // waitSlotActive waits until a walsender streams from slot.

@@ -70,7 +70,7 @@ func TestParamsRows(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	specs, err := plan(Options{Systems: []string{"repstream", "native"}, Vary: "apply-parallelism=1,2,4",
+	specs, err := plan(Options{Systems: AllSystems, Vary: "apply-parallelism=1,2,4",
 		RepstreamFlags: []string{"--memory=64MB"}})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestPlan(t *testing.T) {
 		t.Errorf("runs share an index (and so their databases)")
 	}
 	for _, bad := range []string{"apply-parallelism", "=1,2", "x="} {
-		if _, err := plan(Options{Systems: []string{"repstream"}, Vary: bad}); err == nil {
+		if _, err := plan(Options{Systems: []System{SystemRepstream}, Vary: bad}); err == nil {
 			t.Errorf("plan accepted --vary %q", bad)
 		}
 	}
@@ -122,8 +122,8 @@ func TestProgressBar(t *testing.T) {
 }
 
 func sampleReport() *Report {
-	mk := func(sys string, secs float64, ok bool) *RunResult {
-		r := &RunResult{System: sys, Label: sys, Verified: ok}
+	mk := func(sys System, secs float64, ok bool) *RunResult {
+		r := &RunResult{System: sys, Label: sys.String(), Verified: ok}
 		r.Replication = ReplFigures{Seconds: secs, RowsPerSec: 1000 / secs}
 		r.Load = LoadFigures{Rows: 1000, Txns: 10, SourceRows: 1000}
 		r.Tables = []TableCheck{{Table: "t", Replicated: true, SourceRows: 1000, TargetRows: 1000, Equal: ok}}
@@ -217,7 +217,7 @@ func BenchmarkProbeResults(b *testing.B) {
 // TestPlanRepeat: --repeat N gives N rounds, every second one reversed
 // (ABBA), each run with its own index and round.
 func TestPlanRepeat(t *testing.T) {
-	specs, err := plan(Options{Systems: []string{"repstream", "native"}, Repeat: 3})
+	specs, err := plan(Options{Systems: AllSystems, Repeat: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestPlanRepeat(t *testing.T) {
 // last native run) and summarised by their median; a round whose native run
 // failed gives no ratio.
 func TestWriteMarkdownRounds(t *testing.T) {
-	mk := func(sys string, round int, secs float64, ok bool) *RunResult {
+	mk := func(sys System, round int, secs float64, ok bool) *RunResult {
 		r := &RunResult{System: sys, Label: fmt.Sprintf("%s #%d", sys, round), Round: round, Verified: ok}
 		r.Replication = ReplFigures{Seconds: secs, RowsPerSec: 1000 / secs}
 		return r

@@ -18,8 +18,7 @@ import (
 // benchCmd is `repstream bench WORKLOAD...`: the performance lab.
 func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		o        bench.Options
-		systems  string
+		o        = bench.Options{Mode: bench.ModeLive, Systems: bench.AllSystems}
 		settings []string
 		logLevel string
 		summary  bool
@@ -49,12 +48,6 @@ Examples:
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-			o.Systems = nil
-			for _, s := range strings.Split(systems, ",") {
-				if s = strings.TrimSpace(s); s != "" {
-					o.Systems = append(o.Systems, s)
-				}
-			}
 			o.ServerSettings = map[string]string{}
 			for _, kv := range settings {
 				k, v, ok := strings.Cut(kv, "=")
@@ -105,8 +98,8 @@ Examples:
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.Mode, "mode", "live", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
-	fs.StringVar(&systems, "systems", "repstream,native", "systems to compare: repstream, native")
+	fs.Var(&o.Mode, "mode", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
+	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native")
 	fs.Float64Var(&o.Params.Scale, "scale", 1, "fraction of the seed's size (1 = full size)")
 	fs.Int64Var(&o.Params.Rows, "rows", 0, "rows to load (overrides --scale)")
 	fs.IntVar(&o.Params.TxnRows, "txn-rows", 0, "conditions: rows per transaction (default 100)")

@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Mode is how a run measures replication.
+type Mode string
+
+const (
+	// ModeLive replicates while the workload loads the source (the default).
+	ModeLive Mode = "live"
+	// ModeBacklog loads the source with replication stopped, then measures
+	// the catch-up.
+	ModeBacklog Mode = "backlog"
+)
+
+func (m Mode) String() string { return string(m) }
+
+// Set implements pflag.Value: anything but live or backlog is an error.
+func (m *Mode) Set(v string) error {
+	switch n := Mode(strings.TrimSpace(v)); n {
+	case ModeLive, ModeBacklog:
+		*m = n
+		return nil
+	}
+	return fmt.Errorf("%q: want %s or %s", v, ModeLive, ModeBacklog)
+}
+
+// Type implements pflag.Value.
+func (m *Mode) Type() string { return "live|backlog" }
+
+// System is a replication system the bench runs.
+type System string
+
+const (
+	SystemRepstream System = "repstream" // this engine (Options.Binary)
+	SystemNative    System = "native"    // PostgreSQL's subscriptions
+)
+
+// AllSystems is the default: every system, repstream first.
+var AllSystems = []System{SystemRepstream, SystemNative}
+
+func (s System) String() string { return string(s) }
+
+// ParseSystem parses a system name.
+func ParseSystem(v string) (System, error) {
+	switch s := System(strings.TrimSpace(v)); s {
+	case SystemRepstream, SystemNative:
+		return s, nil
+	}
+	return "", fmt.Errorf("unknown system %q (want %s or %s)", strings.TrimSpace(v), SystemRepstream, SystemNative)
+}
+
+// Systems is a comma-separated list of systems, as --systems takes it.
+type Systems []System
+
+func (l Systems) String() string {
+	names := make([]string, len(l))
+	for i, s := range l {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ",")
+}
+
+// Set implements pflag.Value: every entry must be a known system, once.
+func (l *Systems) Set(v string) error {
+	var out Systems
+	for _, part := range strings.Split(v, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		s, err := ParseSystem(part)
+		if err != nil {
+			return err
+		}
+		for _, have := range out {
+			if have == s {
+				return fmt.Errorf("system %q named twice", s)
+			}
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("%q: name at least one system (%s)", v, Systems(AllSystems))
+	}
+	*l = out
+	return nil
+}
+
+// Type implements pflag.Value.
+func (l *Systems) Type() string { return "systems" }
