@@ -89,7 +89,7 @@ type Options struct {
 	// Fast sets fsync=off and full_page_writes=off. It never touches
 	// synchronous_commit: benchmarks compare commit behaviour.
 	Fast bool
-	// Logger receives the cluster's lifecycle logs; default slog.Default().
+	// Logger receives the cluster's lifecycle logs; default: discard.
 	Logger *slog.Logger
 	// BinDir holds the server binaries (initdb, pg_ctl, postgres) of this
 	// cluster; default BinDir(). Clusters of different majors run side by
@@ -140,7 +140,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	name := sanitizeName(opts.Name)
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "pgcluster", "cluster", name)
 

@@ -100,7 +100,7 @@ func ownerAlive(dir string) (alive, known bool) {
 // it removed and the errors met.
 func ReapStale(ctx context.Context, logger *slog.Logger) (int, error) {
 	if logger == nil {
-		logger = slog.Default()
+		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "pgcluster")
 	matches, err := filepath.Glob(filepath.Join(os.TempDir(), DirPrefix+"*"))

@@ -31,7 +31,7 @@ const (
 type WriterOptions struct {
 	Slot            string           // the progress state's slot, for Commit's applied rows
 	Stats           *stats.Component // nil: counted nowhere
-	Logger          *slog.Logger     // nil: slog.Default()
+	Logger          *slog.Logger     // nil: discard
 	CopyFlushBytes  int              // flush a table's COPY rows past this size; default 4 MiB
 	BatchStatements int              // pipeline at most this many statements; default 1000
 	// InsertRowsMax: at commit, a table with at most this many buffered rows
@@ -118,7 +118,7 @@ func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "target", "slot", opts.Slot)
 	st := opts.Stats
