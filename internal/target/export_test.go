@@ -2,7 +2,6 @@ package target
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/repstream/repstream/internal/change"
 )
@@ -24,18 +23,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 
 // ReleaseSavepoint flushes buffered changes and releases the savepoint.
 func (w *Writer) ReleaseSavepoint(ctx context.Context, name string) error {
-	if err := w.usable("release savepoint " + name); err != nil {
-		return err
-	}
-	if err := w.flushAll(ctx); err != nil {
-		w.fail()
-		return err
-	}
-	if err := w.txExec(ctx, "RELEASE SAVEPOINT "+change.QuoteIdent(name)); err != nil {
-		w.fail()
-		return fmt.Errorf("release savepoint %s: %w", name, err)
-	}
-	return nil
+	return w.flushThen(ctx, "release savepoint "+name, "RELEASE SAVEPOINT "+change.QuoteIdent(name))
 }
 
 // AppendCopyRow is appendCopyRow without the bad-column report.

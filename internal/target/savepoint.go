@@ -14,16 +14,22 @@ import (
 
 // Savepoint flushes buffered changes and sets a savepoint.
 func (w *Writer) Savepoint(ctx context.Context, name string) error {
-	if err := w.usable("savepoint " + name); err != nil {
+	return w.flushThen(ctx, "savepoint "+name, "SAVEPOINT "+change.QuoteIdent(name))
+}
+
+// flushThen sends everything buffered, then sql inside the transaction;
+// what names the step in errors. A failure fails the transaction.
+func (w *Writer) flushThen(ctx context.Context, what, sql string) error {
+	if err := w.usable(what); err != nil {
 		return err
 	}
 	if err := w.flushAll(ctx); err != nil {
 		w.fail()
 		return err
 	}
-	if err := w.txExec(ctx, "SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+	if err := w.txExec(ctx, sql); err != nil {
 		w.fail()
-		return fmt.Errorf("savepoint %s: %w", name, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
