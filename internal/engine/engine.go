@@ -425,6 +425,16 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 		quoted[i] = n.Quoted()
 	}
 	sql := "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR TABLE " + strings.Join(quoted, ", ")
+	// A partitioned table named in --tables is replicated as that table:
+	// its changes and its initial copy come under the root's name (the
+	// target needs the root, partitioned or not, not the same partitions).
+	var partitioned bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY($1::regclass[]) AND relkind = 'p')", quoted).Scan(&partitioned); err != nil {
+		return false, fmt.Errorf("create publication %q: look for partitioned tables: %w", pub, err)
+	}
+	if partitioned {
+		sql += " WITH (publish_via_partition_root = true)"
+	}
 	if _, err := src.Exec(ctx, sql); err != nil {
 		return false, fmt.Errorf("create publication %q: %w", pub, err)
 	}

@@ -49,8 +49,19 @@ type Result struct {
 // empty (or truncates it with truncate).
 func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, truncate bool) error {
 	for _, t := range tables {
+		// A partitioned target table holds its rows in its partitions: look
+		// (and truncate) through it; an ordinary one without its
+		// inheritance children.
+		var partitioned bool
+		if err := conn.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = $1::regclass", t.Quoted()).Scan(&partitioned); err != nil {
+			return fmt.Errorf("check target table %s: %w", t, err)
+		}
+		only := "ONLY "
+		if partitioned {
+			only = ""
+		}
 		var nonEmpty bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+t.Quoted()+")").Scan(&nonEmpty); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&nonEmpty); err != nil {
 			return fmt.Errorf("check target table %s: %w", t, err)
 		}
 		if !nonEmpty {
@@ -59,7 +70,7 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 		if !truncate {
 			return fmt.Errorf("%w: %s has rows; empty it or pass --truncate to let repstream empty it before the initial copy", ErrTargetNotEmpty, t)
 		}
-		if _, err := conn.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
+		if _, err := conn.Exec(ctx, "TRUNCATE "+only+t.Quoted()); err != nil {
 			return fmt.Errorf("truncate target table %s: %w", t, err)
 		}
 	}
@@ -167,22 +178,39 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (row
 	list := strings.Join(cols, ", ")
 	pr, pw := io.Pipe()
 	counter := &countingWriter{w: pw}
-	copyOut := make(chan error, 1)
+	// A partitioned table is read through its root, every partition's rows
+	// included (ONLY would read none: a partitioned table holds no rows of
+	// its own); an ordinary table without its inheritance children, which
+	// are tables of their own.
+	from := "ONLY " + t.Quoted()
+	if st.Partitioned {
+		from = t.Quoted()
+	}
+	type outResult struct {
+		rows int64
+		err  error
+	}
+	copyOut := make(chan outResult, 1)
 	go func() {
-		_, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM ONLY "+t.Quoted()+") TO STDOUT")
+		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM "+from+") TO STDOUT")
 		pw.CloseWithError(err)
-		copyOut <- err
+		copyOut <- outResult{tag.RowsAffected(), err}
 	}()
 	tag, err := dst.PgConn().CopyFrom(ctx, pr, "COPY "+t.Quoted()+" ("+list+") FROM STDIN")
 	pr.CloseWithError(errors.New("target copy ended"))
-	outErr := <-copyOut
+	out := <-copyOut
 	// The target's error comes first: when the target's COPY fails, the
 	// source's COPY fails only because its pipe was closed.
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), err)
 	}
-	if outErr != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, outErr)
+	if out.err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)
+	}
+	// Never report a copy complete that is not: the rows written must be
+	// the rows read.
+	if tag.RowsAffected() != out.rows {
+		return 0, 0, fmt.Errorf("snapshot of %s: the source sent %d rows but the target took %d", t, out.rows, tag.RowsAffected())
 	}
 	return tag.RowsAffected(), counter.n, nil
 }
