@@ -21,7 +21,8 @@ const (
 // relPlan is how changes of one source relation version are applied to the
 // target table of the same schema and name.
 //
-// Invariants: len(quoted) == len(write) == len(textEq) == len(rel.Columns);
+// Invariants: quoted, write, textEq, castTo and identAlways have one entry
+// per source column (len(rel.Columns));
 // copyCols lists, ascending, the source columns written (write[i]);
 // keyCols lists the source's replica-identity columns; stmts only grows.
 type relPlan struct {
@@ -37,6 +38,14 @@ type relPlan struct {
 	quoted   []string // quoted target column name per source column
 	write    []bool   // false for columns generated on the target
 	textEq   []bool   // compare as text in FULL matching (type has no equality)
+	// castTo is the target type a compared parameter is cast to ("" for
+	// none): a composite's, which the server would otherwise take for an
+	// anonymous record it cannot read.
+	castTo []string
+	// identAlways marks GENERATED ALWAYS identity columns on the target:
+	// INSERTs say OVERRIDING SYSTEM VALUE, and an UPDATE may not assign
+	// them (modify leaves them out when their value is unchanged).
+	identAlways []bool
 	copyCols []int
 	keyCols  []int
 
@@ -86,6 +95,8 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		quoted:      make([]string, len(rel.Columns)),
 		write:       make([]bool, len(rel.Columns)),
 		textEq:      make([]bool, len(rel.Columns)),
+		castTo:      make([]string, len(rel.Columns)),
+		identAlways: make([]bool, len(rel.Columns)),
 		stmts:       make(map[string]*stmt),
 	}
 	var hdr strings.Builder
@@ -106,6 +117,10 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 			}
 		}
 		p.textEq[i] = textEqCols[c.Name]
+		if tc := &tab.Columns[ti]; tc.Composite && !binary {
+			p.castTo[i] = tc.TypeName
+		}
+		p.identAlways[i] = tab.Columns[ti].IdentityAlways()
 		if c.Key {
 			p.keyCols = append(p.keyCols, i)
 		}
@@ -206,6 +221,7 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 			b.WriteString(p.quoted[i])
 			b.WriteString(" = ")
 			param(mode == whereOldKey, i)
+			p.cast(&b, i)
 		}
 	case whereFull:
 		if p.partitioned {
@@ -232,6 +248,8 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 			param(true, i)
 			if p.textEq[i] && p.binary {
 				b.WriteString("::text") // the parameter has the column's type
+			} else if !p.textEq[i] {
+				p.cast(&b, i)
 			}
 		}
 		if first {
@@ -241,6 +259,14 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 	}
 	s.sql = b.String()
 	return s
+}
+
+// cast writes column i's explicit parameter cast, if it needs one.
+func (p *relPlan) cast(b *strings.Builder, i int) {
+	if p.castTo[i] != "" {
+		b.WriteString("::")
+		b.WriteString(p.castTo[i])
+	}
 }
 
 // buildInsert writes the INSERT of one row: the written columns (copyCols),
@@ -267,7 +293,15 @@ func (p *relPlan) buildInsert() *stmt {
 			s.formats = append(s.formats, 1)
 		}
 	}
-	b.WriteString(") VALUES (")
+	b.WriteString(")")
+	for _, i := range p.copyCols {
+		if p.identAlways[i] {
+			// The source's value, as native replication applies it.
+			b.WriteString(" OVERRIDING SYSTEM VALUE")
+			break
+		}
+	}
+	b.WriteString(" VALUES (")
 	for j := range p.copyCols {
 		if j > 0 {
 			b.WriteString(", ")
