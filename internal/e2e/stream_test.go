@@ -177,8 +177,17 @@ func TestEagerApply(t *testing.T) {
 	exec(`COMMIT`)
 	e.waitCaughtUp(cfg.Slot, time.Minute) // one eager transaction at a time
 	// A streamed transaction aborted at the end.
+	// A streamed transaction aborted at the end. The abort comes only once
+	// eager apply has its changes: a walsender of PostgreSQL 16+ that finds
+	// a transaction already aborted when it would stream it drops it
+	// instead, and then there is nothing to abort.
+	before, _ := reg.Snapshot().Component("eager")
 	exec(`BEGIN`)
 	exec(`INSERT INTO big SELECT g, 'aborted' FROM generate_series(100001, 130000) g`)
+	pgtest.WaitFor(t, "the transaction to be aborted to reach eager apply", 20*time.Second, func() (bool, error) {
+		snap, _ := reg.Snapshot().Component("eager")
+		return snap.Items >= before.Items+1000, nil
+	})
 	exec(`ROLLBACK`)
 	exec(`INSERT INTO big VALUES (0, 'after the abort')`)
 	e.waitCaughtUp(cfg.Slot, time.Minute)
