@@ -463,7 +463,12 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 // deletes the source cannot publish. It returns why values cannot travel in
 // binary ("" if they can): binary needs every column to have the same
 // built-in type on both sides.
+//
+// Tables are created with what they need — their schema and the
+// user-defined types of their columns (enums, composites, domains, ranges,
+// dependencies first) — in one target transaction: all of it, or nothing.
 func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) (noBinary string, err error) {
+	var missing []*schema.Table
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
@@ -485,23 +490,92 @@ func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schem
 		if !create {
 			return "", fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
 		}
-		if _, err := tgt.Exec(ctx, schema.CreateSchemaSQL(t.Schema)); err != nil {
-			return "", fmt.Errorf("create schema %s on the target: %w", t.Schema, err)
-		}
-		if _, err := tgt.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-			return "", fmt.Errorf("create table %s on the target: %w", t, err)
-		}
-		log.Info("created target table", "table", t.String())
+		missing = append(missing, st)
 		if noBinary == "" {
 			noBinary = binaryProblem(st, st)
+		}
+	}
+	if len(missing) > 0 {
+		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
+			return "", err
 		}
 	}
 	return noBinary, nil
 }
 
-// binaryProblem says why the columns of source table st cannot be applied
-// in binary to target table tt ("" if they can). Target columns missing or
-// generated are left to the apply's own checks.
+// createTargetTables creates tables on the target, with their schemas and
+// the user-defined types they need, in one transaction. A type the target
+// already has must be compatible (schema.UserType.Incompatible); a type of
+// an extension needs the extension on the target.
+func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, log *slog.Logger) error {
+	types, exts, err := schema.TypesFor(ctx, src, tables)
+	if err != nil {
+		return fmt.Errorf("--create-tables: %w", err)
+	}
+	for _, x := range exts {
+		var ok bool
+		if err := tgt.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = $1)", x.Extension).Scan(&ok); err != nil {
+			return fmt.Errorf("--create-tables: look up extension %s on the target: %w", x.Extension, err)
+		}
+		if !ok {
+			return fmt.Errorf("--create-tables: %w: type %s comes from extension %s, which the target lacks: CREATE EXTENSION %s on the target",
+				schema.ErrExtensionType, x.Type, x.Extension, change.QuoteIdent(x.Extension))
+		}
+	}
+	tx, err := tgt.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("--create-tables: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	schemas := map[string]bool{}
+	ensureSchema := func(s string) error {
+		if schemas[s] {
+			return nil
+		}
+		schemas[s] = true
+		if _, err := tx.Exec(ctx, schema.CreateSchemaSQL(s)); err != nil {
+			return fmt.Errorf("create schema %s on the target: %w", s, err)
+		}
+		return nil
+	}
+	var created []string
+	for _, u := range types {
+		have, err := schema.LoadType(ctx, tx, u.Schema, u.Name)
+		if err != nil {
+			return fmt.Errorf("look up type %s on the target: %w", u, err)
+		}
+		if have != nil {
+			if why := u.Incompatible(have); why != "" {
+				return fmt.Errorf("--create-tables: type %s exists on the target but differs from the source's: %s", u, why)
+			}
+			continue
+		}
+		if err := ensureSchema(u.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, u.CreateSQL()); err != nil {
+			return fmt.Errorf("create type %s on the target: %w", u, err)
+		}
+		created = append(created, "type "+u.String())
+	}
+	for _, st := range tables {
+		if err := ensureSchema(st.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
+			return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
+		}
+		created = append(created, "table "+st.TableName().String())
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("--create-tables: commit: %w", err)
+	}
+	for _, c := range created {
+		log.Info("created on the target", "what", c)
+	}
+	return nil
+}
+
 func binaryProblem(st, tt *schema.Table) string {
 	for _, c := range st.Columns {
 		if c.Generated {

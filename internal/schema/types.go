@@ -1,0 +1,304 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// UserType is a user-defined type that a replicated table's columns need:
+// an enum, a composite, a domain or a range, as the source's catalog
+// describes it. TypesFor lists them in dependency order; CreateSQL recreates
+// one on the target.
+type UserType struct {
+	OID          uint32
+	Schema, Name string
+	Kind         byte // 'e' enum, 'c' composite, 'd' domain, 'r' range
+
+	Labels []string    // enum: labels in sort order
+	Attrs  []TypeField // composite: attributes in order
+	// Domain: the base type (format_type with modifier), NOT NULL, the
+	// default expression and the CHECK constraints (name, definition).
+	Base    string
+	NotNull bool
+	Default string
+	Checks  [][2]string
+	// Range: the subtype.
+	Subtype string
+}
+
+// TypeField is one attribute of a composite type.
+type TypeField struct{ Name, Type string }
+
+// QualifiedName is the type's quoted, schema-qualified name.
+func (u *UserType) QualifiedName() string {
+	return change.QuoteIdent(u.Schema) + "." + change.QuoteIdent(u.Name)
+}
+
+func (u *UserType) String() string { return u.Schema + "." + u.Name }
+
+// ErrExtensionType is wrapped when a table needs a type an extension
+// provides: repstream does not create extensions.
+var ErrExtensionType = errors.New("type of an extension")
+
+// ExtensionNeeded names an extension whose type a table needs.
+type ExtensionNeeded struct {
+	Extension string
+	Type      string
+}
+
+const typeQuery = `
+SELECT n.nspname::text, t.typname::text, t.typtype::text, t.typcategory::text,
+       t.typelem, t.typbasetype, t.typrelid,
+       COALESCE((SELECT e.extname::text FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                  WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
+                    AND d.refclassid = 'pg_catalog.pg_extension'::regclass), ''),
+       t.typnotnull, COALESCE(t.typdefault, ''),
+       CASE WHEN t.typtype = 'd' THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) ELSE '' END,
+       COALESCE((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid), 0),
+       COALESCE((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid), 0)
+FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+WHERE t.oid = $1`
+
+// TypesFor returns the user-defined types that the columns of tables need
+// (through arrays, domains, composite attributes and range subtypes),
+// every type after the types it needs, each once. Built-in types are not
+// listed; a type an extension provides is listed in exts instead.
+func TypesFor(ctx context.Context, q Querier, tables []*Table) (types []*UserType, exts []ExtensionNeeded, err error) {
+	seen := map[uint32]bool{}
+	var visit func(oid uint32, from string) error
+	visit = func(oid uint32, from string) error {
+		if oid == 0 || seen[oid] {
+			return nil
+		}
+		seen[oid] = true
+		var (
+			nsp, name, typtype, category, ext, base, dflt string
+			elem, baseOID, relid, subtype, rangeOf        uint32
+			notNull                                       bool
+		)
+		if err := q.QueryRow(ctx, typeQuery, oid).Scan(&nsp, &name, &typtype, &category, &elem, &baseOID, &relid, &ext,
+			&notNull, &dflt, &base, &subtype, &rangeOf); err != nil {
+			return fmt.Errorf("read type %d (of %s): %w", oid, from, err)
+		}
+		switch {
+		case ext != "":
+			exts = append(exts, ExtensionNeeded{Extension: ext, Type: nsp + "." + name})
+			return nil
+		case category == "A" && elem != 0:
+			return visit(elem, from)
+		case nsp == "pg_catalog" || nsp == "information_schema":
+			return nil
+		}
+		u := &UserType{OID: oid, Schema: nsp, Name: name}
+		switch typtype {
+		case "e":
+			u.Kind = 'e'
+			rows, err := q.Query(ctx, "SELECT enumlabel::text FROM pg_catalog.pg_enum WHERE enumtypid = $1 ORDER BY enumsortorder", oid)
+			if err != nil {
+				return fmt.Errorf("read enum %s: %w", u, err)
+			}
+			for rows.Next() {
+				var l string
+				if err := rows.Scan(&l); err != nil {
+					rows.Close()
+					return fmt.Errorf("read enum %s: %w", u, err)
+				}
+				u.Labels = append(u.Labels, l)
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read enum %s: %w", u, err)
+			}
+		case "c":
+			u.Kind = 'c'
+			rows, err := q.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid
+				FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, relid)
+			if err != nil {
+				return fmt.Errorf("read composite %s: %w", u, err)
+			}
+			var attrOIDs []uint32
+			for rows.Next() {
+				var f TypeField
+				var t uint32
+				if err := rows.Scan(&f.Name, &f.Type, &t); err != nil {
+					rows.Close()
+					return fmt.Errorf("read composite %s: %w", u, err)
+				}
+				u.Attrs = append(u.Attrs, f)
+				attrOIDs = append(attrOIDs, t)
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read composite %s: %w", u, err)
+			}
+			for _, t := range attrOIDs {
+				if err := visit(t, u.String()); err != nil {
+					return err
+				}
+			}
+		case "d":
+			u.Kind, u.Base, u.NotNull, u.Default = 'd', base, notNull, dflt
+			if err := visit(baseOID, u.String()); err != nil {
+				return err
+			}
+			rows, err := q.Query(ctx, `SELECT conname::text, pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint
+				WHERE contypid = $1 AND contype = 'c' ORDER BY conname`, oid)
+			if err != nil {
+				return fmt.Errorf("read domain %s: %w", u, err)
+			}
+			for rows.Next() {
+				var c [2]string
+				if err := rows.Scan(&c[0], &c[1]); err != nil {
+					rows.Close()
+					return fmt.Errorf("read domain %s: %w", u, err)
+				}
+				u.Checks = append(u.Checks, c)
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("read domain %s: %w", u, err)
+			}
+		case "r":
+			u.Kind = 'r'
+			if err := q.QueryRow(ctx, "SELECT pg_catalog.format_type($1, NULL)", subtype).Scan(&u.Subtype); err != nil {
+				return fmt.Errorf("read range %s: %w", u, err)
+			}
+			if err := visit(subtype, u.String()); err != nil {
+				return err
+			}
+		case "m":
+			return visit(rangeOf, from) // created with its range
+		default:
+			return fmt.Errorf("column type %s (of %s) is a user-defined %s type: repstream cannot create it on the target; create it there first",
+				u, from, map[string]string{"b": "base", "p": "pseudo"}[typtype])
+		}
+		types = append(types, u) // after everything it needs
+		return nil
+	}
+	for _, t := range tables {
+		for _, c := range t.Columns {
+			if err := visit(c.TypeOID, t.TableName().String()+"."+c.Name); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return types, exts, nil
+}
+
+// CreateSQL returns the statement that creates u.
+func (u *UserType) CreateSQL() string {
+	var b strings.Builder
+	switch u.Kind {
+	case 'e':
+		b.WriteString("CREATE TYPE " + u.QualifiedName() + " AS ENUM (")
+		for i, l := range u.Labels {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(quoteLiteral(l))
+		}
+		b.WriteString(")")
+	case 'c':
+		b.WriteString("CREATE TYPE " + u.QualifiedName() + " AS (")
+		for i, f := range u.Attrs {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(change.QuoteIdent(f.Name) + " " + f.Type)
+		}
+		b.WriteString(")")
+	case 'd':
+		b.WriteString("CREATE DOMAIN " + u.QualifiedName() + " AS " + u.Base)
+		if u.Default != "" {
+			b.WriteString(" DEFAULT " + u.Default)
+		}
+		if u.NotNull {
+			b.WriteString(" NOT NULL")
+		}
+		for _, c := range u.Checks {
+			b.WriteString(" CONSTRAINT " + change.QuoteIdent(c[0]) + " " + c[1])
+		}
+	case 'r':
+		b.WriteString("CREATE TYPE " + u.QualifiedName() + " AS RANGE (SUBTYPE = " + u.Subtype + ")")
+	}
+	return b.String()
+}
+
+// Incompatible says why the type the target already has under u's name
+// cannot hold u's values ("" if it can): an enum must have u's labels in
+// u's order (more are fine), a composite the same attributes and types, a
+// domain the same base type, a range the same subtype. t is the target's
+// description of the type (TypesFor on the target, or LoadType).
+func (u *UserType) Incompatible(t *UserType) string {
+	if t.Kind != u.Kind {
+		return fmt.Sprintf("it is a %s on the target, a %s on the source", kindName(t.Kind), kindName(u.Kind))
+	}
+	switch u.Kind {
+	case 'e':
+		at := 0
+		for _, l := range u.Labels {
+			i := slices.Index(t.Labels[at:], l)
+			if i < 0 {
+				return fmt.Sprintf("enum label %q is missing on the target, or out of the source's order", l)
+			}
+			at += i + 1
+		}
+	case 'c':
+		if len(t.Attrs) != len(u.Attrs) {
+			return fmt.Sprintf("%d attributes on the target, %d on the source", len(t.Attrs), len(u.Attrs))
+		}
+		for i, f := range u.Attrs {
+			if t.Attrs[i] != f {
+				return fmt.Sprintf("attribute %d is %s %s on the target, %s %s on the source", i+1, t.Attrs[i].Name, t.Attrs[i].Type, f.Name, f.Type)
+			}
+		}
+	case 'd':
+		if t.Base != u.Base {
+			return fmt.Sprintf("a domain over %s on the target, over %s on the source", t.Base, u.Base)
+		}
+	case 'r':
+		if t.Subtype != u.Subtype {
+			return fmt.Sprintf("a range of %s on the target, of %s on the source", t.Subtype, u.Subtype)
+		}
+	}
+	return ""
+}
+
+func kindName(k byte) string {
+	switch k {
+	case 'e':
+		return "enum"
+	case 'c':
+		return "composite type"
+	case 'd':
+		return "domain"
+	case 'r':
+		return "range type"
+	}
+	return "type"
+}
+
+// LoadType describes the type schema.name in q's database, or returns nil
+// when there is none.
+func LoadType(ctx context.Context, q Querier, schema, name string) (*UserType, error) {
+	var oid uint32
+	err := q.QueryRow(ctx, `SELECT COALESCE((SELECT t.oid FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+		WHERE n.nspname = $1 AND t.typname = $2), 0)`, schema, name).Scan(&oid)
+	if err != nil || oid == 0 {
+		return nil, err
+	}
+	types, _, err := TypesFor(ctx, q, []*Table{{Schema: "-", Name: "-", Columns: []Column{{Name: name, TypeOID: oid}}}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range types {
+		if t.OID == oid {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -1,0 +1,47 @@
+package schema
+
+import "testing"
+
+func TestUserTypeCreateSQL(t *testing.T) {
+	for _, tc := range []struct {
+		u    UserType
+		want string
+	}{
+		{UserType{Schema: "app", Name: "mood", Kind: 'e', Labels: []string{"sad", "it's"}}, `CREATE TYPE "app"."mood" AS ENUM ('sad', 'it''s')`},
+		{UserType{Schema: "app", Name: "pt", Kind: 'c', Attrs: []TypeField{{"x", "integer"}, {"Tag", "app.mood[]"}}}, `CREATE TYPE "app"."pt" AS ("x" integer, "Tag" app.mood[])`},
+		{UserType{Schema: "app", Name: "pos", Kind: 'd', Base: "numeric(10,2)", NotNull: true, Default: "1", Checks: [][2]string{{"pos_check", "CHECK ((VALUE > (0)::numeric))"}}},
+			`CREATE DOMAIN "app"."pos" AS numeric(10,2) DEFAULT 1 NOT NULL CONSTRAINT "pos_check" CHECK ((VALUE > (0)::numeric))`},
+		{UserType{Schema: "public", Name: "fr", Kind: 'r', Subtype: "double precision"}, `CREATE TYPE "public"."fr" AS RANGE (SUBTYPE = double precision)`},
+	} {
+		if got := tc.u.CreateSQL(); got != tc.want {
+			t.Errorf("CreateSQL:\n got %s\nwant %s", got, tc.want)
+		}
+	}
+}
+
+func TestUserTypeIncompatible(t *testing.T) {
+	enum := func(l ...string) *UserType { return &UserType{Kind: 'e', Labels: l} }
+	src := enum("a", "b", "c")
+	for _, tc := range []struct {
+		target *UserType
+		ok     bool
+	}{
+		{enum("a", "b", "c"), true},
+		{enum("a", "x", "b", "c", "d"), true}, // more labels, same order
+		{enum("a", "c"), false},
+		{enum("b", "a", "c"), false},
+		{&UserType{Kind: 'c'}, false},
+	} {
+		if why := src.Incompatible(tc.target); (why == "") != tc.ok {
+			t.Errorf("enum %v against target %+v: %q", src.Labels, tc.target, why)
+		}
+	}
+	comp := &UserType{Kind: 'c', Attrs: []TypeField{{"x", "integer"}}}
+	if why := comp.Incompatible(&UserType{Kind: 'c', Attrs: []TypeField{{"x", "bigint"}}}); why == "" {
+		t.Error("a composite with another attribute type was taken as compatible")
+	}
+	dom := &UserType{Kind: 'd', Base: "text"}
+	if why := dom.Incompatible(&UserType{Kind: 'd', Base: "text"}); why != "" {
+		t.Errorf("same domain: %s", why)
+	}
+}
