@@ -35,9 +35,9 @@ type relPlan struct {
 	// collapsible caches Writer.Collapsible: 0 not asked yet, 1 yes, -1 no.
 	collapsible int8
 
-	quoted   []string // quoted target column name per source column
-	write    []bool   // false for columns generated on the target
-	textEq   []bool   // compare as text in FULL matching (type has no equality)
+	quoted []string // quoted target column name per source column
+	write  []bool   // false for columns generated on the target
+	textEq []bool   // compare as text in FULL matching (type has no equality)
 	// castTo is the target type a compared parameter is cast to ("" for
 	// none): a composite's, which the server would otherwise take for an
 	// anonymous record it cannot read.
@@ -46,8 +46,8 @@ type relPlan struct {
 	// INSERTs say OVERRIDING SYSTEM VALUE, and an UPDATE may not assign
 	// them (modify leaves them out when their value is unchanged).
 	identAlways []bool
-	copyCols []int
-	keyCols  []int
+	copyCols    []int
+	keyCols     []int
 
 	copyHeader string
 	stmts      map[string]*stmt
