@@ -27,6 +27,7 @@ import (
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/sequences"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -469,6 +470,7 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 // dependencies first) — in one target transaction: all of it, or nothing.
 func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) (noBinary string, err error) {
 	var missing []*schema.Table
+	var problems []string
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
@@ -479,6 +481,9 @@ func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schem
 		}
 		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
 		if err == nil {
+			for _, p := range schema.Incompatible(st, tt) {
+				problems = append(problems, t.String()+": "+p)
+			}
 			if noBinary == "" {
 				noBinary = binaryProblem(st, tt)
 			}
@@ -494,6 +499,10 @@ func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schem
 		if noBinary == "" {
 			noBinary = binaryProblem(st, st)
 		}
+	}
+	if len(problems) > 0 {
+		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
+			strings.Join(problems, "\n  "))
 	}
 	if len(missing) > 0 {
 		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
@@ -557,6 +566,32 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 			return fmt.Errorf("create type %s on the target: %w", u, err)
 		}
 		created = append(created, "type "+u.String())
+	}
+	// Sequences the columns' defaults draw from (serial), before the tables;
+	// identity columns make their own.
+	names := make([]schema.TableName, len(tables))
+	for i, st := range tables {
+		names[i] = st.TableName()
+	}
+	seqs, err := sequences.Used(ctx, src, names)
+	if err != nil {
+		return fmt.Errorf("--create-tables: %w", err)
+	}
+	for _, seq := range seqs {
+		sql, identity, err := sequences.CreateSQL(ctx, src, seq)
+		if err != nil {
+			return fmt.Errorf("--create-tables: %w", err)
+		}
+		if identity {
+			continue
+		}
+		if err := ensureSchema(seq.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("create sequence %s on the target: %w", seq, err)
+		}
+		created = append(created, "sequence "+seq.String())
 	}
 	for _, st := range tables {
 		if err := ensureSchema(st.Schema); err != nil {

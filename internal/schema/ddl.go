@@ -19,11 +19,14 @@ import (
 // DEFAULT; their sequence gets PostgreSQL's default name and options — run
 // `repstream sequences sync` to carry the source's position over).
 //
+// Column defaults are recreated as they are; a default that draws from a
+// sequence (serial's nextval) needs that sequence on the target first
+// (sequences.CreateSQL).
+//
 // Not recreated here: the user-defined types of the columns (TypesFor and
-// UserType.CreateSQL make them, before the table), non-identity defaults
-// (serial's nextval among them), other constraints and indexes, and
-// partitioning (a partitioned source table becomes an ordinary target
-// table).
+// UserType.CreateSQL make them, before the table), other constraints and
+// indexes, and partitioning (a partitioned source table becomes an ordinary
+// target table).
 func CreateTableSQL(t *Table) string {
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS ")
@@ -49,6 +52,10 @@ func CreateTableSQL(t *Table) string {
 			b.WriteString(" GENERATED ALWAYS AS (")
 			b.WriteString(c.GenerationExpr)
 			b.WriteString(") STORED")
+		}
+		if c.Default != "" {
+			b.WriteString(" DEFAULT ")
+			b.WriteString(c.Default)
 		}
 		switch c.Identity {
 		case 'a':

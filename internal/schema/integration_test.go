@@ -78,10 +78,10 @@ func TestLoadTable(t *testing.T) {
 		{Name: "tenant", Type: "integer", TypeName: "integer", NotNull: true},
 		{Name: "id", Type: "bigint", TypeName: "bigint", NotNull: true},
 		{Name: "note", Type: "character varying(20)", TypeName: "character varying"},
-		{Name: "amount", Type: "numeric(10,2)", TypeName: "numeric", NotNull: true},
+		{Name: "amount", Type: "numeric(10,2)", TypeName: "numeric", NotNull: true, HasDefault: true, Default: "0"},
 		{Name: "m", Type: "mood", TypeName: "mood"},
 		{Name: "tags", Type: "text[]", TypeName: "text[]"},
-		{Name: "total", Type: "numeric", TypeName: "numeric", Generated: true, GenerationExpr: "(amount * (2)::numeric)"},
+		{Name: "total", Type: "numeric", TypeName: "numeric", Generated: true, GenerationExpr: "(amount * (2)::numeric)", HasDefault: true},
 	}
 	for i := range tab.Columns {
 		if tab.Columns[i].TypeOID == 0 {

@@ -60,6 +60,10 @@ type Column struct {
 	// element. A statement parameter compared with such a column needs an
 	// explicit cast (the server would infer an anonymous record).
 	Composite bool
+	// HasDefault: the column has a default expression (atthasdef); Default
+	// is that expression (pg_get_expr) for a column that is not generated.
+	HasDefault bool
+	Default    string
 }
 
 // IdentityAlways reports a GENERATED ALWAYS AS IDENTITY column.
@@ -97,10 +101,11 @@ SELECT a.attname::text,
                    FROM pg_catalog.pg_type t
                    JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
                    LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typlen = -1 AND bt.typelem <> 0
-                  WHERE t.oid = a.atttypid), false)
+                  WHERE t.oid = a.atttypid), false),
+       a.atthasdef
 FROM pg_catalog.pg_attribute a
 LEFT JOIN pg_catalog.pg_attrdef d
-       ON d.adrelid = a.attrelid AND d.adnum = a.attnum AND a.attgenerated <> ''
+       ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
@@ -140,12 +145,15 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	for rows.Next() {
 		var c Column
 		var identity string
-		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Generated, &c.GenerationExpr, &c.TypeOID, &identity, &c.TypeName, &c.Composite); err != nil {
+		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Generated, &c.GenerationExpr, &c.TypeOID, &identity, &c.TypeName, &c.Composite, &c.HasDefault); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load columns of %s: %w", tn.Quoted(), err)
 		}
 		if identity != "" {
 			c.Identity = identity[0]
+		}
+		if !c.Generated {
+			c.Default, c.GenerationExpr = c.GenerationExpr, ""
 		}
 		t.Columns = append(t.Columns, c)
 	}
@@ -193,3 +201,28 @@ func (e *NotFoundError) Error() string { return "table " + e.Table.Quoted() + " 
 
 // Is reports whether target is ErrTableNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFound }
+
+// Incompatible lists, one line each, why target cannot take the rows of
+// source, a table of the same name: a source column the target lacks, and a
+// target NOT NULL column the source does not fill (no default, not
+// generated, not an identity column). Nil when there is nothing.
+func Incompatible(source, target *Table) []string {
+	var out []string
+	for _, c := range source.Columns {
+		if c.Generated {
+			continue // not published
+		}
+		if target.Column(c.Name) < 0 {
+			out = append(out, fmt.Sprintf("column %q (%s) is missing on the target", c.Name, c.Type))
+		}
+	}
+	for _, c := range target.Columns {
+		if !c.NotNull || c.Generated || c.HasDefault || c.Identity != 0 {
+			continue
+		}
+		if i := source.Column(c.Name); i < 0 || source.Columns[i].Generated {
+			out = append(out, fmt.Sprintf("target column %q is NOT NULL without a default, and the source has no value for it", c.Name))
+		}
+	}
+	return out
+}

@@ -173,3 +173,30 @@ func aheadOf(target, source Position, inc int64) bool {
 	}
 	return target.next(inc) > source.next(inc)
 }
+
+// CreateSQL returns the statement that recreates seq — its type, start,
+// increment, bounds, cache and cycle as on the source, at its start — for a
+// column default that draws from it (serial). identity is true for the
+// sequence of an identity column, which the column creates itself: then sql
+// is "".
+func CreateSQL(ctx context.Context, src schema.Querier, seq schema.TableName) (sql string, identity bool, err error) {
+	var typ string
+	var start, inc, minv, maxv, cache int64
+	var cycle bool
+	err = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_class'::regclass
+			AND d.objid = $1::regclass AND d.deptype = 'i'),
+		pg_catalog.format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement, s.seqmin, s.seqmax, s.seqcache, s.seqcycle
+		FROM pg_catalog.pg_sequence s WHERE s.seqrelid = $1::regclass`, seq.Quoted()).Scan(&identity, &typ, &start, &inc, &minv, &maxv, &cache, &cycle)
+	if err != nil {
+		return "", false, fmt.Errorf("read sequence %s on the source: %w", seq, err)
+	}
+	if identity {
+		return "", true, nil
+	}
+	sql = fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s AS %s INCREMENT BY %d MINVALUE %d MAXVALUE %d START WITH %d CACHE %d",
+		seq.Quoted(), typ, inc, minv, maxv, start, cache)
+	if cycle {
+		sql += " CYCLE"
+	}
+	return sql, false, nil
+}
