@@ -118,3 +118,26 @@ func TestTargetTableIncompatible(t *testing.T) {
 		t.Error("a slot was created although the target cannot take the rows")
 	}
 }
+
+// TestCreateTablesReplicaIdentity: created tables keep the source's replica
+// identity (FULL, USING INDEX on a unique index of their own).
+func TestCreateTablesReplicaIdentity(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE rf (a int, b text); ALTER TABLE rf REPLICA IDENTITY FULL;
+		CREATE TABLE ri (id int PRIMARY KEY, code text NOT NULL); CREATE UNIQUE INDEX ri_code ON ri (code);
+		ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_code;`)
+	e.srcExec(`INSERT INTO rf SELECT g, 'b' || g FROM generate_series(1, 20) g; INSERT INTO ri SELECT g, 'c' || g FROM generate_series(1, 20) g`)
+	cfg := e.config("public.rf", "public.ri")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE rf SET b = 'x' WHERE a < 5; UPDATE ri SET code = 'moved' || id WHERE id < 5; DELETE FROM rf WHERE a = 7`)
+	e.catchUp(cfg)
+	e.assertSame("rf", "a")
+	e.assertSame("ri", "id")
+	for table, want := range map[string]string{"rf": "f", "ri": "i"} {
+		var got string
+		if err := e.Tgt.QueryRow(t.Context(), "SELECT relreplident::text FROM pg_class WHERE relname = $1", table).Scan(&got); err != nil || got != want {
+			t.Errorf("target %s: replica identity %q (%v), want %q", table, got, err, want)
+		}
+	}
+}

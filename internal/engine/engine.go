@@ -600,6 +600,11 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
 			return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
 		}
+		for _, sql := range schema.ReplicaIdentitySQL(st) {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
+			}
+		}
 		created = append(created, "table "+st.TableName().String())
 	}
 	if err := tx.Commit(ctx); err != nil {

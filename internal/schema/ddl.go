@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/repstream/repstream/internal/change"
@@ -85,4 +86,36 @@ func CreateTableSQL(t *Table) string {
 // CreateSchemaSQL returns CREATE SCHEMA IF NOT EXISTS for the named schema.
 func CreateSchemaSQL(schema string) string {
 	return "CREATE SCHEMA IF NOT EXISTS " + change.QuoteIdent(schema)
+}
+
+// ReplicaIdentitySQL returns the statements that give a table created by
+// CreateTableSQL the source's replica identity, when it is not the default
+// (the primary key): FULL, NOTHING, or USING INDEX — a unique index on the
+// identity columns, created for it — so that the target can be replicated
+// from in turn (a cutover, a reverse replication).
+func ReplicaIdentitySQL(t *Table) []string {
+	q := t.TableName().Quoted()
+	switch t.ReplicaIdentity {
+	case change.IdentityFull:
+		return []string{"ALTER TABLE " + q + " REPLICA IDENTITY FULL"}
+	case change.IdentityNothing:
+		return []string{"ALTER TABLE " + q + " REPLICA IDENTITY NOTHING"}
+	case change.IdentityIndex:
+		if len(t.IdentityKey) == 0 || slices.Equal(t.IdentityKey, t.PrimaryKey) {
+			return nil
+		}
+		name := t.Name + "_replica_identity"
+		if len(name) > 63 {
+			name = name[:63]
+		}
+		cols := make([]string, len(t.IdentityKey))
+		for i, c := range t.IdentityKey {
+			cols[i] = change.QuoteIdent(c)
+		}
+		return []string{
+			"CREATE UNIQUE INDEX " + change.QuoteIdent(name) + " ON " + q + " (" + strings.Join(cols, ", ") + ")",
+			"ALTER TABLE " + q + " REPLICA IDENTITY USING INDEX " + change.QuoteIdent(name),
+		}
+	}
+	return nil
 }
