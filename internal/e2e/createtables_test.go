@@ -104,13 +104,17 @@ func TestCreateTablesSerialAndDefaults(t *testing.T) {
 
 // TestTargetTableIncompatible: an existing target table that cannot take
 // the source's rows — a column missing, a NOT NULL column the source does
-// not fill — is reported before anything changes, every problem at once.
+// not fill, a type that would change values silently (a time zone dropped,
+// digits rounded) — is reported before anything changes, every problem at
+// once. A type the target checks itself (text into int) is left to it.
 func TestTargetTableIncompatible(t *testing.T) {
 	e := newEnv(t)
-	e.srcExec(`CREATE TABLE w (id int PRIMARY KEY, a text, b int)`)
-	e.tgtExec(`CREATE TABLE w (id int PRIMARY KEY, a text, extra int NOT NULL, fine int NOT NULL DEFAULT 0)`)
+	e.srcExec(`CREATE TABLE w (id int PRIMARY KEY, a text, b int, at timestamptz, amount numeric(10,4), n text)`)
+	e.tgtExec(`CREATE TABLE w (id int PRIMARY KEY, a text, extra int NOT NULL, fine int NOT NULL DEFAULT 0, at timestamp, amount numeric(10,2), n int)`)
 	cfg := e.config("public.w")
-	e.mustFail(cfg, `public.w: column "b" (integer) is missing on the target`, `public.w: target column "extra" is NOT NULL without a default`)
+	e.mustFail(cfg, `public.w: column "b" (integer) is missing on the target`, `public.w: target column "extra" is NOT NULL without a default`,
+		`column "at" is timestamp with time zone on the source but timestamp without time zone on the target: the time zone is dropped`,
+		`column "amount" is numeric(10,4) on the source but numeric(10,2) on the target: digits beyond the target's scale are rounded away`)
 	if strings.Contains(e.mustFail(cfg).Error(), `"fine"`) {
 		t.Error("a NOT NULL column with a default was reported")
 	}

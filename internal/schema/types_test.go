@@ -45,3 +45,33 @@ func TestUserTypeIncompatible(t *testing.T) {
 		t.Errorf("same domain: %s", why)
 	}
 }
+
+func TestSilentConversion(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		silent   bool
+	}{
+		{"timestamp with time zone", "timestamp without time zone", true},
+		{"timestamp without time zone", "timestamp with time zone", true},
+		{"time with time zone", "time without time zone", true},
+		{"timestamp(3) with time zone", "timestamp with time zone", false},
+		{"double precision", "real", true},
+		{"numeric", "double precision", true},
+		{"bigint", "double precision", true},
+		{"integer", "double precision", false},
+		{"integer", "real", true},
+		{"real", "double precision", false},
+		{"numeric", "numeric(10,2)", true},
+		{"numeric(10,4)", "numeric(12,2)", true},
+		{"numeric(10,2)", "numeric(12,4)", false},
+		{"numeric(10,2)", "numeric", false},
+		{"numeric(10)", "numeric(12)", false},
+		{"text", "integer", false}, // the target rejects what it cannot hold
+		{"character varying(20)", "character varying(10)", false},
+		{"integer[]", "integer[]", false},
+	} {
+		if got := silentConversion(tc.from, tc.to) != ""; got != tc.silent {
+			t.Errorf("silentConversion(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.silent)
+		}
+	}
+}
