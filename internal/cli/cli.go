@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 
@@ -21,8 +22,43 @@ import (
 	"github.com/repstream/repstream/internal/stats"
 )
 
-// Version is set at build time (-ldflags "-X ...cli.Version=...").
+// Version is set at build time (-ldflags "-X ...cli.Version=..."); when it
+// is not, BuildVersion reads the module and VCS information Go records.
 var Version = "dev"
+
+// BuildVersion is the version to report: Version when the build set it,
+// else the module version or the VCS revision Go stamped into the binary
+// (with "+dirty" for uncommitted changes), else "dev".
+func BuildVersion() string {
+	if Version != "dev" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return Version
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		return Version
+	}
+	return rev + dirty
+}
 
 // Run executes the command line and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -43,7 +79,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Log-based replication from one PostgreSQL database to another",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       BuildVersion(),
 	}
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
