@@ -580,11 +580,11 @@ func TestBadInputMissingTargetTable(t *testing.T) {
 func TestBadInputColumnTypeMismatch(t *testing.T) {
 	t.Run("initial copy", func(t *testing.T) {
 		e := newEnv(t)
-		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v text)`)
+		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v bigint)`)
 		e.tgtExec(`CREATE TABLE m (id int PRIMARY KEY, v int)`)
 		// The bad value comes first and many rows follow: the target fails
 		// while the source is still sending.
-		e.srcExec(`INSERT INTO m SELECT g, CASE WHEN g = 1 THEN 'one' ELSE g::text END FROM generate_series(1, 50000) g`)
+		e.srcExec(`INSERT INTO m SELECT g, CASE WHEN g = 1 THEN 99999999999 ELSE g END FROM generate_series(1, 50000) g`)
 		cfg := e.config("public.m")
 		bugs := &knownBugs{t: t}
 		err := e.mustFail(cfg, "public.m")
@@ -593,13 +593,13 @@ func TestBadInputColumnTypeMismatch(t *testing.T) {
 			bugs.add("a target-side COPY failure in the initial copy is reported as the source read error it causes " +
 				"(\"read from source: target copy ended\") instead of the target's error: internal/snapshot/snapshot.go copyTable " +
 				"checks the source goroutine's error (the pipe closed by the failed target COPY) before the target's")
-		case !strings.Contains(err.Error(), "invalid input syntax for type integer"):
-			t.Errorf("error does not give the cause (invalid input syntax for type integer):\n%v", err)
+		case !strings.Contains(err.Error(), "out of range for type integer"):
+			t.Errorf("error does not give the cause (out of range for type integer):\n%v", err)
 		case !strings.Contains(err.Error(), "column"):
 			bugs.add("a type error in the initial copy does not name the column (PgError.Where has it: \"COPY m, line 1, column v\"): %v", err)
 		}
 
-		e.tgtExec(`ALTER TABLE m ALTER v TYPE text`)
+		e.tgtExec(`ALTER TABLE m ALTER v TYPE bigint`)
 		// The interrupted copy must not be taken as complete: the run says
 		// how to start over.
 		e.mustFail(cfg, "initial copy", "interrupted", "repstream drop --slot "+cfg.Slot, "--truncate")
@@ -610,30 +610,43 @@ func TestBadInputColumnTypeMismatch(t *testing.T) {
 		}
 		cfg.Truncate = true
 		e.catchUp(cfg)
-		e.srcExec(`UPDATE m SET v = v || '!' WHERE id < 10`)
+		e.srcExec(`UPDATE m SET v = v * 1000 WHERE id < 10`)
 		e.catchUp(cfg)
 		e.assertSame("m", "id")
 		bugs.done()
 	})
 
+	t.Run("preflight", func(t *testing.T) {
+		// A column of another kind of type is reported before anything
+		// changes; a text column on the target takes anything.
+		e := newEnv(t)
+		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v text, n int)`)
+		e.tgtExec(`CREATE TABLE m (id int PRIMARY KEY, v int, n text)`)
+		cfg := e.config("public.m")
+		err := e.mustFail(cfg, `public.m: column "v" is text on the source but integer on the target`)
+		if strings.Contains(err.Error(), `column "n"`) {
+			t.Errorf("an integer column into a text column was reported: %v", err)
+		}
+	})
+
 	t.Run("apply", func(t *testing.T) {
 		e := newEnv(t)
-		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v text)`)
+		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v bigint)`)
 		e.tgtExec(`CREATE TABLE m (id int PRIMARY KEY, v int)`)
-		e.srcExec(`INSERT INTO m SELECT g, g::text FROM generate_series(1, 10) g`)
+		e.srcExec(`INSERT INTO m SELECT g, g FROM generate_series(1, 10) g`)
 		cfg := e.config("public.m")
 		cfg.ApplyParallelism, cfg.GroupMaxTxns = 1, 1
 		e.catchUp(cfg)
 
 		before1 := e.srcLSN()
-		e.srcExec(`INSERT INTO m VALUES (11, '11')`)
-		e.srcExec(`UPDATE m SET v = '-' || v WHERE id <= 3`)
+		e.srcExec(`INSERT INTO m VALUES (11, 11)`)
+		e.srcExec(`UPDATE m SET v = -v WHERE id <= 3`)
 		after := e.srcLSN()
-		e.srcExec(`INSERT INTO m VALUES (12, '12'), (13, 'thirteen'), (14, '14')`)
+		e.srcExec(`INSERT INTO m VALUES (12, 12), (13, 99999999999), (14, 14)`)
 		upto := e.srcLSN()
-		e.srcExec(`INSERT INTO m VALUES (15, '15')`)
+		e.srcExec(`INSERT INTO m VALUES (15, 15)`)
 
-		err := e.mustFail(cfg, "invalid input syntax for type integer", "thirteen")
+		err := e.mustFail(cfg, "out of range for type integer", "99999999999")
 		e.checkFailure(err, cfg.Slot, "public.m", failingTxn{after, upto})
 		bugs := &knownBugs{t: t}
 		if !strings.Contains(err.Error(), "column") {
@@ -651,7 +664,7 @@ func TestBadInputColumnTypeMismatch(t *testing.T) {
 			t.Errorf("%d rows of the failed or later transactions are on the target", n)
 		}
 
-		e.tgtExec(`ALTER TABLE m ALTER v TYPE text`)
+		e.tgtExec(`ALTER TABLE m ALTER v TYPE bigint`)
 		e.catchUp(cfg)
 		e.assertSame("m", "id")
 		bugs.done()

@@ -84,10 +84,10 @@ func TestLoadTable(t *testing.T) {
 		{Name: "total", Type: "numeric", TypeName: "numeric", Generated: true, GenerationExpr: "(amount * (2)::numeric)", HasDefault: true},
 	}
 	for i := range tab.Columns {
-		if tab.Columns[i].TypeOID == 0 {
-			t.Errorf("column %s: TypeOID 0", tab.Columns[i].Name)
+		if tab.Columns[i].TypeOID == 0 || tab.Columns[i].Category == 0 {
+			t.Errorf("column %s: TypeOID %d, category %q", tab.Columns[i].Name, tab.Columns[i].TypeOID, tab.Columns[i].Category)
 		}
-		tab.Columns[i].TypeOID = 0
+		tab.Columns[i].TypeOID, tab.Columns[i].Category = 0, 0
 	}
 	if !reflect.DeepEqual(tab.Columns, want) {
 		t.Errorf("columns:\n got %+v\nwant %+v", tab.Columns, want)
@@ -123,7 +123,7 @@ func TestLoadTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range cp.Columns {
-		cp.Columns[i].TypeOID = 0
+		cp.Columns[i].TypeOID, cp.Columns[i].Category = 0, 0
 	}
 	if !reflect.DeepEqual(cp.Columns, want) || !reflect.DeepEqual(cp.PrimaryKey, tab.PrimaryKey) {
 		t.Errorf("recreated table differs: %+v pk %v", cp.Columns, cp.PrimaryKey)

@@ -66,6 +66,9 @@ type Column struct {
 	// is that expression (pg_get_expr) for a column that is not generated.
 	HasDefault bool
 	Default    string
+	// Category is the type's pg_type.typcategory ('N' numeric, 'S'
+	// string, 'D' date/time, 'A' array, …; a domain has its base type's).
+	Category byte
 }
 
 // IdentityAlways reports a GENERATED ALWAYS AS IDENTITY column.
@@ -104,7 +107,8 @@ SELECT a.attname::text,
                    JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
                    LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typlen = -1 AND bt.typelem <> 0
                   WHERE t.oid = a.atttypid), false),
-       a.atthasdef
+       a.atthasdef,
+       (SELECT t.typcategory::text FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid)
 FROM pg_catalog.pg_attribute a
 LEFT JOIN pg_catalog.pg_attrdef d
        ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -146,8 +150,8 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	}
 	for rows.Next() {
 		var c Column
-		var identity string
-		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Generated, &c.GenerationExpr, &c.TypeOID, &identity, &c.TypeName, &c.Composite, &c.HasDefault); err != nil {
+		var identity, category string
+		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Generated, &c.GenerationExpr, &c.TypeOID, &identity, &c.TypeName, &c.Composite, &c.HasDefault, &category); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load columns of %s: %w", tn.Quoted(), err)
 		}
@@ -156,6 +160,9 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 		}
 		if !c.Generated {
 			c.Default, c.GenerationExpr = c.GenerationExpr, ""
+		}
+		if category != "" {
+			c.Category = category[0]
 		}
 		t.Columns = append(t.Columns, c)
 	}
@@ -207,9 +214,11 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFoun
 // Incompatible lists, one line each, why target cannot take the rows of
 // source, a table of the same name: a source column the target lacks, a
 // column whose target type would change values without an error (see
-// silentConversion), and a target NOT NULL column the source does not fill
-// (no default, not generated, not an identity column). Nil when there is
-// nothing. Other type differences are left to the target: a value it
+// silentConversion) or that is of another kind (type category) than the
+// source's — a text column takes any value — and a target NOT NULL column
+// the source does not fill (no default, not generated, not an identity
+// column). Nil when there is nothing. Other differences within a kind
+// (varchar(10) for text, int for bigint) are left to the target: a value it
 // rejects stops the run with an error naming the table, column and LSN.
 func Incompatible(source, target *Table) []string {
 	var out []string
@@ -222,8 +231,13 @@ func Incompatible(source, target *Table) []string {
 			out = append(out, fmt.Sprintf("column %q (%s) is missing on the target", c.Name, c.Type))
 			continue
 		}
-		if why := silentConversion(c.Type, target.Columns[i].Type); why != "" {
-			out = append(out, fmt.Sprintf("column %q is %s on the source but %s on the target: %s", c.Name, c.Type, target.Columns[i].Type, why))
+		tc := &target.Columns[i]
+		why := silentConversion(c.Type, tc.Type)
+		if why == "" && c.Category != tc.Category && tc.Category != 'S' && c.Category != 0 && tc.Category != 0 {
+			why = "a different kind of type (only a text column takes any value)"
+		}
+		if why != "" {
+			out = append(out, fmt.Sprintf("column %q is %s on the source but %s on the target: %s", c.Name, c.Type, tc.Type, why))
 		}
 	}
 	for _, c := range target.Columns {
