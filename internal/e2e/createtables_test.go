@@ -124,12 +124,14 @@ func TestTargetTableIncompatible(t *testing.T) {
 }
 
 // TestCreateTablesReplicaIdentity: created tables keep the source's replica
-// identity (FULL, USING INDEX on a unique index of their own).
+// identity (FULL, USING INDEX on a unique index of their own) and get the
+// source's other indexes once the initial copy is done.
 func TestCreateTablesReplicaIdentity(t *testing.T) {
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE rf (a int, b text); ALTER TABLE rf REPLICA IDENTITY FULL;
 		CREATE TABLE ri (id int PRIMARY KEY, code text NOT NULL); CREATE UNIQUE INDEX ri_code ON ri (code);
-		ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_code;`)
+		ALTER TABLE ri REPLICA IDENTITY USING INDEX ri_code;
+		CREATE INDEX ri_lower ON ri (lower(code)) WHERE id > 0; CREATE UNIQUE INDEX rf_a ON rf (a);`)
 	e.srcExec(`INSERT INTO rf SELECT g, 'b' || g FROM generate_series(1, 20) g; INSERT INTO ri SELECT g, 'c' || g FROM generate_series(1, 20) g`)
 	cfg := e.config("public.rf", "public.ri")
 	cfg.CreateTables = true
@@ -138,6 +140,12 @@ func TestCreateTablesReplicaIdentity(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("rf", "a")
 	e.assertSame("ri", "id")
+	// The other indexes are built after the copy.
+	for _, idx := range []string{"ri_lower", "rf_a"} {
+		if n := e.count(e.Tgt, "SELECT count(*) FROM pg_indexes WHERE indexname = '"+idx+"'"); n != 1 {
+			t.Errorf("index %s was not built on the target", idx)
+		}
+	}
 	for table, want := range map[string]string{"rf": "f", "ri": "i"} {
 		var got string
 		if err := e.Tgt.QueryRow(t.Context(), "SELECT relreplident::text FROM pg_class WHERE relname = $1", table).Scan(&got); err != nil || got != want {

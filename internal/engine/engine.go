@@ -56,6 +56,9 @@ type Engine struct {
 	stopAt change.LSN
 	binary bool // values travel in binary (config Binary and every column eligible)
 	start  time.Time
+	// indexes are the secondary indexes of the tables --create-tables made
+	// in this run, built once their initial copy is done.
+	indexes []string
 }
 
 // New prepares a run; Run does the work.
@@ -140,7 +143,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
-	noBinary, err := prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, e.log)
+	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables)
 	if err != nil {
 		return err
 	}
@@ -197,6 +200,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 		e.log.Info("will stop once caught up", "source_position", e.stopAt)
+	}
+	if err := e.buildIndexes(ctx, tgt); err != nil {
+		return err
 	}
 	// The admin connections are not needed while streaming, except to persist
 	// the watermark.
@@ -468,7 +474,8 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 // Tables are created with what they need — their schema and the
 // user-defined types of their columns (enums, composites, domains, ranges,
 // dependencies first) — in one target transaction: all of it, or nothing.
-func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool, log *slog.Logger) (noBinary string, err error) {
+func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool) (noBinary string, err error) {
+	log := e.log
 	var missing []*schema.Table
 	var problems []string
 	for _, t := range tables {
@@ -508,8 +515,29 @@ func prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schem
 		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
 			return "", err
 		}
+		for _, st := range missing {
+			defs, err := schema.IndexesSQL(ctx, src, st)
+			if err != nil {
+				return "", err
+			}
+			e.indexes = append(e.indexes, defs...)
+		}
 	}
 	return noBinary, nil
+}
+
+// buildIndexes builds the secondary indexes of the tables this run created,
+// after their initial copy.
+func (e *Engine) buildIndexes(ctx context.Context, tgt *pgx.Conn) error {
+	for _, sql := range e.indexes {
+		start := time.Now()
+		if _, err := tgt.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
+		}
+		e.log.Info("built index on the target", "index", sql, "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	e.indexes = nil
+	return nil
 }
 
 // createTargetTables creates tables on the target, with their schemas and

@@ -1,9 +1,12 @@
 package schema
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/repstream/repstream/internal/change"
 )
 
@@ -25,9 +28,10 @@ import (
 // (sequences.CreateSQL).
 //
 // Not recreated here: the user-defined types of the columns (TypesFor and
-// UserType.CreateSQL make them, before the table), other constraints and
-// indexes, and partitioning (a partitioned source table becomes an ordinary
-// target table).
+// UserType.CreateSQL make them, before the table), the other indexes
+// (IndexesSQL, built after the initial copy), constraints other than the
+// primary key and NOT NULL, and partitioning (a partitioned source table
+// becomes an ordinary target table).
 func CreateTableSQL(t *Table) string {
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS ")
@@ -118,4 +122,33 @@ func ReplicaIdentitySQL(t *Table) []string {
 		}
 	}
 	return nil
+}
+
+// indexesQuery lists the definitions of a table's indexes other than the
+// primary key's and the replica identity's (those come with the table).
+const indexesQuery = `
+SELECT pg_catalog.pg_get_indexdef(i.indexrelid)
+FROM pg_catalog.pg_index i
+WHERE i.indrelid = $1 AND NOT i.indisprimary AND NOT i.indisreplident
+ORDER BY i.indexrelid`
+
+// IndexesSQL returns the statements that recreate t's other indexes
+// (unique ones included) on a target table of the same name: built after
+// the initial copy, which is faster than maintaining them row by row.
+// t.OID must be the source's.
+func IndexesSQL(ctx context.Context, q Querier, t *Table) ([]string, error) {
+	rows, err := q.Query(ctx, indexesQuery, t.OID)
+	if err != nil {
+		return nil, fmt.Errorf("read the indexes of %s: %w", t.TableName(), err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the indexes of %s: %w", t.TableName(), err)
+	}
+	for i, d := range defs {
+		// "CREATE [UNIQUE] INDEX name ON ..." → "... INDEX IF NOT EXISTS name ON ...":
+		// a run that stopped after some of them were built builds the rest.
+		defs[i] = strings.Replace(d, " INDEX ", " INDEX IF NOT EXISTS ", 1)
+	}
+	return defs, nil
 }
