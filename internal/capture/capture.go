@@ -185,8 +185,9 @@ func New(opts Options) (*Capture, error) {
 
 // ReplicationConfig derives the replication connection's configuration from a
 // user DSN: replication=database, a 1 MiB read buffer (the stream is read in
-// large chunks, not one small message per syscall), and the walsender
-// session's logical_decoding_work_mem.
+// large chunks, not one small message per syscall), the walsender
+// session's logical_decoding_work_mem, and the value format of text values
+// (pgdsn.SetValueFormat).
 func ReplicationConfig(dsn, decodingWorkMem string) (*pgconn.Config, error) {
 	cfg, err := pgdsn.Parse(dsn)
 	if err != nil {

@@ -20,12 +20,14 @@ import (
 const DefaultConnectTimeout = 15 * time.Second
 
 // Parse parses dsn into a pgconn configuration (for a replication or raw
-// protocol connection), with DefaultConnectTimeout when it sets none.
+// protocol connection), with DefaultConnectTimeout when it sets none and the
+// value format of SetValueFormat.
 func Parse(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, RedactError(err)
 	}
+	SetValueFormat(cfg.RuntimeParams)
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -33,16 +35,36 @@ func Parse(dsn string) (*pgconn.Config, error) {
 }
 
 // ParsePgx parses dsn into a pgx configuration, with DefaultConnectTimeout
-// when it sets none.
+// when it sets none and the value format of SetValueFormat.
 func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, RedactError(err)
 	}
+	SetValueFormat(cfg.RuntimeParams)
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
 	return cfg, nil
+}
+
+// SetValueFormat fixes, in a connection's startup parameters, the session
+// settings that decide how values are written as text: DateStyle ISO (under
+// the server's own "SQL, DMY", 05/11/2026 would be read as 11 May
+// elsewhere), IntervalStyle postgres, extra_float_digits 3 (shortest exact
+// floats whatever the server's setting), bytea_output hex and UTF8. Every
+// session that reads or writes replicated values as text uses it: the
+// walsender (pgoutput's text values), the initial copy's source and target
+// sessions, the apply sessions — a server's or database's own settings then
+// never change a value on its way; so do the catalog sessions (column
+// defaults and CHECKs are deparsed with DateStyle too). Parse and ParsePgx
+// apply it to every connection repstream opens.
+func SetValueFormat(rp map[string]string) {
+	rp["datestyle"] = "ISO"
+	rp["intervalstyle"] = "postgres"
+	rp["extra_float_digits"] = "3"
+	rp["bytea_output"] = "hex"
+	rp["client_encoding"] = "UTF8"
 }
 
 // Describe names a server for messages, without the password:

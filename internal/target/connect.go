@@ -11,9 +11,9 @@ import (
 
 // Connect opens an apply connection to the target. The session runs with
 // session_replication_role = replica (triggers and foreign-key checks off, as
-// native logical replication applies), DateStyle ISO, IntervalStyle postgres
-// and extra_float_digits 3 so that the source's text values mean the same
-// thing on the target, and the given application_name.
+// native logical replication applies), the value format of
+// pgdsn.SetValueFormat (DateStyle ISO, ...) so that the source's text values
+// mean the same thing on the target, and the given application_name.
 //
 // Setting session_replication_role needs a superuser (or, on PostgreSQL 15+,
 // a role granted SET on it); a refusal is reported as such. Error messages
@@ -25,10 +25,6 @@ func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	}
 	where := pgdsn.Describe(&cfg.Config)
 	rp := cfg.RuntimeParams
-	rp["datestyle"] = "ISO"
-	rp["intervalstyle"] = "postgres"
-	rp["extra_float_digits"] = "3"
-	rp["client_encoding"] = "UTF8"
 	if appName != "" {
 		rp["application_name"] = appName
 	}
