@@ -373,7 +373,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
 	r, err := snapshot.Copy(ctx, snapshot.Options{
-		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName,
+		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
 		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {

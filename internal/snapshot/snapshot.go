@@ -30,6 +30,9 @@ var ErrTargetNotEmpty = errors.New("target table is not empty")
 type Options struct {
 	SourceDSN, TargetDSN string
 	SnapshotName         string // exported by CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')
+	// Publication's row filters and column lists (PostgreSQL 15+) decide
+	// which rows and columns are copied, as they decide what streams.
+	Publication string
 	Tables               []schema.TableName
 	Workers              int  // tables copied at once
 	Truncate             bool // empty non-empty target tables instead of failing
@@ -134,7 +137,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 			}
 			defer dst.Close(context.Background())
 			for t := range work {
-				n, b, err := copyTable(gctx, src, dst, t)
+				n, b, err := copyTable(gctx, src, dst, t, opts.Publication)
 				if err != nil {
 					return err
 				}
@@ -151,11 +154,16 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 }
 
 // copyTable streams one table: COPY TO STDOUT on the source straight into
-// COPY FROM STDIN on the target, in text format, no row decoding.
-func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (rows, bytes int64, err error) {
+// COPY FROM STDIN on the target, in text format, no row decoding — the rows
+// and columns the publication pub sends (its row filter and column list).
+func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub string) (rows, bytes int64, err error) {
 	st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: source: %w", t, err)
+	}
+	shape, err := publishedShape(ctx, src, pub, t)
+	if err != nil {
+		return 0, 0, fmt.Errorf("snapshot of %s: %w", t, err)
 	}
 	tt, err := schema.LoadTable(ctx, dst, t.Schema, t.Name)
 	if err != nil {
@@ -163,7 +171,7 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (row
 	}
 	var cols []string
 	for _, c := range st.Columns {
-		if c.Generated {
+		if c.Generated || !shape.includes(c.Name) {
 			continue
 		}
 		i := tt.Column(c.Name)
@@ -192,7 +200,7 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName) (row
 	}
 	copyOut := make(chan outResult, 1)
 	go func() {
-		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM "+from+") TO STDOUT")
+		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM "+from+shape.where()+") TO STDOUT")
 		pw.CloseWithError(err)
 		copyOut <- outResult{tag.RowsAffected(), err}
 	}()
