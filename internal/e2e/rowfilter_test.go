@@ -38,7 +38,7 @@ func TestPublicationRowFilterAndColumns(t *testing.T) {
 	same()
 	e.srcExec(`INSERT INTO rf SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, 'pw', g FROM generate_series(301, 400) g`)
 	e.srcExec(`UPDATE rf SET n = -n WHERE id % 5 = 0`)
-	e.srcExec(`UPDATE rf SET id = id + 1000 WHERE id % 9 = 0`) // leaves the filter: a DELETE
+	e.srcExec(`UPDATE rf SET id = id + 1000 WHERE id % 9 = 0`)  // leaves the filter: a DELETE
 	e.srcExec(`UPDATE rf SET id = id + 2000 WHERE id % 10 = 1`) // may enter it: an INSERT
 	e.srcExec(`DELETE FROM rf WHERE id % 7 = 0`)
 	e.catchUp(cfg)

@@ -33,11 +33,11 @@ type Options struct {
 	// Publication's row filters and column lists (PostgreSQL 15+) decide
 	// which rows and columns are copied, as they decide what streams.
 	Publication string
-	Tables               []schema.TableName
-	Workers              int  // tables copied at once
-	Truncate             bool // empty non-empty target tables instead of failing
-	Stats                *stats.Registry
-	Logger               *slog.Logger
+	Tables      []schema.TableName
+	Workers     int  // tables copied at once
+	Truncate    bool // empty non-empty target tables instead of failing
+	Stats       *stats.Registry
+	Logger      *slog.Logger
 }
 
 // Result sums up a copy.
