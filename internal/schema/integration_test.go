@@ -36,6 +36,7 @@ func testConn(t *testing.T, setup string) *pgx.Conn {
 }
 
 const fixture = `
+CREATE UNLOGGED TABLE scratch (id int PRIMARY KEY);
 CREATE TYPE mood AS ENUM ('sad', 'ok');
 CREATE SCHEMA app;
 CREATE TABLE app.orders (
@@ -173,6 +174,8 @@ func TestResolveTables(t *testing.T) {
 		{patterns: []string{"app.v"}, errHas: `"app.v" matches no table`},
 		{patterns: []string{"nosuch.*"}, errHas: `"nosuch.*" matches no table`},
 		{patterns: []string{"a.b.c"}, errHas: "want schema.table"},
+		{patterns: []string{"public.*"}, want: []TableName{tn("public", "Mixed Case"), tn("public", "plain")}}, // not the unlogged scratch
+		{patterns: []string{"scratch"}, errHas: `table public.scratch is UNLOGGED`},
 	}
 	for _, tt := range tests {
 		got, err := ResolveTables(ctx, conn, tt.patterns)

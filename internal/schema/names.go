@@ -130,7 +130,7 @@ func foldASCII(s string) string {
 }
 
 const resolveQuery = `
-SELECT n.nspname::text, c.relname::text, c.relispartition
+SELECT n.nspname::text, c.relname::text, c.relispartition, c.relpersistence = 'u'
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND n.nspname = $1 AND ($2 OR c.relname = $3)
@@ -141,7 +141,9 @@ ORDER BY 1, 2`
 // or "schema.*" (every ordinary and partitioned table of the schema, except
 // partitions: their partitioned root covers them; name a partition explicitly
 // to get it). Only ordinary and partitioned tables match. A pattern that
-// matches nothing is an error naming it.
+// matches nothing is an error naming it. UNLOGGED tables write no WAL, so
+// logical decoding never sees their changes: "schema.*" leaves them out,
+// and naming one is an error that says so.
 func ResolveTables(ctx context.Context, q Querier, patterns []string) ([]TableName, error) {
 	seen := make(map[TableName]bool)
 	var out []TableName
@@ -157,13 +159,17 @@ func ResolveTables(ctx context.Context, q Querier, patterns []string) ([]TableNa
 		matched := 0
 		for rows.Next() {
 			var n TableName
-			var isPartition bool
-			if err := rows.Scan(&n.Schema, &n.Name, &isPartition); err != nil {
+			var isPartition, unlogged bool
+			if err := rows.Scan(&n.Schema, &n.Name, &isPartition, &unlogged); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("resolve table pattern %q: %w", s, err)
 			}
-			if p.wildcard && isPartition {
+			if p.wildcard && (isPartition || unlogged) {
 				continue
+			}
+			if unlogged {
+				rows.Close()
+				return nil, fmt.Errorf("table %s is UNLOGGED: its changes are not in the WAL, so they cannot be replicated (ALTER TABLE %s SET LOGGED)", n, n.Quoted())
 			}
 			matched++
 			if !seen[n] {
