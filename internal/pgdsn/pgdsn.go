@@ -52,7 +52,8 @@ func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 // settings that decide how values are written as text: DateStyle ISO (under
 // the server's own "SQL, DMY", 05/11/2026 would be read as 11 May
 // elsewhere), IntervalStyle postgres, extra_float_digits 3 (shortest exact
-// floats whatever the server's setting), bytea_output hex and UTF8. Every
+// floats whatever the server's setting), bytea_output hex, lc_monetary C
+// and UTF8. Every
 // session that reads or writes replicated values as text uses it: the
 // walsender (pgoutput's text values), the initial copy's source and target
 // sessions, the apply sessions — a server's or database's own settings then
@@ -64,6 +65,7 @@ func SetValueFormat(rp map[string]string) {
 	rp["intervalstyle"] = "postgres"
 	rp["extra_float_digits"] = "3"
 	rp["bytea_output"] = "hex"
+	rp["lc_monetary"] = "C" // money's text form follows it ("1.234,56 €" under de_DE)
 	rp["client_encoding"] = "UTF8"
 }
 
