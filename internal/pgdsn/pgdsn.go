@@ -20,11 +20,16 @@ import (
 const DefaultConnectTimeout = 15 * time.Second
 
 // Parse parses dsn into a pgconn configuration (for a replication or raw
-// protocol connection), with DefaultConnectTimeout when it sets none.
+// protocol connection), with DefaultConnectTimeout when it sets none. A key
+// that is neither a libpq keyword nor an accepted server parameter is an
+// error naming the closest valid key (keys.go).
 func Parse(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, RedactError(err)
+	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
@@ -38,6 +43,9 @@ func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, RedactError(err)
+	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
