@@ -29,7 +29,7 @@ type Privilege struct {
 func SelectPrivilege(table, role string) Privilege {
 	return Privilege{
 		Need: fmt.Sprintf("the source role %s needs SELECT on %s for the initial copy", role, table),
-		Fix:  fmt.Sprintf("GRANT SELECT ON %s TO %s", table, QuoteRole(role)),
+		Fix:  fmt.Sprintf("GRANT SELECT ON %s TO %s", table, QuoteName(role)),
 	}
 }
 
@@ -38,7 +38,7 @@ func SelectPrivilege(table, role string) Privilege {
 func ReplicationPrivilege(role string) Privilege {
 	return Privilege{
 		Need: fmt.Sprintf("the source role %s needs the REPLICATION attribute to stream from a replication slot", role),
-		Fix:  fmt.Sprintf("ALTER ROLE %s REPLICATION", QuoteRole(role)),
+		Fix:  fmt.Sprintf("ALTER ROLE %s REPLICATION", QuoteName(role)),
 	}
 }
 
@@ -49,7 +49,7 @@ func PublicationPrivilege(publication string, tables []string, role string) Priv
 	return Privilege{
 		Need: fmt.Sprintf("the source role %s cannot create publication %s: CREATE PUBLICATION needs ownership of the tables and CREATE on the database", role, publication),
 		Fix: fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s (as the tables' owner; repstream then uses it as it is)",
-			QuoteRole(publication), strings.Join(tables, ", ")),
+			QuoteName(publication), strings.Join(tables, ", ")),
 	}
 }
 
@@ -60,7 +60,7 @@ func ReplicationRolePrivilege(role string) Privilege {
 	return Privilege{
 		Need: fmt.Sprintf("the target role %s needs to set session_replication_role (apply sessions run with replica: triggers and foreign-key checks off)", role),
 		Fix: fmt.Sprintf("GRANT SET ON PARAMETER session_replication_role TO %s (PostgreSQL 15+; before 15 the role must be a superuser)",
-			QuoteRole(role)),
+			QuoteName(role)),
 	}
 }
 
@@ -70,7 +70,7 @@ func ReplicationRolePrivilege(role string) Privilege {
 func WritePrivilege(table, role string) Privilege {
 	return Privilege{
 		Need: fmt.Sprintf("the target role %s needs to write %s", role, table),
-		Fix:  fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", table, QuoteRole(role)),
+		Fix:  fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", table, QuoteName(role)),
 	}
 }
 
@@ -79,7 +79,7 @@ func WritePrivilege(table, role string) Privilege {
 func CreateSchemaPrivilege(database, role string) Privilege {
 	return Privilege{
 		Need: fmt.Sprintf("the target role %s needs CREATE on database %s for repstream's state (schema repstream)", role, database),
-		Fix:  fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", QuoteRole(database), QuoteRole(role)),
+		Fix:  fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", QuoteName(database), QuoteName(role)),
 	}
 }
 
@@ -116,9 +116,10 @@ func (e *PrivilegeError) Error() string {
 
 func (e *PrivilegeError) Unwrap() error { return e.Err }
 
-// QuoteRole quotes a role, database or other name as an SQL identifier
-// when it is not a plain lower-case one.
-func QuoteRole(name string) string {
+// QuoteName quotes a role, database, schema or table name as an SQL
+// identifier when it is not a plain lower-case one (for messages: it does
+// not know SQL's reserved words).
+func QuoteName(name string) string {
 	plain := name != ""
 	for i, r := range name {
 		if !(r >= 'a' && r <= 'z' || r == '_' || i > 0 && (r >= '0' && r <= '9' || r == '$')) {
