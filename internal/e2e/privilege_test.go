@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // lpRoles are two non-superuser roles for an env: src (LOGIN REPLICATION)
@@ -179,4 +182,41 @@ func TestLeastPrivilegeErrors(t *testing.T) {
 	// With every grant back, the run succeeds.
 	e.catchUp(cfg)
 	e.assertSame("lpe", "id")
+}
+
+// TestLeastPrivilegeRevokedWhileRunning: a privilege revoked while
+// repstream streams (which the checks at start cannot see) stops the run
+// with an error naming the table, the LSN and the GRANT.
+func TestLeastPrivilegeRevokedWhileRunning(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE lpr (id int PRIMARY KEY, v text)`)
+	r := newLPRoles(e)
+	cfg := e.lpConfig(r)
+	e.grantLeastPrivilege(r, cfg.Slot, "lpr")
+	cfg.Eager = false
+	e.catchUp(cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
+	pgtest.WaitFor(t, "the engine to stream", time.Minute, func() (bool, error) {
+		return e.count(e.Src, fmt.Sprintf(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' AND active`, cfg.Slot)) == 1, nil
+	})
+	// The owner revokes its own INSERT privilege.
+	e.tgtExec(`SET ROLE ` + r.tgt + `; REVOKE INSERT ON lpr FROM ` + r.tgt + `; RESET ROLE`)
+	e.srcExec(`INSERT INTO lpr VALUES (1, 'a')`)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the engine did not stop within a minute after its INSERT privilege was revoked")
+	}
+	want := "run: GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public.lpr TO " + r.tgt
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "apply insert to public.lpr at ") {
+		t.Fatalf("run error %v\nwant it to name the table, the LSN and %q", err, want)
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM lpr`); n != 0 {
+		t.Fatalf("the target has %d rows", n)
+	}
 }
