@@ -19,6 +19,9 @@ type lpRoles struct{ src, tgt string }
 
 func newLPRoles(e *env) lpRoles {
 	e.t.Helper()
+	if v := e.tgt.Version(); v < 15 {
+		e.t.Skipf("a non-superuser target role needs GRANT SET ON PARAMETER (PostgreSQL 15+); the target is %d", v)
+	}
 	name := e.config().Slot
 	if len(name) > 60 {
 		name = name[:60]

@@ -79,10 +79,6 @@ func (s SlotStatus) Check(maxInactive time.Duration) Verdict {
 // exist only on newer servers are read through to_jsonb, so one query
 // serves every version.
 func readSlotHealth(ctx context.Context, src, tgt *pgx.Conn, st *SlotStatus) error {
-	st.InactiveSeconds = 0
-	if st.Active {
-		return nil
-	}
 	var hasSince bool
 	var since *float64
 	var reason *string
@@ -102,6 +98,10 @@ func readSlotHealth(ctx context.Context, src, tgt *pgx.Conn, st *SlotStatus) err
 		st.Invalidation = *reason
 	case conflicting != nil && *conflicting:
 		st.Invalidation = "conflicting with recovery"
+	}
+	st.InactiveSeconds = 0
+	if st.Active {
+		return nil
 	}
 	if hasSince {
 		st.InactiveSeconds = -1
