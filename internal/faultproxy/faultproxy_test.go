@@ -222,12 +222,18 @@ func TestDelay(t *testing.T) {
 		t.Fatalf("round trip with Delay(%v) took %v, want at least %v", d, el, 2*d)
 	}
 	p.Delay(0)
-	t0 = time.Now()
-	if err := roundTrip(c, "fast", 10*time.Second); err != nil {
-		t.Fatal(err)
+	// The fastest of a few round trips, so that a loaded machine's pause
+	// is not taken for a delay that stayed.
+	fastest := time.Hour
+	for range 3 {
+		t0 = time.Now()
+		if err := roundTrip(c, "fast", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		fastest = min(fastest, time.Since(t0))
 	}
-	if el := time.Since(t0); el >= d {
-		t.Fatalf("round trip after Delay(0) took %v", el)
+	if fastest >= d {
+		t.Fatalf("round trips after Delay(0) took %v at least", fastest)
 	}
 }
 
