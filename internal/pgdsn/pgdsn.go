@@ -2,7 +2,9 @@
 // target side: it parses a user's connection string with repstream's
 // defaults (a connect timeout), turns parse errors into ones that never
 // repeat the string (it may hold a password), and names a server in messages
-// without its password.
+// without its password. A key that is neither a libpq keyword nor an
+// accepted server parameter is an error naming the closest valid key
+// (keys.go).
 package pgdsn
 
 import (
@@ -20,19 +22,17 @@ import (
 const DefaultConnectTimeout = 15 * time.Second
 
 // Parse parses dsn into a pgconn configuration (for a replication or raw
-// protocol connection), with DefaultConnectTimeout when it sets none. A key
-// that is neither a libpq keyword nor an accepted server parameter is an
-// error naming the closest valid key (keys.go).
+// protocol connection), with DefaultConnectTimeout when it sets none.
 func Parse(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, RedactError(err)
 	}
-	if err := checkKeys(cfg.RuntimeParams); err != nil {
-		return nil, err
-	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -44,11 +44,11 @@ func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, RedactError(err)
 	}
-	if err := checkKeys(cfg.RuntimeParams); err != nil {
-		return nil, err
-	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
