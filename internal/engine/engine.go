@@ -107,7 +107,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := checkSource(ctx, src); err != nil {
 		return err
 	}
-	if err := checkReplicationAttribute(ctx, src); err != nil {
+	if err := checkReplicationAttribute(ctx, src, cfg.Source); err != nil {
 		return err
 	}
 	if err := target.EnsureState(ctx, tgt); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
@@ -27,17 +28,28 @@ import (
 //     INSERT, UPDATE, DELETE and TRUNCATE on every replicated table.
 
 // checkReplicationAttribute fails unless the source role may open a
-// replication connection: a superuser or a role with REPLICATION.
-func checkReplicationAttribute(ctx context.Context, src *pgx.Conn) error {
+// replication connection: a superuser or a role with REPLICATION. Managed
+// services can allow it otherwise (Amazon RDS: membership in
+// rds_replication), so when the catalog says no, a replication connection
+// is tried: only its refusal is an error.
+func checkReplicationAttribute(ctx context.Context, src *pgx.Conn, dsn string) error {
 	var role string
 	var ok bool
 	if err := src.QueryRow(ctx, `SELECT current_user::text, rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user`).Scan(&role, &ok); err != nil {
 		return fmt.Errorf("read the source role's attributes: %w", err)
 	}
-	if !ok {
-		return pgerr.ReplicationPrivilege(role).Missing()
+	if ok {
+		return nil
 	}
-	return nil
+	repl, err := capture.Connect(ctx, dsn, "")
+	if err == nil {
+		repl.Close(ctx)
+		return nil
+	}
+	if pgerr.PermissionDenied(err) {
+		return pgerr.ReplicationPrivilege(role).Explain(err)
+	}
+	return nil // another failure: the slot's connection reports it
 }
 
 // checkTablePrivileges fails, naming every missing GRANT, unless the
