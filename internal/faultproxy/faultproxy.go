@@ -42,10 +42,10 @@ import (
 // holding a chunk waits on the thawed channel it read under mu and never
 // misses a Thaw; once closed is set no link is added.
 type Proxy struct {
-	upstream string
-	ln       net.Listener
-	ctx      context.Context // canceled by Close: ends dials, waits and the accept loop
-	cancel   context.CancelFunc
+	ln     net.Listener
+	dial   func(context.Context) (net.Conn, error) // to upstream
+	ctx    context.Context                         // canceled by Close: ends dials, waits and the accept loop
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
@@ -84,14 +84,23 @@ func Start(ctx context.Context, upstream string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
+	var d net.Dialer
+	return start(ctx, ln, func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", upstream)
+	}), nil
+}
+
+// start runs a proxy on any listener and dialer: the tests use in-memory
+// ones (net.Pipe) so that testing/synctest controls time.
+func start(ctx context.Context, ln net.Listener, dial func(context.Context) (net.Conn, error)) *Proxy {
 	pctx, cancel := context.WithCancel(ctx)
 	p := &Proxy{
-		upstream: upstream,
-		ln:       ln,
-		ctx:      pctx,
-		cancel:   cancel,
-		links:    map[*link]struct{}{},
-		thawed:   make(chan struct{}),
+		ln:     ln,
+		dial:   dial,
+		ctx:    pctx,
+		cancel: cancel,
+		links:  map[*link]struct{}{},
+		thawed: make(chan struct{}),
 	}
 	close(p.thawed)
 	p.wg.Add(2)
@@ -101,7 +110,7 @@ func Start(ctx context.Context, upstream string) (*Proxy, error) {
 		<-pctx.Done()
 		p.shutdown()
 	}()
-	return p, nil
+	return p
 }
 
 // Addr is the proxy's listening address, "127.0.0.1:port".
@@ -109,7 +118,10 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Port is the proxy's listening port, for key=value DSNs.
 func (p *Proxy) Port() string {
-	return strconv.Itoa(p.ln.Addr().(*net.TCPAddr).Port)
+	if a, ok := p.ln.Addr().(*net.TCPAddr); ok {
+		return strconv.Itoa(a.Port)
+	}
+	return ""
 }
 
 // Cut closes every current connection at once, on both sides, with a TCP
@@ -240,8 +252,7 @@ func (p *Proxy) acceptLoop() {
 // two pumps.
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	var d net.Dialer
-	up, err := d.DialContext(p.ctx, "tcp", p.upstream)
+	up, err := p.dial(p.ctx)
 	if err != nil {
 		p.failed.Add(1)
 		reset(client)

@@ -13,10 +13,12 @@ import (
 	"time"
 )
 
-// The tests run over real loopback sockets (testing/synctest does not
-// cover network I/O, which is not durably blocking): every wait is bounded,
-// and timing assertions are lower bounds (a delay is at least d) or generous
-// upper bounds (a cut is seen within seconds, not minutes).
+// These tests run over real loopback sockets, as the proxy is used (RST,
+// half close, a refused dial): every wait is bounded, and timing
+// assertions are lower bounds (a delay is at least d) or generous upper
+// bounds (a cut is seen within seconds, not minutes). The exact timing of
+// Delay and Freeze is tested in synctest_test.go, over net.Pipe in a
+// testing/synctest bubble (loopback I/O is not durably blocking).
 
 // echoServer accepts connections and writes back what it reads.
 func echoServer(t *testing.T) string {
@@ -46,7 +48,7 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func start(t *testing.T) *Proxy {
+func startEcho(t *testing.T) *Proxy {
 	t.Helper()
 	p, err := Start(context.Background(), echoServer(t))
 	if err != nil {
@@ -108,7 +110,7 @@ func isTimeout(err error) bool {
 }
 
 func TestForwardsBothWaysAndCounts(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	c := dial(t, p)
 	if err := roundTrip(c, "hello", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ func TestForwardsBothWaysAndCounts(t *testing.T) {
 }
 
 func TestCutResetsEveryConnectionAndAcceptsNewOnes(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	a, b := dial(t, p), dial(t, p)
 	for _, c := range []net.Conn{a, b} {
 		if err := roundTrip(c, "x", 5*time.Second); err != nil {
@@ -154,7 +156,7 @@ func TestCutResetsEveryConnectionAndAcceptsNewOnes(t *testing.T) {
 }
 
 func TestFreezeIsSilenceNotClose(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	c := dial(t, p)
 	if err := roundTrip(c, "before", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -189,7 +191,7 @@ func TestFreezeIsSilenceNotClose(t *testing.T) {
 }
 
 func TestCutWhileFrozen(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	c := dial(t, p)
 	if err := roundTrip(c, "x", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -206,7 +208,7 @@ func TestCutWhileFrozen(t *testing.T) {
 }
 
 func TestDelay(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	c := dial(t, p)
 	if err := roundTrip(c, "warm", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -238,7 +240,7 @@ func TestDelay(t *testing.T) {
 }
 
 func TestRefuse(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	kept := dial(t, p)
 	if err := roundTrip(kept, "x", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -281,7 +283,7 @@ func TestUpstreamDown(t *testing.T) {
 }
 
 func TestHalfClosePassesThrough(t *testing.T) {
-	p := start(t)
+	p := startEcho(t)
 	c := dial(t, p)
 	if _, err := c.Write([]byte("last words")); err != nil {
 		t.Fatal(err)
