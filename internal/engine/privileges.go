@@ -13,8 +13,8 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 )
 
-// Least privilege: repstream does not need superusers. Before it changes
-// anything, Run checks what the roles of its connections need and reports
+// Least privilege: repstream does not need superusers. Before it creates
+// the slot or copies a row, Run checks what the roles of its connections need and reports
 // every missing privilege with the statement that grants it
 // (pgerr.Privilege); the operations themselves explain a permission-denied
 // error the same way, for what these checks cannot see.
