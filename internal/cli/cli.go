@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "repstream:", err)
-		return 1
+		return exitCode(err)
 	}
 	return 0
 }
@@ -224,29 +224,30 @@ applied transaction is stored on the target with its data.`,
 func statusCmd(stdout io.Writer) *cobra.Command {
 	s := &settings{cfg: config.Default()}
 	var asJSON bool
+	format, maxInactive := "text", 5*time.Minute
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print a slot's positions: source, confirmed, applied, lag and retained WAL",
-		Args:  cobra.NoArgs,
+		Long: `Print a slot's positions: source, confirmed, applied, lag and retained WAL.
+
+Exit code 2, with the reason on stderr, when the slot is missing, invalidated
+(wal_status lost) or inactive for longer than --max-inactive; 1 on any other
+error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.resolveBoth(cmd); err != nil {
 				return err
 			}
-			st, err := engine.Status(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot)
-			if err != nil {
-				return err
-			}
 			if asJSON {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				format = "json"
 			}
-			st.Format(stdout)
-			return nil
+			return runStatus(cmd, s, format, maxInactive)
 		},
 	}
 	s.bindConnection(cmd.Flags())
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --format json)")
+	cmd.Flags().StringVar(&format, "format", format, "text or json")
+	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this (0: never)")
 	return cmd
 }
 

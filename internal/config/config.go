@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/repstream/repstream/internal/pgdsn"
 )
 
 // Config is everything `repstream run` needs. The YAML keys are the flag names
@@ -128,6 +130,7 @@ func (c *Config) Validate() error {
 	if c.Target == "" {
 		errs = append(errs, errors.New("--target is required"))
 	}
+	errs = append(errs, checkDSN("--source", c.Source), checkDSN("--target", c.Target))
 	if c.Slot == "" || !validSlotName(c.Slot) {
 		errs = append(errs, fmt.Errorf("--slot %q: use lower-case letters, digits and underscores (at most 63)", c.Slot))
 	}
@@ -280,4 +283,16 @@ func ParseSize(v string) (Size, error) {
 		return 0, fmt.Errorf("size %q: unknown unit %q", v, unit)
 	}
 	return Size(n * mult), nil
+}
+
+// checkDSN reports a connection string that does not parse or has an
+// unknown key (pgdsn), before anything connects.
+func checkDSN(flag, dsn string) error {
+	if dsn == "" {
+		return nil
+	}
+	if _, err := pgdsn.Parse(dsn); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return nil
 }

@@ -91,3 +91,22 @@ func TestCommitOrder(t *testing.T) {
 		t.Errorf("YAML commit_order: %v, %q", err, c.CommitOrder)
 	}
 }
+
+func TestValidateDSNKeys(t *testing.T) {
+	c := Default()
+	c.Source = "host=a prot=5432"
+	c.Target = "postgres://u:s3cret@b/d?sslmod=require"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("unknown DSN keys accepted")
+	}
+	for _, want := range []string{`--source: invalid connection string: unknown connection parameter "prot" (did you mean "port"?)`,
+		`--target: invalid connection string: unknown connection parameter "sslmod" (did you mean "sslmode"?)`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %q repeats the password", err)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
@@ -106,8 +107,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := checkSource(ctx, src); err != nil {
 		return err
 	}
+	if err := checkReplicationAttribute(ctx, src, cfg.Source); err != nil {
+		return err
+	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
-		return fmt.Errorf("prepare repstream state on the target: %w", err)
+		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
 	}
 	// Another engine streaming from the slot makes it active; so does, for a
 	// moment, the walsender of a run that just died.
@@ -154,6 +158,9 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	slot, err := lookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
+		return err
+	}
+	if err := checkTablePrivileges(ctx, src, tgt, tables, !slot.exists && cfg.Snapshot); err != nil {
 		return err
 	}
 	var initialFlush change.LSN
@@ -266,7 +273,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return capt.Run(gctx) })
+	g.Go(func() error { return pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(capt.Run(gctx)) })
 	g.Go(func() error { return ap.Run(gctx, q) })
 	if eager != nil {
 		g.Go(func() error { return eager.Run(gctx) })
@@ -342,7 +349,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
-		return 0, err
+		return 0, pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(err)
 	}
 	defer repl.Close(context.Background())
 	action := "(SNAPSHOT 'nothing')"
@@ -443,7 +450,7 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 		sql += " WITH (publish_via_partition_root = true)"
 	}
 	if _, err := src.Exec(ctx, sql); err != nil {
-		return false, fmt.Errorf("create publication %q: %w", pub, err)
+		return false, fmt.Errorf("create publication %q: %w", pub, pgerr.PublicationPrivilege(pub, sqlNames(names), src.Config().User).Explain(err))
 	}
 	log.Info("created publication", "publication", pub, "tables", len(names))
 	return true, nil

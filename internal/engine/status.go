@@ -129,6 +129,10 @@ type SlotStatus struct {
 	Active         bool    `json:"active"`
 	WALStatus      string  `json:"wal_status"`
 	Snapshot       string  `json:"snapshot"`
+	// InactiveSeconds is how long no repstream has streamed from the slot:
+	// 0 while active, -1 when unknown (health.go).
+	InactiveSeconds float64 `json:"inactive_seconds"`
+	Invalidation    string  `json:"invalidation,omitempty"` // why the slot is invalidated (PostgreSQL 16+), "" when it is not
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -146,7 +150,7 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 			pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint
 		FROM pg_replication_slots s WHERE s.slot_name = $1`, slot).Scan(&cur, &confirmed, &walStatus, &st.Active, &retained)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return st, fmt.Errorf("replication slot %q does not exist on the source", slot)
+		return st, &SlotMissingError{Slot: slot}
 	}
 	if err != nil {
 		return st, fmt.Errorf("read slot %q: %w", slot, err)
@@ -181,6 +185,9 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	}
 	st.Applied = applied.String()
 	st.Snapshot = prog.Snapshot
+	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
+		return st, err
+	}
 	if c, err := change.ParseLSN(cur); err == nil && c > applied {
 		st.LagBytes = int64(c - applied)
 	}
@@ -199,6 +206,13 @@ func (s SlotStatus) Format(w io.Writer) {
 	fmt.Fprintf(w, "applied position   %s\n", s.Applied)
 	fmt.Fprintf(w, "lag                %s (%s)\n", bytesHuman(s.LagBytes), lag)
 	fmt.Fprintf(w, "retained WAL       %s\n", bytesHuman(s.RetainedBytes))
+	switch {
+	case s.Active:
+	case s.InactiveSeconds >= 0:
+		fmt.Fprintf(w, "inactive for       %s\n", (time.Duration(s.InactiveSeconds) * time.Second).String())
+	default:
+		fmt.Fprintf(w, "inactive for       unknown\n")
+	}
 }
 
 // Drop removes the slot, the publication if repstream created it, and

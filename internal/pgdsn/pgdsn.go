@@ -2,7 +2,9 @@
 // target side: it parses a user's connection string with repstream's
 // defaults (a connect timeout), turns parse errors into ones that never
 // repeat the string (it may hold a password), and names a server in messages
-// without its password.
+// without its password. A key that is neither a libpq keyword nor an
+// accepted server parameter is an error naming the closest valid key
+// (keys.go).
 package pgdsn
 
 import (
@@ -31,6 +33,9 @@ func Parse(dsn string) (*pgconn.Config, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 
@@ -44,6 +49,9 @@ func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 	SetValueFormat(cfg.RuntimeParams)
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if err := checkKeys(cfg.RuntimeParams); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

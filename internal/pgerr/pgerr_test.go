@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -111,4 +112,51 @@ func FuzzWhere(f *testing.F) {
 			t.Fatal("negative parameter")
 		}
 	})
+}
+
+func TestPrivilegeExplain(t *testing.T) {
+	t.Parallel()
+	denied := fmt.Errorf("copy: %w", &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for table t"})
+	other := fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505", Message: "duplicate key"})
+	tests := []struct {
+		name string
+		p    Privilege
+		err  error
+		want string // "" = unchanged
+	}{
+		{name: "select", p: SelectPrivilege("public.t", "repl"), err: denied,
+			want: "copy: ERROR: permission denied for table t (SQLSTATE 42501); the source role repl needs SELECT on public.t for the initial copy; run: GRANT SELECT ON public.t TO repl"},
+		{name: "replication", p: ReplicationPrivilege("Repl User"), err: denied, want: `run: ALTER ROLE "Repl User" REPLICATION`},
+		{name: "publication", p: PublicationPrivilege("rs", []string{"public.a", "public.b"}, "repl"), err: denied,
+			want: "run: CREATE PUBLICATION rs FOR TABLE public.a, public.b (as the tables' owner"},
+		{name: "session_replication_role", p: ReplicationRolePrivilege("app"), err: denied,
+			want: "run: GRANT SET ON PARAMETER session_replication_role TO app (PostgreSQL 15+"},
+		{name: "write", p: WritePrivilege(`public."T"`, "app"), err: denied, want: `run: GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public."T" TO app`},
+		{name: "state schema", p: CreateSchemaPrivilege("app-db", "app"), err: denied, want: `run: GRANT CREATE ON DATABASE "app-db" TO app`},
+		{name: "other errors unchanged", p: SelectPrivilege("public.t", "repl"), err: other},
+		{name: "nil unchanged", p: SelectPrivilege("public.t", "repl"), err: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.p.Explain(tt.err)
+			if tt.want == "" {
+				if got != tt.err {
+					t.Fatalf("Explain changed %v into %v", tt.err, got)
+				}
+				return
+			}
+			var pe *PrivilegeError
+			if !errors.As(got, &pe) || !PermissionDenied(got) || !strings.Contains(got.Error(), tt.want) {
+				t.Fatalf("Explain = %v\nwant it to contain %q and wrap the permission error", got, tt.want)
+			}
+			// A second Explain further out keeps the first, closer one.
+			if again := WritePrivilege("x", "y").Explain(fmt.Errorf("outer: %w", got)); strings.Contains(again.Error(), "ON x TO y") {
+				t.Fatalf("an explained error was explained again: %v", again)
+			}
+		})
+	}
+	if msg := ReplicationPrivilege("r").Missing().Error(); msg != "the source role r needs the REPLICATION attribute to stream from a replication slot; run: ALTER ROLE r REPLICATION" {
+		t.Fatalf("Missing: %s", msg)
+	}
 }

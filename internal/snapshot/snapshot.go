@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -208,9 +209,13 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub 
 	pr.CloseWithError(errors.New("target copy ended"))
 	out := <-copyOut
 	// The target's error comes first: when the target's COPY fails, the
-	// source's COPY fails only because its pipe was closed.
+	// source's COPY fails only because its pipe was closed. Except when the
+	// source refused to read: then the target's COPY failed for that.
+	if out.err != nil && pgerr.PermissionDenied(out.err) {
+		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, pgerr.SelectPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), src.Config().User).Explain(out.err))
+	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), err)
+		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), pgerr.WritePrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), dst.Config().User).Explain(err))
 	}
 	if out.err != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)

@@ -34,11 +34,7 @@ func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	}
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		conn.Close(context.Background())
-		if pgerr.PermissionDenied(err) {
-			return nil, fmt.Errorf("connect to target %s: the apply user must be a superuser "+
-				"(or be granted SET on session_replication_role) to disable triggers and foreign-key checks: %w", where, err)
-		}
-		return nil, fmt.Errorf("connect to target %s: set session_replication_role: %w", where, err)
+		return nil, fmt.Errorf("connect to target %s: set session_replication_role: %w", where, pgerr.ReplicationRolePrivilege(cfg.User).Explain(err))
 	}
 	return conn, nil
 }

@@ -239,7 +239,7 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		if line := copyErrorLine(err); line >= 1 && line <= n {
 			lsn = lsns[line-1]
 		}
-		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
+		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), w.explainDenied(tb.plan.rel.Namespace, tb.plan.rel.Name, err))
 	}
 	w.copyRows.Add(int64(n))
 	w.flushes.Add(1)

@@ -36,3 +36,13 @@ func copyErrorLine(err error) int {
 	cc, _ := pgerr.CopyWhere(err)
 	return cc.Line
 }
+
+// explainDenied turns a permission-denied error writing schema.table into
+// one naming the GRANT the session's role needs (pgerr.WritePrivilege);
+// other errors pass through.
+func (w *Writer) explainDenied(schema, table string, err error) error {
+	if !pgerr.PermissionDenied(err) {
+		return err
+	}
+	return pgerr.WritePrivilege(pgerr.QuoteName(schema)+"."+pgerr.QuoteName(table), w.conn.Config().User).Explain(err)
+}

@@ -681,7 +681,7 @@ func TestConnect(t *testing.T) {
 	}
 
 	_, err = Connect(e.ctx, e.dsn+" user=plain", "x")
-	if err == nil || !strings.Contains(err.Error(), "must be a superuser") || !strings.Contains(err.Error(), "host=127.0.0.1") {
+	if err == nil || !strings.Contains(err.Error(), "run: GRANT SET ON PARAMETER session_replication_role TO plain") || !strings.Contains(err.Error(), "host=127.0.0.1") {
 		t.Fatalf("non-superuser: %v", err)
 	}
 	var pgErr *pgconn.PgError

@@ -188,7 +188,7 @@ func (w *Writer) itemError(i int, err error) error {
 	if r, ok := paramOf(err, it.s); ok {
 		col = ", column " + it.plan.rel.Columns[r.col].Name
 	}
-	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
+	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, w.explainDenied(it.plan.rel.Namespace, it.plan.rel.Name, err))
 }
 
 // paramOf returns the parameter of s that err's context names: the server

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/capture"
+	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Least privilege: repstream does not need superusers. Before it creates
+// the slot or copies a row, Run checks what the roles of its connections need and reports
+// every missing privilege with the statement that grants it
+// (pgerr.Privilege); the operations themselves explain a permission-denied
+// error the same way, for what these checks cannot see.
+//
+//   - source: the REPLICATION attribute (replication connection, slot);
+//     SELECT on every published table (some column of it) when the initial
+//     copy will read it;
+//     CREATE PUBLICATION is explained where it runs (it needs ownership of
+//     the tables: an owner can make the publication beforehand);
+//   - target: SET on session_replication_role (target.Connect), CREATE on
+//     the database for the repstream schema (EnsureState), and SELECT,
+//     INSERT, UPDATE, DELETE and TRUNCATE on every replicated table.
+
+// checkReplicationAttribute fails unless the source role may open a
+// replication connection: a superuser or a role with REPLICATION. Managed
+// services can allow it otherwise (Amazon RDS: membership in
+// rds_replication), so when the catalog says no, a replication connection
+// is tried: only its refusal is an error.
+func checkReplicationAttribute(ctx context.Context, src *pgx.Conn, dsn string) error {
+	var role string
+	var ok bool
+	if err := src.QueryRow(ctx, `SELECT current_user::text, rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user`).Scan(&role, &ok); err != nil {
+		return fmt.Errorf("read the source role's attributes: %w", err)
+	}
+	if ok {
+		return nil
+	}
+	repl, err := capture.Connect(ctx, dsn, "")
+	if err == nil {
+		repl.Close(ctx)
+		return nil
+	}
+	if pgerr.PermissionDenied(err) {
+		return pgerr.ReplicationPrivilege(role).Explain(err)
+	}
+	return nil // another failure: the slot's connection reports it
+}
+
+// checkTablePrivileges fails, naming every missing GRANT, unless the
+// source role can read every table (only when willCopy: the initial copy reads
+// them; streaming does not) and the target role can write every table.
+func checkTablePrivileges(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, willCopy bool) error {
+	var errs []error
+	// SELECT on some column passes: a publication's column list may be
+	// all a role can read (a column it cannot read fails the copy, which
+	// names the GRANT too).
+	if willCopy {
+		missing, role, err := lacking(ctx, src, tables, `has_any_column_privilege(t, 'SELECT')`)
+		if err != nil {
+			return fmt.Errorf("check the source role's privileges: %w", err)
+		}
+		for _, t := range missing {
+			errs = append(errs, pgerr.SelectPrivilege(t, role).Missing())
+		}
+	}
+	// SELECT on any column is enough to read keys (column privileges).
+	missing, role, err := lacking(ctx, tgt, tables, `has_any_column_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT')
+		AND has_table_privilege(t, 'UPDATE') AND has_table_privilege(t, 'DELETE') AND has_table_privilege(t, 'TRUNCATE')`)
+	if err != nil {
+		return fmt.Errorf("check the target role's privileges: %w", err)
+	}
+	for _, t := range missing {
+		errs = append(errs, pgerr.WritePrivilege(t, role).Missing())
+	}
+	return errors.Join(errs...)
+}
+
+// lacking returns the tables (existing ones only, as sqlName) for which
+// cond, an expression over the regclass t, is false for the current user,
+// and the current user's name.
+func lacking(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, cond string) ([]string, string, error) {
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = t.Quoted()
+	}
+	var role string
+	if err := conn.QueryRow(ctx, `SELECT current_user::text`).Scan(&role); err != nil {
+		return nil, "", err
+	}
+	rows, err := conn.Query(ctx, `SELECT i FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i), LATERAL (SELECT to_regclass(name) AS t) r
+		WHERE t IS NOT NULL AND NOT (`+cond+`) ORDER BY i`, quoted)
+	if err != nil {
+		return nil, "", err
+	}
+	idx, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = sqlName(tables[i-1])
+	}
+	return out, role, nil
+}
+
+// sqlName is t as a user would write it in SQL: quoted only where needed.
+func sqlName(t schema.TableName) string {
+	return pgerr.QuoteName(t.Schema) + "." + pgerr.QuoteName(t.Name)
+}
+
+// sqlNames is sqlName of every table.
+func sqlNames(tables []schema.TableName) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = sqlName(t)
+	}
+	return out
+}
+
+// dsnUser is the role a connection string logs in as, for messages ("" if
+// it does not parse: the connection then fails with its own error).
+func dsnUser(dsn string) string {
+	cfg, err := pgdsn.Parse(dsn)
+	if err != nil {
+		return ""
+	}
+	return cfg.User
+}
