@@ -117,7 +117,7 @@ type Capture struct {
 	received   change.LSN      // highest WAL position received
 	sentFlush  change.LSN
 	lastStatus time.Time
-	pingAt     time.Time // when a status update asked the server to answer (zero: none outstanding)
+	pingAt     time.Time       // when a status update asked the server to answer (zero: none outstanding)
 	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
 	addCancel  context.CancelFunc
 
@@ -128,7 +128,7 @@ type Capture struct {
 	// last keepalive came and the last socket read returned data (Unix
 	// nanoseconds of the loop's clock; 0: not yet).
 	startNano, keepaliveNano, dataNano atomic.Int64
-	streamsOpen                        atomic.Int32 // len(openStream)
+	streamsOpen                        atomic.Int32  // len(openStream)
 	pid                                atomic.Uint32 // the walsender's PID (BackendPID)
 }
 

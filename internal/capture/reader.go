@@ -31,8 +31,8 @@ type coalescingReader struct {
 	reads        atomic.Uint64
 	lastNano     atomic.Int64
 	lastDataNano atomic.Int64
-	sleep    func(time.Duration)
-	now      func() time.Time
+	sleep        func(time.Duration)
+	now          func() time.Time
 }
 
 const (

@@ -229,7 +229,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
 		Timeout: cfg.SourceTimeout,
-		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+		Queue:   q, Acker: e.wm, Stats: e.stats, Logger: e.log,
 	}
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
