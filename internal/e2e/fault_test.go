@@ -13,6 +13,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/faultproxy"
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
@@ -222,5 +223,96 @@ func TestFaultsServerRestarts(t *testing.T) {
 	t.Logf("reconnects: source %d, target %d", s.Counters["reconnects"], tg.Counters["reconnects"])
 	if s.Counters["reconnects"] == 0 || tg.Counters["reconnects"] == 0 {
 		t.Fatalf("reconnects not counted: source %d, target %d", s.Counters["reconnects"], tg.Counters["reconnects"])
+	}
+}
+
+// TestFaultsLinks: one engine, its links to both servers through fault
+// proxies, started once under a steady load, lives through a cut of each
+// link (both sides see a reset) and a freeze of each (open but silent: the
+// engine must notice by itself — capture's unanswered status request on
+// the source side, LinkWatch on the target side); the freeze lasts until
+// the engine has given up on the link. After each fault rows flow again,
+// the engine never exits, and in the end every table equals the source's.
+func TestFaultsLinks(t *testing.T) {
+	src := pgtest.Cluster(t, pgcluster.Options{Name: "linksrc", Fast: true})
+	tgt := pgtest.Cluster(t, pgcluster.Options{Name: "linktgt", Fast: true})
+	e := newEnvOn(t, src, tgt)
+	e.both(faultsSchema)
+	ctx := context.Background()
+	srcProxy, err := faultproxy.Start(ctx, fmt.Sprintf("127.0.0.1:%d", src.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srcProxy.Close()
+	tgtProxy, err := faultproxy.Start(ctx, fmt.Sprintf("127.0.0.1:%d", tgt.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgtProxy.Close()
+
+	cfg := e.config("public.faults_a", "public.faults_b")
+	cfg.Source += " port=" + srcProxy.Port() + " connect_timeout=3"
+	cfg.Target += " port=" + tgtProxy.Port() + " connect_timeout=3"
+	cfg.ApplyParallelism = 2
+	cfg.SourceTimeout = 6 * time.Second
+	cfg.TargetTimeout = 6 * time.Second
+	cfg.ReconnectMaxWait = 2 * time.Second
+	cfg.StatusInterval = time.Second
+	reg := stats.NewRegistry()
+	l := startLoad(t, e.src.DSN(e.srcDB))
+	stop, exited := e.runEngine(cfg, reg)
+	e.flowing(time.Minute)
+
+	reconnects := func() int64 {
+		snap := reg.Snapshot()
+		s, _ := snap.Component("source")
+		tg, _ := snap.Component("target")
+		return s.Counters["reconnects"] + tg.Counters["reconnects"]
+	}
+	freeze := func(p *faultproxy.Proxy) func() error {
+		return func() error {
+			before := reconnects()
+			start := time.Now()
+			p.Freeze()
+			defer p.Thaw()
+			pgtest.WaitFor(t, "the engine to give up on the frozen link", time.Minute, func() (bool, error) {
+				return reconnects() > before, nil
+			})
+			t.Logf("frozen link noticed after %s", time.Since(start).Round(10*time.Millisecond))
+			return nil
+		}
+	}
+	faults := []struct {
+		name string
+		do   func() error
+	}{
+		{"source link cut", func() error { srcProxy.Cut(); return nil }},
+		{"target link cut", func() error { tgtProxy.Cut(); return nil }},
+		{"source link frozen", freeze(srcProxy)},
+		{"target link frozen", freeze(tgtProxy)},
+	}
+	for _, f := range faults {
+		before := l.written.Load()
+		if err := f.do(); err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		took := e.flowing(90 * time.Second)
+		t.Logf("%s: rows flow again %s after the link is back (%d source transactions written meanwhile)",
+			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
+		if err := exited(); err != nil {
+			t.Fatalf("%s: the engine exited: %v", f.name, err)
+		}
+	}
+	l.halt()
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("the engine did not stop cleanly: %v", err)
+	}
+	e.assertSame("faults_a", "id")
+	e.assertSame("faults_b", "id")
+	snap := reg.Snapshot()
+	tg, _ := snap.Component("target")
+	if tg.Counters["silent_links"] == 0 {
+		t.Fatal("the frozen target link was not closed by the link watch")
 	}
 }

@@ -65,13 +65,13 @@ func TestLinkWatch(t *testing.T) {
 				go func() { _ = w.Run(ctx); close(done) }()
 				peer, readErr := watchPipe(w, 7)
 
-				// Before the timeout nothing is asked.
-				time.Sleep(timeout - time.Second)
+				// Before half the timeout nothing is asked.
+				time.Sleep(timeout/2 - time.Second)
 				synctest.Wait()
 				if n := probed.Load(); n != 0 {
-					t.Fatalf("probed %d times before the timeout", n)
+					t.Fatalf("probed %d times before half the timeout", n)
 				}
-				time.Sleep(timeout / 3)
+				time.Sleep(timeout / 5)
 				synctest.Wait()
 				if probed.Load() == 0 {
 					t.Fatal("a call blocked past the timeout was never looked at")
@@ -134,7 +134,7 @@ func TestLinkWatchIdleAndMoving(t *testing.T) {
 			}
 		}()
 		<-writer
-		time.Sleep(timeout / 2)
+		time.Sleep(timeout / 4)
 		synctest.Wait()
 		select {
 		case err := <-readErr:
