@@ -73,6 +73,10 @@ type Options struct {
 	// connection to TargetDSN. Transactions become Done in the watermark only
 	// once the target's WAL is flushed past their commit.
 	FlushedLSN func(ctx context.Context) (change.LSN, error)
+
+	// LinkWatch, if set, watches the target connections apply opens for a
+	// silent link (target.LinkWatch); the engine runs it.
+	LinkWatch *target.LinkWatch
 }
 
 // EagerCommitter is what the coordinator and workers need of eager apply
@@ -130,7 +134,7 @@ func New(opts Options) (*Applier, error) {
 	if opts.NewWriter == nil {
 		opts.NewWriter = func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error) {
 			return target.OpenSession(ctx, target.SessionOptions{
-				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id),
+				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
 				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary},
 			})
 		}
@@ -170,7 +174,7 @@ func New(opts Options) (*Applier, error) {
 func (a *Applier) Run(ctx context.Context, src Source) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if a.durable.flushed == nil && a.opts.TargetDSN != "" {
-		conn, err := target.Connect(ctx, a.opts.TargetDSN, "repstream-flush")
+		conn, err := target.ConnectWatched(ctx, a.opts.TargetDSN, "repstream-flush", a.opts.LinkWatch)
 		if err != nil {
 			return err
 		}

@@ -75,6 +75,13 @@ type Options struct {
 	DecodingWorkMem string        // logical_decoding_work_mem of the walsender session ("" = server default)
 	StatusInterval  time.Duration // standby status updates at least this often (default 10s)
 	StopAt          change.LSN    // if set, Run returns ErrCaughtUp once acknowledged at or past it
+	// Timeout detects a silent link (open, but nothing arrives): after a
+	// third of it without data, a status update asks the server to answer;
+	// if nothing arrives in the two thirds after that, Run fails with
+	// pgerr.ErrSilentLink. A walsender answers such a request even while it
+	// decodes a long transaction or has nothing to send, so long work and an
+	// idle source never trip it. 0 turns it off.
+	Timeout time.Duration
 
 	Queue  Queue
 	Acker  Acker
@@ -110,6 +117,7 @@ type Capture struct {
 	received   change.LSN      // highest WAL position received
 	sentFlush  change.LSN
 	lastStatus time.Time
+	pingAt     time.Time       // when a status update asked the server to answer (zero: none outstanding)
 	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
 	addCancel  context.CancelFunc
 
@@ -120,7 +128,8 @@ type Capture struct {
 	// last keepalive came and the last socket read returned data (Unix
 	// nanoseconds of the loop's clock; 0: not yet).
 	startNano, keepaliveNano, dataNano atomic.Int64
-	streamsOpen                        atomic.Int32 // len(openStream)
+	streamsOpen                        atomic.Int32  // len(openStream)
+	pid                                atomic.Uint32 // the walsender's PID (BackendPID)
 }
 
 // Catch-up detection (Behind).
@@ -296,6 +305,7 @@ func (c *Capture) start(ctx context.Context) error {
 		return fmt.Errorf("replication connection to source %s: %w", pgdsn.Describe(cfg), err)
 	}
 	c.conn = conn
+	c.pid.Store(conn.PID())
 	c.proto = c.opts.ProtoVersion
 	if c.proto == 0 {
 		c.proto = ProtoVersionFor(ServerMajor(conn))
@@ -370,6 +380,9 @@ func (c *Capture) loop(ctx context.Context) error {
 		if err != nil {
 			if pgconn.Timeout(err) {
 				nextCheck = time.Time{}
+				if err := c.checkSilence(time.Now()); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q (last position %s): %w", c.opts.Slot, c.received, err)
@@ -445,6 +458,43 @@ func (c *Capture) housekeep(ctx context.Context, now time.Time, force bool, next
 	}
 	return nil
 }
+
+// checkSilence runs when a read found nothing to read (Options.Timeout).
+// A silent link — a NAT or firewall that dropped its state, a frozen
+// network — shows no error: the socket stays open and nothing arrives. So
+// after Timeout/3 without data capture asks the walsender to answer (a
+// status update with reply requested, which it answers with a keepalive
+// at once, whatever it is doing), and only if nothing at all arrives in
+// the 2*Timeout/3 after that is the link declared dead. Time spent away
+// from the socket (flow control) never counts: the question is asked
+// first.
+func (c *Capture) checkSilence(now time.Time) error {
+	if c.opts.Timeout <= 0 {
+		return nil
+	}
+	last := time.Unix(0, max(c.rd.lastDataNano.Load(), c.startNano.Load()))
+	if c.pingAt.IsZero() || last.After(c.pingAt) {
+		c.pingAt = time.Time{}
+		if now.Sub(last) < c.opts.Timeout/3 {
+			return nil
+		}
+		if err := c.sendStatus(true); err != nil {
+			return err
+		}
+		c.pingAt = now
+		return nil
+	}
+	if waited := now.Sub(c.pingAt); waited >= c.opts.Timeout*2/3 {
+		return fmt.Errorf("slot %q at %s: %w: nothing from the source for %s, not even an answer to a status request sent %s ago",
+			c.opts.Slot, c.received, pgerr.ErrSilentLink, now.Sub(last).Round(time.Second), waited.Round(time.Second))
+	}
+	return nil
+}
+
+// BackendPID is the source's walsender process serving this capture (0
+// before Run connected). After a silent link it may live on, holding the
+// slot, until wal_sender_timeout: the engine ends it before it reconnects.
+func (c *Capture) BackendPID() uint32 { return c.pid.Load() }
 
 // clock returns the time of the last socket read: a cheap, slightly stale
 // clock (time.Now when nothing was read yet).

@@ -26,11 +26,13 @@ type coalescingReader struct {
 
 	// Published for the capture loop, which may look while pgconn's
 	// background reader is inside Read: reads done, and when the last
-	// returned (Unix nanoseconds).
-	reads    atomic.Uint64
-	lastNano atomic.Int64
-	sleep    func(time.Duration)
-	now      func() time.Time
+	// returned (Unix nanoseconds), and when one last returned bytes
+	// (silent-link detection: a read that timed out is not an answer).
+	reads        atomic.Uint64
+	lastNano     atomic.Int64
+	lastDataNano atomic.Int64
+	sleep        func(time.Duration)
+	now          func() time.Time
 }
 
 const (
@@ -48,7 +50,11 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.big = n >= coalesceBig
-	c.lastNano.Store(c.now().UnixNano())
+	now := c.now().UnixNano()
+	c.lastNano.Store(now)
+	if n > 0 {
+		c.lastDataNano.Store(now)
+	}
 	c.reads.Add(1)
 	return n, err
 }

@@ -126,6 +126,9 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "log one progress line at this interval (0: off)")
 	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "standby status updates to the source at least this often")
 	fs.StringVar(&c.DecodingWorkMem, "decoding-work-mem", c.DecodingWorkMem, "the walsender's logical_decoding_work_mem: larger transactions stream before they commit")
+	fs.DurationVar(&c.SourceTimeout, "source-timeout", c.SourceTimeout, "a source link silent this long (not even answering a status request) is reconnected (0: never)")
+	fs.DurationVar(&c.TargetTimeout, "target-timeout", c.TargetTimeout, "a target call blocked this long, with its backend not working, is reconnected (0: never)")
+	fs.DurationVar(&c.ReconnectMaxWait, "reconnect-max-wait", c.ReconnectMaxWait, "longest wait between reconnect attempts (exponential backoff with jitter)")
 }
 
 // resolve merges file, environment and flags: flag > REPSTREAM_* > file > default.

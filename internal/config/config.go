@@ -72,6 +72,14 @@ type Config struct {
 	// (repstream bench conditions --mode backlog and bench pedestals with
 	// --vary decoding-work-mem=4MB,16MB,64MB, 2 CPUs).
 	DecodingWorkMem string `yaml:"decoding_work_mem"`
+
+	// SourceTimeout and TargetTimeout detect a link that is open but
+	// silent (capture.Options.Timeout, target.LinkWatch); 0 turns the
+	// detection off. ReconnectMaxWait caps the wait between reconnect
+	// attempts (engine: exponential backoff with jitter).
+	SourceTimeout    time.Duration `yaml:"source_timeout"`
+	TargetTimeout    time.Duration `yaml:"target_timeout"`
+	ReconnectMaxWait time.Duration `yaml:"reconnect_max_wait"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -92,6 +100,9 @@ func Default() Config {
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
 		DecodingWorkMem:  "16MB",
+		SourceTimeout:    30 * time.Second,
+		TargetTimeout:    30 * time.Second,
+		ReconnectMaxWait: 30 * time.Second,
 	}
 }
 
@@ -160,6 +171,17 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotWorkers < 1 {
 		c.SnapshotWorkers = 1
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--source-timeout", c.SourceTimeout}, {"--target-timeout", c.TargetTimeout}} {
+		if d.v != 0 && d.v < 3*time.Second {
+			errs = append(errs, fmt.Errorf("%s %s: 0 (off) or at least 3s", d.flag, d.v))
+		}
+	}
+	if c.ReconnectMaxWait < time.Second {
+		errs = append(errs, fmt.Errorf("--reconnect-max-wait %s: at least 1s", c.ReconnectMaxWait))
 	}
 	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
 		c.StatusInterval = 10 * time.Second

@@ -60,6 +60,10 @@ type Engine struct {
 	// indexes are the secondary indexes of the tables --create-tables made
 	// in this run, built once their initial copy is done.
 	indexes []string
+	// watch closes target connections that went silent (reconnect.go);
+	// walsenderPID is the walsender of the last streaming attempt.
+	watch        *target.LinkWatch
+	walsenderPID uint32
 }
 
 // New prepares a run; Run does the work.
@@ -211,10 +215,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.buildIndexes(ctx, tgt); err != nil {
 		return err
 	}
-	// The admin connections are not needed while streaming, except to persist
-	// the watermark.
+	// The admin connections are not needed while streaming; each streaming
+	// attempt opens its own to persist the watermark.
 	src.Close(ctx)
-	return e.stream(ctx, tgt, prog, initialFlush)
+	tgt.Close(ctx)
+	return e.streamResilient(ctx, prog, initialFlush)
 }
 
 func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress, initialFlush change.LSN) error {
@@ -230,7 +235,8 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
-		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+		Timeout: cfg.SourceTimeout,
+		Queue:   q, Acker: e.wm, Stats: e.stats, Logger: e.log,
 	}
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
@@ -242,6 +248,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+		LinkWatch:         e.watch,
 	}
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
 	if cfg.Eager {
@@ -253,7 +260,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log,
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
-					DSN: cfg.Target, AppName: "repstream-eager",
+					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
 					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary},
 				})
 			},
@@ -273,10 +280,16 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(capt.Run(gctx)) })
-	g.Go(func() error { return ap.Run(gctx, q) })
+	defer func() { e.walsenderPID = capt.BackendPID() }()
+	g.Go(func() error {
+		return onSide("source", pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(capt.Run(gctx)))
+	})
+	g.Go(func() error { return onSide("target", ap.Run(gctx, q)) })
 	if eager != nil {
-		g.Go(func() error { return eager.Run(gctx) })
+		g.Go(func() error { return onSide("target", eager.Run(gctx)) })
+	}
+	if e.watch != nil {
+		g.Go(func() error { return e.watch.Run(gctx) })
 	}
 	persisted := prog.Low
 	g.Go(func() error {
@@ -288,7 +301,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 				return nil
 			case <-t.C:
 				if err := e.persist(gctx, tgt, &persisted); err != nil {
-					return err
+					return onSide("target", err)
 				}
 			}
 		}

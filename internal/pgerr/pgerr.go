@@ -202,3 +202,28 @@ func Param(err error) int {
 	}
 	return 0
 }
+
+// ErrSilentLink marks a connection that is open but silent: the peer did
+// not answer within the configured timeout (a NAT or firewall dropped the
+// link's state, a frozen network, a host gone without a reset). The engine
+// treats it like a lost connection.
+var ErrSilentLink = errors.New("connection open but silent")
+
+// Transient reports whether a reconnect can cure err: a lost connection
+// (ConnectionLost), a silent one (ErrSilentLink), or a replication slot
+// still held by a walsender that has not yet noticed its client is gone.
+// Everything else — authentication, privileges, missing or invalidated
+// slots, publications and tables, schema mismatches, a full disk, bad
+// data — is fatal: a retry would fail the same way.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrSilentLink) || SlotInUse(err) {
+		return true
+	}
+	if Is(err, DiskFull) {
+		return false
+	}
+	return ConnectionLost(err)
+}

@@ -160,3 +160,32 @@ func TestPrivilegeExplain(t *testing.T) {
 		t.Fatalf("Missing: %s", msg)
 	}
 }
+
+func TestTransient(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"silent link", fmt.Errorf("receive: %w", ErrSilentLink), true},
+		{"slot in use", pg(ObjectInUse), true},
+		{"admin shutdown", pg(AdminShutdown), true},
+		{"crash shutdown", pg(CrashShutdown), true},
+		{"recovery", pg(CannotConnectNow), true},
+		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
+		{"eof", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), true},
+		{"disk full", pg(DiskFull), false},
+		{"auth", pg(InvalidPassword), false},
+		{"privilege", pg(InsufficientPrivilege), false},
+		{"missing slot or publication", pg(UndefinedObject), false},
+		{"invalidated slot", pg(ObjectNotInPrerequisite), false},
+		{"unique", pg(UniqueViolation), false},
+		{"canceled", context.Canceled, false},
+		{"plain", errors.New("x"), false},
+		{"nil", nil, false},
+	} {
+		if got := Transient(tt.err); got != tt.want {
+			t.Errorf("%s: Transient = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

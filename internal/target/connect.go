@@ -19,9 +19,18 @@ import (
 // a role granted SET on it); a refusal is reported as such. Error messages
 // name host, port and database, never the password.
 func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
+	return ConnectWatched(ctx, dsn, appName, nil)
+}
+
+// ConnectWatched is Connect with the connection watched for a silent link
+// by watch (LinkWatch), if not nil.
+func ConnectWatched(ctx context.Context, dsn, appName string, watch *LinkWatch) (*pgx.Conn, error) {
 	cfg, err := pgdsn.ParsePgx(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("connect to target: %w", err)
+	}
+	if watch != nil {
+		watch.install(cfg)
 	}
 	where := pgdsn.Describe(&cfg.Config)
 	rp := cfg.RuntimeParams
@@ -35,6 +44,9 @@ func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("connect to target %s: set session_replication_role: %w", where, pgerr.ReplicationRolePrivilege(cfg.User).Explain(err))
+	}
+	if watch != nil {
+		watch.register(conn)
 	}
 	return conn, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/pgerr"
 )
 
 // The apply lock closes a window in exactly-once after a crash of the engine:
@@ -64,6 +66,48 @@ func WaitForPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, wait
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
 		return fmt.Errorf("release the apply lock of slot %q: %w", slot, err)
+	}
+	return nil
+}
+
+// EndPreviousApply terminates the target backends that still hold slot's
+// apply lock: sessions of an earlier attempt of this engine whose link went
+// silent, which the server keeps — with their open transactions and row
+// locks — until it notices the client is gone, possibly hours later. Only
+// the engine's own reconnect calls it: a fresh start waits for them
+// instead (WaitForPreviousApply), since they might belong to another
+// engine. Terminating a backend cannot split a commit: it either completed
+// (and its progress record is there) or it rolls back. A backend that may
+// not be terminated (another role) is left to WaitForPreviousApply.
+func EndPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+	key := uint64(applyLockKey(slot))
+	rows, err := conn.Query(ctx, `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),
+			coalesce(pg_terminate_backend(l.pid), false)
+		FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+		  AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+		  AND l.pid <> pg_backend_pid()`, int64(key>>32), int64(key&0xffffffff))
+	if err != nil {
+		return fmt.Errorf("end the previous apply sessions of slot %q: %w", slot, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int32
+		var app, state string
+		var ended bool
+		if err := rows.Scan(&pid, &app, &state, &ended); err != nil {
+			return fmt.Errorf("end the previous apply sessions of slot %q: %w", slot, err)
+		}
+		if log != nil {
+			log.Info("ended a target session left by the lost connection", "component", "engine", "pid", pid,
+				"application_name", app, "state", state, "terminated", ended)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		if pgerr.PermissionDenied(err) {
+			return nil // left to WaitForPreviousApply
+		}
+		return fmt.Errorf("end the previous apply sessions of slot %q: %w", slot, err)
 	}
 	return nil
 }

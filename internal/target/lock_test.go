@@ -71,3 +71,48 @@ func TestIsAppliedOverlappingRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestEndPreviousApply: the sessions an engine left behind on a silent
+// link — holding the slot's apply lock and an open transaction with row
+// locks — are ended, so its reconnect neither waits for them nor blocks
+// on their locks; sessions of other slots are left alone.
+func TestEndPreviousApply(t *testing.T) {
+	e := newEnv(t, "")
+	if _, err := e.conn.Exec(e.ctx, "CREATE TABLE locked (id int PRIMARY KEY); INSERT INTO locked VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	zombie, err := Connect(e.ctx, e.dsn, "repstream-apply.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Close(e.ctx)
+	if err := HoldApplyLock(e.ctx, zombie, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zombie.Exec(e.ctx, "BEGIN; UPDATE locked SET id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := Connect(e.ctx, e.dsn, "repstream-apply.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bystander.Close(e.ctx)
+	if err := HoldApplyLock(e.ctx, bystander, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := EndPreviousApply(e.ctx, e.conn, "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPreviousApply(e.ctx, e.conn, "s1", 10*time.Second, nil); err != nil {
+		t.Fatalf("the ended session still holds the lock: %v", err)
+	}
+	if _, err := e.conn.Exec(e.ctx, "SET lock_timeout = '5s'; UPDATE locked SET id = 3"); err != nil {
+		t.Fatalf("the ended session's row lock is still held: %v", err)
+	}
+	if err := bystander.Ping(e.ctx); err != nil {
+		t.Fatalf("a session of another slot was ended: %v", err)
+	}
+	if err := WaitForPreviousApply(e.ctx, e.conn, "s2", 300*time.Millisecond, nil); err == nil {
+		t.Fatal("the other slot's session no longer holds its lock")
+	}
+}

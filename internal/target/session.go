@@ -11,6 +11,7 @@ type SessionOptions struct {
 	DSN     string // the target
 	AppName string // application_name, e.g. repstream-apply.0
 	Writer  WriterOptions
+	Watch   *LinkWatch // watches the connection for a silent link; nil: none
 }
 
 // OpenSession opens an apply session: one connection to the target (Connect:
@@ -22,7 +23,7 @@ type SessionOptions struct {
 //
 // closeFn closes the connection, waiting at most 2 s for the server.
 func OpenSession(ctx context.Context, o SessionOptions) (w *Writer, closeFn func(), err error) {
-	conn, err := Connect(ctx, o.DSN, o.AppName)
+	conn, err := ConnectWatched(ctx, o.DSN, o.AppName, o.Watch)
 	if err != nil {
 		return nil, nil, err
 	}

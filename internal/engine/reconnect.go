@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// sideError names the side — "source" or "target" — whose connection an
+// error of the pipeline came from, for the reconnect log and counters.
+type sideError struct {
+	side string
+	err  error
+}
+
+func (e *sideError) Error() string { return e.err.Error() }
+func (e *sideError) Unwrap() error { return e.err }
+
+func onSide(side string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &sideError{side: side, err: err}
+}
+
+func sideOf(err error) string {
+	var se *sideError
+	if errors.As(err, &se) {
+		return se.side
+	}
+	return "target"
+}
+
+// healthyRun is how long a streaming attempt must last for the next
+// failure to count as a new incident (the backoff starts again).
+const healthyRun = 2 * time.Minute
+
+// streamResilient streams, and rides through the faults a reconnect can
+// cure (pgerr.Transient: a lost or silent connection on either side, a
+// server restarting or in recovery, a slot still held by the walsender of
+// the lost connection). After such a fault the whole pipeline is rebuilt
+// from what the target says is applied — the exactly-once record makes a
+// restart in the same process as safe as one in a new process — after a
+// wait that grows exponentially with jitter (cenkalti/backoff) up to
+// --reconnect-max-wait. Every attempt is logged once with its cause and
+// counted (the reconnects counter of the "source" or "target" component).
+// Fatal causes — authentication, privileges, a missing, dropped or
+// invalidated slot, a missing publication or table, a schema mismatch, a
+// full disk, bad data — end the run at once, as does ctx.
+//
+// What is not kept: the queue's committed but unapplied transactions are
+// read again from the slot (which still holds them: it was acknowledged
+// only up to what is durable on the target).
+func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, initialFlush change.LSN) error {
+	cfg := e.cfg
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 500 * time.Millisecond
+	bo.Multiplier = 2
+	bo.RandomizationFactor = 0.3
+	bo.MaxInterval = cfg.ReconnectMaxWait
+	e.watch = target.NewLinkWatch(cfg.Target, cfg.TargetTimeout, e.stats.Component("target").Counter("silent_links"), e.log)
+	attempt := 0
+	for {
+		started := time.Now()
+		err := e.streamOnce(ctx, prog, initialFlush)
+		for {
+			if err == nil || ctx.Err() != nil || !pgerr.Transient(err) {
+				return err
+			}
+			if time.Since(started) > healthyRun {
+				bo.Reset()
+				attempt = 0
+			}
+			attempt++
+			wait := bo.NextBackOff()
+			side := sideOf(err)
+			e.stats.Component(side).Counter("reconnects").Add(1)
+			e.log.Warn("connection lost: reconnecting", "side", side, "attempt", attempt,
+				"in", wait.Round(time.Millisecond), "cause", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			started = time.Now()
+			if prog, initialFlush, err = e.resume(ctx); err == nil {
+				break
+			}
+		}
+		e.log.Info("reconnected: resuming from the target's record", "applied_low", prog.Low, "from", initialFlush, "attempt", attempt)
+	}
+}
+
+// streamOnce runs one streaming attempt on a fresh admin connection to the
+// target (the persister's).
+func (e *Engine) streamOnce(ctx context.Context, prog target.Progress, initialFlush change.LSN) error {
+	tgt, err := target.ConnectWatched(ctx, e.cfg.Target, "repstream-admin", e.watch)
+	if err != nil {
+		return onSide("target", err)
+	}
+	defer tgt.Close(context.Background())
+	return e.stream(ctx, tgt, prog, initialFlush)
+}
+
+// resume prepares the next attempt after a lost connection: it ends the
+// sessions the lost attempt may have left behind on either server (after a
+// silent link they live on, holding the slot or the apply lock and their
+// row locks, until the server notices), waits for every earlier apply
+// session to be gone, and reads where to start from the target's record
+// and the slot. A slot dropped or invalidated meanwhile is fatal.
+func (e *Engine) resume(ctx context.Context) (target.Progress, change.LSN, error) {
+	cfg := e.cfg
+	var prog target.Progress
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
+	if err != nil {
+		return prog, 0, onSide("target", err)
+	}
+	defer tgt.Close(context.Background())
+	if err := target.EndPreviousApply(ctx, tgt, cfg.Slot, e.log); err != nil {
+		return prog, 0, onSide("target", err)
+	}
+	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
+		return prog, 0, onSide("target", err)
+	}
+	if prog, err = target.LoadProgress(ctx, tgt, cfg.Slot); err != nil {
+		return prog, 0, onSide("target", fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err))
+	}
+	src, err := connectSource(ctx, cfg.Source)
+	if err != nil {
+		return prog, 0, onSide("source", err)
+	}
+	defer src.Close(context.Background())
+	if err := endWalsender(ctx, src, cfg.Slot, e.walsenderPID); err != nil {
+		return prog, 0, onSide("source", err)
+	}
+	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return prog, 0, onSide("source", err)
+	}
+	switch {
+	case !slot.exists:
+		return prog, 0, fmt.Errorf("replication slot %q was dropped on the source while repstream was reconnecting: the changes since %s are lost; "+
+			"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, prog.Low, cfg.Slot)
+	case slot.walStatus == "lost":
+		return prog, 0, fmt.Errorf("replication slot %q was invalidated while repstream was reconnecting (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
+			"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
+	}
+	return prog, max(prog.Low, slot.confirmed), nil
+}
+
+// endWalsender terminates the walsender that served the lost attempt if it
+// still holds the slot: after a silent link it would hold it until
+// wal_sender_timeout. Only that process (by PID): a walsender of anyone
+// else is left alone, and capture waits for or reports it.
+func endWalsender(ctx context.Context, src *pgx.Conn, slot string, pid uint32) error {
+	if pid == 0 {
+		return nil
+	}
+	_, err := src.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots
+		WHERE slot_name = $1 AND active_pid = $2`, slot, int32(pid))
+	if err != nil && !pgerr.PermissionDenied(err) {
+		return fmt.Errorf("end the walsender of the lost connection (PID %d): %w", pid, err)
+	}
+	return nil
+}

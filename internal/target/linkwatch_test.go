@@ -1,0 +1,158 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/repstream/repstream/internal/pgerr"
+)
+
+// watchPipe adds one end of an in-memory pipe to w as a connection of
+// backend pid and starts a Read on it that blocks until data or close;
+// the returned channel gets its error.
+func watchPipe(w *LinkWatch, pid uint32) (peer net.Conn, readErr chan error) {
+	a, b := net.Pipe()
+	wc := &watchedConn{Conn: a, w: w}
+	wc.pid.Store(pid)
+	wc.last.Store(w.now().UnixNano())
+	w.mu.Lock()
+	w.conns[wc] = struct{}{}
+	w.mu.Unlock()
+	readErr = make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			if _, err := wc.Read(buf); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	return b, readErr
+}
+
+func TestLinkWatch(t *testing.T) {
+	const timeout = 30 * time.Second
+	cases := []struct {
+		name   string
+		states map[uint32]backendState
+		probe  error
+		killed bool
+	}{
+		{"backend waits for its client", map[uint32]backendState{7: {"active", "Client", "ClientRead"}}, nil, true},
+		{"backend idle in transaction", map[uint32]backendState{7: {"idle in transaction", "Client", "ClientRead"}}, nil, true},
+		{"backend gone", map[uint32]backendState{}, nil, true},
+		{"server unreachable", nil, errors.New("connect: i/o timeout"), true},
+		{"backend busy (long COPY, slow trigger)", map[uint32]backendState{7: {"active", "IO", "DataFileRead"}}, nil, false},
+		{"backend busy on a lock", map[uint32]backendState{7: {"active", "Lock", "transactionid"}}, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := NewLinkWatch("", timeout, nil, nil)
+				var probed atomic.Int64
+				w.probe = func(context.Context, []uint32) (map[uint32]backendState, error) {
+					probed.Add(1)
+					return tc.states, tc.probe
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() { _ = w.Run(ctx); close(done) }()
+				peer, readErr := watchPipe(w, 7)
+
+				// Before half the timeout nothing is asked.
+				time.Sleep(timeout/2 - time.Second)
+				synctest.Wait()
+				if n := probed.Load(); n != 0 {
+					t.Fatalf("probed %d times before half the timeout", n)
+				}
+				time.Sleep(timeout / 5)
+				synctest.Wait()
+				if probed.Load() == 0 {
+					t.Fatal("a call blocked past the timeout was never looked at")
+				}
+				select {
+				case err := <-readErr:
+					if !tc.killed {
+						t.Fatalf("closed a connection whose backend is working: %v", err)
+					}
+					if !errors.Is(err, pgerr.ErrSilentLink) {
+						t.Fatalf("the blocked call failed with %v, want ErrSilentLink in its chain", err)
+					}
+					if w.closed.Load() != 1 {
+						t.Fatalf("closed counter %d", w.closed.Load())
+					}
+				default:
+					if tc.killed {
+						t.Fatal("a silent link was not closed")
+					}
+				}
+				peer.Close()
+				cancel()
+				<-done
+			})
+		})
+	}
+}
+
+// TestLinkWatchIdleAndMoving: a connection with no call blocked (idle, or
+// the engine busy on its own side) is never suspect, however long; nor is
+// one whose bytes keep moving.
+func TestLinkWatchIdleAndMoving(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 30 * time.Second
+		w := NewLinkWatch("", timeout, nil, nil)
+		w.probe = func(context.Context, []uint32) (map[uint32]backendState, error) {
+			t.Error("probed a connection that is not silent")
+			return nil, nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { _ = w.Run(ctx); close(done) }()
+
+		a, b := net.Pipe()
+		idle := &watchedConn{Conn: a, w: w}
+		idle.pid.Store(1)
+		w.mu.Lock()
+		w.conns[idle] = struct{}{}
+		w.mu.Unlock()
+
+		peer, readErr := watchPipe(w, 2)
+		writer := make(chan struct{})
+		go func() { // a byte every 10 s: slow, but moving
+			defer close(writer)
+			for range 15 {
+				time.Sleep(10 * time.Second)
+				if _, err := peer.Write([]byte{1}); err != nil {
+					return
+				}
+			}
+		}()
+		<-writer
+		time.Sleep(timeout / 4)
+		synctest.Wait()
+		select {
+		case err := <-readErr:
+			t.Fatalf("a moving connection was closed: %v", err)
+		default:
+		}
+		if err := idle.Close(); err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		n := len(w.conns)
+		w.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("%d connections watched after one closed, want 1", n)
+		}
+		b.Close()
+		peer.Close()
+		cancel()
+		<-done
+	})
+}
