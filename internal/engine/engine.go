@@ -59,6 +59,9 @@ type Engine struct {
 	// indexes are the secondary indexes of the tables --create-tables made
 	// in this run, built once their initial copy is done.
 	indexes []string
+	// tables says which changes of tables copied at their own snapshot
+	// apply skips (tablesync.go).
+	tables *apply.TableFilter
 }
 
 // New prepares a run; Run does the work.
@@ -136,6 +139,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		prog.CreatedPublication = true
 	}
+	if !createdPub && prog.CreatedPublication && len(cfg.Tables) > 0 {
+		// A wider --tables adds the new tables as `tables add` does.
+		if err := e.widenPublication(ctx, src, tgt); err != nil {
+			return err
+		}
+	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {
 		return err
@@ -164,6 +173,13 @@ func (e *Engine) Run(ctx context.Context) error {
 				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
 				cfg.Slot, prog.Low, cfg.Slot)
 		}
+		if prog.Snapshot == "running" {
+			// The slot of an interrupted copy is gone: its tables are copied
+			// again from the new slot's snapshot.
+			if err := e.emptyCopied(ctx, tgt, tables); err != nil {
+				return err
+			}
+		}
 		low, err := e.createSlot(ctx, tgt, tables, createdPub || prog.CreatedPublication)
 		if err != nil {
 			return err
@@ -179,7 +195,10 @@ func (e *Engine) Run(ctx context.Context) error {
 				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
 		}
 		if prog.Exists && prog.Snapshot == "running" {
-			return fmt.Errorf("the initial copy for slot %q was interrupted: run `repstream drop --slot %s` and start again (add --truncate to empty the partly copied tables)", cfg.Slot, cfg.Slot)
+			if err := e.resumeCopy(ctx, tgt, tables); err != nil {
+				return err
+			}
+			prog.Snapshot = "done"
 		}
 		if !prog.Exists {
 			e.log.Warn("slot exists but the target has no progress for it: applying from the slot's confirmed position", "slot", cfg.Slot, "confirmed", slot.confirmed)
@@ -191,6 +210,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		initialFlush = max(prog.Low, slot.confirmed)
 	}
 
+	if err := e.syncPendingAtStart(ctx, tgt, tables); err != nil {
+		return err
+	}
+	if e.tables, err = loadTableFilter(ctx, tgt, cfg.Slot, prog.Low); err != nil {
+		return err
+	}
 	if cfg.UntilCaughtUp {
 		var s string
 		if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
@@ -235,6 +260,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+		Tables:            e.tables, Quiesce: true,
 	}
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
 	if cfg.Eager {
@@ -243,7 +269,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			skipBelow = max(skipBelow, a)
 		}
 		eager = apply.NewEager(apply.EagerOptions{
-			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log,
+			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log, Tables: e.tables,
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager",
@@ -271,6 +297,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if eager != nil {
 		g.Go(func() error { return eager.Run(gctx) })
 	}
+	g.Go(func() error { return e.watchTables(gctx, e.tables, ap, eager) })
 	persisted := prog.Low
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
@@ -303,6 +330,9 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	e.logSummary()
 	switch {
 	case caughtUp:
+		if err := e.checkTablesReady(tgt); err != nil {
+			return errors.Join(perr, err)
+		}
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
 			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
 		return errors.Join(perr, e.syncSequencesAtEnd())
@@ -372,9 +402,13 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		return 0, err
 	}
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
+	onTable, err := e.markCopying(ctx, tgt, tables, low)
+	if err != nil {
+		return 0, err
+	}
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: onTable,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("initial copy: %w", err)
