@@ -93,8 +93,8 @@ func formatTables(w io.Writer, rows []engine.TableRow) {
 		if state == "" {
 			state = "-"
 		}
-		if r.SyncLSN != 0 {
-			lsn = r.SyncLSN.String()
+		if r.SyncLSN != "" {
+			lsn = r.SyncLSN
 		}
 		if r.State == "ready" {
 			n = fmt.Sprint(r.Rows)

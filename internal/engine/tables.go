@@ -348,13 +348,13 @@ func (e *Engine) checkTablesReady(tgt *pgx.Conn) error {
 
 // TableRow is one line of `tables list`.
 type TableRow struct {
-	Table     string     `json:"table"`
-	Published bool       `json:"published"`
-	State     string     `json:"state"` // pending, copying, ready, or "" (no copy recorded)
-	SyncLSN   change.LSN `json:"sync_lsn"`
-	Rows      int64      `json:"rows"`
-	Bytes     int64      `json:"bytes"`
-	CopiedAt  time.Time  `json:"copied_at"`
+	Table     string    `json:"table"`
+	Published bool      `json:"published"`
+	State     string    `json:"state"`    // pending, copying, ready, or "" (no copy recorded)
+	SyncLSN   string    `json:"sync_lsn"` // "" before the copy
+	Rows      int64     `json:"rows"`
+	Bytes     int64     `json:"bytes"`
+	CopiedAt  time.Time `json:"copied_at"`
 }
 
 // ListTables returns the publication's tables and every table with a sync
@@ -397,7 +397,10 @@ func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
 	}
 	for _, s := range syncs {
 		r := get(s.String())
-		r.State, r.SyncLSN, r.Rows, r.Bytes, r.CopiedAt = s.State, s.SyncLSN, s.Rows, s.Bytes, s.CopiedAt
+		r.State, r.Rows, r.Bytes, r.CopiedAt = s.State, s.Rows, s.Bytes, s.CopiedAt
+		if s.SyncLSN != 0 {
+			r.SyncLSN = s.SyncLSN.String()
+		}
 	}
 	slices.Sort(order)
 	out := make([]TableRow, len(order))
