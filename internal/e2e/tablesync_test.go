@@ -28,6 +28,13 @@ type tableSync struct {
 func (e *env) tableSync(table string) (tableSync, bool) {
 	e.t.Helper()
 	var s tableSync
+	var exists bool
+	if err := e.Tgt.QueryRow(context.Background(), "SELECT to_regclass('repstream.tables') IS NOT NULL").Scan(&exists); err != nil {
+		e.t.Fatal(err)
+	}
+	if !exists {
+		return s, false
+	}
 	err := e.Tgt.QueryRow(context.Background(), `SELECT state, coalesce(sync_lsn::text, ''), coalesce(copied_at, 'epoch'), rows
 		FROM repstream.tables WHERE schema_name = 'public' AND table_name = $1`, table).Scan(&s.state, &s.syncLSN, &s.copiedAt, &s.rows)
 	if err == pgx.ErrNoRows {
@@ -127,11 +134,7 @@ func TestTableSyncResumeInitialCopy(t *testing.T) {
 	// Stop the first run as soon as a_small is copied (b_big takes seconds).
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var exists bool
-		if err := e.Tgt.QueryRow(context.Background(), "SELECT to_regclass('repstream.tables') IS NOT NULL").Scan(&exists); err != nil {
-			t.Fatal(err)
-		}
-		if s, ok := e.tableSync("a_small"); exists && ok && s.state == "ready" {
+		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
 			break
 		}
 		if time.Now().After(deadline) {
