@@ -450,7 +450,7 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	}
 	if exists {
 		if len(patterns) > 0 {
-			log.Info("publication exists: using it as it is (--tables is only used to create it)", "publication", pub)
+			log.Info("publication exists: using it as it is (--tables only creates it, or adds tables to one repstream created)", "publication", pub)
 		}
 		return false, nil
 	}

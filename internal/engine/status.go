@@ -129,6 +129,9 @@ type SlotStatus struct {
 	Active         bool    `json:"active"`
 	WALStatus      string  `json:"wal_status"`
 	Snapshot       string  `json:"snapshot"`
+	// TablesNotCopied are the tables added or being copied (pending,
+	// copying): the replication is not caught up while there are any.
+	TablesNotCopied []string `json:"tables_not_copied,omitempty"`
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -181,6 +184,15 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	}
 	st.Applied = applied.String()
 	st.Snapshot = prog.Snapshot
+	syncs, err := target.LoadTableSyncs(ctx, tgt, slot)
+	if err != nil {
+		return st, err
+	}
+	for _, s := range syncs {
+		if s.State != target.TableReady {
+			st.TablesNotCopied = append(st.TablesNotCopied, s.String()+" ("+s.State+")")
+		}
+	}
 	if c, err := change.ParseLSN(cur); err == nil && c > applied {
 		st.LagBytes = int64(c - applied)
 	}
@@ -198,6 +210,9 @@ func (s SlotStatus) Format(w io.Writer) {
 	fmt.Fprintf(w, "confirmed position %s\n", s.Confirmed)
 	fmt.Fprintf(w, "applied position   %s\n", s.Applied)
 	fmt.Fprintf(w, "lag                %s (%s)\n", bytesHuman(s.LagBytes), lag)
+	if len(s.TablesNotCopied) > 0 {
+		fmt.Fprintf(w, "tables not copied  %s\n", strings.Join(s.TablesNotCopied, ", "))
+	}
 	fmt.Fprintf(w, "retained WAL       %s\n", bytesHuman(s.RetainedBytes))
 }
 

@@ -202,6 +202,18 @@ func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Table
 		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
 			return err
 		}
+		// Its other indexes at once: the copy comes later, from the engine.
+		for _, st := range missing {
+			defs, err := schema.IndexesSQL(ctx, src, st)
+			if err != nil {
+				return err
+			}
+			for _, sql := range defs {
+				if _, err := tgt.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
+				}
+			}
+		}
 	}
 	return snapshot.CheckTargets(ctx, tgt, tables, opts.Truncate)
 }
