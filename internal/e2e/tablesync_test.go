@@ -269,3 +269,36 @@ func TestTablesList(t *testing.T) {
 		t.Fatalf("tables list --json after the next run: %+v", rows)
 	}
 }
+
+// TestTablesWidenedOnRestart: a restart whose --tables matches a table the
+// publication (made by repstream) lacks adds it as `tables add` does — here
+// with --create-tables making the target table — and copies it before it
+// streams; writes made while no engine ran are not lost.
+func TestTablesWidenedOnRestart(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE w1 (id int PRIMARY KEY, v int NOT NULL)`)
+	e.srcExec(`CREATE TABLE w2 (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE INDEX w2_v ON w2 (v)`)
+	e.srcExec(`INSERT INTO w1 SELECT g, 0 FROM generate_series(1, 100) g`)
+	e.srcExec(`INSERT INTO w2 SELECT g, g, 'before' FROM generate_series(1, 500) g`)
+	cfg := e.config("public.w1")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE w1 SET v = 1 WHERE id <= 10`)
+	e.srcExec(`UPDATE w2 SET note = 'while stopped' WHERE id <= 10`)
+
+	cfg.Tables = []string{"public.w1", "public.w2"}
+	e.catchUp(cfg)
+	s, ok := e.tableSync("w2")
+	if !ok || s.state != "ready" || s.rows != 500 {
+		t.Fatalf("w2 after the restart with a wider --tables: %+v (recorded: %v)", s, ok)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_indexes WHERE tablename = 'w2' AND indexname = 'w2_v'"); n != 1 {
+		t.Errorf("w2's index was not built on the target")
+	}
+	e.srcExec(`DELETE FROM w2 WHERE id > 490`)
+	e.srcExec(`INSERT INTO w2 VALUES (1000, 0, 'after')`)
+	e.catchUp(cfg)
+	e.assertSame("w1", "id")
+	e.assertSame("w2", "id")
+}
