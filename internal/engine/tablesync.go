@@ -227,15 +227,10 @@ func (e *Engine) watchTables(ctx context.Context, filter *apply.TableFilter, ap 
 		return err
 	}
 	defer tgt.Close(context.Background())
-	src, err := connectSource(ctx, e.cfg.Source)
-	if err != nil {
-		return err
-	}
-	defer src.Close(context.Background())
 	t := time.NewTicker(tablePollInterval)
 	defer t.Stop()
 	for {
-		if err := e.pollTables(ctx, tgt, src, filter, ap, eager, log); err != nil {
+		if err := e.pollTables(ctx, tgt, filter, ap, eager, log); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -249,7 +244,7 @@ func (e *Engine) watchTables(ctx context.Context, filter *apply.TableFilter, ap 
 	}
 }
 
-func (e *Engine) pollTables(ctx context.Context, tgt, src *pgx.Conn, filter *apply.TableFilter, ap *apply.Applier, eager *apply.Eager, log *slog.Logger) error {
+func (e *Engine) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, ap *apply.Applier, eager *apply.Eager, log *slog.Logger) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 	if err != nil {
 		return err
@@ -276,7 +271,14 @@ func (e *Engine) pollTables(ctx context.Context, tgt, src *pgx.Conn, filter *app
 	if len(waiting) == 0 {
 		return nil
 	}
+	// The source is asked only while a table waits (an admin connection
+	// is not kept while streaming).
+	src, err := connectSource(ctx, e.cfg.Source)
+	if err != nil {
+		return err
+	}
 	published, err := publicationTables(ctx, src, e.cfg.Publication)
+	src.Close(context.Background())
 	if err != nil {
 		return err
 	}
