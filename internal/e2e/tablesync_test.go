@@ -16,6 +16,7 @@ import (
 	"github.com/repstream/repstream/internal/cli"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // tableSync is a table's row of repstream.tables on the target.
@@ -301,4 +302,79 @@ func TestTablesWidenedOnRestart(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("w1", "id")
 	e.assertSame("w2", "id")
+}
+
+// TestTablesAddDuringEagerTransaction: a table added while a large
+// transaction is being applied eagerly (streamed, still open on the
+// source) is copied only once that transaction has committed (Eager is held,
+// then apply quiesced); a large transaction touching it afterwards is applied
+// in full; the target ends equal.
+func TestTablesAddDuringEagerTransaction(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE e1 (id int PRIMARY KEY, v text);
+		CREATE TABLE e2 (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO e2 SELECT g, 'before' FROM generate_series(1, 5000) g`)
+	cfg := e.config("public.e1")
+	cfg.DecodingWorkMem = "64kB"
+	e.catchUp(cfg)
+	reg := stats.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}
+	defer stop()
+	conn, err := e.srcConn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", firstLine(sql), err)
+		}
+	}
+	exec(`BEGIN`)
+	exec(`INSERT INTO e1 SELECT g, repeat('a', 50) FROM generate_series(1, 20000) g`)
+	pgtest.WaitFor(t, "the open transaction to be applied eagerly", 30*time.Second, func() (bool, error) {
+		snap, _ := reg.Snapshot().Component("eager")
+		return snap.Items >= 10000, nil // the tail stays in the walsender until more comes
+	})
+
+	var out, errOut bytes.Buffer
+	code := cli.Run(context.Background(), []string{"tables", "add", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "public.e2"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("tables add: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	e.srcExec(`UPDATE e2 SET v = 'while the eager one is open' WHERE id <= 100`)
+	time.Sleep(3 * time.Second) // the engine finds the table published and waits for the eager transaction
+	if s, _ := e.tableSync("e2"); s.state == "ready" {
+		t.Fatalf("e2 was copied while an eager transaction was open: %+v", s)
+	}
+	exec(`COMMIT`)
+	e.waitTableReady("e2", time.Minute)
+
+	exec(`BEGIN`)
+	exec(`INSERT INTO e1 SELECT g, 'second' FROM generate_series(20001, 40000) g`)
+	exec(`UPDATE e2 SET v = 'in a large transaction'`)
+	exec(`INSERT INTO e2 SELECT g, 'new' FROM generate_series(5001, 6000) g`)
+	exec(`COMMIT`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	stop()
+	snap, _ := reg.Snapshot().Component("eager")
+	if snap.Counters["eager_txns"] < 1 {
+		t.Errorf("no transaction was applied eagerly: %+v", snap.Counters)
+	}
+	e.assertSame("e1", "id")
+	e.assertSame("e2", "id")
 }
