@@ -369,6 +369,10 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
 			return 0, err
 		}
+		// Before the slot: no table state of an earlier copy survives.
+		if err := e.markCopying(ctx, tgt, tables); err != nil {
+			return 0, err
+		}
 	}
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
@@ -402,13 +406,9 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		return 0, err
 	}
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
-	onTable, err := e.markCopying(ctx, tgt, tables, low)
-	if err != nil {
-		return 0, err
-	}
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: onTable,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("initial copy: %w", err)

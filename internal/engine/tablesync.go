@@ -117,21 +117,25 @@ func tableList(tables []schema.TableName) string {
 	return s
 }
 
-// markCopying records the tables of the initial copy as copying and returns
-// the OnTable callback that records each ready at the slot's consistent
-// point.
-func (e *Engine) markCopying(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) (func(context.Context, schema.TableName, int64, int64) error, error) {
+// markCopying records the tables of the initial copy as copying.
+func (e *Engine) markCopying(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
 	for _, t := range tables {
 		if err := target.SetTableState(ctx, tgt, e.cfg.Slot, t.Schema, t.Name, target.TableCopying); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	var mu sync.Mutex
+	return nil
+}
+
+// recordCopied returns the initial copy's OnTable callback: it records each
+// table ready at the slot's consistent point.
+func (e *Engine) recordCopied(tgt *pgx.Conn, low change.LSN) func(context.Context, schema.TableName, int64, int64) error {
+	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	return func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return target.SetTableReady(ctx, tgt, e.cfg.Slot, t.Schema, t.Name, low, rows, bytes)
-	}, nil
+	}
 }
 
 // resumeCopy finishes an initial copy that a previous run began from the
