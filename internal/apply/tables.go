@@ -202,6 +202,9 @@ func (c *coordinator) next(ctx context.Context) (*queue.Txn, error) {
 	if c.a.quiesce == nil {
 		return c.src.Next(ctx)
 	}
+	if txn, ok := c.src.TryNext(); ok {
+		return txn, nil // no timer while transactions keep coming
+	}
 	for {
 		if err := c.serveQuiesce(ctx); err != nil {
 			return nil, err
