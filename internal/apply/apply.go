@@ -69,6 +69,12 @@ type Options struct {
 	// connection to TargetDSN. Tests inject fakes here.
 	NewWriter func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error)
 
+	// Tables, if set, skips the changes of tables copied at their own
+	// snapshot that the copy already holds (TableFilter).
+	Tables *TableFilter
+	// Quiesce enables Applier.Quiesce (pausing apply between transactions).
+	Quiesce bool
+
 	// FlushedLSN reads the target's pg_current_wal_flush_lsn(); nil means a
 	// connection to TargetDSN. Transactions become Done in the watermark only
 	// once the target's WAL is flushed past their commit.
@@ -124,6 +130,7 @@ type Applier struct {
 	commits *commitLog
 	coord   *stats.Component
 	durable *durability
+	quiesce chan quiesceReq // Quiesce requests; nil without Options.Quiesce
 }
 
 // New validates options.
@@ -167,6 +174,9 @@ func New(opts Options) (*Applier, error) {
 		coord:   opts.Stats.Component("coordinator"),
 	}
 	a.durable = newDurability(opts.Watermark, opts.FlushedLSN, a.coord)
+	if opts.Quiesce {
+		a.quiesce = make(chan quiesceReq)
+	}
 	return a, nil
 }
 
@@ -334,11 +344,15 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 
 // eachChange calls fn with every change of g in order, naming the
 // transaction in fn's errors.
-func eachChange(g *group, fn func(c *change.Change) error) error {
+func eachChange(g *group, tables *TableFilter, fn func(c *change.Change) error) error {
 	for _, t := range g.txns {
 		for c, err := range t.Changes() {
 			if err != nil {
 				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
+			}
+			var keep bool
+			if c, keep = tables.Keep(c, t.Info.EndLSN); !keep {
+				continue // in the table's copy (TableFilter)
 			}
 			if err := fn(c); err != nil {
 				return fmt.Errorf("apply transaction %d (commit %s, end %s): %w", t.Info.Xid, t.Info.CommitLSN, t.Info.EndLSN, err)
@@ -350,7 +364,7 @@ func eachChange(g *group, fn func(c *change.Change) error) error {
 
 // writeAll writes every change of g in order.
 func (w *worker) writeAll(ctx context.Context, g *group) error {
-	return eachChange(g, func(c *change.Change) error { return w.w.Write(ctx, c) })
+	return eachChange(g, w.a.opts.Tables, func(c *change.Change) error { return w.w.Write(ctx, c) })
 }
 
 // writeFolded writes g's changes with repeated changes to one key folded
@@ -359,7 +373,7 @@ func (w *worker) writeAll(ctx context.Context, g *group) error {
 func (w *worker) writeFolded(ctx context.Context, g *group, cw collapsibleWriter) error {
 	defer w.folder.release()
 	all := w.folder.in[:0]
-	if err := eachChange(g, func(c *change.Change) error { all = append(all, c); return nil }); err != nil {
+	if err := eachChange(g, w.a.opts.Tables, func(c *change.Change) error { all = append(all, c); return nil }); err != nil {
 		return err
 	}
 	w.folder.in = all

@@ -70,11 +70,14 @@ func (a *Applier) newCoordinator(src Source, work chan<- *group) *coordinator {
 func (c *coordinator) run(ctx context.Context) error {
 	var carried *queue.Txn // ended the previous group; starts the next (write set in nextKeys)
 	for {
+		if err := c.serveQuiesce(ctx); err != nil {
+			return err
+		}
 		txn := carried
 		if txn == nil {
 			c.a.coord.SetState(stats.Idle)
 			var err error
-			if txn, err = c.src.Next(ctx); err != nil {
+			if txn, err = c.next(ctx); err != nil {
 				return err
 			}
 			c.a.coord.SetState(stats.Busy)

@@ -29,4 +29,5 @@
 //	eager.go        Eager: a large streamed transaction applied before its commit
 //	durable.go      durability: Done once the target's WAL is flushed past a commit
 //	watermark.go    Watermark: the low watermark acknowledged to the slot
+//	tables.go       TableFilter (changes of tables copied at their own snapshot), Quiesce, Eager.Hold
 package apply

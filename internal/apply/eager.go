@@ -49,6 +49,7 @@ type Eager struct {
 
 	mu    sync.Mutex
 	owner uint32 // xid being applied eagerly; 0 when free
+	held  bool   // Hold: take no transaction (a table is being copied)
 	owned map[uint32]bool
 }
 
@@ -60,6 +61,9 @@ type EagerOptions struct {
 	Stats     *stats.Registry
 	Logger    *slog.Logger
 	Buffer    int // changes in flight between capture and the eager connection (default 4096)
+	// Tables: changes of tables not ready are not written; a transaction
+	// is taken only beyond every ready table's sync LSN (TableFilter).
+	Tables *TableFilter
 }
 
 // EagerWriter is a Writer with savepoints (target.Writer).
@@ -112,7 +116,7 @@ func NewEager(opts EagerOptions) *Eager {
 // last transaction committed before this chunk.
 func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor change.LSN) (bool, error) {
 	e.mu.Lock()
-	free := e.owner == 0 && processed >= e.opts.SkipBelow
+	free := e.owner == 0 && !e.held && processed >= e.skipBelow()
 	e.mu.Unlock()
 	if free {
 		// The transactions before it are usually on their way (groups
@@ -127,7 +131,7 @@ func (e *Eager) TryTake(ctx context.Context, xid uint32, processed, waitFor chan
 	// then the transaction's first chunk can start at once (an eager
 	// transaction that waits holds capture back), and after a restart only
 	// beyond what the target may already have.
-	if e.owner != 0 || processed < e.opts.SkipBelow || e.opts.Watermark.VisibleLow() < waitFor {
+	if e.owner != 0 || e.held || processed < e.skipBelow() || e.opts.Watermark.VisibleLow() < waitFor {
 		e.mu.Unlock()
 		e.log.Debug("streamed transaction goes through the queue", "xid", xid, "processed", processed,
 			"busy", e.owner != 0, "skip_below", e.opts.SkipBelow, "visible", e.opts.Watermark.VisibleLow(), "wait_for", waitFor)
@@ -261,7 +265,10 @@ func (e *Eager) Run(ctx context.Context) error {
 				return fail(err)
 			}
 		case eagerChange:
-			c := it.c
+			c, keep := e.opts.Tables.Keep(it.c, 0)
+			if !keep {
+				continue // a table not ready: its copy comes later (TableFilter)
+			}
 			if c.Xid != 0 && c.Xid != xid && !slices.Contains(savepoint, c.Xid) {
 				if err := w.Savepoint(ctx, savepointName(c.Xid)); err != nil {
 					return fail(fmt.Errorf("eager apply of transaction %d: %w", xid, err))

@@ -64,6 +64,9 @@ type Engine struct {
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch
 	walsenderPID uint32
+	// tables says which changes of tables copied at their own snapshot
+	// apply skips (tablesync.go).
+	tables *apply.TableFilter
 }
 
 // New prepares a run; Run does the work.
@@ -144,6 +147,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		prog.CreatedPublication = true
 	}
+	if !createdPub && prog.CreatedPublication && len(cfg.Tables) > 0 {
+		// A wider --tables adds the new tables as `tables add` does.
+		if err := e.widenPublication(ctx, src, tgt); err != nil {
+			return err
+		}
+	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {
 		return err
@@ -175,6 +184,13 @@ func (e *Engine) Run(ctx context.Context) error {
 				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
 				cfg.Slot, prog.Low, cfg.Slot)
 		}
+		if prog.Snapshot == "running" {
+			// The slot of an interrupted copy is gone: its tables are copied
+			// again from the new slot's snapshot.
+			if err := e.emptyCopied(ctx, tgt, tables); err != nil {
+				return err
+			}
+		}
 		low, err := e.createSlot(ctx, tgt, tables, createdPub || prog.CreatedPublication)
 		if err != nil {
 			return err
@@ -190,7 +206,10 @@ func (e *Engine) Run(ctx context.Context) error {
 				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
 		}
 		if prog.Exists && prog.Snapshot == "running" {
-			return fmt.Errorf("the initial copy for slot %q was interrupted: run `repstream drop --slot %s` and start again (add --truncate to empty the partly copied tables)", cfg.Slot, cfg.Slot)
+			if err := e.resumeCopy(ctx, tgt, tables); err != nil {
+				return err
+			}
+			prog.Snapshot = "done"
 		}
 		if !prog.Exists {
 			e.log.Warn("slot exists but the target has no progress for it: applying from the slot's confirmed position", "slot", cfg.Slot, "confirmed", slot.confirmed)
@@ -202,6 +221,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		initialFlush = max(prog.Low, slot.confirmed)
 	}
 
+	if err := e.syncPendingAtStart(ctx, tgt, tables); err != nil {
+		return err
+	}
+	if e.tables, err = loadTableFilter(ctx, tgt, cfg.Slot, prog.Low); err != nil {
+		return err
+	}
 	if cfg.UntilCaughtUp {
 		var s string
 		if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
@@ -249,6 +274,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 		LinkWatch:         e.watch,
+		Tables:            e.tables, Quiesce: true,
 	}
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
 	if cfg.Eager {
@@ -257,7 +283,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			skipBelow = max(skipBelow, a)
 		}
 		eager = apply.NewEager(apply.EagerOptions{
-			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log,
+			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log, Tables: e.tables,
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
@@ -291,6 +317,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if e.watch != nil {
 		g.Go(func() error { return e.watch.Run(gctx) })
 	}
+	g.Go(func() error { return e.watchTables(gctx, e.tables, ap, eager) })
 	persisted := prog.Low
 	g.Go(func() error {
 		t := time.NewTicker(time.Second)
@@ -323,6 +350,9 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	e.logSummary()
 	switch {
 	case caughtUp:
+		if err := e.checkTablesReady(tgt); err != nil {
+			return errors.Join(perr, err)
+		}
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
 			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
 		return errors.Join(perr, e.syncSequencesAtEnd())
@@ -357,6 +387,10 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	cfg := e.cfg
 	if cfg.Snapshot {
 		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
+			return 0, err
+		}
+		// Before the slot: no table state of an earlier copy survives.
+		if err := e.markCopying(ctx, tgt, tables); err != nil {
 			return 0, err
 		}
 	}
@@ -394,7 +428,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("initial copy: %w", err)
@@ -436,7 +470,7 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	}
 	if exists {
 		if len(patterns) > 0 {
-			log.Info("publication exists: using it as it is (--tables is only used to create it)", "publication", pub)
+			log.Info("publication exists: using it as it is (--tables only creates it, or adds tables to one repstream created)", "publication", pub)
 		}
 		return false, nil
 	}

@@ -133,6 +133,9 @@ type SlotStatus struct {
 	// 0 while active, -1 when unknown (health.go).
 	InactiveSeconds float64 `json:"inactive_seconds"`
 	Invalidation    string  `json:"invalidation,omitempty"` // why the slot is invalidated (PostgreSQL 16+), "" when it is not
+	// TablesNotCopied are the tables added or being copied (pending,
+	// copying): the replication is not caught up while there are any.
+	TablesNotCopied []string `json:"tables_not_copied,omitempty"`
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -188,6 +191,15 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err
 	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, slot)
+	if err != nil {
+		return st, err
+	}
+	for _, s := range syncs {
+		if s.State != target.TableReady {
+			st.TablesNotCopied = append(st.TablesNotCopied, s.String()+" ("+s.State+")")
+		}
+	}
 	if c, err := change.ParseLSN(cur); err == nil && c > applied {
 		st.LagBytes = int64(c - applied)
 	}
@@ -205,6 +217,9 @@ func (s SlotStatus) Format(w io.Writer) {
 	fmt.Fprintf(w, "confirmed position %s\n", s.Confirmed)
 	fmt.Fprintf(w, "applied position   %s\n", s.Applied)
 	fmt.Fprintf(w, "lag                %s (%s)\n", bytesHuman(s.LagBytes), lag)
+	if len(s.TablesNotCopied) > 0 {
+		fmt.Fprintf(w, "tables not copied  %s\n", strings.Join(s.TablesNotCopied, ", "))
+	}
 	fmt.Fprintf(w, "retained WAL       %s\n", bytesHuman(s.RetainedBytes))
 	switch {
 	case s.Active:

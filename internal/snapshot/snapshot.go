@@ -39,6 +39,9 @@ type Options struct {
 	Truncate    bool // empty non-empty target tables instead of failing
 	Stats       *stats.Registry
 	Logger      *slog.Logger
+	// OnTable, if set, is called once a table's copy is complete (from the
+	// copying workers: calls may be concurrent). Its error ends the copy.
+	OnTable func(ctx context.Context, t schema.TableName, rows, bytes int64) error
 }
 
 // Result sums up a copy.
@@ -146,6 +149,11 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 				bytes.Add(b)
 				st.Add(n, b)
 				log.Info("copied table", "table", t.String(), "rows", n, "bytes", b)
+				if opts.OnTable != nil {
+					if err := opts.OnTable(gctx, t, n, b); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		})

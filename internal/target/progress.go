@@ -91,6 +91,9 @@ func EnsureState(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := tx.Exec(ctx, stateSchema); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
+	if _, err := tx.Exec(ctx, tablesSchema); err != nil {
+		return fmt.Errorf("create table sync state: %w", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
@@ -238,6 +241,7 @@ func DropState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM repstream.applied WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.progress WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.tables WHERE slot = $1`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("drop progress state of slot %q: %w", slot, err)
 	}

@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/cli"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// tableSync is a table's row of repstream.tables on the target.
+type tableSync struct {
+	state, syncLSN string
+	copiedAt       time.Time
+	rows           int64
+}
+
+func (e *env) tableSync(table string) (tableSync, bool) {
+	e.t.Helper()
+	var s tableSync
+	var exists bool
+	if err := e.Tgt.QueryRow(context.Background(), "SELECT to_regclass('repstream.tables') IS NOT NULL").Scan(&exists); err != nil {
+		e.t.Fatal(err)
+	}
+	if !exists {
+		return s, false
+	}
+	err := e.Tgt.QueryRow(context.Background(), `SELECT state, coalesce(sync_lsn::text, ''), coalesce(copied_at, 'epoch'), rows
+		FROM repstream.tables WHERE schema_name = 'public' AND table_name = $1`, table).Scan(&s.state, &s.syncLSN, &s.copiedAt, &s.rows)
+	if err == pgx.ErrNoRows {
+		return s, false
+	}
+	if err != nil {
+		e.t.Fatalf("read repstream.tables for %s: %v", table, err)
+	}
+	return s, true
+}
+
+// waitTableReady waits until the target records table as ready.
+func (e *env) waitTableReady(table string, timeout time.Duration) tableSync {
+	e.t.Helper()
+	var s tableSync
+	pgtest.WaitFor(e.t, table+" ready in repstream.tables", timeout, func() (bool, error) {
+		var ok bool
+		s, ok = e.tableSync(table)
+		return ok && s.state == "ready", nil
+	})
+	return s
+}
+
+// writeLoad changes the tables (id int primary key, v int, pad text, ids
+// 1..keys exist at the start) on the source until the returned stop is
+// called: inserts of new ids, updates and deletes of existing ones, one
+// table or two per transaction, a few hundred transactions a second.
+func (e *env) writeLoad(tables []string, keys int) (stop func()) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := e.srcConn(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var werr error
+	wg.Go(func() {
+		defer conn.Close(context.Background())
+		next := 10_000_000
+		for i := 0; ctx.Err() == nil; i++ {
+			t := tables[rand.IntN(len(tables))]
+			id := 1 + rand.IntN(keys)
+			var err error
+			switch i % 5 {
+			case 0, 1:
+				next++
+				_, err = conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s VALUES ($1, 0, 'new')", t), next)
+			case 2:
+				_, err = conn.Exec(ctx, fmt.Sprintf("UPDATE %s SET v = v + 1 WHERE id = $1", t), id)
+			case 3:
+				_, err = conn.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE id = $1", t), id)
+			case 4: // two tables in one transaction
+				u := tables[rand.IntN(len(tables))]
+				next++
+				b := &pgx.Batch{}
+				b.Queue(fmt.Sprintf("UPDATE %s SET v = v + 10 WHERE id = $1", t), id)
+				b.Queue(fmt.Sprintf("INSERT INTO %s VALUES ($1, 1, 'pair')", u), next)
+				err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+			}
+			if err != nil && ctx.Err() == nil {
+				werr = err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+		if werr != nil {
+			e.t.Fatalf("write load: %v", werr)
+		}
+	}
+}
+
+// TestTableSyncResumeInitialCopy: an initial copy stopped once its first
+// table is copied is resumed by the next run, which keeps that table (its
+// copied_at and sync LSN unchanged) and copies the others again from a new
+// snapshot at a known position, while the source takes writes on every
+// table throughout; the target ends equal to the source.
+func TestTableSyncResumeInitialCopy(t *testing.T) {
+	e := newEnv(t)
+	tables := []string{"a_small", "b_big", "c_small"}
+	for _, tb := range tables {
+		e.both(fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL, pad text)`, tb))
+	}
+	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
+	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
+	e.srcExec(`INSERT INTO c_small SELECT g, 0, 'c' FROM generate_series(1, 2000) g`)
+	cfg := e.config("public.a_small", "public.b_big", "public.c_small")
+	cfg.SnapshotWorkers = 1 // in name order: a_small, b_big, c_small
+
+	stopLoad := e.writeLoad(tables, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
+	// Stop the first run as soon as a_small is copied (b_big takes seconds).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a_small was not copied within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "initial copy") {
+		t.Logf("first run ended with: %v", err)
+	}
+	kept, _ := e.tableSync("a_small")
+	if s, _ := e.tableSync("b_big"); s.state == "ready" {
+		t.Fatalf("b_big was copied before the first run stopped: the test interrupts nothing (make it larger)")
+	}
+	var snap string
+	if err := e.Tgt.QueryRow(context.Background(), "SELECT snapshot FROM repstream.progress WHERE slot = $1", cfg.Slot).Scan(&snap); err != nil || snap != "running" {
+		t.Fatalf("progress after the interrupted copy: snapshot %q, %v", snap, err)
+	}
+
+	// The next run resumes under the same write load.
+	stop := e.start(cfg)
+	b := e.waitTableReady("b_big", 2*time.Minute)
+	c := e.waitTableReady("c_small", time.Minute)
+	time.Sleep(time.Second) // changes after the recopy's snapshot, applied
+	stopLoad()
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+
+	again, _ := e.tableSync("a_small")
+	if again.state != "ready" || !again.copiedAt.Equal(kept.copiedAt) || again.syncLSN != kept.syncLSN {
+		t.Errorf("a_small was copied again: before %+v, after %+v", kept, again)
+	}
+	if b.syncLSN == kept.syncLSN || c.syncLSN != b.syncLSN || b.rows == 0 {
+		t.Errorf("b_big and c_small should be copied at one new snapshot: a_small %+v, b_big %+v, c_small %+v", kept, b, c)
+	}
+	for _, tb := range tables {
+		e.assertSame(tb, "id")
+	}
+}
+
+// TestTablesAddWhileRunning: `repstream tables add` of a table with rows,
+// while the engine streams another and the source writes to both (also in
+// transactions touching both) before, during and after the copy. The
+// engine copies it at a snapshot of known position L, skips its changes up
+// to L and applies the later ones: the target ends equal row for row.
+func TestTablesAddWhileRunning(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE t1 (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE TABLE t2 (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	e.srcExec(`INSERT INTO t1 SELECT g, 0, 'one' FROM generate_series(1, 3000) g`)
+	e.srcExec(`INSERT INTO t2 SELECT g, 0, repeat('two', 50) FROM generate_series(1, 100000) g`)
+	cfg := e.config("public.t1")
+	cfg.ApplyParallelism = 4
+	stopLoad := e.writeLoad([]string{"t1", "t2"}, 3000)
+	stop := e.start(cfg)
+	e.waitTableReady("t1", time.Minute)
+	time.Sleep(500 * time.Millisecond)
+
+	var out, errOut bytes.Buffer
+	code := cli.Run(context.Background(), []string{"tables", "add", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "public.t2"}, &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), "public.t2: pending: the running engine copies it") {
+		t.Fatalf("tables add: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	s := e.waitTableReady("t2", 2*time.Minute)
+	time.Sleep(time.Second) // changes after L, applied
+	stopLoad()
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if s.rows < 90000 {
+		t.Errorf("t2 copy: %+v", s)
+	}
+	e.assertSame("t1", "id")
+	e.assertSame("t2", "id")
+}
+
+// TestTablesList: `tables list` shows each table of the publication and its
+// copy state; a table added while no engine runs is pending, and the next
+// run copies it before it streams (until caught up), after which it is
+// ready with its sync LSN and rows.
+func TestTablesList(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE l1 (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE TABLE l2 (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	e.srcExec(`INSERT INTO l1 SELECT g, 0, 'x' FROM generate_series(1, 10) g`)
+	e.srcExec(`INSERT INTO l2 SELECT g, 0, 'y' FROM generate_series(1, 25) g`)
+	cfg := e.config("public.l1")
+	e.catchUp(cfg)
+	conn := []string{"--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot}
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := cli.Run(context.Background(), append(args, conn...), &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	if out := run("tables", "add", "public.l2"); !strings.Contains(out, "public.l2: pending: the next run copies it") {
+		t.Fatalf("tables add without a running engine:\n%s", out)
+	}
+	// Adding it again, or a table already replicated, changes nothing.
+	if out := run("tables", "add", "public.l1"); !strings.Contains(out, "public.l1: already replicated") {
+		t.Fatalf("tables add of a replicated table:\n%s", out)
+	}
+	out := run("tables", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TABLE") {
+		t.Fatalf("tables list:\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); f[0] != "public.l1" || f[1] != "yes" || f[2] != "ready" || f[4] != "10" {
+		t.Errorf("tables list, l1: %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[0] != "public.l2" || f[1] != "yes" || f[2] != "pending" || f[3] != "-" {
+		t.Errorf("tables list, l2: %q", lines[2])
+	}
+
+	e.srcExec(`INSERT INTO l2 VALUES (26, 0, 'after the add')`)
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE l2 SET v = 1 WHERE id <= 3`)
+	e.catchUp(cfg)
+	e.assertSame("l2", "id")
+
+	var rows []engine.TableRow
+	if err := json.Unmarshal([]byte(run("tables", "list", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[1].Table != "public.l2" || rows[1].State != "ready" || rows[1].Rows != 26 || rows[1].SyncLSN == "" {
+		t.Fatalf("tables list --json after the next run: %+v", rows)
+	}
+}
+
+// TestTablesWidenedOnRestart: a restart whose --tables matches a table the
+// publication (made by repstream) lacks adds it as `tables add` does — here
+// with --create-tables making the target table — and copies it before it
+// streams; writes made while no engine ran are not lost.
+func TestTablesWidenedOnRestart(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE w1 (id int PRIMARY KEY, v int NOT NULL)`)
+	e.srcExec(`CREATE TABLE w2 (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE INDEX w2_v ON w2 (v)`)
+	e.srcExec(`INSERT INTO w1 SELECT g, 0 FROM generate_series(1, 100) g`)
+	e.srcExec(`INSERT INTO w2 SELECT g, g, 'before' FROM generate_series(1, 500) g`)
+	cfg := e.config("public.w1")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE w1 SET v = 1 WHERE id <= 10`)
+	e.srcExec(`UPDATE w2 SET note = 'while stopped' WHERE id <= 10`)
+
+	cfg.Tables = []string{"public.w1", "public.w2"}
+	e.catchUp(cfg)
+	s, ok := e.tableSync("w2")
+	if !ok || s.state != "ready" || s.rows != 500 {
+		t.Fatalf("w2 after the restart with a wider --tables: %+v (recorded: %v)", s, ok)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_indexes WHERE tablename = 'w2' AND indexname = 'w2_v'"); n != 1 {
+		t.Errorf("w2's index was not built on the target")
+	}
+	e.srcExec(`DELETE FROM w2 WHERE id > 490`)
+	e.srcExec(`INSERT INTO w2 VALUES (1000, 0, 'after')`)
+	e.catchUp(cfg)
+	e.assertSame("w1", "id")
+	e.assertSame("w2", "id")
+}
+
+// TestTablesAddDuringEagerTransaction: a table added while a large
+// transaction is being applied eagerly (streamed, still open on the
+// source) is copied only once that transaction has committed (Eager is held,
+// then apply quiesced); a large transaction touching it afterwards is applied
+// in full; the target ends equal.
+func TestTablesAddDuringEagerTransaction(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE e1 (id int PRIMARY KEY, v text);
+		CREATE TABLE e2 (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO e2 SELECT g, 'before' FROM generate_series(1, 5000) g`)
+	cfg := e.config("public.e1")
+	cfg.DecodingWorkMem = "64kB"
+	e.catchUp(cfg)
+	reg := stats.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}
+	defer stop()
+	conn, err := e.srcConn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", firstLine(sql), err)
+		}
+	}
+	exec(`BEGIN`)
+	exec(`INSERT INTO e1 SELECT g, repeat('a', 50) FROM generate_series(1, 20000) g`)
+	pgtest.WaitFor(t, "the open transaction to be applied eagerly", 30*time.Second, func() (bool, error) {
+		snap, _ := reg.Snapshot().Component("eager")
+		return snap.Items >= 10000, nil // the tail stays in the walsender until more comes
+	})
+
+	var out, errOut bytes.Buffer
+	code := cli.Run(context.Background(), []string{"tables", "add", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "public.e2"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("tables add: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	e.srcExec(`UPDATE e2 SET v = 'while the eager one is open' WHERE id <= 100`)
+	time.Sleep(3 * time.Second) // the engine finds the table published and waits for the eager transaction
+	if s, _ := e.tableSync("e2"); s.state == "ready" {
+		t.Fatalf("e2 was copied while an eager transaction was open: %+v", s)
+	}
+	exec(`COMMIT`)
+	e.waitTableReady("e2", time.Minute)
+
+	exec(`BEGIN`)
+	exec(`INSERT INTO e1 SELECT g, 'second' FROM generate_series(20001, 40000) g`)
+	exec(`UPDATE e2 SET v = 'in a large transaction'`)
+	exec(`INSERT INTO e2 SELECT g, 'new' FROM generate_series(5001, 6000) g`)
+	exec(`COMMIT`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	stop()
+	snap, _ := reg.Snapshot().Component("eager")
+	if snap.Counters["eager_txns"] < 1 {
+		t.Errorf("no transaction was applied eagerly: %+v", snap.Counters)
+	}
+	e.assertSame("e1", "id")
+	e.assertSame("e2", "id")
+}

@@ -1,0 +1,423 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/snapshot"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// AddOptions are the settings of `tables add` beyond the configuration.
+type AddOptions struct {
+	Tables       []string // schema.table or schema.* patterns
+	CreateTables bool     // create missing target tables
+	Truncate     bool     // empty non-empty target tables (else that is an error)
+	// NoticeWait bounds how long to wait for a running engine to start
+	// filtering the tables before they are published (default 30s).
+	NoticeWait time.Duration
+}
+
+// AddResult says what `tables add` did with one table.
+type AddResult struct {
+	Table  string
+	Action string
+}
+
+// noticeWaitDefault is how long `tables add` waits for a running engine.
+const noticeWaitDefault = 30 * time.Second
+
+// AddTables adds tables to a running (or stopped) replication: it checks
+// each (it exists, has a key or a replica identity, the target has a
+// compatible table — or creates it with CreateTables — and it is empty or
+// Truncate), records it as pending on the target and adds it to the
+// publication — any publication, repstream's own or the user's (a warning
+// says when it is not repstream's). A running engine is first asked to
+// filter the tables (it marks them noticed), then they are published; the
+// engine (or the next run) copies them at a snapshot of known position.
+// Before the slot exists, the tables are only published: the first run's
+// initial copy takes them with the others.
+func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slog.Logger) ([]AddResult, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "tables")
+	if len(opts.Tables) == 0 {
+		return nil, errors.New("tables add: name at least one schema.table")
+	}
+	if opts.NoticeWait <= 0 {
+		opts.NoticeWait = noticeWaitDefault
+	}
+	pub := cfg.Publication
+	if pub == "" {
+		pub = cfg.Slot
+	}
+	src, err := connectSource(ctx, cfg.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close(context.Background())
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tables")
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close(context.Background())
+	if err := target.EnsureState(ctx, tgt); err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("look up publication %q: %w", pub, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("publication %q does not exist on the source: `repstream run --tables ...` creates it", pub)
+	}
+	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	if !prog.CreatedPublication {
+		log.Warn("the publication was not created by repstream: adding the tables to it anyway", "publication", pub)
+	}
+	names, err := schema.ResolveTables(ctx, src, opts.Tables)
+	if err != nil {
+		return nil, err
+	}
+	published, err := publicationTables(ctx, src, pub)
+	if err != nil {
+		return nil, err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	var res []AddResult
+	var todo []schema.TableName
+	for _, n := range names {
+		if slices.Contains(published, n) && !isPending(syncs, n) {
+			res = append(res, AddResult{n.String(), "already replicated"})
+			continue
+		}
+		todo = append(todo, n)
+	}
+	if len(todo) == 0 {
+		return res, nil
+	}
+	if err := checkAddable(ctx, src, tgt, todo, opts, log); err != nil {
+		return res, err
+	}
+	if !slot.exists {
+		if err := publish(ctx, src, pub, todo, published); err != nil {
+			return res, err
+		}
+		for _, n := range todo {
+			res = append(res, AddResult{n.String(), "published: the first run copies it with the others"})
+		}
+		return res, nil
+	}
+	for _, n := range todo {
+		if err := target.SetTableState(ctx, tgt, cfg.Slot, n.Schema, n.Name, target.TablePending); err != nil {
+			return res, err
+		}
+	}
+	running := slot.active
+	if running {
+		// The engine must filter the tables before their changes arrive.
+		if err := waitNoticed(ctx, tgt, cfg.Slot, todo, opts.NoticeWait); err != nil {
+			return res, err
+		}
+	}
+	if err := publish(ctx, src, pub, todo, published); err != nil {
+		return res, err
+	}
+	action := "pending: the next run copies it"
+	if running {
+		action = "pending: the running engine copies it"
+	}
+	for _, n := range todo {
+		res = append(res, AddResult{n.String(), action})
+		log.Info("table added", "table", n.String(), "publication", pub, "engine_running", running)
+	}
+	return res, nil
+}
+
+func isPending(syncs []target.TableSync, n schema.TableName) bool {
+	for _, s := range syncs {
+		if s.Schema == n.Schema && s.Name == n.Name {
+			return s.State != target.TableReady
+		}
+	}
+	return false
+}
+
+// checkAddable checks the tables to add: a key or replica identity on the
+// source, a compatible target table (created with CreateTables), empty
+// unless Truncate.
+func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, opts AddOptions, log *slog.Logger) error {
+	var missing []*schema.Table
+	var problems []string
+	for _, n := range tables {
+		st, err := schema.LoadTable(ctx, src, n.Schema, n.Name)
+		if err != nil {
+			return fmt.Errorf("source table %s: %w", n, err)
+		}
+		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
+			problems = append(problems, n.String()+": no primary key and no replica identity on the source (ALTER TABLE ... REPLICA IDENTITY FULL)")
+			continue
+		}
+		tt, err := schema.LoadTable(ctx, tgt, n.Schema, n.Name)
+		if errors.Is(err, schema.ErrTableNotFound) {
+			if !opts.CreateTables {
+				problems = append(problems, n.String()+": missing on the target (create it, or pass --create-tables)")
+				continue
+			}
+			missing = append(missing, st)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("target table %s: %w", n, err)
+		}
+		for _, p := range schema.Incompatible(st, tt) {
+			problems = append(problems, n.String()+": "+p)
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("cannot add:\n  %s", strings.Join(problems, "\n  "))
+	}
+	if len(missing) > 0 {
+		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
+			return err
+		}
+		// Its other indexes at once: the copy comes later, from the engine.
+		for _, st := range missing {
+			defs, err := schema.IndexesSQL(ctx, src, st)
+			if err != nil {
+				return err
+			}
+			for _, sql := range defs {
+				if _, err := tgt.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
+				}
+			}
+		}
+	}
+	return snapshot.CheckTargets(ctx, tgt, tables, opts.Truncate)
+}
+
+// waitNoticed waits until a running engine has marked every table noticed.
+func waitNoticed(ctx context.Context, tgt *pgx.Conn, slot string, tables []schema.TableName, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		syncs, err := target.LoadTableSyncs(ctx, tgt, slot)
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, n := range tables {
+			for _, s := range syncs {
+				if s.Schema == n.Schema && s.Name == n.Name && s.State == target.TablePending && !s.Noticed {
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the engine streaming from slot %q did not take up the added tables within %s "+
+				"(a repstream without `tables add`?): they stay pending and unpublished; run `tables add` again once it runs a newer repstream, or stop it",
+				slot, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// publish adds the tables not yet in the publication to it.
+func publish(ctx context.Context, src *pgx.Conn, pub string, tables, published []schema.TableName) error {
+	var add []string
+	for _, n := range tables {
+		if !slices.Contains(published, n) {
+			add = append(add, n.Quoted())
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if _, err := src.Exec(ctx, "ALTER PUBLICATION "+change.QuoteIdent(pub)+" ADD TABLE "+strings.Join(add, ", ")); err != nil {
+		return fmt.Errorf("add %s to publication %q: %w", strings.Join(add, ", "), pub, err)
+	}
+	return nil
+}
+
+// widenPublication adds to repstream's own publication the tables --tables
+// now matches that it lacks, as `tables add` does (no engine runs: the
+// caller is the starting one, which copies them before it streams).
+func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error {
+	cfg := e.cfg
+	names, err := schema.ResolveTables(ctx, src, cfg.Tables)
+	if err != nil {
+		return fmt.Errorf("resolve --tables on the source: %w", err)
+	}
+	published, err := publicationTables(ctx, src, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	var add []schema.TableName
+	for _, n := range names {
+		if !slices.Contains(published, n) {
+			add = append(add, n)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !slot.exists {
+		// The initial copy takes them.
+		e.log.Info("--tables matches tables the publication lacks: adding them", "component", "tablesync", "tables", tableNames(add))
+		return publish(ctx, src, cfg.Publication, add, published)
+	}
+	if err := checkAddable(ctx, src, tgt, add, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
+		return fmt.Errorf("--tables matches tables the publication lacks: %w", err)
+	}
+	for _, n := range add {
+		if err := target.SetTableState(ctx, tgt, cfg.Slot, n.Schema, n.Name, target.TablePending); err != nil {
+			return err
+		}
+	}
+	e.log.Info("--tables matches tables the publication lacks: adding them (copied before streaming)", "component", "tablesync", "tables", tableNames(add))
+	return publish(ctx, src, cfg.Publication, add, published)
+}
+
+func tableNames(ts []schema.TableName) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.String()
+	}
+	return out
+}
+
+// emptyCopied empties the published tables an interrupted initial copy
+// wrote to (recorded in repstream.tables): they belong to that copy.
+func (e *Engine) emptyCopied(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var owned []schema.TableName
+	for _, s := range syncs {
+		if t := (schema.TableName{Schema: s.Schema, Name: s.Name}); slices.Contains(tables, t) {
+			owned = append(owned, t)
+		}
+	}
+	if len(owned) > 0 {
+		e.log.Info("the slot of an interrupted initial copy is gone: copying every table again", "component", "tablesync", "emptied", tableNames(owned))
+	}
+	return snapshot.CheckTargets(ctx, tgt, owned, true)
+}
+
+// checkTablesReady fails when a table of the slot is not copied yet: a run
+// is never reported caught up with a table pending or being copied.
+func (e *Engine) checkTablesReady(tgt *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var notReady []string
+	for _, s := range syncs {
+		if s.State != target.TableReady {
+			notReady = append(notReady, s.String()+" ("+s.State+")")
+		}
+	}
+	if len(notReady) > 0 {
+		return fmt.Errorf("not caught up: tables not copied yet: %s", strings.Join(notReady, ", "))
+	}
+	return nil
+}
+
+// TableRow is one line of `tables list`.
+type TableRow struct {
+	Table     string    `json:"table"`
+	Published bool      `json:"published"`
+	State     string    `json:"state"`    // pending, copying, ready, or "" (no copy recorded)
+	SyncLSN   string    `json:"sync_lsn"` // "" before the copy
+	Rows      int64     `json:"rows"`
+	Bytes     int64     `json:"bytes"`
+	CopiedAt  time.Time `json:"copied_at"`
+}
+
+// ListTables returns the publication's tables and every table with a sync
+// state for the slot, ordered by name.
+func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
+	pub := cfg.Publication
+	if pub == "" {
+		pub = cfg.Slot
+	}
+	src, err := connectSource(ctx, cfg.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close(context.Background())
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tables")
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close(context.Background())
+	published, err := publicationTables(ctx, src, pub)
+	if err != nil {
+		return nil, err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	rows := map[string]*TableRow{}
+	var order []string
+	get := func(name string) *TableRow {
+		if r, ok := rows[name]; ok {
+			return r
+		}
+		rows[name] = &TableRow{Table: name}
+		order = append(order, name)
+		return rows[name]
+	}
+	for _, t := range published {
+		get(t.String()).Published = true
+	}
+	for _, s := range syncs {
+		r := get(s.String())
+		r.State, r.Rows, r.Bytes, r.CopiedAt = s.State, s.Rows, s.Bytes, s.CopiedAt
+		if s.SyncLSN != 0 {
+			r.SyncLSN = s.SyncLSN.String()
+		}
+	}
+	slices.Sort(order)
+	out := make([]TableRow, len(order))
+	for i, n := range order {
+		out[i] = *rows[n]
+	}
+	return out, nil
+}
