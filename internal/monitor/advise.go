@@ -181,7 +181,7 @@ func WriteVerdict(w io.Writer, v Verdict) error {
 		if l.Workers > 0 {
 			name = fmt.Sprintf("%s(%d)", l.Name, l.Workers)
 		}
-		fmt.Fprintf(&b, "  %-12s %6s chg/s %7s B/s  B%3d I%3d F%3d\n", name, count(l.ItemsPerSec), size(l.BytesPerSec), pct(l.Busy), pct(l.Idle), pct(l.Waiting))
+		fmt.Fprintf(&b, "  %-12s %6s chg/s %7s/s  B%3d I%3d F%3d\n", name, count(l.ItemsPerSec), size(l.BytesPerSec), pct(l.Busy), pct(l.Idle), pct(l.Waiting))
 	}
 	if len(v.Recommendations) > 0 {
 		b.WriteString("\nrecommendations:\n")
