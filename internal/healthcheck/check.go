@@ -61,13 +61,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	c := &checker{opts: opts, log: opts.Logger.With(slog.String("component", "check"))}
 	defer c.close()
 	c.src, c.srcVer = c.connect(ctx, "source", opts.Source)
-	c.tgt, c.tgtVer = c.connect(ctx, "target", opts.Target)
 	var tables []*schema.Table
 	if c.src != nil {
 		c.sourceSettings(ctx)
 		tables = c.sourceTables(ctx)
 		c.slot(ctx)
 	}
+	c.tgt, c.tgtVer = c.connect(ctx, "target", opts.Target)
 	if c.tgt != nil {
 		c.targetSettings(ctx)
 		if c.src != nil {
