@@ -152,7 +152,7 @@ func adviseApply(a Load, iv Interval, prev, cur stats.Snapshot, in Inputs, rec f
 
 func targetFacts(t *TargetFacts, rec func(string, ...any)) {
 	for _, tr := range t.Triggers {
-		rec("target trigger %s fires for every applied row (ENABLE ALWAYS or REPLICA): make it cheaper, or disable it for replica sessions if the source already did its work", tr)
+		rec("target trigger %s fires for every applied row: make it cheaper, or disable it for replica sessions if the source already did its work", tr)
 	}
 	for _, ix := range t.IndexHeavy {
 		rec("target table %s: every applied row maintains all of them; drop the ones only the source's workload needs", ix)
