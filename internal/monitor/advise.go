@@ -125,7 +125,11 @@ func Advise(prev, cur stats.Snapshot, in Inputs) Verdict {
 }
 
 func adviseApply(a Load, iv Interval, prev, cur stats.Snapshot, in Inputs, rec func(string, ...any)) {
-	rec("the %d apply workers were busy %d%% of the interval on average (busiest %s: %d%%)", a.Workers, pct(a.Busy), a.Busiest, pct(a.BusiestBusy))
+	if a.Workers == 1 {
+		rec("the apply worker %s was busy %d%% of the interval", a.Busiest, pct(a.Busy))
+	} else {
+		rec("the %d apply workers were busy %d%% of the interval on average (busiest %s: %d%%)", a.Workers, pct(a.Busy), a.Busiest, pct(a.BusiestBusy))
+	}
 	switch {
 	case in.CPUs == 0:
 		rec("raise --apply-parallelism (now %d) if repstream's machine and the target have idle CPUs: independent transactions apply in parallel", a.Workers)
