@@ -168,6 +168,22 @@ func TestCheck(t *testing.T) {
 		t.Errorf("check created the repstream schema on the target")
 	}
 
+	// After a run: the publication, the slot and the progress are reported.
+	e.srcExec(`INSERT INTO chk SELECT g, md5(g::text) FROM generate_series(1, 500) g`)
+	e.catchUp(cfg)
+	out, errOut, err = runCLI(t, time.Minute, base...)
+	if err != nil {
+		t.Fatalf("check after a run: %v\n%s%s", err, out, errOut)
+	}
+	t.Logf("check after a run:\n%s", out)
+	for _, want := range []string{"OK    source  publication " + cfg.Slot + ": exists with 1 table, every table of --tables among them",
+		"OK    source  slot " + cfg.Slot + ": exists, not active, wal_status reserved, retains ", "OK    target  state schema repstream: slot " + cfg.Slot + " applied up to "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	e.assertSame("chk", "id")
+
 	// A table without a key, and a missing target table, are FAIL lines.
 	e.srcExec(`CREATE TABLE nokey (v text)`)
 	out, _, err = runCLI(t, time.Minute, "check", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "--tables", "public.chk,public.nokey", "--format", "json")

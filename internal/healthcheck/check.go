@@ -249,7 +249,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 		}
 		names = resolved
 		if !pubExists {
-			c.r.add(OK, side, "publication "+c.opts.Publication, "", "does not exist: the first run creates it from --tables (%d tables)", len(names))
+			c.r.add(OK, side, "publication "+c.opts.Publication, "", "does not exist: the first run creates it from --tables (%s)", tablesText(len(names)))
 		} else {
 			in := map[schema.TableName]bool{}
 			for _, n := range pubTables {
@@ -265,7 +265,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 				c.r.add(Warn, side, "publication "+c.opts.Publication, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{c.opts.Publication}.Sanitize(), strings.Join(missing, ", ")),
 					"exists without %s: an existing publication is used as it is, so these are not replicated", strings.Join(missing, ", "))
 			} else {
-				c.r.add(OK, side, "publication "+c.opts.Publication, "", "exists with %d tables, every table of --tables among them", len(pubTables))
+				c.r.add(OK, side, "publication "+c.opts.Publication, "", "exists with %s, every table of --tables among them", tablesText(len(pubTables)))
 			}
 		}
 	case pubExists:
@@ -273,7 +273,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 		if len(names) == 0 {
 			c.r.add(Warn, side, "publication "+c.opts.Publication, "add tables to the publication", "exists but has no tables: nothing would be replicated")
 		} else {
-			c.r.add(OK, side, "publication "+c.opts.Publication, "", "exists with %d tables", len(names))
+			c.r.add(OK, side, "publication "+c.opts.Publication, "", "exists with %s", tablesText(len(names)))
 		}
 	default:
 		c.r.add(Fail, side, "publication "+c.opts.Publication, "give --tables (the run creates the publication) or --publication NAME",
@@ -474,4 +474,11 @@ func bytesText(b int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", b)
+}
+
+func tablesText(n int) string {
+	if n == 1 {
+		return "1 table"
+	}
+	return fmt.Sprintf("%d tables", n)
 }
