@@ -184,6 +184,15 @@ func TestCheck(t *testing.T) {
 	}
 	e.assertSame("chk", "id")
 
+	// A publication that leaves out updates and deletes would let the
+	// target diverge silently: FAIL.
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` SET (publish = 'insert')`)
+	out, _, err = runCLI(t, time.Minute, base...)
+	if want := "FAIL  source  publication " + cfg.Slot + ": does not publish update, delete: those changes would never reach the target"; err == nil || !strings.Contains(out, want) {
+		t.Errorf("check with publish = 'insert': %v, want a FAIL line %q:\n%s", err, want, out)
+	}
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` SET (publish = 'insert, update, delete, truncate')`)
+
 	// A table without a key, and a missing target table, are FAIL lines.
 	e.srcExec(`CREATE TABLE nokey (v text)`)
 	out, _, err = runCLI(t, time.Minute, "check", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "--tables", "public.chk,public.nokey", "--format", "json")

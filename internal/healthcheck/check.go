@@ -224,6 +224,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 	_ = c.src.QueryRow(ctx, "SELECT true FROM pg_publication WHERE pubname = $1", c.opts.Publication).Scan(&pubExists)
 	var pubTables []schema.TableName
 	if pubExists {
+		c.publishedActions(ctx)
 		rows, err := c.src.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", c.opts.Publication)
 		if err == nil {
 			for rows.Next() {
@@ -481,4 +482,32 @@ func tablesText(n int) string {
 		return "1 table"
 	}
 	return fmt.Sprintf("%d tables", n)
+}
+
+// publishedActions reports a publication that leaves out some kinds of
+// change: the target would silently miss them.
+func (c *checker) publishedActions(ctx context.Context) {
+	const side = "source"
+	check := "publication " + c.opts.Publication
+	var ins, upd, del, trunc bool
+	if err := c.src.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1", c.opts.Publication).Scan(&ins, &upd, &del, &trunc); err != nil {
+		c.r.add(Fail, side, check, "", "cannot read what it publishes: %v", err)
+		return
+	}
+	var missing []string
+	for _, a := range []struct {
+		on   bool
+		name string
+	}{{ins, "insert"}, {upd, "update"}, {del, "delete"}} {
+		if !a.on {
+			missing = append(missing, a.name)
+		}
+	}
+	fix := fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')", pgx.Identifier{c.opts.Publication}.Sanitize())
+	switch {
+	case len(missing) > 0:
+		c.r.add(Fail, side, check, fix, "does not publish %s: those changes would never reach the target", strings.Join(missing, ", "))
+	case !trunc:
+		c.r.add(Warn, side, check, fix, "does not publish truncate: a TRUNCATE on the source would leave the target's rows")
+	}
 }
