@@ -17,7 +17,8 @@ const Header = "TIME     CAP chg/s B/s B/I/F% | Q mem [SP spilled] | APL(n) chg/
 //
 // CAP is capture (changes and bytes a second), Q the queue's memory (SP what
 // it spilled during the interval, only when it did), APL the apply workers
-// together (changes a second); sizes are bytes (K, M, G: powers of
+// together (changes a second), SNAP the initial copy while it copies
+// (rows a second); sizes are bytes (K, M, G: powers of
 // 1024), counts use k and M (powers of 1000). EGR eager apply when it applied anything.
 // B, I and F are the percentages of the interval spent busy, idle and
 // waiting (flow control). lag is the WAL received but not yet durably
@@ -37,6 +38,9 @@ func FormatLine(iv Interval) string {
 	}
 	if e, ok := iv.Component("eager"); ok && e.ItemsPerSec > 0 {
 		fmt.Fprintf(&b, " | EGR %s %s", count(e.ItemsPerSec), shares(e))
+	}
+	if sn, ok := iv.Component("snapshot"); ok && sn.ItemsPerSec > 0 {
+		fmt.Fprintf(&b, " | SNAP %s %s", count(sn.ItemsPerSec), shares(sn))
 	}
 	if iv.BehindBytes < 0 {
 		b.WriteString(" | lag ?")

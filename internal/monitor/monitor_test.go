@@ -188,6 +188,8 @@ func TestTopGolden(t *testing.T) {
 			t.Errorf("line longer than 80 columns (%d): %s", len(l), l)
 		}
 	}
+	prevCopy, curCopy := snaps(capt(0, 10, 0), comp{name: "snapshot", items: 500000, bytes: 50 << 20, busy: 10})
+	out.WriteString(FormatLine(Measure(Sample{Stats: prevCopy}, Sample{Stats: curCopy})) + "\n")
 	golden.Check(t, "top.txt", out.String())
 	b, err := json.Marshal(iv)
 	if err != nil {
