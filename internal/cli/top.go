@@ -29,9 +29,10 @@ one line per interval (after a header line):
 
 CAP capture (changes and bytes a second), Q the queue's memory (SP: bytes
 spilled in the interval), APL(n) the n apply workers together, EGR eager apply
-when it ran, SNAP the initial copy while it copies; B, I and F are the percentages of the interval each stage spent
-busy, idle and waiting (flow control); lag is the WAL received but not yet
-durably applied on the target. --format json prints one JSON object per
+when it ran, SNAP the initial copy while it copies; B, I and F are the
+percentages of the interval each stage spent busy, idle and waiting (flow
+control); lag is the WAL received but not yet durably applied on the target.
+--format json prints one JSON object per
 interval instead (every component, every apply worker).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
