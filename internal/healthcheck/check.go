@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/schema"
@@ -210,10 +211,27 @@ func (c *checker) sourceSettings(ctx context.Context) {
 		c.r.add(Fail, side, "role", "", "cannot read the current role: %v", err)
 	} else if repl || super {
 		c.r.add(OK, side, "role "+user, "", "has the REPLICATION attribute%s", map[bool]string{true: " (superuser)", false: ""}[super])
+	} else if err := c.tryReplication(ctx); err == nil {
+		c.r.add(OK, side, "role "+user, "", "no REPLICATION attribute in the catalog, but the server accepts its replication connection (a managed service's grant, e.g. rds_replication)")
 	} else {
 		c.r.add(Fail, side, "role "+user, fmt.Sprintf("ALTER ROLE %s REPLICATION", pgx.Identifier{user}.Sanitize()),
-			"lacks the REPLICATION attribute: it cannot open a replication connection")
+			"lacks the REPLICATION attribute: its replication connection was refused: %v", err)
 	}
+}
+
+// tryReplication opens and closes a replication connection to the source
+// (a walsender that is asked nothing: it changes nothing).
+func (c *checker) tryReplication(ctx context.Context) error {
+	cfg, err := pgdsn.Parse(c.opts.Source)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return pgdsn.RedactError(err)
+	}
+	return conn.Close(ctx)
 }
 
 // sourceTables resolves the tables to replicate and checks each on the
@@ -291,8 +309,10 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 			continue
 		}
 		tables = append(tables, t)
+		// SELECT on some column is enough: a publication's column list may
+		// be all the role can read.
 		var canSelect bool
-		if err := c.src.QueryRow(ctx, "SELECT has_table_privilege($1::oid, 'SELECT')", t.OID).Scan(&canSelect); err != nil || !canSelect {
+		if err := c.src.QueryRow(ctx, "SELECT has_any_column_privilege($1::oid, 'SELECT')", t.OID).Scan(&canSelect); err != nil || !canSelect {
 			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT ON %s TO the source role", n.Quoted()), "the source role cannot SELECT it (the initial copy reads it)")
 			continue
 		}
@@ -428,9 +448,10 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 			c.r.add(Fail, side, check, "alter the target table to match the source", "%s", strings.Join(problems, "; "))
 			continue
 		}
-		var ins, upd, del bool
-		if err := c.tgt.QueryRow(ctx, "SELECT has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'UPDATE'), has_table_privilege($1::oid, 'DELETE')", tt.OID).Scan(&ins, &upd, &del); err != nil || !ins || !upd || !del {
-			c.r.add(Fail, side, check, fmt.Sprintf("GRANT INSERT, UPDATE, DELETE ON %s TO the target role", n.Quoted()), "the target role may not INSERT, UPDATE and DELETE it")
+		var may bool
+		if err := c.tgt.QueryRow(ctx, `SELECT has_any_column_privilege($1::oid, 'SELECT') AND has_table_privilege($1::oid, 'INSERT')
+			AND has_table_privilege($1::oid, 'UPDATE') AND has_table_privilege($1::oid, 'DELETE') AND has_table_privilege($1::oid, 'TRUNCATE')`, tt.OID).Scan(&may); err != nil || !may {
+			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO the target role", n.Quoted()), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
 			continue
 		}
 		c.r.add(OK, side, check, "", "exists, columns compatible with the source")
