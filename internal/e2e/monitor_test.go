@@ -239,3 +239,57 @@ func TestCheck(t *testing.T) {
 		t.Errorf("stderr: %q, want the FAIL count", errOut)
 	}
 }
+
+// TestCheckPrivileges: `check` as roles without privileges names each
+// missing one with its GRANT: the source role's REPLICATION and SELECT, the
+// target role's SET on session_replication_role and its table privileges.
+func TestCheckPrivileges(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE chk (id int PRIMARY KEY, v text)`)
+	role := "rs_chk_" + strings.TrimPrefix(e.srcDB, "t_")
+	ctx := context.Background()
+	for _, conn := range []struct {
+		exec func(string, ...any)
+		drop func()
+	}{
+		{e.srcExec, func() { _, _ = e.Src.Exec(ctx, `DROP ROLE IF EXISTS `+role) }},
+		{e.tgtExec, func() { _, _ = e.Tgt.Exec(ctx, `DROP ROLE IF EXISTS `+role) }},
+	} {
+		conn.exec(`CREATE ROLE ` + role + ` LOGIN`)
+		t.Cleanup(conn.drop)
+	}
+	cfg := e.config("public.chk")
+	withUser := func(dsn string) string { return strings.Replace(dsn, "user=postgres", "user="+role, 1) }
+	out, errOut, err := runCLI(t, time.Minute, "check", "--source", withUser(cfg.Source), "--target", withUser(cfg.Target),
+		"--slot", cfg.Slot, "--tables", "public.chk", "--format", "json")
+	if err == nil {
+		t.Fatalf("check as an unprivileged role exited 0:\n%s", out)
+	}
+	var rep struct {
+		Items []struct{ Level, Side, Check, Detail, Fix string }
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil {
+		t.Fatalf("check --format json: %v\n%s%s", jerr, out, errOut)
+	}
+	fails := map[string]string{}
+	for _, it := range rep.Items {
+		if it.Level == "FAIL" {
+			fails[it.Side+" "+it.Check] = it.Fix
+		}
+	}
+	want := map[string]string{
+		"source role " + role:           "ALTER ROLE " + role + " REPLICATION",
+		"source table public.chk":       `GRANT SELECT ON "public"."chk" TO ` + role,
+		"target role " + role:           "GRANT SET ON PARAMETER session_replication_role TO " + role + " (or make it a superuser)",
+		"target table public.chk":       `GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."chk" TO ` + role,
+		"target state schema repstream": "GRANT CREATE ON DATABASE " + e.tgtDB + " TO " + role + " (or CREATE SCHEMA repstream AUTHORIZATION " + role + ")",
+	}
+	for k, fix := range want {
+		if got, ok := fails[k]; !ok || got != fix {
+			t.Errorf("%s: FAIL with fix %q, want %q", k, got, fix)
+		}
+	}
+	if len(fails) != len(want) {
+		t.Errorf("FAILs: %v, want exactly %d", fails, len(want))
+	}
+}

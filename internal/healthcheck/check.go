@@ -44,6 +44,8 @@ type checker struct {
 	src, tgt *pgx.Conn
 	srcVer   int
 	tgtVer   int
+	// srcRole and tgtRole are the sessions' roles, quoted for SQL.
+	srcRole, tgtRole string
 }
 
 // Run checks the pair and returns the report. The error is only for a
@@ -62,6 +64,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	c := &checker{opts: opts, log: opts.Logger.With(slog.String("component", "check"))}
 	defer c.close()
 	c.src, c.srcVer = c.connect(ctx, "source", opts.Source)
+	c.srcRole = c.role(ctx, c.src, "the source role")
 	var tables []*schema.Table
 	if c.src != nil {
 		c.sourceSettings(ctx)
@@ -69,6 +72,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		c.slot(ctx)
 	}
 	c.tgt, c.tgtVer = c.connect(ctx, "target", opts.Target)
+	c.tgtRole = c.role(ctx, c.tgt, "the target role")
 	if c.tgt != nil {
 		c.targetSettings(ctx)
 		if c.src != nil {
@@ -80,6 +84,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return &c.r, fmt.Errorf("check: %w", err)
 	}
 	return &c.r, nil
+}
+
+// role returns the session's role quoted for SQL, or fallback.
+func (c *checker) role(ctx context.Context, conn *pgx.Conn, fallback string) string {
+	var r string
+	if conn == nil || conn.QueryRow(ctx, "SELECT quote_ident(current_user)").Scan(&r) != nil {
+		return fallback
+	}
+	return r
 }
 
 func (c *checker) close() {
@@ -214,7 +227,7 @@ func (c *checker) sourceSettings(ctx context.Context) {
 	} else if err := c.tryReplication(ctx); err == nil {
 		c.r.add(OK, side, "role "+user, "", "no REPLICATION attribute in the catalog, but the server accepts its replication connection (a managed service's grant, e.g. rds_replication)")
 	} else {
-		c.r.add(Fail, side, "role "+user, fmt.Sprintf("ALTER ROLE %s REPLICATION", pgx.Identifier{user}.Sanitize()),
+		c.r.add(Fail, side, "role "+user, "ALTER ROLE "+c.srcRole+" REPLICATION",
 			"lacks the REPLICATION attribute: its replication connection was refused: %v", err)
 	}
 }
@@ -313,7 +326,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 		// be all the role can read.
 		var canSelect bool
 		if err := c.src.QueryRow(ctx, "SELECT has_any_column_privilege($1::oid, 'SELECT')", t.OID).Scan(&canSelect); err != nil || !canSelect {
-			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT ON %s TO the source role", n.Quoted()), "the source role cannot SELECT it (the initial copy reads it)")
+			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT ON %s TO %s", n.Quoted(), c.srcRole), "the source role cannot SELECT it (the initial copy reads it)")
 			continue
 		}
 		switch {
@@ -399,7 +412,7 @@ func (c *checker) targetSettings(ctx context.Context) {
 		case canSet:
 			c.r.add(OK, side, "role "+user, "", "may SET session_replication_role (GRANT SET ON PARAMETER)")
 		case c.tgtVer >= 150000:
-			c.r.add(Fail, side, "role "+user, fmt.Sprintf("GRANT SET ON PARAMETER session_replication_role TO %s (or make it a superuser)", pgx.Identifier{user}.Sanitize()),
+			c.r.add(Fail, side, "role "+user, "GRANT SET ON PARAMETER session_replication_role TO "+c.tgtRole+" (or make it a superuser)",
 				"may not SET session_replication_role: apply sessions run with it set to replica (triggers and foreign keys not fired twice)")
 		default:
 			c.r.add(Fail, side, "role "+user, "make the target role a superuser",
@@ -451,7 +464,7 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 		var may bool
 		if err := c.tgt.QueryRow(ctx, `SELECT has_any_column_privilege($1::oid, 'SELECT') AND has_table_privilege($1::oid, 'INSERT')
 			AND has_table_privilege($1::oid, 'UPDATE') AND has_table_privilege($1::oid, 'DELETE') AND has_table_privilege($1::oid, 'TRUNCATE')`, tt.OID).Scan(&may); err != nil || !may {
-			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO the target role", n.Quoted()), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
+			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", n.Quoted(), c.tgtRole), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
 			continue
 		}
 		c.r.add(OK, side, check, "", "exists, columns compatible with the source")
@@ -465,11 +478,12 @@ func (c *checker) stateSchema(ctx context.Context) {
 	_ = c.tgt.QueryRow(ctx, "SELECT to_regclass('repstream.progress') IS NOT NULL").Scan(&exists)
 	if !exists {
 		var canCreate bool
-		_ = c.tgt.QueryRow(ctx, "SELECT has_database_privilege(current_database(), 'CREATE')").Scan(&canCreate)
+		var db string
+		_ = c.tgt.QueryRow(ctx, "SELECT has_database_privilege(current_database(), 'CREATE'), quote_ident(current_database())").Scan(&canCreate, &db)
 		if canCreate {
 			c.r.add(OK, side, "state schema repstream", "", "does not exist: the first run creates it")
 		} else {
-			c.r.add(Fail, side, "state schema repstream", "GRANT CREATE ON DATABASE to the target role (or create schema repstream for it)",
+			c.r.add(Fail, side, "state schema repstream", fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s (or CREATE SCHEMA repstream AUTHORIZATION %s)", db, c.tgtRole, c.tgtRole),
 				"does not exist and the target role may not create it")
 		}
 		return
