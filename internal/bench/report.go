@@ -82,6 +82,11 @@ type RunResult struct {
 	Components []ComponentSample `json:"components,omitempty"`
 	// FinalStats is repstream's last stats snapshot before it was stopped.
 	FinalStats *stats.Snapshot `json:"final_stats,omitempty"`
+	// Bottleneck is repstream's bottleneck over the measured interval by
+	// the advisor's rule (monitor.Advise): a component, "apply" for the
+	// workers together, or "none"; BottleneckWorker the busiest worker.
+	Bottleneck       string `json:"bottleneck,omitempty"`
+	BottleneckWorker string `json:"bottleneck_worker,omitempty"`
 }
 
 // LoadFigures describe the workload's load on the source.

@@ -283,6 +283,7 @@ func (r *repstreamSys) stop(ctx context.Context, res *RunResult) error {
 	if n := len(r.snaps); n > 0 {
 		last := r.snaps[n-1]
 		res.FinalStats = &last
+		res.Bottleneck, res.BottleneckWorker = bottleneckOf(r.snaps, r.t0)
 		if sp, ok := last.Component("spill"); ok {
 			res.Spill.EngineBytes = sp.Counters["bytes"]
 		}

@@ -81,6 +81,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		Version:       BuildVersion(),
 	}
+	root.AddCommand(topCmd(stdout), adviseCmd(stdout), checkCmd(stdout, stderr))
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
 	root.AddCommand(tablesCmd(stdout, stderr))

@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/repstream/repstream/internal/monitor"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// bottleneckOf applies the advisor's rule (monitor.Advise, default
+// thresholds) to a repstream run's snapshots, from the first one taken at
+// or after t0 (the measured interval's start; the first snapshot when none
+// is) to the last. It returns the bottleneck ("none" when no component
+// qualifies, "" when there are fewer than two snapshots) and, for apply, the
+// busiest worker.
+func bottleneckOf(snaps []stats.Snapshot, t0 time.Time) (string, string) {
+	if len(snaps) < 2 {
+		return "", ""
+	}
+	first := 0
+	for i, s := range snaps {
+		if !t0.IsZero() && !s.Time.Before(t0) {
+			first = i
+			break
+		}
+	}
+	if first == len(snaps)-1 {
+		first = 0
+	}
+	v := monitor.Advise(snaps[first], snaps[len(snaps)-1], monitor.Inputs{Thresholds: monitor.DefaultThresholds()})
+	if v.Bottleneck == "" {
+		return "none", ""
+	}
+	return v.Bottleneck, v.Worker
+}
+
+// writeBottlenecks prints one line naming each repstream run's bottleneck.
+func writeBottlenecks(w io.Writer, runs []*RunResult) {
+	started := false
+	for _, r := range runs {
+		if r.Bottleneck == "" {
+			continue
+		}
+		if !started {
+			fmt.Fprintf(w, "Bottleneck (the Streams advisor's rule over the measured interval, as `repstream advise`): ")
+			started = true
+		} else {
+			fmt.Fprintf(w, "; ")
+		}
+		fmt.Fprintf(w, "%s: **%s**", r.Label, r.Bottleneck)
+		if r.BottleneckWorker != "" {
+			fmt.Fprintf(w, " (busiest %s)", r.BottleneckWorker)
+		}
+	}
+	if started {
+		fmt.Fprintf(w, ".\n\n")
+	}
+}

@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/healthcheck"
+)
+
+func checkCmd(stdout, stderr io.Writer) *cobra.Command {
+	s := &settings{cfg: config.Default()}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Health and configuration report of a source/target pair: one line per item with OK, WARN or FAIL and the fix",
+		Long: `Check everything a run needs, without changing anything on either server (both
+sessions are read-only): the source's wal_level, free replication slots and
+walsenders, max_slot_wal_keep_size, wal_sender_timeout,
+logical_decoding_work_mem, the source role's REPLICATION attribute, each
+table's SELECT privilege and replica identity, the publication and its tables,
+the slot (active, wal_status, retained WAL); on the target each table (exists
+or would be created with --create-tables, columns compatible), whether the role
+may SET session_replication_role, max_connections against --apply-parallelism,
+and repstream's state schema.
+
+Exits 1 when any item is FAIL.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.resolveBoth(cmd); err != nil {
+				return err
+			}
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--format %q: want text or json", format)
+			}
+			rep, err := healthcheck.Run(cmd.Context(), healthcheck.Options{
+				Source: s.cfg.Source, Target: s.cfg.Target, Tables: s.cfg.Tables,
+				Publication: s.cfg.Publication, Slot: s.cfg.Slot, CreateTables: s.cfg.CreateTables,
+				ApplyParallelism: s.cfg.ApplyParallelism, Logger: s.logger(stderr),
+			})
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return fmt.Errorf("write: %w", err)
+				}
+			} else if err := rep.WriteText(stdout); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			if n := rep.Count(healthcheck.Fail); n > 0 {
+				return fmt.Errorf("check: %d item(s) FAIL", n)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	s.bindConnection(fs)
+	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to check (default: the publication's tables)")
+	fs.BoolVar(&s.cfg.CreateTables, "create-tables", false, "a table missing on the target will be created by the run (not a failure)")
+	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
+	fs.StringVar(&format, "format", "text", "text or json")
+	return cmd
+}
