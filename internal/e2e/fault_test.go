@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,9 +98,16 @@ func (l *load) halt() {
 }
 
 // flowing waits until a row written on the source after the call reaches
-// the target, and returns how long that took.
-func (e *env) flowing(timeout time.Duration) time.Duration {
+// the target, and returns how long that took. If the engine exits
+// meanwhile (exited returns its error) it fails at once with that error
+// and the engine's last log lines.
+func (e *env) flowing(timeout time.Duration, exited func() error, log *syncBuffer) time.Duration {
 	e.t.Helper()
+	defer func() {
+		if e.t.Failed() && log != nil {
+			e.t.Logf("engine log (last lines):\n%s", log.tail(40))
+		}
+	}()
 	start := time.Now()
 	ctx := context.Background()
 	var mark int64
@@ -118,20 +128,45 @@ func (e *env) flowing(timeout time.Duration) time.Duration {
 		defer c.Close(ctx)
 		var ok bool
 		err = c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM faults_b WHERE id = $1)`, mark).Scan(&ok)
+		if !ok && exited != nil {
+			if err := exited(); err != nil {
+				e.t.Fatalf("waiting for mark %d: the engine exited: %v", mark, err)
+			}
+		}
 		return ok && err == nil, nil
 	})
 	return time.Since(start)
 }
 
-// runEngine starts the engine in the background; stop cancels it and
-// returns its error; exited reports whether it ended on its own.
-func (e *env) runEngine(cfg config.Config, reg *stats.Registry) (stop func() error, exited func() error) {
+// syncBuffer keeps what the engine logs, for a failing test to show.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(b.buf.String(), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// runEngine starts the engine in the background, logging into log; stop
+// cancels it and returns its error; exited reports whether it ended on its
+// own.
+func (e *env) runEngine(cfg config.Config, reg *stats.Registry, log *syncBuffer) (stop func() error, exited func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var runErr error
 	done := make(chan struct{})
 	go func() {
-		err := engine.New(cfg, testLogger(e.t), reg).Run(ctx)
+		err := engine.New(cfg, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})), reg).Run(ctx)
 		mu.Lock()
 		runErr = err
 		mu.Unlock()
@@ -179,8 +214,9 @@ func TestFaultsServerRestarts(t *testing.T) {
 	cfg.ReconnectMaxWait = 2 * time.Second
 	reg := stats.NewRegistry()
 	l := startLoad(t, e.src.DSN(e.srcDB))
-	stop, exited := e.runEngine(cfg, reg)
-	e.flowing(time.Minute)
+	log := &syncBuffer{}
+	stop, exited := e.runEngine(cfg, reg, log)
+	e.flowing(time.Minute, exited, log)
 
 	ctx := context.Background()
 	faults := []struct {
@@ -202,7 +238,7 @@ func TestFaultsServerRestarts(t *testing.T) {
 		if err := f.do(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
 		}
-		took := e.flowing(90 * time.Second)
+		took := e.flowing(90*time.Second, exited, log)
 		t.Logf("%s: rows flow again %s after the server is back (%d source transactions written meanwhile)",
 			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
 		if err := exited(); err != nil {
@@ -260,8 +296,9 @@ func TestFaultsLinks(t *testing.T) {
 	cfg.StatusInterval = time.Second
 	reg := stats.NewRegistry()
 	l := startLoad(t, e.src.DSN(e.srcDB))
-	stop, exited := e.runEngine(cfg, reg)
-	e.flowing(time.Minute)
+	log := &syncBuffer{}
+	stop, exited := e.runEngine(cfg, reg, log)
+	e.flowing(time.Minute, exited, log)
 
 	reconnects := func() int64 {
 		snap := reg.Snapshot()
@@ -296,7 +333,7 @@ func TestFaultsLinks(t *testing.T) {
 		if err := f.do(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
 		}
-		took := e.flowing(90 * time.Second)
+		took := e.flowing(90*time.Second, exited, log)
 		t.Logf("%s: rows flow again %s after the link is back (%d source transactions written meanwhile)",
 			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
 		if err := exited(); err != nil {
