@@ -31,6 +31,9 @@ type coalescingReader struct {
 	lastNano atomic.Int64
 	sleep    func(time.Duration)
 	now      func() time.Time
+	// onRead, if set, is called with true before a read (and its nap) and
+	// false after: capture's busy time is the time outside reads.
+	onRead func(reading bool)
 }
 
 const (
@@ -43,6 +46,10 @@ func newCoalescingReader(r io.Reader) *coalescingReader {
 }
 
 func (c *coalescingReader) Read(p []byte) (int, error) {
+	if c.onRead != nil {
+		c.onRead(true)
+		defer c.onRead(false)
+	}
 	if c.big {
 		c.sleep(busyNap)
 	}

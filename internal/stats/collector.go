@@ -96,7 +96,7 @@ var (
 	dCapTxns     = desc("captured_transactions_total", "Committed source transactions received.")
 	dAppChanges  = desc("applied_changes_total", "Changes applied to the target (apply workers and eager apply).")
 	dAppBytes    = desc("applied_bytes_total", "Bytes of changes applied to the target (apply workers and eager apply).")
-	dAppTxns     = desc("applied_transactions_total", "Source transactions applied by the apply workers.")
+	dAppTxns     = desc("applied_transactions_total", "Source transactions applied to the target (apply workers and eager apply).")
 	dQueueMem    = desc("queue_memory_bytes", "Bytes of changes the queue holds in memory (bounded by --memory).")
 	dQueueTxns   = desc("queue_transactions", "Transactions in the queue: in_progress (still streaming) or committed (waiting for apply).", "state")
 	dSpillBytes  = desc("spill_bytes_total", "Bytes written to spill files.")
@@ -194,6 +194,7 @@ func (c *Collector) collectStages(e *emitter, s Snapshot) {
 		case "eager":
 			appChanges += float64(cs.Items)
 			appBytes += float64(cs.Bytes)
+			appTxns += float64(cs.Txns)
 		}
 	}
 	e.counter(dAppChanges, appChanges)
