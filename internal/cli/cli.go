@@ -88,8 +88,8 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 
 // settings are the flags shared by every command that talks to the databases.
 type settings struct {
-	cfg      config.Config
-	tables   string
+	cfg       config.Config
+	tables    string
 	file      string
 	logLevel  string
 	logFormat string

@@ -120,4 +120,3 @@ func eta(rows int64, rate float64) string {
 	}
 	return (time.Duration(float64(rows)/rate) * time.Second).Round(time.Second).String()
 }
-
