@@ -88,11 +88,12 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 
 // settings are the flags shared by every command that talks to the databases.
 type settings struct {
-	cfg       config.Config
-	tables    string
-	file      string
-	logLevel  string
-	logFormat string
+	cfg      config.Config
+	tables   string
+	file     string
+	logLevel string
+
+	logFormat string // text or json
 }
 
 func (s *settings) bindConnection(fs *pflag.FlagSet) {

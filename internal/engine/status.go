@@ -18,14 +18,16 @@ import (
 
 // LiveStatus is what the running engine reports at /status next to its stats.
 type LiveStatus struct {
-	Slot           string  `json:"slot"`
-	ReceivedLSN    string  `json:"received_lsn"`
-	FlushedLSN     string  `json:"flushed_lsn"`
-	AppliedLow     string  `json:"applied_low"`
-	PendingTxns    int     `json:"pending_txns"`
-	StopAt         string  `json:"stop_at,omitempty"`
-	UptimeSeconds  float64 `json:"uptime_seconds"`
-	LiveMonitoring         // monitor.go: phase, lag, slot, health
+	Slot          string  `json:"slot"`
+	ReceivedLSN   string  `json:"received_lsn"`
+	FlushedLSN    string  `json:"flushed_lsn"`
+	AppliedLow    string  `json:"applied_low"`
+	PendingTxns   int     `json:"pending_txns"`
+	StopAt        string  `json:"stop_at,omitempty"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+
+	// Monitoring (progress.go): phase, lags, slot, health.
+	LiveMonitoring
 }
 
 // Status reports the running engine's positions.
