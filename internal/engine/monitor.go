@@ -34,6 +34,7 @@ type monitor struct {
 	log   *slog.Logger
 	wm    atomic.Pointer[apply.Watermark]
 	phase *stats.Component
+	kick  chan struct{} // a phase change: probe now (buffered, 1)
 }
 
 // Run replicates until ctx ends (then it returns nil after a clean stop), an
@@ -43,7 +44,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	if err := e.cfg.Validate(); err != nil {
 		return err
 	}
-	e.mon = &monitor{e: e, log: e.log.With("component", "monitor"), phase: e.stats.Component(stats.CompEngine)}
+	e.mon = &monitor{e: e, log: e.log.With("component", "monitor"), phase: e.stats.Component(stats.CompEngine), kick: make(chan struct{}, 1)}
 	e.setPhase("starting")
 	mctx, stop, err := e.mon.start(ctx)
 	if err != nil {
@@ -58,10 +59,18 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	return e.run(mctx)
 }
 
-// setPhase records the run's phase (starting, copying, streaming, stopping).
+// setPhase records the run's phase (starting, copying, streaming,
+// stopping) and has the source probed again at once: the slot may have just
+// been created, and a slot state polled before it must not be judged.
 func (e *Engine) setPhase(p string) {
-	if e.mon != nil {
-		e.mon.phase.SetInfo(stats.InfoPhase, p)
+	if e.mon == nil {
+		return
+	}
+	e.stats.Component(stats.CompSource).SetInfo(stats.InfoWALStatus, "")
+	e.mon.phase.SetInfo(stats.InfoPhase, p)
+	select {
+	case e.mon.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -159,6 +168,7 @@ func (m *monitor) probeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.kick:
 		}
 	}
 }

@@ -50,8 +50,6 @@ func Health(s Snapshot, opts HealthOptions) (bool, []string) {
 	if src, ok := s.Component(CompSource); ok {
 		if src.Info[InfoWALStatus] == "lost" {
 			reasons = append(reasons, "replication slot lost (wal_status lost): the WAL it needed was removed; the run cannot continue")
-		} else if eng, _ := s.Component(CompEngine); src.Info[InfoWALStatus] == "missing" && eng.Info[InfoPhase] == "streaming" {
-			reasons = append(reasons, "replication slot does not exist on the source")
 		}
 	}
 	if lag := ApplyLag(s); opts.MaxApplyLag > 0 && lag > opts.MaxApplyLag {
