@@ -105,7 +105,7 @@ func (e *Engine) logCopyProgress(prev, cur stats.Snapshot) {
 		}
 	}
 	rate := float64(tot.Rows-prevRows) / dt
-	e.log.Info("initial copy", "tables_done", tot.TablesDone, "tables_started", tot.Tables,
+	e.log.Info("initial copy", "tables_done", tot.TablesDone, "tables", tot.Tables,
 		"rows", tot.Rows, "rows_estimate", tot.RowsTotal, "bytes", tot.Bytes, "size", bytesHuman(tot.Bytes),
 		"rows_per_second", int64(rate), "eta", eta(tot.RowsTotal-tot.Rows, rate))
 }
@@ -118,5 +118,9 @@ func eta(rows int64, rate float64) string {
 	if rate <= 0 {
 		return "unknown"
 	}
-	return (time.Duration(float64(rows)/rate) * time.Second).Round(time.Second).String()
+	d := time.Duration(float64(rows) / rate * float64(time.Second))
+	if d < time.Second {
+		return "<1s"
+	}
+	return d.Round(time.Second).String()
 }

@@ -29,7 +29,8 @@ func estimateTable(ctx context.Context, src *pgx.Conn, t schema.TableName, st *s
 	var rows, size int64
 	err := src.QueryRow(ctx, `SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint,
 			coalesce(sum(c.relpages::bigint), 0) * current_setting('block_size')::bigint
-		FROM pg_catalog.pg_partition_tree($1::regclass) p JOIN pg_catalog.pg_class c ON c.oid = p.relid`, t.Quoted()).Scan(&rows, &size)
+		FROM pg_catalog.pg_class c
+		WHERE c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass)`, t.Quoted()).Scan(&rows, &size)
 	if err != nil {
 		return fmt.Errorf("estimate the size of %s: %w", t, err)
 	}
