@@ -276,3 +276,13 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+func TestRatesSkipAuxiliary(t *testing.T) {
+	t.Parallel()
+	r, _ := monitoringFixture()
+	for _, rt := range Rates(r.Snapshot(), r.Snapshot()) {
+		if isAuxiliary(rt.Name) {
+			t.Errorf("Rates lists the auxiliary component %q", rt.Name)
+		}
+	}
+}
