@@ -27,18 +27,28 @@ type BuildInfo struct {
 }
 
 // ReadBuildInfo completes version with the Go version and the VCS revision
-// the binary was built from.
+// the binary was built from. Without a version (or with "dev") it is the
+// module's version, else the short VCS revision; "dev" only when the binary
+// records neither.
 func ReadBuildInfo(version string) BuildInfo {
 	bi := BuildInfo{Version: version, GoVersion: runtime.Version()}
-	if info, ok := debug.ReadBuildInfo(); ok {
+	info, ok := debug.ReadBuildInfo()
+	if ok {
 		for _, s := range info.Settings {
 			if s.Key == "vcs.revision" {
 				bi.Revision = s.Value
 			}
 		}
 	}
-	if bi.Version == "" {
-		bi.Version = "dev"
+	if bi.Version == "" || bi.Version == "dev" {
+		switch {
+		case ok && info.Main.Version != "" && info.Main.Version != "(devel)":
+			bi.Version = info.Main.Version
+		case bi.Revision != "":
+			bi.Version = bi.Revision[:min(12, len(bi.Revision))]
+		default:
+			bi.Version = "dev"
+		}
 	}
 	return bi
 }
@@ -224,10 +234,15 @@ func (c *Collector) collectEngine(e *emitter, s Snapshot) {
 	if _, ok := s.Component(CompEngine); ok {
 		e.gauge(dApplyLag, ApplyLag(s).Seconds())
 	}
+	reconnects := map[string]int64{}
+	for _, cs := range s.Components {
+		if side := reconnectSide(cs.Name); side != "" {
+			reconnects[side] += cs.Counters["reconnects"]
+		}
+	}
 	for _, side := range []string{CompSource, CompTarget} {
-		cs, ok := s.Component(side)
-		e.counter(dReconnects, float64(cs.Counters["reconnects"]), side)
-		if ok {
+		e.counter(dReconnects, float64(reconnects[side]), side)
+		if cs, ok := s.Component(side); ok {
 			e.gauge(dUp, float64(cs.Gauges[GaugeUp]), side)
 		}
 	}

@@ -54,7 +54,8 @@ func monitoringFixture() (*Registry, *fakeClock) {
 	src.Gauge(GaugeUp).Store(1)
 	src.Gauge(GaugeLastOKUnixNano).Store(clk.Now().UnixNano())
 	src.SetInfo(InfoWALStatus, "extended")
-	src.Counter("reconnects").Add(2)
+	src.Counter("reconnects").Add(1)
+	capture.Counter("reconnects").Add(1) // capture's reconnects are the source's
 	tgt := r.Component(CompTarget)
 	tgt.Gauge(GaugeUp).Store(1)
 	tgt.Gauge(GaugeLastOKUnixNano).Store(clk.Now().UnixNano())
@@ -210,6 +211,17 @@ func TestLivePage(t *testing.T) {
 		if bytes.Contains(body, []byte(bad)) {
 			t.Errorf("page refers to an external resource (%s)", bad)
 		}
+	}
+}
+
+func TestReadBuildInfo(t *testing.T) {
+	t.Parallel()
+	if bi := ReadBuildInfo("v9"); bi.Version != "v9" || bi.GoVersion == "" {
+		t.Errorf("ReadBuildInfo(v9) = %+v", bi)
+	}
+	bi := ReadBuildInfo("dev")
+	if bi.Revision != "" && bi.Version == "dev" {
+		t.Errorf("version dev although the binary records revision %s", bi.Revision)
 	}
 }
 

@@ -68,3 +68,17 @@ func splitWorker(name string) (component, worker string) {
 	}
 	return name[:i], name[i+1:]
 }
+
+// reconnectSide is the side whose reconnects a component's "reconnects"
+// counter counts: "source" for source* and capture, "target" for target*,
+// the apply workers and eager apply; "" for the others.
+func reconnectSide(name string) string {
+	comp, _ := splitWorker(name)
+	switch {
+	case strings.HasPrefix(name, CompSource), comp == "capture":
+		return CompSource
+	case strings.HasPrefix(name, CompTarget), comp == "apply", comp == "eager":
+		return CompTarget
+	}
+	return ""
+}
