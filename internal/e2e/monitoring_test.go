@@ -450,3 +450,56 @@ func TestLivePageChromium(t *testing.T) {
 	}
 	e.assertSame("page", "id")
 }
+
+// TestHealthzApplyLag: while a lock on the target holds apply back, the
+// apply lag grows past --healthz-max-lag and /healthz answers 503 naming
+// it; once the lock goes, everything is applied, the lag is 0 and /healthz
+// is 200 again.
+func TestHealthzApplyLag(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE lag (id int PRIMARY KEY)`)
+	cfg := e.config("public.lag")
+	cfg.HealthzMaxLag = time.Second
+	m := startMonitored(t, cfg)
+	defer func() {
+		if err := m.stop(); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	m.waitStreaming()
+	ctx := context.Background()
+	tx, err := e.Tgt.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE lag IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`INSERT INTO lag SELECT generate_series(1, 100)`)
+	var body string
+	pgtest.WaitFor(t, "/healthz to answer 503 for the apply lag", 30*time.Second, func() (bool, error) {
+		code, b, err := m.request(http.MethodGet, "/healthz")
+		body = b
+		return err == nil && code == http.StatusServiceUnavailable, nil
+	})
+	if !strings.Contains(body, "apply lag") || !strings.Contains(body, "exceeds 1s") {
+		t.Errorf("/healthz reasons: %s", body)
+	}
+	if lag := sample(t, m.get("/metrics"), "repstream_apply_lag_seconds"); lag < 1 {
+		t.Errorf("repstream_apply_lag_seconds = %v while apply is held back", lag)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	pgtest.WaitFor(t, "/healthz to answer 200 again", 30*time.Second, func() (bool, error) {
+		code, b, err := m.request(http.MethodGet, "/healthz")
+		body = b
+		return err == nil && code == http.StatusOK, nil
+	})
+	if lag := sample(t, m.get("/metrics"), "repstream_apply_lag_seconds"); lag != 0 {
+		t.Errorf("repstream_apply_lag_seconds = %v once caught up", lag)
+	}
+	e.assertSame("lag", "id")
+}
