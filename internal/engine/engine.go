@@ -219,7 +219,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
-	e.watch(e.wm)
+	e.watchWatermark(e.wm)
 	e.setPhase("streaming")
 	capOpts := capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,

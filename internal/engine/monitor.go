@@ -74,8 +74,8 @@ func (e *Engine) setPhase(p string) {
 	}
 }
 
-// watch hands the watermark to the monitor once streaming begins.
-func (e *Engine) watch(wm *apply.Watermark) {
+// watchWatermark hands the watermark to the monitor once streaming begins.
+func (e *Engine) watchWatermark(wm *apply.Watermark) {
 	if e.mon != nil {
 		e.mon.wm.Store(wm)
 	}
