@@ -12,7 +12,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres demo test lint unit integration versions-ci test-versions vet fmt bench clean
+.PHONY: all build postgres monitoring-tools demo test lint unit integration versions-ci test-versions vet fmt bench clean
 
 all: build
 
@@ -26,7 +26,12 @@ postgres:
 demo: postgres build
 	./$(BIN) demo
 
-test: lint postgres build unit integration versions-ci
+# promtool and chromium for the monitoring tests (installed when root with
+# apt-get; without them those tests skip with a message).
+monitoring-tools:
+	@bash scripts/ensure-monitoring-tools.sh
+
+test: lint postgres monitoring-tools build unit integration versions-ci
 
 # gofmt, go vet and staticcheck: clean, or the build fails.
 lint: vet

@@ -3,6 +3,7 @@ package apply
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
 )
@@ -46,6 +47,7 @@ type Watermark struct {
 
 type mark struct {
 	end     change.LSN
+	commit  int64 // the source commit time (Unix ns), 0 if not given
 	done    bool
 	visible bool
 }
@@ -60,7 +62,11 @@ func NewWatermark(start change.LSN) *Watermark {
 // Register records a committed source transaction, in commit order.
 // Registering an end at or below the last registered one is ignored (it can
 // only be a transaction the server re-sent that is already applied).
-func (w *Watermark) Register(end change.LSN) {
+func (w *Watermark) Register(end change.LSN) { w.RegisterCommit(end, time.Time{}) }
+
+// RegisterCommit is Register with the transaction's source commit time,
+// which OldestUnapplied reports (watermark_lag.go).
+func (w *Watermark) RegisterCommit(end change.LSN, commit time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if n := len(w.pending); n > w.head && end <= w.pending[n-1].end {
@@ -69,7 +75,11 @@ func (w *Watermark) Register(end change.LSN) {
 	if end <= w.low {
 		return
 	}
-	w.pending = append(w.pending, mark{end: end})
+	m := mark{end: end}
+	if !commit.IsZero() {
+		m.commit = commit.UnixNano()
+	}
+	w.pending = append(w.pending, m)
 	w.undone++
 }
 

@@ -298,6 +298,7 @@ func (c *Capture) start(ctx context.Context) error {
 	build := cfg.BuildFrontend
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
 		c.rd = newCoalescingReader(r)
+		c.rd.onRead = c.readState
 		return build(c.rd, w)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
@@ -742,7 +743,7 @@ func (c *Capture) blocking(ctx context.Context, f func(context.Context) error) e
 				return err
 			}
 		}
-		c.stats.SetState(stats.Idle)
+		c.stats.SetState(stats.Busy)
 	}
 }
 
@@ -759,7 +760,7 @@ func relName(ch *change.Change) string {
 func (c *Capture) commit(info change.TxnInfo) error {
 	c.advanceReceived(info.EndLSN)
 	c.lastCommit = info.EndLSN
-	c.opts.Acker.Register(info.EndLSN)
+	c.register(info)
 	c.stats.AddTxns(1)
 	if err := c.opts.Queue.Commit(info); err != nil {
 		return fmt.Errorf("queue commit of transaction %d (end %s): %w", info.Xid, info.EndLSN, err)

@@ -33,6 +33,9 @@ type coalescingReader struct {
 	lastDataNano atomic.Int64
 	sleep        func(time.Duration)
 	now          func() time.Time
+	// onRead, if set, is called with true before a read (and its nap) and
+	// false after: capture's busy time is the time outside reads.
+	onRead func(reading bool)
 }
 
 const (
@@ -45,6 +48,10 @@ func newCoalescingReader(r io.Reader) *coalescingReader {
 }
 
 func (c *coalescingReader) Read(p []byte) (int, error) {
+	if c.onRead != nil {
+		c.onRead(true)
+		defer c.onRead(false)
+	}
 	if c.big {
 		c.sleep(busyNap)
 	}

@@ -94,6 +94,8 @@ type settings struct {
 	tables   string
 	file     string
 	logLevel string
+
+	logFormat string // text or json
 }
 
 func (s *settings) bindConnection(fs *pflag.FlagSet) {
@@ -103,6 +105,7 @@ func (s *settings) bindConnection(fs *pflag.FlagSet) {
 	fs.StringVar(&s.cfg.Slot, "slot", s.cfg.Slot, "replication slot name")
 	fs.StringVar(&s.cfg.Publication, "publication", "", "publication name (default: the slot's name; created from --tables when missing)")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&s.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 }
 
 func (s *settings) bindRun(fs *pflag.FlagSet) {
@@ -124,7 +127,8 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Binary, "binary", c.Binary, "transfer values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides")
 	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")
 	fs.BoolVar(&c.SyncSequences, "sync-sequences", false, "copy the replicated tables' sequence positions to the target when the run ends caught up or is stopped (see `sequences sync`)")
-	fs.StringVar(&c.HTTP, "http", "", "serve /status (JSON) and /metrics (Prometheus) on this address, e.g. :9187")
+	fs.StringVar(&c.HTTP, "http", "", "serve the live page (/), /status (JSON), /metrics (Prometheus) and /healthz on exactly this address, from the start of the run, e.g. 127.0.0.1:9187")
+	fs.DurationVar(&c.HealthzMaxLag, "healthz-max-lag", c.HealthzMaxLag, "/healthz answers 503 when the apply lag passes this (0: never)")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "log one progress line at this interval (0: off)")
 	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "standby status updates to the source at least this often")
 	fs.StringVar(&c.DecodingWorkMem, "decoding-work-mem", c.DecodingWorkMem, "the walsender's logical_decoding_work_mem: larger transactions stream before they commit")
@@ -149,6 +153,9 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 		if fileCfg.LogLevel != "" {
 			s.logLevel = fileCfg.LogLevel
 		}
+		if fileCfg.LogFormat != "" {
+			s.logFormat = fileCfg.LogFormat
+		}
 	}
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
@@ -171,7 +178,10 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 			s.cfg.Tables = append(s.cfg.Tables, strings.TrimSpace(t))
 		}
 	}
-	s.cfg.LogLevel = s.logLevel
+	s.cfg.LogLevel, s.cfg.LogFormat = s.logLevel, s.logFormat
+	if _, err := config.NewLogger(io.Discard, s.logLevel, s.logFormat); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -186,12 +196,14 @@ func (s *settings) resolveBoth(cmd *cobra.Command) error {
 	return nil
 }
 
+// logger is the logger --log-level and --log-format ask for (resolve has
+// rejected invalid values; a logger is returned regardless).
 func (s *settings) logger(w io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s.logLevel)); err != nil {
-		level = slog.LevelInfo
+	log, err := config.NewLogger(w, s.logLevel, s.logFormat)
+	if err != nil {
+		return slog.New(slog.NewTextHandler(w, nil))
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return log
 }
 
 func runCmd(stderr io.Writer) *cobra.Command {
@@ -218,7 +230,7 @@ applied transaction is stored on the target with its data.`,
 				return err
 			}
 			defer stop()
-			return engine.New(s.cfg, log, stats.NewRegistry()).Run(cmd.Context())
+			return engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
 		},
 	}
 	s.bindConnection(cmd.Flags())

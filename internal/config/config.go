@@ -65,6 +65,8 @@ type Config struct {
 	StatusInterval time.Duration `yaml:"status_interval"`
 	Progress       time.Duration `yaml:"progress"`
 	LogLevel       string        `yaml:"log_level"`
+	LogFormat      string        `yaml:"log_format"`      // text or json (Logging)
+	HealthzMaxLag  time.Duration `yaml:"healthz_max_lag"` // /healthz answers 503 above this apply lag (0: never)
 
 	// DecodingWorkMem is the replication session's logical_decoding_work_mem:
 	// transactions larger than this are streamed while in progress. 16MB was
@@ -99,6 +101,8 @@ func Default() Config {
 		Binary:           true,
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
+		LogFormat:        "text",
+		HealthzMaxLag:    5 * time.Minute,
 		DecodingWorkMem:  "16MB",
 		SourceTimeout:    30 * time.Second,
 		TargetTimeout:    30 * time.Second,
@@ -186,6 +190,7 @@ func (c *Config) Validate() error {
 	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
 		c.StatusInterval = 10 * time.Second
 	}
+	errs = append(errs, c.validateLogging()...)
 	for _, t := range c.Tables {
 		if strings.TrimSpace(t) == "" {
 			errs = append(errs, errors.New("--tables has an empty entry"))

@@ -133,7 +133,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if st.Status.Slot != cfg.Slot || st.Status.FlushedLSN == "" || applied < 1000 {
 		t.Fatalf("/status: slot %q flushed %q, %d changes applied (want 1000):\n%s", st.Status.Slot, st.Status.FlushedLSN, applied, body)
 	}
-	if m := get("/metrics"); !strings.Contains(m, `repstream_items_total{component="capture"}`) || !strings.Contains(m, "# TYPE") {
+	if m := get("/metrics"); !strings.Contains(m, `repstream_component_items_total{component="capture",worker=""}`) || !strings.Contains(m, "# TYPE") {
 		t.Fatalf("/metrics lacks the capture counter:\n%.2000s", m)
 	}
 }

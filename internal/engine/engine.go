@@ -67,6 +67,8 @@ type Engine struct {
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips (tablesync.go).
 	tables *apply.TableFilter
+
+	mon     *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
 }
 
 // New prepares a run; Run does the work.
@@ -83,9 +85,8 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 // Stats returns the registry every stage reports to.
 func (e *Engine) Stats() *stats.Registry { return e.stats }
 
-// Run replicates until ctx ends (then it returns nil after a clean stop), an
-// error occurs, or the configuration's until-caught-up point is reached.
-func (e *Engine) Run(ctx context.Context) error {
+// run is Run under the monitor (monitor.go).
+func (e *Engine) run(ctx context.Context) error {
 	if err := e.cfg.Validate(); err != nil {
 		return err
 	}
@@ -249,13 +250,15 @@ func (e *Engine) Run(ctx context.Context) error {
 
 func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress, initialFlush change.LSN) error {
 	cfg := e.cfg
-	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log})
+	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
+	e.watchWatermark(e.wm)
+	e.setPhase("streaming")
 	capOpts := capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
@@ -333,14 +336,6 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			}
 		}
 	})
-	if cfg.HTTP != "" {
-		g.Go(func() error {
-			return stats.Serve(gctx, cfg.HTTP, stats.Handler(e.stats, func() any { return e.Status() }), e.log)
-		})
-	}
-	if cfg.Progress > 0 {
-		g.Go(func() error { e.progressLoop(gctx, cfg.Progress); return nil })
-	}
 	err = g.Wait()
 	caughtUp := errors.Is(err, capture.ErrCaughtUp)
 	// Persist the final watermark with a fresh context: the run's may be done.
@@ -426,6 +421,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		return 0, err
 	}
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
+	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
 		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),

@@ -25,6 +25,9 @@ type LiveStatus struct {
 	PendingTxns   int     `json:"pending_txns"`
 	StopAt        string  `json:"stop_at,omitempty"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
+
+	// Monitoring (progress.go): phase, lags, slot, health.
+	LiveMonitoring
 }
 
 // Status reports the running engine's positions.
@@ -41,25 +44,8 @@ func (e *Engine) Status() LiveStatus {
 	if e.stopAt != 0 {
 		s.StopAt = e.stopAt.String()
 	}
+	s.LiveMonitoring = e.liveMonitoring()
 	return s
-}
-
-// progressLoop writes one line per interval: rates per stage, queue and
-// spill, and how far apply is behind what was received.
-func (e *Engine) progressLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	prev := e.stats.Snapshot()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		cur := e.stats.Snapshot()
-		e.log.Info(ProgressLine(prev, cur))
-		prev = cur
-	}
 }
 
 // ProgressLine summarises two snapshots of the registry in one line.
@@ -76,7 +62,7 @@ func ProgressLine(prev, cur stats.Snapshot) string {
 	items := func(c stats.ComponentSnapshot) int64 { return c.Items }
 	var applied, appliedTxns float64
 	for _, c := range cur.Components {
-		if strings.HasPrefix(c.Name, "apply.") {
+		if strings.HasPrefix(c.Name, "apply.") || c.Name == "eager" { // eager apply counts too
 			applied += rate(c.Name, items)
 			appliedTxns += rate(c.Name, func(c stats.ComponentSnapshot) int64 { return c.Txns })
 		}

@@ -31,6 +31,9 @@ type Options struct {
 	Stats *stats.Registry
 	// Logger receives the queue's logs (with component=queue). Default: discard.
 	Logger *slog.Logger
+	// Producer, if set, is the producer's component (capture): it is set
+	// Waiting while flow control holds the producer, Busy when released.
+	Producer *stats.Component
 }
 
 // flowLogInterval rate-limits the log line about flow control.
@@ -106,6 +109,7 @@ type Queue struct {
 
 	// Statistics (pointers looked up once).
 	qc, sc              *stats.Component
+	producer            *stats.Component // may be nil
 	flowWaits, flowNs   *atomic.Int64
 	memGauge            *atomic.Int64
 	openGauge, pendGa   *atomic.Int64
@@ -179,6 +183,7 @@ func New(opts Options) (*Queue, error) {
 	q.spRead = q.sc.Counter("read_bytes")
 	q.spFiles = q.sc.Gauge("files")
 	q.qc.SetState(stats.Idle)
+	q.producer = opts.Producer
 	return q, nil
 }
 
@@ -243,6 +248,9 @@ func (q *Queue) Add(ctx context.Context, xid uint32, c *change.Change) error {
 		if !waitStart.IsZero() {
 			q.flowNs.Add(int64(time.Since(waitStart)))
 			q.qc.SetState(stats.Idle)
+			if q.producer != nil {
+				q.producer.SetState(stats.Busy)
+			}
 		}
 	}()
 	for {
@@ -259,6 +267,9 @@ func (q *Queue) Add(ctx context.Context, xid uint32, c *change.Change) error {
 			waitStart = time.Now()
 			q.flowWaits.Add(1)
 			q.qc.SetState(stats.Waiting)
+			if q.producer != nil {
+				q.producer.SetState(stats.Waiting)
+			}
 			if waitStart.Sub(q.lastFlowLog) >= flowLogInterval {
 				q.lastFlowLog = waitStart
 				txns, bytes := q.Pending()

@@ -104,6 +104,9 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 	st.SetState(stats.Busy)
 	defer st.SetState(stats.Idle)
 	var rows, bytes atomic.Int64
+	for _, t := range opts.Tables {
+		tableProgress(opts.Stats, t) // every table listed in the progress from the start
+	}
 
 	work := make(chan schema.TableName)
 	g, gctx := errgroup.WithContext(ctx)
@@ -141,10 +144,18 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 			}
 			defer dst.Close(context.Background())
 			for t := range work {
-				n, b, err := copyTable(gctx, src, dst, t, opts.Publication)
+				prog := tableProgress(opts.Stats, t)
+				if err := estimateTable(gctx, src, t, prog); err != nil {
+					log.Warn("no size estimate for the copy's progress", "table", t.String(), "err", err)
+					if gctx.Err() != nil {
+						return gctx.Err()
+					}
+				}
+				n, b, err := copyTable(gctx, src, dst, t, opts.Publication, prog)
 				if err != nil {
 					return err
 				}
+				prog.Gauge(stats.GaugeDone).Store(1)
 				rows.Add(n)
 				bytes.Add(b)
 				st.Add(n, b)
@@ -165,7 +176,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 // copyTable streams one table: COPY TO STDOUT on the source straight into
 // COPY FROM STDIN on the target, in text format, no row decoding — the rows
 // and columns the publication pub sends (its row filter and column list).
-func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub string) (rows, bytes int64, err error) {
+func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub string, prog *stats.Component) (rows, bytes int64, err error) {
 	st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: source: %w", t, err)
@@ -194,7 +205,7 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub 
 	}
 	list := strings.Join(cols, ", ")
 	pr, pw := io.Pipe()
-	counter := &countingWriter{w: pw}
+	counter := &countingWriter{w: pw, prog: prog}
 	// A partitioned table is read through its root, every partition's rows
 	// included (ONLY would read none: a partitioned table holds no rows of
 	// its own); an ordinary table without its inheritance children, which
@@ -244,13 +255,17 @@ func targetColumn(err error) string {
 }
 
 type countingWriter struct {
-	w io.Writer
-	n int64
+	w    io.Writer
+	n    int64
+	prog *stats.Component // the table's progress (progress.go); may be nil
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if c.prog != nil {
+		c.prog.Add(countRows(p[:n]), int64(n))
+	}
 	return n, err
 }
 

@@ -53,10 +53,10 @@ func BenchmarkSnapshot(b *testing.B) {
 }
 
 func BenchmarkWriteMetrics(b *testing.B) {
-	s := benchRegistry().Snapshot()
+	r := benchRegistry()
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = WriteMetrics(io.Discard, s)
+		_ = WriteMetrics(io.Discard, r, CollectorOptions{Build: BuildInfo{Version: "bench"}})
 	}
 }
 

@@ -6,8 +6,12 @@
 //
 // Everything that shows performance reads this one source: the live progress
 // line and the monitor (via [Rates] between two [Snapshot]s), the HTTP
-// endpoint ([Handler]: JSON at /status, Prometheus text at /metrics), the
-// bottleneck advisor and the benchmark reports.
+// endpoint ([NewHandler]: JSON at /status, /metrics through [Collector], a
+// prometheus.Collector that reads one snapshot per scrape, /healthz judged
+// by [Health], and the live page at /), the bottleneck advisor and the
+// benchmark reports. Facts that are not pipeline stages (the polled source,
+// the target probe, the run's phase, conflicts, the initial copy's tables)
+// live in components named in names.go.
 //
 // # States
 //

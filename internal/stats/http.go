@@ -20,22 +20,40 @@ type StatusResponse struct {
 	Status any `json:"status"`
 }
 
-// Handler serves the registry over HTTP:
-//
-//	GET /status   JSON StatusResponse {"stats": Snapshot, "status": extra()}
-//	GET /metrics  Prometheus text exposition format 0.0.4 (see WriteMetrics)
-//
-// extra may be nil. It is called once per /status request and its result must
-// be JSON-encodable. Other paths answer 404, other methods 405.
+// Handler serves the registry with the default HandlerOptions and extra
+// as the /status "status" document; see NewHandler.
 func Handler(r *Registry, extra func() any) http.Handler {
+	return NewHandler(r, HandlerOptions{Extra: extra})
+}
+
+// HandlerOptions configure NewHandler.
+type HandlerOptions struct {
+	// Extra is called once per /status request; its result (positions, lag)
+	// must be JSON-encodable and is served as "status". May be nil.
+	Extra func() any
+	// Collector configures /metrics (build info, health judgement).
+	Collector CollectorOptions
+}
+
+// NewHandler serves the registry over HTTP, read-only:
+//
+//	GET /         the live page (embedded HTML and JS, reads /status every 2 s)
+//	GET /status   JSON StatusResponse {"stats": Snapshot, "status": Extra()}
+//	GET /metrics  Prometheus exposition (Collector, go_ and process_ collectors)
+//	GET /healthz  200 {"status":"ok"} or 503 {"status":"unhealthy","reasons":[...]}
+//
+// HEAD is allowed wherever GET is; other methods answer 405, other paths
+// 404. Nothing served contains a password or a DSN: the registry holds only
+// counts, positions and short facts.
+func NewHandler(r *Registry, opts HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", func(w http.ResponseWriter, req *http.Request) {
 		if !allowGet(w, req) {
 			return
 		}
 		resp := StatusResponse{Stats: r.Snapshot()}
-		if extra != nil {
-			resp.Status = extra()
+		if opts.Extra != nil {
+			resp.Status = opts.Extra()
 		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -48,14 +66,41 @@ func Handler(r *Registry, extra func() any) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(buf.Bytes())
 	})
+	metrics := MetricsHandler(NewPrometheusRegistry(r, opts.Collector))
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
 		if !allowGet(w, req) {
 			return
 		}
-		var buf bytes.Buffer
-		_ = WriteMetrics(&buf, r.Snapshot()) // a bytes.Buffer does not fail
-		w.Header().Set("Content-Type", MetricsContentType)
-		_, _ = w.Write(buf.Bytes())
+		metrics.ServeHTTP(w, req)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, req *http.Request) {
+		if !allowGet(w, req) {
+			return
+		}
+		s := r.Snapshot()
+		rep := HealthReport{Status: "ok"}
+		if eng, ok := s.Component(CompEngine); ok {
+			rep.Phase = eng.Info[InfoPhase]
+		}
+		code := http.StatusOK
+		if healthy, reasons := Health(s, opts.Collector.Health); !healthy {
+			rep.Status, rep.Reasons, code = "unhealthy", reasons, http.StatusServiceUnavailable
+		}
+		body, _ := json.Marshal(rep) // strings only: cannot fail
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		_, _ = w.Write(append(body, '\n'))
+	})
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, req *http.Request) {
+		if !allowGet(w, req) {
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = w.Write(livePage)
 	})
 	return mux
 }

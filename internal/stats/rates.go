@@ -23,7 +23,8 @@ type Rate struct {
 	State string `json:"state"`
 }
 
-// Rates returns, for every component of cur (in cur's order), its throughput
+// Rates returns, for every pipeline stage of cur (in cur's order; the
+// auxiliary components of names.go hold facts, not work, and are left out), its throughput
 // and the share of the interval prev→cur it spent in each state. The interval
 // is measured on the registry's uptime, so it survives a JSON round trip.
 //
@@ -34,6 +35,9 @@ func Rates(prev, cur Snapshot) []Rate {
 	dt := cur.Uptime - prev.Uptime
 	out := make([]Rate, 0, len(cur.Components))
 	for _, c := range cur.Components {
+		if isAuxiliary(c.Name) {
+			continue
+		}
 		r := Rate{Name: c.Name, State: c.State}
 		if dt > 0 {
 			p, _ := prev.Component(c.Name)

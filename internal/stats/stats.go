@@ -50,14 +50,22 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithVersion records the version of the running binary, which
+// repstream_build_info reports.
+func WithVersion(v string) Option {
+	return func(r *Registry) { r.version = v }
+}
+
 // Registry holds the components of one repstream process.
 //
 // Invariants: components are never removed; order lists every component
 // exactly once, in creation order, and byName indexes the same set. Both are
-// guarded by mu. The clock and start time never change after NewRegistry.
+// guarded by mu. The clock, start time and version never change after
+// NewRegistry.
 type Registry struct {
-	now   func() time.Time
-	start time.Time
+	now     func() time.Time
+	start   time.Time
+	version string
 
 	mu     sync.RWMutex
 	byName map[string]*Component
@@ -73,6 +81,9 @@ func NewRegistry(opts ...Option) *Registry {
 	r.start = r.now()
 	return r
 }
+
+// Version returns the version given with WithVersion ("" without one).
+func (r *Registry) Version() string { return r.version }
 
 // Component returns the component with that name, creating it (in state Idle)
 // if it does not exist yet. Names are free text such as "capture", "queue",

@@ -241,7 +241,7 @@ func TestConcurrent(t *testing.T) {
 			default:
 			}
 			s := r.Snapshot()
-			_ = WriteMetrics(discard{}, s)
+			_ = WriteMetrics(discard{}, r, CollectorOptions{Build: BuildInfo{Version: "test"}})
 			for _, c := range s.Components {
 				p, ok := prev[c.Name]
 				if ok && (c.BusySeconds < p.BusySeconds || c.IdleSeconds < p.IdleSeconds ||
