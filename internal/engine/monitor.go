@@ -27,8 +27,9 @@ const probeInterval = 2 * time.Second
 // only writes the stats registry (components source, target and engine,
 // see stats/names.go) and reads the watermark once streaming has begun.
 //
-// Invariant: wm is nil until stream has created the watermark, then never
-// changes; everything the monitor publishes goes through the registry.
+// Invariant: wm is nil until streaming has created the watermark (each
+// streaming attempt may create a new one, which replaces it); everything
+// the monitor publishes goes through the registry.
 type monitor struct {
 	e     *Engine
 	log   *slog.Logger
