@@ -68,7 +68,7 @@ type Engine struct {
 	// apply skips (tablesync.go).
 	tables *apply.TableFilter
 
-	mon     *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
+	mon *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
 }
 
 // New prepares a run; Run does the work.
