@@ -116,7 +116,11 @@ func (m *monitor) start(ctx context.Context) (context.Context, func() error, err
 	if cfg.Progress > 0 {
 		wg.Go(func() { m.e.progressLoop(mctx, cfg.Progress) })
 	}
-	wg.Go(func() { m.probeLoop(mctx) })
+	if ln != nil {
+		// The probes feed /metrics, /status and /healthz: only with --http
+		// (they cost a connection on each side).
+		wg.Go(func() { m.probeLoop(mctx) })
+	}
 	wg.Go(func() { m.lagLoop(mctx) })
 	stop := func() error {
 		cancel(nil)
