@@ -82,6 +82,16 @@ func (e *Engine) watchWatermark(wm *apply.Watermark) {
 	}
 }
 
+// watermark is the current streaming attempt's watermark, nil before the
+// first: safe from any goroutine (the status endpoint), unlike e.wm, which
+// belongs to the goroutine running the pipeline.
+func (e *Engine) watermark() *apply.Watermark {
+	if e.mon == nil {
+		return nil
+	}
+	return e.mon.wm.Load()
+}
+
 // start listens (an --http address that cannot be bound fails the run at
 // once), then starts the monitor's goroutines. The returned context is
 // ctx, cancelled also when the HTTP server fails; stop ends the goroutines

@@ -33,10 +33,10 @@ type LiveStatus struct {
 // Status reports the running engine's positions.
 func (e *Engine) Status() LiveStatus {
 	s := LiveStatus{Slot: e.cfg.Slot, UptimeSeconds: time.Since(e.start).Seconds()}
-	if e.wm != nil {
-		s.AppliedLow = e.wm.Low().String()
-		s.FlushedLSN = e.wm.Flush().String()
-		s.PendingTxns = e.wm.Pending()
+	if wm := e.watermark(); wm != nil {
+		s.AppliedLow = wm.Low().String()
+		s.FlushedLSN = wm.Flush().String()
+		s.PendingTxns = wm.Pending()
 	}
 	if snap, ok := e.stats.Snapshot().Component("capture"); ok {
 		s.ReceivedLSN = change.LSN(snap.Gauges["received_lsn"]).String()
@@ -269,8 +269,9 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 
 // Flushed returns the position acknowledged as applied (0 before Run starts streaming).
 func (e *Engine) Flushed() change.LSN {
-	if e.wm == nil {
+	wm := e.watermark()
+	if wm == nil {
 		return 0
 	}
-	return e.wm.Flush()
+	return wm.Flush()
 }
