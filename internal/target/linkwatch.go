@@ -28,7 +28,9 @@ import (
 // trigger) without a byte on the wire. So Run asks the server over a fresh
 // connection what the suspect's backend is doing (pg_stat_activity): busy
 // (state active, not waiting on its client) — the link is fine, keep
-// waiting; waiting on its client, idle, or gone — the link is dead: its
+// waiting; idle or gone (it answered and the answer never came), or — after
+// a whole timeout, since the engine may just be slow to send the next
+// rows of a COPY — waiting on its client: the link is dead, its
 // socket is closed, and the blocked call fails with pgerr.ErrSilentLink in
 // its chain. A server that cannot be reached within a quarter of the
 // timeout is as dead as the link. So a silent link is closed within
@@ -163,6 +165,11 @@ func (w *LinkWatch) check(ctx context.Context) {
 			why = "its backend is gone"
 		case st.busy():
 			w.log.Debug("target connection quiet but its backend is working", "pid", pid, "wait_event", st.wait)
+			continue
+		case st.state == "active" && silent[i] < w.timeout:
+			// Waiting for its client in the middle of a statement (a COPY):
+			// the link may be dead, or the engine slow to send the next
+			// rows. Only a whole timeout of silence decides.
 			continue
 		default:
 			why = fmt.Sprintf("its backend is %s (wait %s/%s)", st.state, st.waitType, st.wait)

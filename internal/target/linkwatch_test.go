@@ -43,13 +43,14 @@ func TestLinkWatch(t *testing.T) {
 		states map[uint32]backendState
 		probe  error
 		killed bool
+		late   bool // killed only after a whole timeout
 	}{
-		{"backend waits for its client", map[uint32]backendState{7: {"active", "Client", "ClientRead"}}, nil, true},
-		{"backend idle in transaction", map[uint32]backendState{7: {"idle in transaction", "Client", "ClientRead"}}, nil, true},
-		{"backend gone", map[uint32]backendState{}, nil, true},
-		{"server unreachable", nil, errors.New("connect: i/o timeout"), true},
-		{"backend busy (long COPY, slow trigger)", map[uint32]backendState{7: {"active", "IO", "DataFileRead"}}, nil, false},
-		{"backend busy on a lock", map[uint32]backendState{7: {"active", "Lock", "transactionid"}}, nil, false},
+		{"backend waits for its client within a statement", map[uint32]backendState{7: {"active", "Client", "ClientRead"}}, nil, true, true},
+		{"backend idle in transaction", map[uint32]backendState{7: {"idle in transaction", "Client", "ClientRead"}}, nil, true, false},
+		{"backend gone", map[uint32]backendState{}, nil, true, false},
+		{"server unreachable", nil, errors.New("connect: i/o timeout"), true, false},
+		{"backend busy (long COPY, slow trigger)", map[uint32]backendState{7: {"active", "IO", "DataFileRead"}}, nil, false, false},
+		{"backend busy on a lock", map[uint32]backendState{7: {"active", "Lock", "transactionid"}}, nil, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,6 +76,15 @@ func TestLinkWatch(t *testing.T) {
 				synctest.Wait()
 				if probed.Load() == 0 {
 					t.Fatal("a call blocked past the timeout was never looked at")
+				}
+				if tc.late {
+					select {
+					case err := <-readErr:
+						t.Fatalf("closed before a whole timeout of silence: %v", err)
+					default:
+					}
+					time.Sleep(timeout / 2)
+					synctest.Wait()
 				}
 				select {
 				case err := <-readErr:
