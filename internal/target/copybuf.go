@@ -239,6 +239,9 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		if line := copyErrorLine(err); line >= 1 && line <= n {
 			lsn = lsns[line-1]
 		}
+		if ce := asConflict(err, change.OpInsert, tb.plan.rel, lsn); ce != nil {
+			err = ce
+		}
 		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
 	}
 	w.copyRows.Add(int64(n))

@@ -3,9 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -119,8 +117,10 @@ func (w *Writer) batchFull(ctx context.Context) error {
 }
 
 // flushBatch sends the queued statements in one pipeline and checks each
-// result: an error names the failing statement's change; zero rows affected
-// by an update or delete is counted and logged as a missing row.
+// result: an error names the failing statement's change. An update or
+// delete that finds no row fails on the server (repstream.expect_row, see
+// buildStmt), so that a COMMIT queued behind it in the same pipeline is
+// skipped: itemError turns that into a ConflictError.
 func (w *Writer) flushBatch(ctx context.Context) error {
 	n := len(w.pipe.items)
 	if n == 0 {
@@ -164,12 +164,7 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 		if err != nil {
 			break
 		}
-		if done < len(p.items) {
-			it := p.items[done]
-			if (it.op == change.OpUpdate || it.op == change.OpDelete) && tag.RowsAffected() == 0 {
-				w.missing.report(it)
-			}
-		} else {
+		if done >= len(p.items) {
 			tail = append(tail, tag)
 		}
 		done++
@@ -178,7 +173,8 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 	return done, tail, val, mrr.Close()
 }
 
-// itemError names the queued statement i in err.
+// itemError names the queued statement i in err; a data error is a
+// *ConflictError in the chain.
 func (w *Writer) itemError(i int, err error) error {
 	it := w.pipe.items[i]
 	if it.kind == itemBegin {
@@ -187,6 +183,9 @@ func (w *Writer) itemError(i int, err error) error {
 	col := ""
 	if r, ok := paramOf(err, it.s); ok {
 		col = ", column " + it.plan.rel.Columns[r.col].Name
+	}
+	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
+		err = ce
 	}
 	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
 }
@@ -200,49 +199,4 @@ func paramOf(err error, s *stmt) (paramRef, bool) {
 		return paramRef{}, false
 	}
 	return s.params[n-1], true
-}
-
-// missingRows counts updates and deletes that found no row on the target
-// and logs them without flooding the log: the first one of a table at once
-// (with its LSN), then at most one line per table every missingLogEvery,
-// with how many were missed since the last line.
-//
-// It is owned by the Writer's goroutine; the counters are read by stats.
-type missingRows struct {
-	log            *slog.Logger
-	update, delete interface{ Add(int64) int64 }
-	every          time.Duration
-	now            func() time.Time
-	tables         map[string]*missedTable
-}
-
-type missedTable struct {
-	logged time.Time // when the last line was logged
-	since  int64     // missed since that line
-}
-
-// missingLogEvery is how often a table's missing rows are logged at most.
-const missingLogEvery = 10 * time.Second
-
-func (m *missingRows) report(it batchItem) {
-	op := "delete"
-	if it.op == change.OpUpdate {
-		op = "update"
-		m.update.Add(1)
-	} else {
-		m.delete.Add(1)
-	}
-	table := it.plan.rel.String()
-	t := m.tables[table]
-	if t == nil {
-		t = &missedTable{}
-		m.tables[table] = t
-	}
-	now := m.now()
-	if !t.logged.IsZero() && now.Sub(t.logged) < m.every {
-		t.since++
-		return
-	}
-	m.log.Warn("row to "+op+" not found on target", "table", table, "lsn", it.lsn.String(), "missed_since_last_line", t.since)
-	t.logged, t.since = now, 0
 }

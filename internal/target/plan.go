@@ -257,7 +257,11 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 		}
 		b.WriteString(" LIMIT 1)")
 	}
-	s.sql = b.String()
+	// A row that is not there is a conflict (update_missing,
+	// delete_missing), and it must fail on the server: the COMMIT may be
+	// queued behind the statement in the same pipeline, and a command tag
+	// of 0 rows would be read only after the transaction committed.
+	s.sql = "WITH m AS (" + b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"
 	return s
 }
 

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -102,7 +101,6 @@ type Writer struct {
 	st                            *stats.Component
 	copyRows, statements, flushes *atomic.Int64
 	applied                       *atomic.Int64
-	missing                       missingRows
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
@@ -139,10 +137,6 @@ func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
 		statements: st.Counter("statements"),
 		flushes:    st.Counter("flushes"),
 		applied:    st.Counter("applied_txns"),
-		missing: missingRows{
-			log: log, update: st.Counter("update_missing"), delete: st.Counter("delete_missing"),
-			every: missingLogEvery, now: time.Now, tables: map[string]*missedTable{},
-		},
 	}
 }
 
@@ -281,6 +275,9 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 			err = fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
 				len(applied), applied[0], applied[len(applied)-1], w.opts.Slot, err)
 		default:
+			if ce := asConflict(err, 0, nil, 0); ce != nil {
+				err = ce // a deferred constraint
+			}
 			err = fmt.Errorf("commit target transaction: %w", err)
 		}
 		w.pipe.reset()

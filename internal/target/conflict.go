@@ -1,0 +1,153 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
+)
+
+// ConflictKind names what kind of data conflict stopped a change, with
+// PostgreSQL 18's names for logical replication conflicts where they exist
+// (insert_exists, update_exists, update_missing, delete_missing) and the
+// constraint or value error otherwise.
+type ConflictKind string
+
+const (
+	InsertExists        ConflictKind = "insert_exists"  // an insert hit a unique (or exclusion) index
+	UpdateExists        ConflictKind = "update_exists"  // an update hit a unique (or exclusion) index
+	UpdateMissing       ConflictKind = "update_missing" // the row to update is not on the target
+	DeleteMissing       ConflictKind = "delete_missing" // the row to delete is not on the target
+	CheckViolation      ConflictKind = "check_violation"
+	ForeignKeyViolation ConflictKind = "foreign_key_violation"
+	NotNullViolation    ConflictKind = "not_null_violation"
+	DataError           ConflictKind = "data_error" // a value the target's type or column refuses (SQLSTATE class 22)
+)
+
+// ConflictError is a change the target refused because of its data — a
+// duplicate key, a missing row, a violated constraint, a value the column
+// refuses — as opposed to a lost connection or a lock conflict. Applying the
+// same change again fails again until the target is mended; apply stops or
+// parks the source transaction (--on-error).
+//
+// The Writer fills Kind, Op, Table, LSN (the change's), SQLState, Err and,
+// when the server's error names it, Key; apply fills the rest (the source
+// transaction, and Key from the change when the server did not name it).
+type ConflictError struct {
+	Kind     ConflictKind
+	Op       change.Op  // 0 when the error came at commit (a deferred constraint)
+	Table    string     // schema.table, "" when unknown
+	Key      string     // the key values as text, "(id)=(5)"; "" when unknown
+	LSN      change.LSN // the change's position
+	SQLState string
+	Err      error // the server's error (for update_missing and delete_missing, repstream.expect_row's)
+
+	Xid       uint32     // the source transaction, once apply knows it
+	CommitLSN change.LSN // 0 until apply knows it
+	EndLSN    change.LSN // 0 until apply knows it
+}
+
+func (e *ConflictError) Error() string {
+	var b strings.Builder
+	b.WriteString(string(e.Kind))
+	b.WriteString(": ")
+	switch e.Kind {
+	case UpdateMissing, DeleteMissing:
+		fmt.Fprintf(&b, "no row to %s in %s", e.Op, e.tableOrUnknown())
+	case InsertExists, UpdateExists:
+		fmt.Fprintf(&b, "duplicate key: %s in %s", e.opOr("change"), e.tableOrUnknown())
+	default:
+		fmt.Fprintf(&b, "%s in %s", e.opOr("change"), e.tableOrUnknown())
+	}
+	if e.Key != "" {
+		b.WriteString(" with key ")
+		b.WriteString(e.Key)
+	}
+	if e.LSN != 0 {
+		fmt.Fprintf(&b, " (change at %s)", e.LSN)
+	}
+	if e.EndLSN != 0 {
+		fmt.Fprintf(&b, ", source transaction %d (commit LSN %s, end LSN %s)", e.Xid, e.CommitLSN, e.EndLSN)
+	}
+	if e.Err != nil && e.Kind != UpdateMissing && e.Kind != DeleteMissing {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// Message is the server's message for the conflict, one line.
+func (e *ConflictError) Message() string {
+	switch {
+	case e.Kind == UpdateMissing || e.Kind == DeleteMissing:
+		return "the row to " + e.Op.String() + " is not on the target"
+	case e.Err != nil:
+		return strings.ReplaceAll(pgerr.Message(e.Err), "\n", " ")
+	}
+	return string(e.Kind)
+}
+
+func (e *ConflictError) tableOrUnknown() string {
+	if e.Table == "" {
+		return "a table"
+	}
+	return e.Table
+}
+
+func (e *ConflictError) opOr(s string) string {
+	if e.Op == 0 {
+		return s
+	}
+	return e.Op.String()
+}
+
+// AsConflict returns the ConflictError in err's chain, if any.
+func AsConflict(err error) (*ConflictError, bool) {
+	var ce *ConflictError
+	ok := errors.As(err, &ce)
+	return ce, ok
+}
+
+// conflictKind maps a data class and the operation to a kind; ok is false
+// for an error that is not about data.
+func conflictKind(class pgerr.DataClass, op change.Op) (ConflictKind, bool) {
+	switch class {
+	case pgerr.Unique:
+		if op == change.OpUpdate {
+			return UpdateExists, true
+		}
+		return InsertExists, true
+	case pgerr.RowNotFound:
+		if op == change.OpDelete {
+			return DeleteMissing, true
+		}
+		return UpdateMissing, true
+	case pgerr.Check:
+		return CheckViolation, true
+	case pgerr.ForeignKey:
+		return ForeignKeyViolation, true
+	case pgerr.NotNull:
+		return NotNullViolation, true
+	case pgerr.ValueProblems:
+		return DataError, true
+	}
+	return "", false
+}
+
+// asConflict returns err as a *ConflictError when the server refused the
+// change for its data, or nil.
+func asConflict(err error, op change.Op, rel *change.Relation, lsn change.LSN) *ConflictError {
+	kind, ok := conflictKind(pgerr.ClassifyData(err), op)
+	if !ok {
+		return nil
+	}
+	ce := &ConflictError{Kind: kind, Op: op, LSN: lsn, SQLState: string(pgerr.CodeOf(err)), Err: err, Key: pgerr.DetailKey(err)}
+	if rel != nil {
+		ce.Table = rel.String()
+	}
+	return ce
+}
