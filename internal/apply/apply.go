@@ -60,6 +60,15 @@ type Options struct {
 	// target.WriterOptions.Binary).
 	Binary bool
 
+	// OnError: a group the target refuses for its data is applied again one
+	// source transaction at a time, and the one that fails stops the run
+	// (stop) or is parked in the error queue (park); see conflict.go.
+	OnError config.OnError
+	// SkipRequested reports whether a source transaction is to be skipped
+	// (parked as skipped, not applied): `repstream errors skip --lsn`. nil:
+	// none.
+	SkipRequested func(change.TxnInfo) bool
+
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
 	// order. Leave it nil (not a nil *Eager) when there is none.
@@ -120,6 +129,9 @@ type Applier struct {
 	commits *commitLog
 	coord   *stats.Component
 	durable *durability
+
+	conflicts *stats.Component // data conflicts by kind (conflict.go)
+	parked    *atomic.Int64    // source transactions parked
 }
 
 // New validates options.
@@ -162,6 +174,8 @@ func New(opts Options) (*Applier, error) {
 		commits: newCommitLog(),
 		coord:   opts.Stats.Component("coordinator"),
 	}
+	a.conflicts = opts.Stats.Component("conflicts")
+	a.parked = a.conflicts.Counter("parked_txns")
 	a.durable = newDurability(opts.Watermark, opts.FlushedLSN, a.coord)
 	return a, nil
 }
@@ -269,6 +283,10 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 			w.stats.SetState(stats.Busy)
 			lsn, err = w.apply(ctx, g, full, ends)
 		}
+		if _, conflict := target.AsConflict(err); conflict && !g.eager && !g.skip && ctx.Err() == nil {
+			w.rollback()
+			lsn, err = w.isolate(ctx, g, err)
+		}
 		if err != nil {
 			w.rollback()
 			return err
@@ -302,6 +320,9 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 	if g.eager {
 		// Every earlier group has committed (the group is a barrier).
 		return w.a.opts.Eager.Commit(ctx, g.txns[0].Info)
+	}
+	if g.skip {
+		return w.skipRequested(ctx, g)
 	}
 	if err := w.w.Begin(ctx); err != nil {
 		return 0, fmt.Errorf("apply worker %d: begin: %w", w.id, err)

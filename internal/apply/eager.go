@@ -235,7 +235,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			_ = w.Rollback(rctx)
 			cancel()
 		}
-		return err
+		return eagerConflictHint(err)
 	}
 	for {
 		e.st.SetState(stats.Idle)

@@ -236,8 +236,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 	}
+	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
+	if err != nil {
+		return err
+	}
+	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Has
+	useEager := cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips))
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
-	if cfg.Eager {
+	if useEager {
 		skipBelow := prog.Low
 		for _, a := range prog.Applied {
 			skipBelow = max(skipBelow, a)
