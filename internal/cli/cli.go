@@ -83,6 +83,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
+	root.AddCommand(errorsCmd(stdout, stderr))
 	return root
 }
 
