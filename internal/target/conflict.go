@@ -41,6 +41,7 @@ type ConflictError struct {
 	Table    string     // schema.table, "" when unknown
 	Key      string     // the key values as text, "(id)=(5)"; "" when unknown
 	LSN      change.LSN // the change's position
+	Column   string     // the column the server named (a value error), or ""
 	SQLState string
 	Err      error // the server's error (for update_missing and delete_missing, repstream.expect_row's)
 
@@ -49,24 +50,40 @@ type ConflictError struct {
 	EndLSN    change.LSN // 0 until apply knows it
 }
 
+// Error reads "apply update to public.t at 0/16B3F28: update_missing: no
+// row with key (id)=(5) on the target, source transaction 731 (commit LSN
+// 0/16B4000, end LSN 0/16B4030)" — the parts the error knows — followed by
+// the server's error for the other kinds.
 func (e *ConflictError) Error() string {
 	var b strings.Builder
+	if e.Op != 0 {
+		fmt.Fprintf(&b, "apply %s to %s at %s", e.Op, e.tableOrUnknown(), e.LSN)
+		if e.Column != "" {
+			b.WriteString(", column ")
+			b.WriteString(e.Column)
+		}
+		b.WriteString(": ")
+	}
 	b.WriteString(string(e.Kind))
-	b.WriteString(": ")
 	switch e.Kind {
 	case UpdateMissing, DeleteMissing:
-		fmt.Fprintf(&b, "no row to %s in %s", e.Op, e.tableOrUnknown())
+		b.WriteString(": no row")
+		if e.Key != "" {
+			b.WriteString(" with key ")
+			b.WriteString(e.Key)
+		}
+		b.WriteString(" on the target")
 	case InsertExists, UpdateExists:
-		fmt.Fprintf(&b, "duplicate key: %s in %s", e.opOr("change"), e.tableOrUnknown())
+		b.WriteString(": duplicate key")
+		if e.Key != "" {
+			b.WriteString(" ")
+			b.WriteString(e.Key)
+		}
 	default:
-		fmt.Fprintf(&b, "%s in %s", e.opOr("change"), e.tableOrUnknown())
-	}
-	if e.Key != "" {
-		b.WriteString(" with key ")
-		b.WriteString(e.Key)
-	}
-	if e.LSN != 0 {
-		fmt.Fprintf(&b, " (change at %s)", e.LSN)
+		if e.Key != "" {
+			b.WriteString(", key ")
+			b.WriteString(e.Key)
+		}
 	}
 	if e.EndLSN != 0 {
 		fmt.Fprintf(&b, ", source transaction %d (commit LSN %s, end LSN %s)", e.Xid, e.CommitLSN, e.EndLSN)
@@ -98,12 +115,6 @@ func (e *ConflictError) tableOrUnknown() string {
 	return e.Table
 }
 
-func (e *ConflictError) opOr(s string) string {
-	if e.Op == 0 {
-		return s
-	}
-	return e.Op.String()
-}
 
 // AsConflict returns the ConflictError in err's chain, if any.
 func AsConflict(err error) (*ConflictError, bool) {

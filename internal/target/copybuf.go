@@ -240,7 +240,8 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 			lsn = lsns[line-1]
 		}
 		if ce := asConflict(err, change.OpInsert, tb.plan.rel, lsn); ce != nil {
-			err = ce
+			ce.Column = CopyErrorColumn(err)
+			return ce
 		}
 		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
 	}

@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"strings"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -185,7 +186,8 @@ func (w *Writer) itemError(i int, err error) error {
 		col = ", column " + it.plan.rel.Columns[r.col].Name
 	}
 	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
-		err = ce
+		ce.Column = strings.TrimPrefix(col, ", column ")
+		return ce
 	}
 	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
 }
