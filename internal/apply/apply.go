@@ -273,7 +273,7 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		// wait for it before they commit (full order) or retry too.
 		for attempt := 1; err != nil && !g.eager && attempt <= maxLockRetries && ctx.Err() == nil && target.Retryable(err, attempt == 1); attempt++ {
 			w.rollback()
-			w.a.log.Warn("group rolled back by a lock conflict on the target: applying it again after the earlier groups commit",
+			w.a.log.Warn("group rolled back by a lock conflict or a duplicate key an earlier group may free: applying it again after the earlier groups commit",
 				"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1], "attempt", attempt, "err", err)
 			w.retries.Add(1)
 			w.stats.SetState(stats.Waiting)
