@@ -115,7 +115,6 @@ func (e *ConflictError) tableOrUnknown() string {
 	return e.Table
 }
 
-
 // AsConflict returns the ConflictError in err's chain, if any.
 func AsConflict(err error) (*ConflictError, bool) {
 	var ce *ConflictError
