@@ -150,12 +150,26 @@ func (w *worker) parkTxn(ctx context.Context, t *queue.Txn, p target.Parked) (in
 	if !ok {
 		return 0, 0, fmt.Errorf("apply worker %d cannot park source transaction %d (end %s)", w.id, t.Info.Xid, t.Info.EndLSN)
 	}
+	if t.Bytes() > maxParkBytes {
+		if p.State != "skipped" {
+			return 0, 0, fmt.Errorf("source transaction %d (end %s) is too large to park (%d bytes of changes, at most %d): "+
+				"mend the target and run again, or skip it with repstream errors skip --slot %s --lsn %s",
+				t.Info.Xid, t.Info.EndLSN, t.Bytes(), maxParkBytes, w.a.opts.Slot, t.Info.EndLSN)
+		}
+		p.Changes, p.Message = []byte(`{"version":1,"binary":false,"relations":[],"changes":[]}`), p.Message+"; its changes are not kept (too large)"
+		return pw.Park(ctx, p, nil)
+	}
 	var err error
 	if p.Changes, err = errqueue.Encode(t.Changes(), w.a.opts.Binary); err != nil {
 		return 0, 0, fmt.Errorf("park source transaction %d (end %s): %w", t.Info.Xid, t.Info.EndLSN, err)
 	}
 	return pw.Park(ctx, p, nil)
 }
+
+// maxParkBytes bounds the changes of a parked transaction (accounted
+// bytes): the encoding is built in memory, and a jsonb value holds at most
+// 255 MB (base64 adds a third).
+const maxParkBytes = 128 << 20
 
 func (a *Applier) skipRequested(txn *queue.Txn) bool {
 	return a.opts.SkipRequested != nil && a.opts.SkipRequested(txn.Info)

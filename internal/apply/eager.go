@@ -290,7 +290,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			lsn, err := w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
 			active = false
 			if err != nil {
-				err = fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err)
+				err = eagerConflictHint(fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err))
 				it.reply <- eagerResult{err: err}
 				return err
 			}
