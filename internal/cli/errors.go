@@ -40,7 +40,10 @@ type errorsSettings struct{ settings }
 
 func newErrorsSettings(cmd *cobra.Command) *errorsSettings {
 	s := &errorsSettings{settings{cfg: config.Default()}}
-	s.bindConnection(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVarP(&s.file, "config", "c", "", "YAML file with the same keys as the flags (flags and REPSTREAM_* variables take precedence)")
+	fs.StringVar(&s.cfg.Target, "target", "", "target database (URL or key=value DSN)")
+	fs.StringVar(&s.cfg.Slot, "slot", s.cfg.Slot, "replication slot name")
 	return s
 }
 
