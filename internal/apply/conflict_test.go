@@ -193,4 +193,3 @@ func endsOf(txns []simTxn) []change.LSN {
 	}
 	return out
 }
-
