@@ -161,3 +161,17 @@ func asConflict(err error, op change.Op, rel *change.Relation, lsn change.LSN) *
 	}
 	return ce
 }
+
+// copyConflict is asConflict for a COPY of rows whose LSNs are lsns: the
+// change is the row the error's context line names (else the first).
+func copyConflict(err error, rel *change.Relation, lsns []change.LSN) *ConflictError {
+	lsn := lsns[0]
+	if line := copyErrorLine(err); line >= 1 && line <= len(lsns) {
+		lsn = lsns[line-1]
+	}
+	ce := asConflict(err, change.OpInsert, rel, lsn)
+	if ce != nil {
+		ce.Column = CopyErrorColumn(err)
+	}
+	return ce
+}

@@ -235,13 +235,12 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		tb.rows = nil // a huge row: do not keep its buffer
 	}
 	if err != nil {
+		if ce := copyConflict(err, tb.plan.rel, lsns[:n]); ce != nil {
+			return ce
+		}
 		lsn := lsns[0]
 		if line := copyErrorLine(err); line >= 1 && line <= n {
 			lsn = lsns[line-1]
-		}
-		if ce := asConflict(err, change.OpInsert, tb.plan.rel, lsn); ce != nil {
-			ce.Column = CopyErrorColumn(err)
-			return ce
 		}
 		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), err)
 	}

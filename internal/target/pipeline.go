@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -181,13 +180,15 @@ func (w *Writer) itemError(i int, err error) error {
 	if it.kind == itemBegin {
 		return fmt.Errorf("begin target transaction: %w", err)
 	}
+	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
+		if r, ok := paramOf(err, it.s); ok {
+			ce.Column = it.plan.rel.Columns[r.col].Name
+		}
+		return ce
+	}
 	col := ""
 	if r, ok := paramOf(err, it.s); ok {
 		col = ", column " + it.plan.rel.Columns[r.col].Name
-	}
-	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
-		ce.Column = strings.TrimPrefix(col, ", column ")
-		return ce
 	}
 	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, err)
 }
