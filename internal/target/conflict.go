@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -174,4 +175,29 @@ func copyConflict(err error, rel *change.Relation, lsns []change.LSN) *ConflictE
 		ce.Column = CopyErrorColumn(err)
 	}
 	return ce
+}
+
+// errRowMissing stands for the server's error when a plain statement's
+// command tag says it changed no row (a table with rules, relPlan.rules).
+var errRowMissing = errors.New("no row to change on the target")
+
+// missingRow is the conflict of queued statement it, which changed no row.
+func (w *Writer) missingRow(it batchItem) error {
+	kind := UpdateMissing
+	if it.op == change.OpDelete {
+		kind = DeleteMissing
+	}
+	return &ConflictError{Kind: kind, Op: it.op, Table: it.plan.rel.String(), LSN: it.lsn, SQLState: string(pgerr.RowMissing), Err: errRowMissing}
+}
+
+// replicaRules reports whether a rule fires on UPDATE or DELETE of p's table
+// in replica mode (ENABLE ALWAYS or ENABLE REPLICA): PostgreSQL refuses such
+// statements inside WITH, so they are sent plain (relPlan.rules).
+func (w *Writer) replicaRules(ctx context.Context, p *relPlan) (bool, error) {
+	var n int64
+	if err := w.conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_rewrite
+WHERE ev_class = $1 AND ev_enabled IN ('A', 'R') AND ev_type IN ('2', '4')`, p.tableOID).Scan(&n); err != nil {
+		return false, fmt.Errorf("read the rules of %s on target: %w", p.name, err)
+	}
+	return n > 0, nil
 }

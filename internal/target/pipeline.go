@@ -42,9 +42,12 @@ type pipeline struct {
 	tables []*tableBuf
 	bytes  int
 	tail   []pgconn.CommandTag // scratch for sendBatch
+
+	checkTags bool // an item's stmt has checkTag: flush it before COMMIT
+	missing   int  // sendBatch: the first checkTag item that changed no row, or -1
 }
 
-func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}} }
+func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}, missing: -1} }
 
 // addBegin queues BEGIN (prepared as name); the batch must be empty.
 func (p *pipeline) addBegin(name string) {
@@ -56,6 +59,7 @@ func (p *pipeline) addBegin(name string) {
 func (p *pipeline) add(s *stmt, params [][]byte, size int, it batchItem, tb *tableBuf) {
 	p.batch.ExecPrepared(s.name, params, s.formats, nil)
 	p.items = append(p.items, it)
+	p.checkTags = p.checkTags || s.checkTag
 	if !tb.inBatch {
 		tb.inBatch = true
 		p.tables = append(p.tables, tb)
@@ -77,6 +81,7 @@ func (p *pipeline) reset() {
 		tb.inBatch = false
 	}
 	p.items, p.tables, p.bytes = p.items[:0], p.tables[:0], 0
+	p.checkTags, p.missing = false, -1
 }
 
 // drop discards the unsent statements.
@@ -130,6 +135,8 @@ func (w *Writer) flushBatch(ctx context.Context) error {
 	done, _, _, err := w.sendBatch(ctx)
 	if err != nil {
 		err = w.itemError(min(done, n-1), err)
+	} else if w.pipe.missing >= 0 {
+		err = w.missingRow(w.pipe.items[w.pipe.missing])
 	}
 	w.pipe.reset()
 	if err != nil {
@@ -166,6 +173,8 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 		}
 		if done >= len(p.items) {
 			tail = append(tail, tag)
+		} else if it := p.items[done]; it.s != nil && it.s.checkTag && p.missing < 0 && tag.RowsAffected() == 0 {
+			p.missing = done
 		}
 		done++
 	}

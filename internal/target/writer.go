@@ -239,6 +239,12 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		w.fail()
 		return 0, err
 	}
+	if w.pipe.checkTags { // a missing row must be seen before COMMIT
+		if err := w.flushBatch(ctx); err != nil {
+			w.fail()
+			return 0, err
+		}
+	}
 	w.queueBegin()
 	if len(applied) > 0 {
 		if w.appliedStmt == "" {
