@@ -66,7 +66,8 @@ type Options struct {
 	OnError config.OnError
 	// SkipRequested reports whether a source transaction is to be skipped
 	// (parked as skipped, not applied): `repstream errors skip --lsn`. nil:
-	// none.
+	// none. The coordinator calls it once per transaction not yet applied,
+	// in commit order, on its goroutine; it may consume the request.
 	SkipRequested func(change.TxnInfo) bool
 
 	// Eager, if set, applies large streamed transactions before they commit

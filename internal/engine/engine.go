@@ -240,7 +240,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if err != nil {
 		return err
 	}
-	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Has
+	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
 	useEager := cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips))
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
 	if useEager {

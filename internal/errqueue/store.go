@@ -172,8 +172,10 @@ WHERE slot = $1 AND id = $2 AND state = 'parked'`, slot, id)
 
 // RequestSkip records that the source transaction whose commit or end LSN is
 // lsn is to be skipped by the slot's next run (repstream.skip_requests). It
-// returns false when the transaction is already applied (at or below the
-// slot's low watermark, or recorded as applied): there is nothing to skip.
+// returns false when lsn is below the slot's low watermark: that
+// transaction is applied, there is nothing to skip. (An LSN the applied
+// ranges hold may still be the commit LSN of the next transaction, which
+// commits right where another ends: it is recorded.)
 func RequestSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN) (bool, error) {
 	p, err := target.LoadProgress(ctx, conn, slot)
 	if err != nil {
@@ -182,7 +184,7 @@ func RequestSkip(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LS
 	if !p.Exists {
 		return false, fmt.Errorf("skip %s: the target has no progress for slot %q", lsn, slot)
 	}
-	if p.IsApplied(lsn) {
+	if lsn < p.Low {
 		return false, nil
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO repstream.skip_requests (slot, lsn) VALUES ($1, $2::pg_lsn) ON CONFLICT DO NOTHING`,

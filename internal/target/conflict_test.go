@@ -64,3 +64,22 @@ func TestConflictErrorMessage(t *testing.T) {
 		t.Errorf("Error() = %s", got)
 	}
 }
+
+// TestSkipRequestsTake: a request matches a transaction by end or commit
+// LSN, once: the next transaction, committing where the skipped one ends,
+// is not skipped too.
+func TestSkipRequestsTake(t *testing.T) {
+	s := SkipRequests{0x200: true, 0x500: true}
+	if s.Take(change.TxnInfo{CommitLSN: 0x100, EndLSN: 0x180}) {
+		t.Error("an unrequested transaction taken")
+	}
+	if !s.Take(change.TxnInfo{CommitLSN: 0x1D0, EndLSN: 0x200}) {
+		t.Error("request by end LSN not taken")
+	}
+	if s.Take(change.TxnInfo{CommitLSN: 0x200, EndLSN: 0x230}) {
+		t.Error("the next transaction (commit LSN = the skipped one's end) taken too")
+	}
+	if !s.Take(change.TxnInfo{CommitLSN: 0x500, EndLSN: 0x530}) || len(s) != 0 {
+		t.Errorf("request by commit LSN not taken, left %v", s)
+	}
+}

@@ -170,18 +170,32 @@ func (w *Writer) ExecInTxn(ctx context.Context, sql string, args ...any) error {
 }
 
 // SkipRequests are LSNs (commit or end) of source transactions a user asked
-// to skip (repstream.skip_requests).
+// to skip (repstream.skip_requests). Not safe for concurrent use: the
+// coordinator alone takes from it.
 type SkipRequests map[change.LSN]bool
 
-// Has reports whether info's commit or end LSN is requested to be skipped.
-func (s SkipRequests) Has(info change.TxnInfo) bool {
-	return len(s) > 0 && (s[info.EndLSN] || s[info.CommitLSN])
+// Take reports whether info's end or commit LSN is requested to be skipped,
+// and forgets the request: one request skips one transaction, the first in
+// commit order that matches (the end LSN of one transaction can be the
+// commit LSN of the next).
+func (s SkipRequests) Take(info change.TxnInfo) bool {
+	if len(s) == 0 {
+		return false
+	}
+	for _, l := range [2]change.LSN{info.EndLSN, info.CommitLSN} {
+		if s[l] {
+			delete(s, l)
+			return true
+		}
+	}
+	return false
 }
 
-// LoadSkipRequests reads the slot's skip requests, dropping those at or
-// below low (their transactions are applied already, or were never there).
+// LoadSkipRequests reads the slot's skip requests, dropping those below low
+// (their transactions are applied: low is the end of an applied one, and a
+// transaction not applied commits at or after it).
 func LoadSkipRequests(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN) (SkipRequests, error) {
-	if _, err := conn.Exec(ctx, `DELETE FROM repstream.skip_requests WHERE slot = $1 AND lsn <= $2::pg_lsn`, slot, low.String()); err != nil {
+	if _, err := conn.Exec(ctx, `DELETE FROM repstream.skip_requests WHERE slot = $1 AND lsn < $2::pg_lsn`, slot, low.String()); err != nil {
 		return nil, fmt.Errorf("drop stale skip requests of slot %q: %w", slot, err)
 	}
 	rows, err := conn.Query(ctx, `SELECT lsn::text FROM repstream.skip_requests WHERE slot = $1`, slot)
