@@ -139,7 +139,7 @@ func (w *worker) skipRequested(ctx context.Context, g *group) (change.LSN, error
 	if err != nil {
 		return 0, err
 	}
-	w.a.conflicts.Counter("skipped_txns").Add(1)
+	w.a.conflicts.Counter("skipped_on_request").Add(1)
 	w.a.log.Warn("source transaction skipped on request", "worker", w.id, "id", id,
 		"xid", t.Info.Xid, "commit_lsn", t.Info.CommitLSN, "end_lsn", t.Info.EndLSN)
 	return lsn, nil

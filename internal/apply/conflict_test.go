@@ -179,7 +179,7 @@ func TestApplierConflicts(t *testing.T) {
 				t.Errorf("parked %v, want %v", got, want)
 			}
 			snap, _ := reg.Snapshot().Component("conflicts")
-			if snap.Counters["parked_txns"] != int64(len(want)) || snap.Counters["update_missing"] != int64(len(want)) || snap.Counters["skipped_txns"] != 1 {
+			if snap.Counters["parked_txns"] != int64(len(want)) || snap.Counters["update_missing"] != int64(len(want)) || snap.Counters["skipped_on_request"] != 1 {
 				t.Errorf("conflicts counters %v", snap.Counters)
 			}
 		})

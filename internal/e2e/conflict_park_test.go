@@ -105,8 +105,8 @@ func TestConflictStopAndSkipLSN(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.skip_requests"); n != 0 {
 		t.Errorf("%d skip requests left after the skip", n)
 	}
-	if n := counter(reg, "conflicts", "skipped_txns"); n != 1 {
-		t.Errorf("conflicts.skipped_txns = %d, want 1", n)
+	if n := counter(reg, "conflicts", "skipped_on_request"); n != 1 {
+		t.Errorf("conflicts.skipped_on_request = %d, want 1", n)
 	}
 	e.catchUp(cfg) // and again: nothing to do, nothing fails
 }
