@@ -130,9 +130,6 @@ type Applier struct {
 	commits *commitLog
 	coord   *stats.Component
 	durable *durability
-
-	conflicts *stats.Component // data conflicts by kind (conflict.go)
-	parked    *atomic.Int64    // source transactions parked
 }
 
 // New validates options.
@@ -175,8 +172,6 @@ func New(opts Options) (*Applier, error) {
 		commits: newCommitLog(),
 		coord:   opts.Stats.Component("coordinator"),
 	}
-	a.conflicts = opts.Stats.Component("conflicts")
-	a.parked = a.conflicts.Counter("parked_txns")
 	a.durable = newDurability(opts.Watermark, opts.FlushedLSN, a.coord)
 	return a, nil
 }

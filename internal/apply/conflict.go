@@ -66,7 +66,7 @@ func (w *worker) isolate(ctx context.Context, g *group, cause error) (change.LSN
 				return 0, err
 			}
 			describeConflict(ce, t)
-			w.a.conflicts.Counter(string(ce.Kind)).Add(1)
+			w.a.conflicts().Counter(string(ce.Kind)).Add(1)
 			if w.a.opts.OnError != config.OnErrorPark {
 				return 0, fmt.Errorf("%w; the run stops (--on-error stop): mend the target and run again, run with --on-error park, "+
 					"or skip this source transaction with: repstream errors skip --slot %s --lsn %s (and the run's --target)",
@@ -124,7 +124,7 @@ func (w *worker) park(ctx context.Context, t *queue.Txn, ce *target.ConflictErro
 	if err != nil {
 		return 0, fmt.Errorf("%w (while parking after: %w)", err, ce)
 	}
-	w.a.parked.Add(1)
+	w.a.conflicts().Counter("parked_txns").Add(1)
 	w.a.log.Warn("source transaction parked in the error queue", "worker", w.id, "id", id, "table", ce.Table, "key", ce.Key,
 		"kind", ce.Kind, "xid", t.Info.Xid, "commit_lsn", t.Info.CommitLSN, "end_lsn", t.Info.EndLSN, "err", ce.Message())
 	return lsn, nil
@@ -139,7 +139,7 @@ func (w *worker) skipRequested(ctx context.Context, g *group) (change.LSN, error
 	if err != nil {
 		return 0, err
 	}
-	w.a.conflicts.Counter("skipped_on_request").Add(1)
+	w.a.conflicts().Counter("skipped_on_request").Add(1)
 	w.a.log.Warn("source transaction skipped on request", "worker", w.id, "id", id,
 		"xid", t.Info.Xid, "commit_lsn", t.Info.CommitLSN, "end_lsn", t.Info.EndLSN)
 	return lsn, nil
@@ -170,6 +170,10 @@ func (w *worker) parkTxn(ctx context.Context, t *queue.Txn, p target.Parked) (in
 // bytes): the encoding is built in memory, and a jsonb value holds at most
 // 255 MB (base64 adds a third).
 const maxParkBytes = 128 << 20
+
+// conflicts is the stats component counting data conflicts by kind, parked
+// transactions and transactions skipped on request.
+func (a *Applier) conflicts() *stats.Component { return a.opts.Stats.Component("conflicts") }
 
 func (a *Applier) skipRequested(txn *queue.Txn) bool {
 	return a.opts.SkipRequested != nil && a.opts.SkipRequested(txn.Info)

@@ -81,9 +81,9 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		Version:       BuildVersion(),
 	}
+	root.AddCommand(errorsCmd(stdout, stderr))
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
-	root.AddCommand(errorsCmd(stdout, stderr))
 	return root
 }
 

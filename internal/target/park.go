@@ -11,7 +11,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 )
 
-// errorQueueSchema creates the error queue (EnsureState runs it after
+// errorQueueSchema creates the error queue (EnsureState runs it with
 // stateSchema).
 //
 // repstream.errors holds, per slot, source transactions apply did not apply
@@ -37,6 +37,7 @@ import (
 // on the target fails the statement (and the target transaction) on the
 // server.
 const errorQueueSchema = `
+CREATE SCHEMA IF NOT EXISTS repstream;
 CREATE TABLE IF NOT EXISTS repstream.errors (
 	id bigserial PRIMARY KEY,
 	slot text NOT NULL,
