@@ -159,12 +159,32 @@ func (w *worker) parkTxn(ctx context.Context, t *queue.Txn, p target.Parked) (in
 		p.Changes, p.Message = []byte(`{"version":1,"binary":false,"relations":[],"changes":[]}`), p.Message+"; its changes are not kept (too large)"
 		return pw.Park(ctx, p, nil)
 	}
-	var err error
-	if p.Changes, err = errqueue.Encode(t.Changes(), w.a.opts.Binary); err != nil {
+	// Through writeAll, with a recorder for a writer: exactly the changes
+	// apply would write are kept, whatever writeAll leaves out.
+	rec := &recorder{enc: errqueue.NewEncoder(w.a.opts.Binary)}
+	saved := w.w
+	w.w = rec
+	err := w.writeAll(ctx, &group{txns: []*queue.Txn{t}})
+	w.w = saved
+	if err == nil {
+		p.Changes, err = rec.enc.Bytes()
+	}
+	if err != nil {
 		return 0, 0, fmt.Errorf("park source transaction %d (end %s): %w", t.Info.Xid, t.Info.EndLSN, err)
 	}
 	return pw.Park(ctx, p, nil)
 }
+
+// recorder is a Writer that encodes what it is given (parkTxn).
+type recorder struct{ enc *errqueue.Encoder }
+
+func (r *recorder) Begin(context.Context) error { return nil }
+func (r *recorder) Write(_ context.Context, c *change.Change) error {
+	r.enc.Add(c)
+	return nil
+}
+func (r *recorder) CommitLSN(context.Context, []change.LSN) (change.LSN, error) { return 0, nil }
+func (r *recorder) Rollback(context.Context) error                              { return nil }
 
 // maxParkBytes bounds the changes of a parked transaction (accounted
 // bytes): the encoding is built in memory, and a jsonb value holds at most

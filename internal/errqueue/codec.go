@@ -55,54 +55,80 @@ type encodedChg struct {
 
 const encodingVersion = 1
 
-// Encode serializes the changes of one source transaction (binary: their
-// values are in binary format).
-func Encode(changes iter.Seq2[*change.Change, error], binary bool) ([]byte, error) {
-	e := encoded{Version: encodingVersion, Binary: binary, Relations: []encodedRel{}, Changes: []encodedChg{}}
-	index := map[*change.Relation]int{}
-	relIndex := func(r *change.Relation) int {
-		if i, ok := index[r]; ok {
-			return i
-		}
-		er := encodedRel{Schema: r.Namespace, Table: r.Name, Columns: make([]encodedCol, len(r.Columns))}
-		if r.ReplicaIdentity != 0 {
-			er.ReplicaIdentity = string(rune(r.ReplicaIdentity))
-		}
-		for i, c := range r.Columns {
-			er.Columns[i] = encodedCol{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key}
-		}
-		index[r] = len(e.Relations)
-		e.Relations = append(e.Relations, er)
-		return index[r]
+// Encoder builds the encoding of one source transaction's changes, one
+// change at a time (Add copies what it keeps: the change may be reused).
+type Encoder struct {
+	e     encoded
+	index map[*change.Relation]int
+}
+
+// NewEncoder starts an encoding (binary: the values are in binary format).
+func NewEncoder(binary bool) *Encoder {
+	return &Encoder{e: encoded{Version: encodingVersion, Binary: binary, Relations: []encodedRel{}, Changes: []encodedChg{}},
+		index: map[*change.Relation]int{}}
+}
+
+func (x *Encoder) rel(r *change.Relation) int {
+	if i, ok := x.index[r]; ok {
+		return i
 	}
-	for c, err := range changes {
-		if err != nil {
-			return nil, fmt.Errorf("encode parked transaction: %w", err)
-		}
-		ec := encodedChg{Op: string(rune(c.Op)), LSN: c.LSN.String(), Xid: c.Xid, Rel: -1}
-		if c.Rel != nil {
-			ec.Rel = relIndex(c.Rel)
-		}
-		if c.OldKind != 0 {
-			ec.OldKind = string(rune(c.OldKind))
-		}
-		if c.Old != nil {
-			ec.Old = append([]byte{}, c.Old...)
-		}
-		if c.New != nil {
-			ec.New = append([]byte{}, c.New...)
-		}
-		for _, r := range c.TruncateRels {
-			ec.TruncateRels = append(ec.TruncateRels, relIndex(r))
-		}
-		ec.TruncateOpts = c.TruncateOpts
-		e.Changes = append(e.Changes, ec)
+	er := encodedRel{Schema: r.Namespace, Table: r.Name, Columns: make([]encodedCol, len(r.Columns))}
+	if r.ReplicaIdentity != 0 {
+		er.ReplicaIdentity = string(rune(r.ReplicaIdentity))
 	}
-	b, err := json.Marshal(e)
+	for i, c := range r.Columns {
+		er.Columns[i] = encodedCol{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key}
+	}
+	x.index[r] = len(x.e.Relations)
+	x.e.Relations = append(x.e.Relations, er)
+	return x.index[r]
+}
+
+// Add appends c.
+func (x *Encoder) Add(c *change.Change) {
+	ec := encodedChg{Op: string(rune(c.Op)), LSN: c.LSN.String(), Xid: c.Xid, Rel: -1}
+	if c.Rel != nil {
+		ec.Rel = x.rel(c.Rel)
+	}
+	if c.OldKind != 0 {
+		ec.OldKind = string(rune(c.OldKind))
+	}
+	if c.Old != nil {
+		ec.Old = append([]byte{}, c.Old...)
+	}
+	if c.New != nil {
+		ec.New = append([]byte{}, c.New...)
+	}
+	for _, r := range c.TruncateRels {
+		ec.TruncateRels = append(ec.TruncateRels, x.rel(r))
+	}
+	ec.TruncateOpts = c.TruncateOpts
+	x.e.Changes = append(x.e.Changes, ec)
+}
+
+// Len is the number of changes added.
+func (x *Encoder) Len() int { return len(x.e.Changes) }
+
+// Bytes returns the encoding (JSON).
+func (x *Encoder) Bytes() ([]byte, error) {
+	b, err := json.Marshal(x.e)
 	if err != nil {
 		return nil, fmt.Errorf("encode parked transaction: %w", err)
 	}
 	return b, nil
+}
+
+// Encode serializes the changes of one source transaction (binary: their
+// values are in binary format).
+func Encode(changes iter.Seq2[*change.Change, error], binary bool) ([]byte, error) {
+	x := NewEncoder(binary)
+	for c, err := range changes {
+		if err != nil {
+			return nil, fmt.Errorf("encode parked transaction: %w", err)
+		}
+		x.Add(c)
+	}
+	return x.Bytes()
 }
 
 // Decoded is a parked transaction's changes, read back.
