@@ -323,6 +323,7 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 	if err := w.w.Begin(ctx); err != nil {
 		return 0, fmt.Errorf("apply worker %d: begin: %w", w.id, err)
 	}
+	expectChanges(w.w, g.changes())
 	if cw, ok := w.w.(collapsibleWriter); ok && g.repeats && w.a.opts.Collapse {
 		if err := w.writeFolded(ctx, g, cw); err != nil {
 			return 0, err

@@ -191,6 +191,23 @@ func (r *recorder) Rollback(context.Context) error                              
 // 255 MB (base64 adds a third).
 const maxParkBytes = 128 << 20
 
+// expectChanges tells a Writer that plans by it (target.Writer.ExpectChanges)
+// how many changes the transaction will have.
+func expectChanges(w Writer, n int) {
+	if e, ok := w.(interface{ ExpectChanges(int) }); ok {
+		e.ExpectChanges(n)
+	}
+}
+
+// changes counts g's source changes.
+func (g *group) changes() int {
+	n := 0
+	for _, t := range g.txns {
+		n += t.Len()
+	}
+	return n
+}
+
 // conflicts is the stats component counting data conflicts by kind, parked
 // transactions and transactions skipped on request.
 func (a *Applier) conflicts() *stats.Component { return a.opts.Stats.Component("conflicts") }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -254,6 +255,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			if err := w.Begin(ctx); err != nil {
 				return fail(fmt.Errorf("eager apply of transaction %d: %w", it.xid, err))
 			}
+			expectChanges(w, math.MaxInt) // large by definition
 			xid, active, savepoint, started, n = it.xid, true, savepoint[:0], time.Now(), 0
 			e.log.Debug("eager apply started", "xid", xid)
 		case eagerChunk:

@@ -201,3 +201,31 @@ WHERE ev_class = $1 AND ev_enabled IN ('A', 'R') AND ev_type IN ('2', '4')`, p.t
 	}
 	return n > 0, nil
 }
+
+// TagCheckMin is the number of changes from which ExpectChanges switches a
+// transaction to plain statements.
+const TagCheckMin = 256
+
+// ExpectChanges tells the Writer, after Begin, how many changes the
+// transaction will have (about). From TagCheckMin on, its UPDATEs and
+// DELETEs are sent plain and a missing row is read from the command tag —
+// the statements cost the target less than repstream.expect_row's form —
+// and the pipeline holding the last of them is sent before COMMIT: one more
+// round trip, for a large transaction only. A small transaction keeps the
+// one round trip and lets the server find the missing row.
+func (w *Writer) ExpectChanges(n int) {
+	if w.state.inTxn() {
+		w.tagCheck = n >= TagCheckMin
+	}
+}
+
+// plainVariant returns s's checkTag form (s itself when it is one).
+func (s *stmt) plainVariant() *stmt {
+	if s.checkTag || s.inner == "" {
+		return s
+	}
+	if s.plain == nil {
+		s.plain = &stmt{sql: s.inner, params: s.params, noop: s.noop, checkTag: true, inner: s.inner, oids: s.oids, formats: s.formats}
+	}
+	return s.plain
+}

@@ -57,3 +57,54 @@ INSERT INTO public.plain VALUES (1, 'a');`)
 	e.mustApply(w, e.upd(r, 0, nil, "2", "b4"), e.del(r, 'K', "1", ""))
 	compareRows(t, "after", e.rows(`SELECT id, v FROM r ORDER BY id`), [][]string{{"2", "b4"}})
 }
+
+// TestWriterMissingRowLargeTransaction: a transaction announced as large
+// (ExpectChanges) sends plain statements; a missing row among them — in an
+// earlier batch or in the last one, which would share the COMMIT's
+// pipeline — fails the transaction before COMMIT, and nothing commits.
+func TestWriterMissingRowLargeTransaction(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE public.k (id int PRIMARY KEY, v text NOT NULL);
+INSERT INTO public.k SELECT g, 'v' FROM generate_series(1, 100) g;`)
+	r := rel("public", "k", change.IdentityDefault, "*id", "v")
+	run := func(w *Writer, cs ...*change.Change) error {
+		if err := w.Begin(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.ExpectChanges(TagCheckMin)
+		for _, c := range cs {
+			if err := w.Write(e.ctx, c); err != nil {
+				_ = w.Rollback(e.ctx)
+				return err
+			}
+		}
+		return w.Commit(e.ctx, []change.LSN{0x4444})
+	}
+	for _, where := range []string{"last batch", "earlier batch"} {
+		t.Run(where, func(t *testing.T) {
+			w := e.writer(WriterOptions{BatchStatements: 3})
+			var cs []*change.Change
+			for i := 1; i <= 7; i++ {
+				cs = append(cs, e.upd(r, 0, nil, itoa(i), "changed"))
+			}
+			bad := e.del(r, 'K', "4242", "")
+			if where == "last batch" {
+				cs = append(cs, bad)
+			} else {
+				cs = append([]*change.Change{cs[0], bad}, cs[1:]...)
+			}
+			err := run(w, cs...)
+			ce, ok := AsConflict(err)
+			if !ok || ce.Kind != DeleteMissing || ce.LSN != bad.LSN || ce.Table != "public.k" {
+				t.Fatalf("err = %v (conflict %+v)", err, ce)
+			}
+			if n := e.count(`SELECT count(*) FROM k WHERE v = 'changed'`) + e.count(`SELECT count(*) FROM repstream.applied`); n != 0 {
+				t.Errorf("%d changes or applied records of the failed transaction committed", n)
+			}
+		})
+	}
+	w := e.writer(WriterOptions{BatchStatements: 3})
+	if err := run(w, e.upd(r, 0, nil, "1", "ok"), e.upd(r, 0, nil, "2", "ok"), e.del(r, 'K', "3", "")); err != nil {
+		t.Fatal(err)
+	}
+	compareRows(t, "after", e.rows(`SELECT id, v FROM k WHERE id <= 3 ORDER BY id`), [][]string{{"1", "ok"}, {"2", "ok"}})
+}

@@ -74,6 +74,10 @@ type stmt struct {
 	// rules, relPlan.rules): a command tag of 0 rows is a missing row, and
 	// the statement must not share a pipeline with COMMIT.
 	checkTag bool
+	// inner is the plain UPDATE or DELETE; plain its checkTag variant,
+	// made on first use (Writer.ExpectChanges).
+	inner string
+	plain *stmt
 
 	// For binary plans: the parameter types (the source columns' built-in
 	// types, equal to the target's) and formats (all binary).
@@ -269,8 +273,9 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 	// delete_missing), and it must fail on the server: the COMMIT may be
 	// queued behind the statement in the same pipeline, and a command tag
 	// of 0 rows would be read only after the transaction committed.
+	s.inner = b.String()
 	if p.rules {
-		s.sql, s.checkTag = b.String(), true
+		s.sql, s.checkTag = s.inner, true
 		return s
 	}
 	s.sql = "WITH m AS (" + b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"

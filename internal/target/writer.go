@@ -101,6 +101,10 @@ type Writer struct {
 	st                            *stats.Component
 	copyRows, statements, flushes *atomic.Int64
 	applied                       *atomic.Int64
+
+	// tagCheck: this transaction sends plain UPDATEs and DELETEs and reads
+	// missing rows from their command tags (ExpectChanges).
+	tagCheck bool
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
@@ -146,6 +150,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
+	w.tagCheck = false
 	// Once per session: every transaction runs these, and a prepared
 	// statement spares the server parsing and planning them each time.
 	for i, sql := range controlSQL {
