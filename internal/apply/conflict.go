@@ -124,7 +124,7 @@ func (w *worker) park(ctx context.Context, t *queue.Txn, ce *target.ConflictErro
 	if err != nil {
 		return 0, fmt.Errorf("%w (while parking after: %w)", err, ce)
 	}
-	w.a.conflicts().Counter("parked_txns").Add(1)
+	w.a.errorQueue().Counter("parked_txns").Add(1)
 	w.a.log.Warn("source transaction parked in the error queue", "worker", w.id, "id", id, "table", ce.Table, "key", ce.Key,
 		"kind", ce.Kind, "xid", t.Info.Xid, "commit_lsn", t.Info.CommitLSN, "end_lsn", t.Info.EndLSN, "err", ce.Message())
 	return lsn, nil
@@ -139,7 +139,7 @@ func (w *worker) skipRequested(ctx context.Context, g *group) (change.LSN, error
 	if err != nil {
 		return 0, err
 	}
-	w.a.conflicts().Counter("skipped_on_request").Add(1)
+	w.a.errorQueue().Counter("skipped_on_request").Add(1)
 	w.a.log.Warn("source transaction skipped on request", "worker", w.id, "id", id,
 		"xid", t.Info.Xid, "commit_lsn", t.Info.CommitLSN, "end_lsn", t.Info.EndLSN)
 	return lsn, nil
@@ -208,9 +208,14 @@ func (g *group) changes() int {
 	return n
 }
 
-// conflicts is the stats component counting data conflicts by kind, parked
-// transactions and transactions skipped on request.
+// conflicts is the stats component counting data conflicts, one counter
+// per kind (target.ConflictKind) and nothing else: monitoring exports its
+// counters as conflicts by kind.
 func (a *Applier) conflicts() *stats.Component { return a.opts.Stats.Component("conflicts") }
+
+// errorQueue is the stats component counting parked transactions and
+// transactions skipped on request.
+func (a *Applier) errorQueue() *stats.Component { return a.opts.Stats.Component("error_queue") }
 
 func (a *Applier) skipRequested(txn *queue.Txn) bool {
 	return a.opts.SkipRequested != nil && a.opts.SkipRequested(txn.Info)

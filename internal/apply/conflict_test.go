@@ -179,8 +179,9 @@ func TestApplierConflicts(t *testing.T) {
 				t.Errorf("parked %v, want %v", got, want)
 			}
 			snap, _ := reg.Snapshot().Component("conflicts")
-			if snap.Counters["parked_txns"] != int64(len(want)) || snap.Counters["update_missing"] != int64(len(want)) || snap.Counters["skipped_on_request"] != 1 {
-				t.Errorf("conflicts counters %v", snap.Counters)
+			eq, _ := reg.Snapshot().Component("error_queue")
+			if eq.Counters["parked_txns"] != int64(len(want)) || snap.Counters["update_missing"] != int64(len(want)) || eq.Counters["skipped_on_request"] != 1 || len(snap.Counters) != 1 {
+				t.Errorf("conflicts counters %v, error_queue %v", snap.Counters, eq.Counters)
 			}
 		})
 	}

@@ -105,8 +105,8 @@ func TestConflictStopAndSkipLSN(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.skip_requests"); n != 0 {
 		t.Errorf("%d skip requests left after the skip", n)
 	}
-	if n := counter(reg, "conflicts", "skipped_on_request"); n != 1 {
-		t.Errorf("conflicts.skipped_on_request = %d, want 1", n)
+	if n := counter(reg, "error_queue", "skipped_on_request"); n != 1 {
+		t.Errorf("error_queue.skipped_on_request = %d, want 1", n)
 	}
 	e.catchUp(cfg) // and again: nothing to do, nothing fails
 }
@@ -197,8 +197,8 @@ func TestConflictPark(t *testing.T) {
 	if n := counter(reg, "conflicts", "update_missing"); n != 2 {
 		t.Errorf("conflicts.update_missing = %d, want 2", n)
 	}
-	if n := counter(reg, "conflicts", "parked_txns"); n != 3 {
-		t.Errorf("conflicts.parked_txns = %d, want 3", n)
+	if n := counter(reg, "error_queue", "parked_txns"); n != 3 {
+		t.Errorf("error_queue.parked_txns = %d, want 3", n)
 	}
 	// Everything else is applied: the table differs only in rows 17 and 1001.
 	e.assertSame("(SELECT * FROM t WHERE id NOT IN (17, 1001))", "id")
