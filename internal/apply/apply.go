@@ -60,6 +60,16 @@ type Options struct {
 	// target.WriterOptions.Binary).
 	Binary bool
 
+	// OnError: a group the target refuses for its data is applied again one
+	// source transaction at a time, and the one that fails stops the run
+	// (stop) or is parked in the error queue (park); see conflict.go.
+	OnError config.OnError
+	// SkipRequested reports whether a source transaction is to be skipped
+	// (parked as skipped, not applied): `repstream errors skip --lsn`. nil:
+	// none. The coordinator calls it once per transaction not yet applied,
+	// in commit order, on its goroutine; it may consume the request.
+	SkipRequested func(change.TxnInfo) bool
+
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
 	// order. Leave it nil (not a nil *Eager) when there is none.
@@ -273,7 +283,7 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		// wait for it before they commit (full order) or retry too.
 		for attempt := 1; err != nil && !g.eager && attempt <= maxLockRetries && ctx.Err() == nil && target.Retryable(err, attempt == 1); attempt++ {
 			w.rollback()
-			w.a.log.Warn("group rolled back by a lock conflict on the target: applying it again after the earlier groups commit",
+			w.a.log.Warn("group rolled back by a lock conflict or a duplicate key an earlier group may free: applying it again after the earlier groups commit",
 				"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1], "attempt", attempt, "err", err)
 			w.retries.Add(1)
 			w.stats.SetState(stats.Waiting)
@@ -282,6 +292,10 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 			}
 			w.stats.SetState(stats.Busy)
 			lsn, err = w.apply(ctx, g, full, ends)
+		}
+		if _, conflict := target.AsConflict(err); conflict && !g.eager && !g.skip && ctx.Err() == nil {
+			w.rollback()
+			lsn, err = w.isolate(ctx, g, err)
 		}
 		if err != nil {
 			w.rollback()
@@ -317,9 +331,13 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 		// Every earlier group has committed (the group is a barrier).
 		return w.a.opts.Eager.Commit(ctx, g.txns[0].Info)
 	}
+	if g.skip {
+		return w.skipRequested(ctx, g)
+	}
 	if err := w.w.Begin(ctx); err != nil {
 		return 0, fmt.Errorf("apply worker %d: begin: %w", w.id, err)
 	}
+	expectChanges(w.w, g.changes())
 	if cw, ok := w.w.(collapsibleWriter); ok && g.repeats && w.a.opts.Collapse {
 		if err := w.writeFolded(ctx, g, cw); err != nil {
 			return 0, err

@@ -20,6 +20,7 @@ type group struct {
 	allBefore bool
 	repeats   bool // a key occurs twice in the write set: worth folding (Options.Collapse)
 	eager     bool // the transaction was applied by Eager: only its commit is left
+	skip      bool // its one transaction is to be skipped on request (conflict.go)
 }
 
 // coordinator takes committed transactions from the source in commit order,
@@ -92,6 +93,14 @@ func (c *coordinator) run(ctx context.Context) error {
 		case carried == nil && c.a.opts.Applied(txn.Info.EndLSN):
 			c.a.skip(txn, c.skipped)
 			continue
+		case c.a.skipRequested(txn):
+			carried = nil
+			g := c.start(txn)
+			g.skip = true
+			if err := c.dispatch(ctx, g, nil, true); err != nil {
+				return err
+			}
+			continue
 		case carried == nil:
 			var err error
 			if c.nextKeys, c.nextKeyed, err = c.a.writeSet(c.hasher, txn, c.nextKeys[:0]); err != nil {
@@ -144,6 +153,9 @@ func (c *coordinator) grow(ctx context.Context, g *group) (*queue.Txn, error) {
 		if c.a.opts.Applied(next.Info.EndLSN) {
 			c.a.skip(next, c.skipped)
 			return nil, nil
+		}
+		if c.a.skipRequested(next) {
+			return next, nil // a group of its own
 		}
 		var err error
 		if c.nextKeys, c.nextKeyed, err = c.a.writeSet(c.hasher, next, c.nextKeys[:0]); err != nil {

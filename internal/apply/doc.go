@@ -26,6 +26,7 @@
 //	coordinator.go  grouping, write sets, catch-up fill, dispatch
 //	deps.go         keyHasher (write sets), depTracker (last writers), commitLog
 //	collapse.go     folding repeated changes to one key within a group
+//	conflict.go     data conflicts: one transaction at a time, then stop or park (--on-error); skip requests
 //	eager.go        Eager: a large streamed transaction applied before its commit
 //	durable.go      durability: Done once the target's WAL is flushed past a commit
 //	watermark.go    Watermark: the low watermark acknowledged to the slot

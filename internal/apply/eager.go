@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -239,7 +240,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			_ = w.Rollback(rctx)
 			cancel()
 		}
-		return err
+		return eagerConflictHint(err)
 	}
 	for {
 		e.st.SetState(stats.Idle)
@@ -258,6 +259,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			if err := w.Begin(ctx); err != nil {
 				return fail(fmt.Errorf("eager apply of transaction %d: %w", it.xid, err))
 			}
+			expectChanges(w, math.MaxInt) // large by definition
 			xid, active, savepoint, started, n = it.xid, true, savepoint[:0], time.Now(), 0
 			e.log.Debug("eager apply started", "xid", xid)
 		case eagerChunk:
@@ -297,7 +299,7 @@ func (e *Eager) Run(ctx context.Context) error {
 			lsn, err := w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
 			active = false
 			if err != nil {
-				err = fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err)
+				err = eagerConflictHint(fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err))
 				it.reply <- eagerResult{err: err}
 				return err
 			}

@@ -82,6 +82,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		Version:       BuildVersion(),
 	}
 	root.AddCommand(topCmd(stdout), adviseCmd(stdout), checkCmd(stdout, stderr))
+	root.AddCommand(errorsCmd(stdout, stderr))
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
 	root.AddCommand(tablesCmd(stdout, stderr))
@@ -119,6 +120,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions (default: $TMPDIR/repstream-spill-<slot>)")
 	fs.IntVar(&c.ApplyParallelism, "apply-parallelism", c.ApplyParallelism, "apply workers (target connections)")
 	fs.Var(&c.CommitOrder, "commit-order", "full: commit on the target in source order; dependent: only dependent transactions ordered")
+	fs.Var(&c.OnError, "on-error", "a data conflict (duplicate key, missing row, constraint, bad value): stop the run, or park the transaction in the target's error queue (see repstream errors)")
 	fs.IntVar(&c.GroupMaxTxns, "group-max-txns", c.GroupMaxTxns, "source transactions applied in one target transaction at most")
 	fs.Var(&c.GroupMaxBytes, "group-max-bytes", "bytes of changes in one target transaction at most")
 	fs.DurationVar(&c.CatchUpWait, "catch-up-wait", c.CatchUpWait, "while a backlog is caught up, how long a target transaction may wait for more source transactions (0: never)")

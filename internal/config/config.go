@@ -44,6 +44,11 @@ type Config struct {
 	CatchUpWait time.Duration `yaml:"catch_up_wait"`
 	Eager       bool          `yaml:"eager"`
 
+	// OnError says what a data conflict (a duplicate key, a missing row, a
+	// violated constraint, a refused value) does: stop the run, or park the
+	// source transaction in the target's error queue and go on.
+	OnError OnError `yaml:"on_error"`
+
 	// Collapse folds repeated changes to one key within a target
 	// transaction (insert+update → insert, update+update → update, …) on
 	// tables where that is safe: the only unique index is the key, no
@@ -93,6 +98,7 @@ func Default() Config {
 		Memory:           256 << 20,
 		ApplyParallelism: DefaultParallelism(),
 		CommitOrder:      CommitFull,
+		OnError:          OnErrorStop,
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		CatchUpWait:      50 * time.Millisecond,
@@ -163,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.CommitOrder.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--commit-order: %w", err))
+	}
+	if err := c.OnError.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--on-error: %w", err))
 	}
 	if c.GroupMaxTxns < 1 {
 		c.GroupMaxTxns = 1

@@ -279,8 +279,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		LinkWatch:         e.watch,
 		Tables:            e.tables, Quiesce: true,
 	}
+	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
+	if err != nil {
+		return err
+	}
+	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
+	useEager := cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips))
 	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
-	if cfg.Eager {
+	if useEager {
 		skipBelow := prog.Low
 		for _, a := range prog.Applied {
 			skipBelow = max(skipBelow, a)

@@ -35,6 +35,9 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	if err != nil {
 		return nil, err
 	}
+	if p.rules, err = w.replicaRules(ctx, p); err != nil {
+		return nil, err
+	}
 	w.plans[rel] = p
 	return p, nil
 }

@@ -235,6 +235,9 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		tb.rows = nil // a huge row: do not keep its buffer
 	}
 	if err != nil {
+		if ce := copyConflict(err, tb.plan.rel, lsns[:n]); ce != nil {
+			return ce
+		}
 		lsn := lsns[0]
 		if line := copyErrorLine(err); line >= 1 && line <= n {
 			lsn = lsns[line-1]

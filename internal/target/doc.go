@@ -21,7 +21,9 @@
 //	txn.go        txnState: where the transaction stands, BEGIN's placement
 //	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs
 //	copy.go       COPY row encoding (text and binary) and splitting
-//	pipeline.go   the statement pipeline: queued statements, one round trip, missing rows
+//	pipeline.go   the statement pipeline: queued statements, one round trip
+//	conflict.go   ConflictError: a change refused for its data, by kind (insert_exists, update_missing, ...)
+//	park.go       the error queue's tables, Writer.Park (error queue + applied record), skip requests
 //	modify.go     updates, deletes and truncates as prepared statements
 //	plan.go       relPlan: per relation, the target table's columns, keys and statements
 //	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)

@@ -75,6 +75,9 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	if s.noop {
 		return nil
 	}
+	if w.tagCheck {
+		s = s.plainVariant()
+	}
 	if err := w.prepare(ctx, s); err != nil {
 		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, err)
 	}

@@ -3,9 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -44,9 +42,12 @@ type pipeline struct {
 	tables []*tableBuf
 	bytes  int
 	tail   []pgconn.CommandTag // scratch for sendBatch
+
+	checkTags bool // an item's stmt has checkTag: flush it before COMMIT
+	missing   int  // sendBatch: the first checkTag item that changed no row, or -1
 }
 
-func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}} }
+func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}, missing: -1} }
 
 // addBegin queues BEGIN (prepared as name); the batch must be empty.
 func (p *pipeline) addBegin(name string) {
@@ -58,6 +59,7 @@ func (p *pipeline) addBegin(name string) {
 func (p *pipeline) add(s *stmt, params [][]byte, size int, it batchItem, tb *tableBuf) {
 	p.batch.ExecPrepared(s.name, params, s.formats, nil)
 	p.items = append(p.items, it)
+	p.checkTags = p.checkTags || s.checkTag
 	if !tb.inBatch {
 		tb.inBatch = true
 		p.tables = append(p.tables, tb)
@@ -79,6 +81,7 @@ func (p *pipeline) reset() {
 		tb.inBatch = false
 	}
 	p.items, p.tables, p.bytes = p.items[:0], p.tables[:0], 0
+	p.checkTags, p.missing = false, -1
 }
 
 // drop discards the unsent statements.
@@ -119,8 +122,10 @@ func (w *Writer) batchFull(ctx context.Context) error {
 }
 
 // flushBatch sends the queued statements in one pipeline and checks each
-// result: an error names the failing statement's change; zero rows affected
-// by an update or delete is counted and logged as a missing row.
+// result: an error names the failing statement's change. An update or
+// delete that finds no row fails on the server (repstream.expect_row, see
+// buildStmt), so that a COMMIT queued behind it in the same pipeline is
+// skipped: itemError turns that into a ConflictError.
 func (w *Writer) flushBatch(ctx context.Context) error {
 	n := len(w.pipe.items)
 	if n == 0 {
@@ -130,6 +135,8 @@ func (w *Writer) flushBatch(ctx context.Context) error {
 	done, _, _, err := w.sendBatch(ctx)
 	if err != nil {
 		err = w.itemError(min(done, n-1), err)
+	} else if w.pipe.missing >= 0 {
+		err = w.missingRow(w.pipe.items[w.pipe.missing])
 	}
 	w.pipe.reset()
 	if err != nil {
@@ -164,13 +171,10 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 		if err != nil {
 			break
 		}
-		if done < len(p.items) {
-			it := p.items[done]
-			if (it.op == change.OpUpdate || it.op == change.OpDelete) && tag.RowsAffected() == 0 {
-				w.missing.report(it)
-			}
-		} else {
+		if done >= len(p.items) {
 			tail = append(tail, tag)
+		} else if it := p.items[done]; it.s != nil && it.s.checkTag && p.missing < 0 && tag.RowsAffected() == 0 {
+			p.missing = done
 		}
 		done++
 	}
@@ -178,11 +182,18 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 	return done, tail, val, mrr.Close()
 }
 
-// itemError names the queued statement i in err.
+// itemError names the queued statement i in err; a data error is a
+// *ConflictError in the chain.
 func (w *Writer) itemError(i int, err error) error {
 	it := w.pipe.items[i]
 	if it.kind == itemBegin {
 		return fmt.Errorf("begin target transaction: %w", err)
+	}
+	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
+		if r, ok := paramOf(err, it.s); ok {
+			ce.Column = it.plan.rel.Columns[r.col].Name
+		}
+		return ce
 	}
 	col := ""
 	if r, ok := paramOf(err, it.s); ok {
@@ -200,49 +211,4 @@ func paramOf(err error, s *stmt) (paramRef, bool) {
 		return paramRef{}, false
 	}
 	return s.params[n-1], true
-}
-
-// missingRows counts updates and deletes that found no row on the target
-// and logs them without flooding the log: the first one of a table at once
-// (with its LSN), then at most one line per table every missingLogEvery,
-// with how many were missed since the last line.
-//
-// It is owned by the Writer's goroutine; the counters are read by stats.
-type missingRows struct {
-	log            *slog.Logger
-	update, delete interface{ Add(int64) int64 }
-	every          time.Duration
-	now            func() time.Time
-	tables         map[string]*missedTable
-}
-
-type missedTable struct {
-	logged time.Time // when the last line was logged
-	since  int64     // missed since that line
-}
-
-// missingLogEvery is how often a table's missing rows are logged at most.
-const missingLogEvery = 10 * time.Second
-
-func (m *missingRows) report(it batchItem) {
-	op := "delete"
-	if it.op == change.OpUpdate {
-		op = "update"
-		m.update.Add(1)
-	} else {
-		m.delete.Add(1)
-	}
-	table := it.plan.rel.String()
-	t := m.tables[table]
-	if t == nil {
-		t = &missedTable{}
-		m.tables[table] = t
-	}
-	now := m.now()
-	if !t.logged.IsZero() && now.Sub(t.logged) < m.every {
-		t.since++
-		return
-	}
-	m.log.Warn("row to "+op+" not found on target", "table", table, "lsn", it.lsn.String(), "missed_since_last_line", t.since)
-	t.logged, t.since = now, 0
 }

@@ -34,6 +34,10 @@ type relPlan struct {
 
 	// collapsible caches Writer.Collapsible: 0 not asked yet, 1 yes, -1 no.
 	collapsible int8
+	// rules: a rule fires on UPDATE or DELETE of the table in replica mode
+	// (ENABLE ALWAYS or REPLICA). Such statements cannot be wrapped in WITH,
+	// so a missing row is found from the command tag (checkTag).
+	rules bool
 
 	quoted []string // quoted target column name per source column
 	write  []bool   // false for columns generated on the target
@@ -66,6 +70,14 @@ type stmt struct {
 	sql    string
 	params []paramRef
 	noop   bool // nothing to SET: the statement is skipped
+	// checkTag: the statement is a plain UPDATE or DELETE (the table has
+	// rules, relPlan.rules): a command tag of 0 rows is a missing row, and
+	// the statement must not share a pipeline with COMMIT.
+	checkTag bool
+	// inner is the plain UPDATE or DELETE; plain its checkTag variant,
+	// made on first use (Writer.ExpectChanges).
+	inner string
+	plain *stmt
 
 	// For binary plans: the parameter types (the source columns' built-in
 	// types, equal to the target's) and formats (all binary).
@@ -257,7 +269,16 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 		}
 		b.WriteString(" LIMIT 1)")
 	}
-	s.sql = b.String()
+	// A row that is not there is a conflict (update_missing,
+	// delete_missing), and it must fail on the server: the COMMIT may be
+	// queued behind the statement in the same pipeline, and a command tag
+	// of 0 rows would be read only after the transaction committed.
+	s.inner = b.String()
+	if p.rules {
+		s.sql, s.checkTag = s.inner, true
+		return s
+	}
+	s.sql = "WITH m AS (" + b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"
 	return s
 }
 

@@ -88,6 +88,9 @@ func EnsureState(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('repstream.state'))"); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
+	if _, err := tx.Exec(ctx, errorQueueSchema); err != nil {
+		return fmt.Errorf("create error queue: %w", err)
+	}
 	if _, err := tx.Exec(ctx, stateSchema); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
@@ -236,9 +239,12 @@ WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 	return nil
 }
 
-// DropState removes the slot's progress and applied rows.
+// DropState removes the slot's progress, applied rows and error queue
+// (EnsureState first).
 func DropState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM repstream.errors WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.skip_requests WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.applied WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.progress WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.tables WHERE slot = $1`, slot)

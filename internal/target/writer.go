@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -102,7 +101,10 @@ type Writer struct {
 	st                            *stats.Component
 	copyRows, statements, flushes *atomic.Int64
 	applied                       *atomic.Int64
-	missing                       missingRows
+
+	// tagCheck: this transaction sends plain UPDATEs and DELETEs and reads
+	// missing rows from their command tags (ExpectChanges).
+	tagCheck bool
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
@@ -139,10 +141,6 @@ func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
 		statements: st.Counter("statements"),
 		flushes:    st.Counter("flushes"),
 		applied:    st.Counter("applied_txns"),
-		missing: missingRows{
-			log: log, update: st.Counter("update_missing"), delete: st.Counter("delete_missing"),
-			every: missingLogEvery, now: time.Now, tables: map[string]*missedTable{},
-		},
 	}
 }
 
@@ -152,6 +150,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
+	w.tagCheck = false
 	// Once per session: every transaction runs these, and a prepared
 	// statement spares the server parsing and planning them each time.
 	for i, sql := range controlSQL {
@@ -245,6 +244,12 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		w.fail()
 		return 0, err
 	}
+	if w.pipe.checkTags { // a missing row must be seen before COMMIT
+		if err := w.flushBatch(ctx); err != nil {
+			w.fail()
+			return 0, err
+		}
+	}
 	w.queueBegin()
 	if len(applied) > 0 {
 		if w.appliedStmt == "" {
@@ -281,6 +286,9 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 			err = fmt.Errorf("commit target transaction: record %d applied transactions (%s..%s) of slot %q: %w",
 				len(applied), applied[0], applied[len(applied)-1], w.opts.Slot, err)
 		default:
+			if ce := asConflict(err, 0, nil, 0); ce != nil {
+				err = ce // a deferred constraint
+			}
 			err = fmt.Errorf("commit target transaction: %w", err)
 		}
 		w.pipe.reset()

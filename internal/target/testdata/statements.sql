@@ -1,32 +1,32 @@
 -- update keeping its key, all columns
-UPDATE "public"."Items" SET "name" = $1, "body" = $2, "doc" = $3 WHERE "id" = $4;
+WITH m AS (UPDATE "public"."Items" SET "name" = $1, "body" = $2, "doc" = $3 WHERE "id" = $4 RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: new.name new.body new.doc new.id
 
 -- update keeping its key, body unchanged TOAST
-UPDATE "public"."Items" SET "name" = $1, "doc" = $2 WHERE "id" = $3;
+WITH m AS (UPDATE "public"."Items" SET "name" = $1, "doc" = $2 WHERE "id" = $3 RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: new.name new.doc new.id
 
 -- update with only unchanged non-key columns (no-op)
 -- (no statement)
 
 -- key-changing update ('K' old tuple)
-UPDATE "public"."Items" SET "id" = $1, "name" = $2, "doc" = $3 WHERE "id" = $4;
+WITH m AS (UPDATE "public"."Items" SET "id" = $1, "name" = $2, "doc" = $3 WHERE "id" = $4 RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: new.id new.name new.doc old.id
 
 -- delete by key
-DELETE FROM "public"."Items" WHERE "id" = $1;
+WITH m AS (DELETE FROM "public"."Items" WHERE "id" = $1 RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: old.id
 
 -- FULL identity update
-UPDATE "public"."Items" SET "id" = $1, "name" = $2, "doc" = $3 WHERE ctid = (SELECT ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $4 AND "name" IS NOT DISTINCT FROM $5 AND "doc"::text IS NOT DISTINCT FROM $6 LIMIT 1);
+WITH m AS (UPDATE "public"."Items" SET "id" = $1, "name" = $2, "doc" = $3 WHERE ctid = (SELECT ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $4 AND "name" IS NOT DISTINCT FROM $5 AND "doc"::text IS NOT DISTINCT FROM $6 LIMIT 1) RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: new.id new.name new.doc old.id old.name old.doc
 
 -- FULL identity delete
-DELETE FROM "public"."Items" WHERE ctid = (SELECT ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $1 AND "name" IS NOT DISTINCT FROM $2 AND "body" IS NOT DISTINCT FROM $3 AND "doc"::text IS NOT DISTINCT FROM $4 LIMIT 1);
+WITH m AS (DELETE FROM "public"."Items" WHERE ctid = (SELECT ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $1 AND "name" IS NOT DISTINCT FROM $2 AND "body" IS NOT DISTINCT FROM $3 AND "doc"::text IS NOT DISTINCT FROM $4 LIMIT 1) RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: old.id old.name old.body old.doc
 
 -- FULL identity delete on a partitioned table
-DELETE FROM "public"."Items" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $1 AND "name" IS NOT DISTINCT FROM $2 AND "body" IS NOT DISTINCT FROM $3 AND "doc"::text IS NOT DISTINCT FROM $4 LIMIT 1);
+WITH m AS (DELETE FROM "public"."Items" WHERE (tableoid, ctid) = (SELECT tableoid, ctid FROM "public"."Items" WHERE "id" IS NOT DISTINCT FROM $1 AND "name" IS NOT DISTINCT FROM $2 AND "body" IS NOT DISTINCT FROM $3 AND "doc"::text IS NOT DISTINCT FROM $4 LIMIT 1) RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m;
 -- params: old.id old.name old.body old.doc
 
 -- insert COPY header (generated target column left out)
