@@ -211,7 +211,7 @@ func (g *group) changes() int {
 // conflicts is the stats component counting data conflicts, one counter
 // per kind (target.ConflictKind) and nothing else: monitoring exports its
 // counters as conflicts by kind.
-func (a *Applier) conflicts() *stats.Component { return a.opts.Stats.Component("conflicts") }
+func (a *Applier) conflicts() *stats.Component { return a.opts.Stats.Component(stats.CompConflicts) }
 
 // errorQueue is the stats component counting parked transactions and
 // transactions skipped on request.
