@@ -75,6 +75,10 @@ type Options struct {
 	DecodingWorkMem string        // logical_decoding_work_mem of the walsender session ("" = server default)
 	StatusInterval  time.Duration // standby status updates at least this often (default 10s)
 	StopAt          change.LSN    // if set, Run returns ErrCaughtUp once acknowledged at or past it
+	// DDLMessages asks pgoutput for logical messages (PostgreSQL 14+) and
+	// turns the transactional repstream.ddl messages of tables the
+	// publication publishes into change.OpDDL changes (ddl.go).
+	DDLMessages bool
 
 	Queue  Queue
 	Acker  Acker
@@ -311,6 +315,12 @@ func (c *Capture) start(ctx context.Context) error {
 			return fmt.Errorf("binary transfer needs pgoutput protocol 2 (PostgreSQL 14) or later; the source speaks %d: run with --binary=false", c.proto)
 		}
 		args = append(args, "binary 'true'")
+	}
+	if c.opts.DDLMessages {
+		if c.proto < 2 {
+			return fmt.Errorf("schema-change messages need pgoutput protocol 2 (PostgreSQL 14) or later; the source speaks %d: run with --ddl=relation", c.proto)
+		}
+		args = append(args, "messages 'true'")
 	}
 	c.stats.SetInfo("slot", c.opts.Slot)
 	c.stats.SetInfo("protocol", strconv.Itoa(c.proto))
@@ -573,6 +583,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			delete(c.queuedXid, m.Xid)
 		}
 	case pgoutput.MsgRelation:
+		c.linkPrevious(m.Relation)
 		if c.inStream {
 			rs := c.streamRels[c.streamXid]
 			if rs == nil {
@@ -606,9 +617,11 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			ch.TruncateRels = append(ch.TruncateRels, rel)
 		}
 		return c.add(ctx, &ch)
+	case pgoutput.MsgMessage:
+		return c.message(ctx, walStart, m)
 	}
-	// Origin, Type and logical Message need no action: values travel as text,
-	// and repstream's own transactions never reach a source slot of its own.
+	// Origin and Type need no action: values travel as text, and
+	// repstream's own transactions never reach a source slot of its own.
 	return nil
 }
 

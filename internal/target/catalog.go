@@ -21,6 +21,9 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 		return p, nil
 	}
 	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
+	if w.opts.RelationDDL {
+		tab, err = w.followRelation(ctx, rel, tab, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w on target", err)
 	}
