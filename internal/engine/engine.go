@@ -59,6 +59,8 @@ type Engine struct {
 	// indexes are the secondary indexes of the tables --create-tables made
 	// in this run, built once their initial copy is done.
 	indexes []string
+	// ddl is how this run follows schema changes (ddl.go).
+	ddl ddlMode
 }
 
 // New prepares a run; Run does the work.
@@ -135,6 +137,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 		prog.CreatedPublication = true
+	}
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, e.log); err != nil {
+		return err
 	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {
@@ -225,12 +230,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
 		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
 	}
+	capOpts.DDLMessages = e.ddl == ddlTrigger
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
 		Binary:      e.binary,
+		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables,
 		CatchUpWait: cfg.CatchUpWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
@@ -247,7 +254,8 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager",
-					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary},
+					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary,
+						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables},
 				})
 			},
 		})
@@ -423,15 +431,14 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	if len(patterns) == 0 {
 		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
 	}
-	names, err := schema.ResolveTables(ctx, src, patterns)
+	names, sql, err := publicationSQL(ctx, src, pub, patterns, log)
 	if err != nil {
-		return false, fmt.Errorf("resolve --tables on the source: %w", err)
+		return false, err
 	}
 	quoted := make([]string, len(names))
 	for i, n := range names {
 		quoted[i] = n.Quoted()
 	}
-	sql := "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR TABLE " + strings.Join(quoted, ", ")
 	// A partitioned table named in --tables is replicated as that table:
 	// its changes and its initial copy come under the root's name (the
 	// target needs the root, partitioned or not, not the same partitions).

@@ -176,3 +176,13 @@ func TestDDLMessageCreateSQL(t *testing.T) {
 	}
 	checkGolden(t, "create_from_message.sql", strings.Join(m.CreateSQL(), ";\n")+";\n")
 }
+
+func TestSplitSchemaPatterns(t *testing.T) {
+	schemas, tables, err := SplitSchemaPatterns([]string{"app.*", "public.t", `"We.ird".*`, "app.*", `s."*"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(schemas) != "[app We.ird]" || fmt.Sprint(tables) != `[public.t s."*"]` {
+		t.Errorf("schemas %q tables %q", schemas, tables)
+	}
+}
