@@ -56,7 +56,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, 
 CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT jsonb_build_object(
-  'oid', c.oid, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
+  'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
   'pubs', COALESCE((SELECT jsonb_agg(DISTINCT p.pubname) FROM pg_publication_tables p
                      WHERE p.schemaname = n.nspname AND p.tablename = c.relname), '[]'::jsonb),
   'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
@@ -66,7 +66,7 @@ SELECT jsonb_build_object(
                      WHERE i.indrelid = c.oid AND i.indisprimary), '[]'::jsonb),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
       'num', a.attnum, 'name', a.attname,
-      'type', format_type(a.atttypid, a.atttypmod), 'typeoid', a.atttypid, 'typmod', a.atttypmod,
+      'type', format_type(a.atttypid, a.atttypmod), 'typeoid', a.atttypid::bigint, 'typmod', a.atttypmod,
       'notnull', a.attnotnull,
       'default', CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
       'generated', CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
@@ -133,7 +133,7 @@ BEGIN
       pubs := pubs || more;
     END IF;
     PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
-      'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid,
+      'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint,
       'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);
   END LOOP;
 END

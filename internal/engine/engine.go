@@ -59,8 +59,11 @@ type Engine struct {
 	// indexes are the secondary indexes of the tables --create-tables made
 	// in this run, built once their initial copy is done.
 	indexes []string
-	// ddl is how this run follows schema changes (ddl.go).
-	ddl ddlMode
+	// ddl is how this run follows schema changes (ddl.go). schemaMayLag:
+	// resuming while it does, the target's tables may lag the source's
+	// until the stream's pending schema changes are applied.
+	ddl          ddlMode
+	schemaMayLag bool
 }
 
 // New prepares a run; Run does the work.
@@ -148,6 +151,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
+	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Snapshot != "running"
 	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables)
 	if err != nil {
 		return err
@@ -514,7 +518,11 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			noBinary = binaryProblem(st, st)
 		}
 	}
-	if len(problems) > 0 {
+	if len(problems) > 0 && e.schemaMayLag {
+		// Apply stops at the change that cannot be applied, if any.
+		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
+			"differences", strings.Join(problems, "; "))
+	} else if len(problems) > 0 {
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}

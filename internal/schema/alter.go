@@ -301,7 +301,7 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 		}
 		for _, c := range cur.Columns {
 			if nextBy[c.Name] == nil && !c.Generated && len(added) > 0 {
-				return nil, nil, fmt.Errorf("schema change of %s: %w: the target has %q, which the source lacks, and lacks %s: rename or drop the column on the target yourself, then restart",
+				return nil, nil, fmt.Errorf("schema change of %s: %w: the target has %q, which the source lacks, and lacks %s; without the event trigger (--ddl=relation) repstream cannot tell a RENAME from a DROP and an ADD: rename or drop the column on the target yourself, then restart",
 					tn, ErrLooksRenamed, c.Name, quoteList(added))
 			}
 		}

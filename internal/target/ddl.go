@@ -144,7 +144,7 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 		return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
 	}
 	if loadErr != nil {
-		return nil, loadErr
+		return nil, fmt.Errorf("%w on target", loadErr)
 	}
 	next, err := w.relColumns(ctx, rel)
 	if err != nil {

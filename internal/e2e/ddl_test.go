@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/engine"
+)
+
+// columnsOf lists a table's columns as "name type", sorted (order on the
+// two sides need not match); nil if the table does not exist.
+func columnsOf(t *testing.T, conn *pgx.Conn, table string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `
+		SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY 1`, table)
+	if err != nil {
+		t.Fatalf("columns of %s: %v", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("columns of %s: %v", table, err)
+	}
+	return cols
+}
+
+// assertSameTable fails unless table has the same columns (names and types)
+// and the same rows on both sides, compared column by column by name.
+func (e *env) assertSameTable(table, orderBy string) {
+	e.t.Helper()
+	sc, tc := columnsOf(e.t, e.Src, table), columnsOf(e.t, e.Tgt, table)
+	if strings.Join(sc, ", ") != strings.Join(tc, ", ") {
+		e.t.Fatalf("%s: columns differ:\n  source %v\n  target %v", table, sc, tc)
+	}
+	var names []string
+	for _, c := range sc {
+		name, _, _ := strings.Cut(c, " ")
+		names = append(names, fmt.Sprintf("%q", name))
+	}
+	sum := func(conn *pgx.Conn) (n int64, h string) {
+		q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(ROW(%s)::text, '|' ORDER BY %s)), '') FROM %s",
+			strings.Join(names, ", "), orderBy, table)
+		if err := conn.QueryRow(context.Background(), q).Scan(&n, &h); err != nil {
+			e.t.Fatalf("checksum %s: %v", table, err)
+		}
+		return n, h
+	}
+	n1, h1 := sum(e.Src)
+	n2, h2 := sum(e.Tgt)
+	if n1 != n2 || h1 != h2 {
+		e.t.Fatalf("%s differs: source %d rows %s, target %d rows %s", table, n1, h1, n2, h2)
+	}
+}
+
+// TestDDLReplicated: with one engine running, the source changes its
+// schema between (and amid) writes — ADD COLUMN with a constant and a
+// now() default, RENAME COLUMN, ALTER COLUMN TYPE int -> bigint, DROP
+// COLUMN, a change in the middle of a transaction, CREATE TABLE (with a
+// serial) then inserts, CREATE then DROP TABLE — and every change reaches
+// the target before the rows that depend on it, in binary and in text.
+// At the end both sides have the same columns and rows; a last run with
+// --until-caught-up carries a CREATE TABLE made while no engine ran.
+// Without the schema-change capture, the first ADD COLUMN stopped the run.
+func TestDDLReplicated(t *testing.T) {
+	for _, binary := range []bool{true, false} {
+		t.Run(map[bool]string{true: "binary", false: "text"}[binary], func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE SCHEMA app;
+				CREATE TABLE app.t (id int PRIMARY KEY, v text, n int);
+				INSERT INTO app.t SELECT g, 'v' || g, g FROM generate_series(1, 200) g;`)
+			cfg := e.config("app.*")
+			cfg.CreateTables = true
+			cfg.Binary = binary
+			cfg.ApplyParallelism = 2
+			e.catchUp(cfg)
+			var n int
+			if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1", cfg.Slot).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("the publication is not FOR TABLES IN SCHEMA app: %d schemas, %v", n, err)
+			}
+
+			stop := e.start(cfg)
+			defer func() { _ = stop() }()
+			e.srcExec(`ALTER TABLE app.t ADD COLUMN d int DEFAULT 7`)
+			e.srcExec(`INSERT INTO app.t (id, v, n, d) SELECT g, 'v' || g, g, g FROM generate_series(201, 300) g`)
+			e.srcExec(`UPDATE app.t SET d = d + 1 WHERE id % 10 = 0`)
+			e.srcExec(`ALTER TABLE app.t ADD COLUMN ts timestamptz DEFAULT now()`)
+			e.srcExec(`INSERT INTO app.t (id, v, n) VALUES (301, 'x', 1)`)
+			e.srcExec(`ALTER TABLE app.t RENAME COLUMN v TO w`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (302, 'renamed', 2); UPDATE app.t SET w = w || '!' WHERE id % 7 = 0`)
+			e.srcExec(`ALTER TABLE app.t ALTER COLUMN n TYPE bigint`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (303, 'big', 5000000000); UPDATE app.t SET n = n * 3000000000 WHERE id % 11 = 0`)
+			e.srcExec(`ALTER TABLE app.t DROP COLUMN d`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (304, 'after drop', 4)`)
+			// A change amid a transaction's rows: applied between them.
+			e.srcExec(`BEGIN;
+				INSERT INTO app.t (id, w, n) VALUES (305, 'before', 5);
+				ALTER TABLE app.t ADD COLUMN e text NOT NULL DEFAULT 'e';
+				INSERT INTO app.t (id, w, n, e) VALUES (306, 'after', 6, 'set');
+				UPDATE app.t SET e = 'upd' WHERE id = 1;
+				COMMIT`)
+			e.srcExec(`CREATE TABLE app.n (id serial PRIMARY KEY, s text NOT NULL, at date DEFAULT '2020-01-01')`)
+			e.srcExec(`INSERT INTO app.n (s) SELECT 's' || g FROM generate_series(1, 50) g`)
+			e.srcExec(`CREATE TABLE app.gone (id int PRIMARY KEY); INSERT INTO app.gone VALUES (1), (2)`)
+			e.srcExec(`DROP TABLE app.gone`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (307, 'last', 7)`)
+			e.waitCaughtUp(cfg.Slot, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatalf("engine: %v", err)
+			}
+			e.assertSameTable("app.t", "id")
+			e.assertSameTable("app.n", "id")
+			var gone bool
+			if err := e.Tgt.QueryRow(t.Context(), "SELECT to_regclass('app.gone') IS NULL").Scan(&gone); err != nil || !gone {
+				t.Errorf("app.gone is still on the target (%v)", err)
+			}
+
+			// A table created while no engine runs; --until-caught-up
+			// still ends.
+			e.srcExec(`CREATE TABLE app.later (id int PRIMARY KEY, v numeric(10,2)); INSERT INTO app.later VALUES (1, 1.5), (2, 2.25)`)
+			e.srcExec(`ALTER TABLE app.t ALTER COLUMN w SET NOT NULL; INSERT INTO app.t (id, w, n) VALUES (308, 'nn', 8)`)
+			e.catchUp(cfg)
+			e.assertSameTable("app.later", "id")
+			e.assertSameTable("app.t", "id")
+			var notNull bool
+			if err := e.Tgt.QueryRow(t.Context(), "SELECT attnotnull FROM pg_attribute WHERE attrelid = 'app.t'::regclass AND attname = 'w'").Scan(&notNull); err != nil || !notNull {
+				t.Errorf("SET NOT NULL did not reach the target: %v %v", notNull, err)
+			}
+		})
+	}
+}
+
+// TestDDLVolatileDefault: a column added with a default the source
+// evaluated per row (random()) cannot get the same values on the target:
+// the run stops naming the table, the column and the LSN.
+func TestDDLVolatileDefault(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE vd (id int PRIMARY KEY); INSERT INTO vd SELECT generate_series(1, 10)`)
+	cfg := e.config("public.vd")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE vd ADD COLUMN r float8 DEFAULT random()`)
+	e.mustFail(cfg, "public.vd", `"r"`, "random()", "cannot reproduce", "at 0/")
+}
+
+// TestDDLRelationFallback: without the event trigger (--ddl=relation),
+// schema changes are followed from pgoutput's Relation messages: ADD
+// COLUMN (no default known), DROP COLUMN and ALTER COLUMN TYPE work; a
+// RENAME COLUMN (one column gone, one added) stops the run with an error
+// instead of losing the column's values on the target.
+func TestDDLRelationFallback(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE f (id int PRIMARY KEY, a text, b int); INSERT INTO f SELECT g, 'a' || g, g FROM generate_series(1, 100) g`)
+	cfg := e.config("public.f")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	var triggers int
+	if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'").Scan(&triggers); err != nil || triggers != 0 {
+		t.Fatalf("--ddl=relation installed %d event triggers (%v)", triggers, err)
+	}
+	// One engine running: each new Relation is compared with the one before.
+	stop := e.start(cfg)
+	defer func() { _ = stop() }()
+	e.srcExec(`ALTER TABLE f ADD COLUMN c text`)
+	e.srcExec(`INSERT INTO f VALUES (101, 'x', 1, 'c101'); UPDATE f SET c = 'u' WHERE id = 5`)
+	e.srcExec(`ALTER TABLE f DROP COLUMN a`)
+	e.srcExec(`INSERT INTO f VALUES (102, 2, 'c102')`)
+	e.srcExec(`ALTER TABLE f ALTER COLUMN b TYPE bigint`)
+	e.srcExec(`INSERT INTO f VALUES (103, 9000000000, 'big')`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	e.assertSameTable("public.f", "id")
+	// A change while no engine runs: compared with the target.
+	e.srcExec(`ALTER TABLE f ADD COLUMN e int`)
+	e.srcExec(`INSERT INTO f VALUES (110, 10, 'ten', 10)`)
+	e.catchUp(cfg)
+	e.assertSameTable("public.f", "id")
+
+	e.srcExec(`ALTER TABLE f RENAME COLUMN c TO d`)
+	e.srcExec(`INSERT INTO f VALUES (104, 4, 'renamed')`)
+	e.mustFail(cfg, "public.f", `"c"`, `"d"`, "RENAME", "at 0/")
+	if cols := strings.Join(columnsOf(t, e.Tgt, "public.f"), ", "); !strings.Contains(cols, "c text") {
+		t.Errorf("the target lost column c: %s", cols)
+	}
+}
+
+// TestDDLDropRemovesTrigger: `repstream drop` removes the event trigger,
+// its functions and state from the source.
+func TestDDLDropRemovesTrigger(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE dr (id int PRIMARY KEY)`)
+	cfg := e.config("public.dr")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	count := func() (n int) {
+		if err := e.Src.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%')
+			+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'ddl\_%' AND pronamespace = to_regnamespace('repstream'))
+			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 6 {
+		t.Fatalf("after run: %d of the 2 event triggers, 3 functions and the schema on the source, want 6", n)
+	}
+	e.waitSlotReleased(cfg.Slot)
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("after drop: %d event triggers, functions or schema left on the source", n)
+	}
+	e.srcExec(`ALTER TABLE dr ADD COLUMN x int`) // no trigger left to fail
+}
