@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 )
 
@@ -58,6 +60,19 @@ func (e *env) assertSameTable(table, orderBy string) {
 	}
 }
 
+// startOnce is start whose stop may be called again (deferred, to report
+// the engine's error when the test fails while waiting): it returns the
+// first call's result.
+func (e *env) startOnce(cfg config.Config) (stop func() error) {
+	halt := e.start(cfg)
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() { err = halt() })
+		return err
+	}
+}
+
 // TestDDLReplicated: with one engine running, the source changes its
 // schema between (and amid) writes — ADD COLUMN with a constant and a
 // now() default, RENAME COLUMN, ALTER COLUMN TYPE int -> bigint, DROP
@@ -78,14 +93,19 @@ func TestDDLReplicated(t *testing.T) {
 			cfg.CreateTables = true
 			cfg.Binary = binary
 			cfg.ApplyParallelism = 2
+			cfg.DecodingWorkMem = "64kB"
 			e.catchUp(cfg)
 			var n int
 			if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1", cfg.Slot).Scan(&n); err != nil || n != 1 {
 				t.Fatalf("the publication is not FOR TABLES IN SCHEMA app: %d schemas, %v", n, err)
 			}
 
-			stop := e.start(cfg)
-			defer func() { _ = stop() }()
+			stop := e.startOnce(cfg)
+			defer func() {
+				if err := stop(); err != nil {
+					t.Errorf("engine: %v", err)
+				}
+			}()
 			e.srcExec(`ALTER TABLE app.t ADD COLUMN d int DEFAULT 7`)
 			e.srcExec(`INSERT INTO app.t (id, v, n, d) SELECT g, 'v' || g, g, g FROM generate_series(201, 300) g`)
 			e.srcExec(`UPDATE app.t SET d = d + 1 WHERE id % 10 = 0`)
@@ -104,8 +124,17 @@ func TestDDLReplicated(t *testing.T) {
 				INSERT INTO app.t (id, w, n, e) VALUES (306, 'after', 6, 'set');
 				UPDATE app.t SET e = 'upd' WHERE id = 1;
 				COMMIT`)
+			// A large transaction, streamed while in progress (and applied
+			// eagerly), with a change in the middle.
+			e.srcExec(`BEGIN;
+				INSERT INTO app.t (id, w, n) SELECT g, repeat('x', 200), g FROM generate_series(1000, 3999) g;
+				ALTER TABLE app.t ADD COLUMN big text DEFAULT 'b';
+				INSERT INTO app.t (id, w, n, big) SELECT g, repeat('y', 200), g, 'big' || g FROM generate_series(4000, 6999) g;
+				UPDATE app.t SET big = 'u' WHERE id % 100 = 0;
+				COMMIT`)
 			e.srcExec(`CREATE TABLE app.n (id serial PRIMARY KEY, s text NOT NULL, at date DEFAULT '2020-01-01')`)
 			e.srcExec(`INSERT INTO app.n (s) SELECT 's' || g FROM generate_series(1, 50) g`)
+			e.srcExec(`ALTER TABLE app.n RENAME TO n2; INSERT INTO app.n2 (s) VALUES ('renamed table')`)
 			e.srcExec(`CREATE TABLE app.gone (id int PRIMARY KEY); INSERT INTO app.gone VALUES (1), (2)`)
 			e.srcExec(`DROP TABLE app.gone`)
 			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (307, 'last', 7)`)
@@ -114,7 +143,7 @@ func TestDDLReplicated(t *testing.T) {
 				t.Fatalf("engine: %v", err)
 			}
 			e.assertSameTable("app.t", "id")
-			e.assertSameTable("app.n", "id")
+			e.assertSameTable("app.n2", "id")
 			var gone bool
 			if err := e.Tgt.QueryRow(t.Context(), "SELECT to_regclass('app.gone') IS NULL").Scan(&gone); err != nil || !gone {
 				t.Errorf("app.gone is still on the target (%v)", err)
@@ -165,8 +194,12 @@ func TestDDLRelationFallback(t *testing.T) {
 		t.Fatalf("--ddl=relation installed %d event triggers (%v)", triggers, err)
 	}
 	// One engine running: each new Relation is compared with the one before.
-	stop := e.start(cfg)
-	defer func() { _ = stop() }()
+	stop := e.startOnce(cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
 	e.srcExec(`ALTER TABLE f ADD COLUMN c text`)
 	e.srcExec(`INSERT INTO f VALUES (101, 'x', 1, 'c101'); UPDATE f SET c = 'u' WHERE id = 5`)
 	e.srcExec(`ALTER TABLE f DROP COLUMN a`)

@@ -98,13 +98,28 @@ BEGIN
             WHERE e.classid = 'pg_class'::regclass AND c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
               AND c.relnamespace <> 'repstream'::regnamespace
   LOOP
-    d := repstream.ddl_def(r.objid);
-    SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
-    INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
-      ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
-    PERFORM pg_logical_emit_message(true, 'repstream.ddl',
-      (d || jsonb_build_object('tag', r.command_tag, 'old', o))::text);
+    BEGIN
+      d := repstream.ddl_def(r.objid);
+      SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
+      INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
+        ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
+      PERFORM pg_logical_emit_message(true, 'repstream.ddl',
+        (d || jsonb_build_object('tag', r.command_tag, 'old', o))::text);
+    EXCEPTION WHEN OTHERS THEN
+      -- Never fail the user's DDL; make every repstream stop at it instead.
+      RAISE WARNING 'repstream: cannot describe table %: %', r.objid::regclass, SQLERRM;
+      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+        'tag', r.command_tag, 'oid', r.objid::bigint, 'schema', '?', 'name', r.objid::regclass::text,
+        'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
+    END;
   END LOOP;
+  -- Decoding orders a message by the END of its record, the changes by
+  -- their start: a row written right after it would tie with it, and a tie
+  -- between a subtransaction's message (this block, or the user's
+  -- SAVEPOINT) and the top transaction's row is broken either way. A record
+  -- in between (a non-transactional message, which apply ignores) makes the
+  -- message come first.
+  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
 END
 $fn$;
 
@@ -136,6 +151,7 @@ BEGIN
       'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint,
       'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);
   END LOOP;
+  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
 END
 $fn$;
 

@@ -64,6 +64,9 @@ func (t *DDLTable) TableName() TableName { return TableName{Schema: t.Schema, Na
 type DDLMessage struct {
 	Tag     string `json:"tag"`
 	Dropped bool   `json:"dropped"`
+	// Error: the event trigger could not describe the table (the user's
+	// DDL went through): the change cannot be replicated.
+	Error string `json:"error"`
 	DDLTable
 	Old *DDLTable `json:"old"`
 }

@@ -41,6 +41,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	fail := func(err error) error {
 		return fmt.Errorf("apply schema change %q of %s at %s: %w", msg.Tag, tn, c.LSN, err)
 	}
+	if msg.Error != "" {
+		return fail(fmt.Errorf("the source's event trigger could not describe the table (%s): make the change on the target yourself, then restart", msg.Error))
+	}
 	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
