@@ -2,11 +2,12 @@ package capture
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgoutput"
-	"github.com/repstream/repstream/internal/schema"
 )
 
 // Schema changes reach capture two ways: as the logical messages of
@@ -24,15 +25,20 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 	if m.Name != change.DDLPrefix || m.Flags&pgoutput.MessageTransactional == 0 || !c.opts.DDLMessages {
 		return nil
 	}
-	msg, err := schema.ParseDDLMessage(m.Content)
-	if err != nil {
-		return fmt.Errorf("schema change at %s: %w", walStart, err)
+	// Only what routing needs; apply decodes the rest (schema.DDLMessage).
+	var msg struct {
+		Tag, Schema, Name string
+		Pubs              []string
 	}
-	if !msg.Publishes(c.opts.Publication) {
-		c.log.Debug("schema change of a table the publication does not publish", "table", msg.TableName(), "command", msg.Tag, "lsn", walStart)
+	if err := json.Unmarshal(m.Content, &msg); err != nil {
+		return fmt.Errorf("schema change at %s: decode the message: %w", walStart, err)
+	}
+	table := msg.Schema + "." + msg.Name
+	if !slices.Contains(msg.Pubs, c.opts.Publication) {
+		c.log.Debug("schema change of a table the publication does not publish", "table", table, "command", msg.Tag, "lsn", walStart)
 		return nil
 	}
-	c.log.Info("schema change captured", "table", msg.TableName(), "command", msg.Tag, "lsn", walStart)
+	c.log.Info("schema change captured", "table", table, "command", msg.Tag, "lsn", walStart)
 	var xid uint32
 	if c.inStream {
 		xid = m.Xid

@@ -322,19 +322,17 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 		alter("ADD COLUMN " + change.QuoteIdent(name) + " " + typ)
 		notes = append(notes, fmt.Sprintf("column %q of %s added on the target without a default: pgoutput does not carry it, so rows that existed before have NULL there", name, tn))
 	}
-	if prev != nil {
-		for _, p := range prev {
-			c := nextBy[p.Name]
-			if c == nil || c.Type == p.Type || have[p.Name] == nil || have[p.Name].Type == c.Type {
-				continue
-			}
-			typ, err := typeOf(c)
-			if err != nil {
-				return nil, nil, err
-			}
-			qc := change.QuoteIdent(c.Name)
-			alter("ALTER COLUMN " + qc + " TYPE " + typ + " USING " + qc + "::" + typ)
+	for _, p := range prev {
+		c := nextBy[p.Name]
+		if c == nil || c.Type == p.Type || have[p.Name] == nil || have[p.Name].Type == c.Type {
+			continue
 		}
+		typ, err := typeOf(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		qc := change.QuoteIdent(c.Name)
+		alter("ALTER COLUMN " + qc + " TYPE " + typ + " USING " + qc + "::" + typ)
 	}
 	return stmts, notes, nil
 }
