@@ -151,7 +151,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
-	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Snapshot != "running"
+	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
 	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables)
 	if err != nil {
 		return err
