@@ -12,6 +12,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // columnsOf lists a table's columns as "name type", sorted (order on the
@@ -73,6 +74,15 @@ func (e *env) startOnce(cfg config.Config) (stop func() error) {
 	}
 }
 
+// waitStreaming waits until a walsender streams from the slot: the engine
+// has read the schemas (and decided binary or text).
+func (e *env) waitStreaming(slot string) {
+	e.t.Helper()
+	waitFor(e.t, "the engine to stream from "+slot, 30*time.Second, func() bool {
+		return e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND active") == 1
+	})
+}
+
 // TestDDLReplicated: with one engine running, the source changes its
 // schema between (and amid) writes — ADD COLUMN with a constant and a
 // now() default, RENAME COLUMN, ALTER COLUMN TYPE int -> bigint, DROP
@@ -106,6 +116,7 @@ func TestDDLReplicated(t *testing.T) {
 					t.Errorf("engine: %v", err)
 				}
 			}()
+			e.waitStreaming(cfg.Slot)
 			e.srcExec(`ALTER TABLE app.t ADD COLUMN d int DEFAULT 7`)
 			e.srcExec(`INSERT INTO app.t (id, v, n, d) SELECT g, 'v' || g, g, g FROM generate_series(201, 300) g`)
 			e.srcExec(`UPDATE app.t SET d = d + 1 WHERE id % 10 = 0`)
@@ -185,7 +196,7 @@ func TestDDLVolatileDefault(t *testing.T) {
 func TestDDLRelationFallback(t *testing.T) {
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE f (id int PRIMARY KEY, a text, b int); INSERT INTO f SELECT g, 'a' || g, g FROM generate_series(1, 100) g`)
-	cfg := e.config("public.f")
+	cfg := e.config("public.*")
 	cfg.CreateTables = true
 	cfg.DDL = "relation"
 	e.catchUp(cfg)
@@ -200,17 +211,22 @@ func TestDDLRelationFallback(t *testing.T) {
 			t.Errorf("engine: %v", err)
 		}
 	}()
+	e.waitStreaming(cfg.Slot)
 	e.srcExec(`ALTER TABLE f ADD COLUMN c text`)
 	e.srcExec(`INSERT INTO f VALUES (101, 'x', 1, 'c101'); UPDATE f SET c = 'u' WHERE id = 5`)
 	e.srcExec(`ALTER TABLE f DROP COLUMN a`)
 	e.srcExec(`INSERT INTO f VALUES (102, 2, 'c102')`)
 	e.srcExec(`ALTER TABLE f ALTER COLUMN b TYPE bigint`)
 	e.srcExec(`INSERT INTO f VALUES (103, 9000000000, 'big')`)
+	// A new table of the published schema: created from its first
+	// Relation message (--create-tables).
+	e.srcExec(`CREATE TABLE fnew (k text PRIMARY KEY, v numeric(8,3)); INSERT INTO fnew VALUES ('a', 1.5), ('b', NULL)`)
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
 		t.Fatalf("engine: %v", err)
 	}
 	e.assertSameTable("public.f", "id")
+	e.assertSameTable("public.fnew", "k")
 	// A change while no engine runs: compared with the target.
 	e.srcExec(`ALTER TABLE f ADD COLUMN e int`)
 	e.srcExec(`INSERT INTO f VALUES (110, 10, 'ten', 10)`)
@@ -252,4 +268,43 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		t.Errorf("after drop: %d event triggers, functions or schema left on the source", n)
 	}
 	e.srcExec(`ALTER TABLE dr ADD COLUMN x int`) // no trigger left to fail
+}
+
+// TestDDLBinaryRestart: in binary mode, a type change both sides make
+// (int -> bigint) keeps binary; one binary cannot carry (to an enum) stops
+// the run with an error that says to restart — and the restarted run
+// (which then uses text) applies everything.
+func TestDDLBinaryRestart(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TYPE mood AS ENUM ('sad', 'ok')`)
+	e.srcExec(`CREATE TABLE b (id int PRIMARY KEY, n int, v text); INSERT INTO b VALUES (1, 1, 'ok')`)
+	cfg := e.config("public.b")
+	cfg.CreateTables = true
+	format := func(reg *stats.Registry) string {
+		for _, c := range reg.Snapshot().Components {
+			if c.Name == "capture" {
+				return c.Info["format"]
+			}
+		}
+		return ""
+	}
+	if f := format(e.catchUp(cfg)); f != "binary" {
+		t.Fatalf("format %q, want binary", f)
+	}
+	stop := e.startOnce(cfg) // binary: the types match
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE b ALTER COLUMN n TYPE bigint; INSERT INTO b VALUES (2, 5000000000, 'sad')`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	e.assertSameTable("public.b", "id")
+	e.srcExec(`ALTER TABLE b ALTER COLUMN v TYPE mood USING v::mood; INSERT INTO b VALUES (3, 3, 'ok')`)
+	e.waitSlotReleased(cfg.Slot) // the engine stopped
+	err := stop()
+	if err == nil {
+		t.Fatal("the run went on after a type binary cannot carry")
+	}
+	wantInError(t, err, `column "v" of public.b`, "restart repstream")
+	if f := format(e.catchUp(cfg)); f != "text" {
+		t.Errorf("format %q after the restart, want text", f)
+	}
+	e.assertSameTable("public.b", "id")
 }
