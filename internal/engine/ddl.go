@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -48,7 +49,10 @@ func (m ddlMode) String() string {
 	return [...]string{"off", "event trigger", "relation messages"}[m]
 }
 
-// ddlTriggerSQL installs (or replaces) the source side of --ddl=true.
+// ddlTriggerSQL installs (or replaces) the source side of --ddl=true;
+// %SCHEMAPUB% is schemaPubSQL on PostgreSQL 15+ (empty before). The
+// publications of a table are read from the catalogs directly (not
+// pg_publication_tables, which expands every publication's tables).
 const ddlTriggerSQL = `
 CREATE SCHEMA IF NOT EXISTS repstream;
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, def jsonb NOT NULL);
@@ -57,8 +61,11 @@ CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT jsonb_build_object(
   'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
-  'pubs', COALESCE((SELECT jsonb_agg(DISTINCT p.pubname) FROM pg_publication_tables p
-                     WHERE p.schemaname = n.nspname AND p.tablename = c.relname), '[]'::jsonb),
+  'pubs', COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
+                     WHERE NOT (p.pubviaroot AND c.relispartition)
+                       AND (p.puballtables
+                            OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
+                            %SCHEMAPUB%)), '[]'::jsonb),
   'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -172,6 +179,10 @@ WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
 ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
 `
 
+// schemaPubSQL: a publication FOR TABLES IN SCHEMA of the table's schema
+// (PostgreSQL 15+).
+const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)`
+
 // dropDDLTriggerSQL removes what ddlTriggerSQL installs.
 const dropDDLTriggerSQL = `
 DROP EVENT TRIGGER IF EXISTS repstream_ddl;
@@ -209,7 +220,11 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting string, log *slog.Logg
 		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, ddlTriggerSQL); err != nil {
+	install := strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", "")
+	if version >= 150000 {
+		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
+	}
+	if _, err := tx.Exec(ctx, install); err != nil {
 		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
