@@ -69,6 +69,11 @@ type Options struct {
 	// none. The coordinator calls it once per transaction not yet applied,
 	// in commit order, on its goroutine; it may consume the request.
 	SkipRequested func(change.TxnInfo) bool
+	// RelationDDL and CreateTables go to the writers (target.WriterOptions:
+	// schema changes followed from pgoutput's Relation messages); with
+	// RelationDDL the first change of every relation is a barrier too
+	// (deps.go).
+	RelationDDL, CreateTables bool
 
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
@@ -152,7 +157,8 @@ func New(opts Options) (*Applier, error) {
 		opts.NewWriter = func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error) {
 			return target.OpenSession(ctx, target.SessionOptions{
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
-				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary},
+				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
+					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables},
 			})
 		}
 	}

@@ -253,7 +253,7 @@ func BenchmarkWriteSet(b *testing.B) {
 		binary.BigEndian.PutUint64(vals[0], uint64(i))
 		changes[i] = change.Change{Op: change.OpInsert, Rel: rel, New: change.AppendTuple(nil, kinds, vals)}
 	}
-	h := newKeyHasher()
+	h := newKeyHasher(false)
 	t := newDepTracker()
 	var keys []uint64
 	var seq uint64

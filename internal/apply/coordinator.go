@@ -59,7 +59,7 @@ type coordinator struct {
 
 func (a *Applier) newCoordinator(src Source, work chan<- *group) *coordinator {
 	return &coordinator{
-		a: a, src: src, work: work, hasher: newKeyHasher(), tracker: newDepTracker(),
+		a: a, src: src, work: work, hasher: newKeyHasher(a.opts.RelationDDL), tracker: newDepTracker(),
 		skipped:  a.coord.Counter("skipped_txns"),
 		barriers: a.coord.Counter("barriers"),
 		fills:    a.coord.Counter("catch_up_fills"),

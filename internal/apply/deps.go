@@ -18,16 +18,34 @@ type keyHasher struct {
 	rel     *change.Relation // relation of the cached values
 	relHash uint64           // hash of rel's schema and name
 	lastKey int              // index of rel's last key column
+
+	// versions is the last relation version seen per source OID. A change
+	// of a version not seen before makes its transaction a barrier: a new
+	// version follows a schema change, and the worker may change the
+	// target table for it (--ddl=relation, target/ddl.go), which must not
+	// meet another worker's rows of that table.
+	// With firstSight, the first version seen of a relation makes a
+	// barrier too: the writer may change the target table for it.
+	versions   map[uint32]*change.Relation
+	firstSight bool
 }
 
-func newKeyHasher() *keyHasher { return &keyHasher{seed: maphash.MakeSeed()} }
+func newKeyHasher(firstSight bool) *keyHasher {
+	return &keyHasher{seed: maphash.MakeSeed(), versions: map[uint32]*change.Relation{}, firstSight: firstSight}
+}
 
 // appendKeys appends the write-set hashes of c. It returns false when the
 // change cannot be keyed (TRUNCATE, a table without a usable key): such a
 // transaction is a barrier.
 func (k *keyHasher) appendKeys(dst []uint64, c *change.Change) ([]uint64, bool) {
 	if c.Op == change.OpTruncate || c.Rel == nil || !c.Rel.HasKey() {
-		return dst, false
+		return dst, false // and a schema change (OpDDL, no Rel)
+	}
+	if v := k.versions[c.Rel.ID]; v != c.Rel {
+		k.versions[c.Rel.ID] = c.Rel
+		if v != nil || k.firstSight {
+			return dst, false
+		}
 	}
 	switch c.Op {
 	case change.OpInsert:

@@ -82,6 +82,10 @@ type Options struct {
 	// decodes a long transaction or has nothing to send, so long work and an
 	// idle source never trip it. 0 turns it off.
 	Timeout time.Duration
+	// DDLMessages asks pgoutput for logical messages (PostgreSQL 14+) and
+	// turns the transactional repstream.ddl messages of tables the
+	// publication publishes into change.OpDDL changes (ddl.go).
+	DDLMessages bool
 
 	Queue  Queue
 	Acker  Acker
@@ -323,6 +327,12 @@ func (c *Capture) start(ctx context.Context) error {
 			return fmt.Errorf("binary transfer needs pgoutput protocol 2 (PostgreSQL 14) or later; the source speaks %d: run with --binary=false", c.proto)
 		}
 		args = append(args, "binary 'true'")
+	}
+	if c.opts.DDLMessages {
+		if c.proto < 2 {
+			return fmt.Errorf("schema-change messages need pgoutput protocol 2 (PostgreSQL 14) or later; the source speaks %d: run with --ddl=relation", c.proto)
+		}
+		args = append(args, "messages 'true'")
 	}
 	c.stats.SetInfo("slot", c.opts.Slot)
 	c.stats.SetInfo("protocol", strconv.Itoa(c.proto))
@@ -625,6 +635,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			delete(c.queuedXid, m.Xid)
 		}
 	case pgoutput.MsgRelation:
+		c.linkPrevious(m.Relation)
 		if c.inStream {
 			rs := c.streamRels[c.streamXid]
 			if rs == nil {
@@ -658,9 +669,11 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			ch.TruncateRels = append(ch.TruncateRels, rel)
 		}
 		return c.add(ctx, &ch)
+	case pgoutput.MsgMessage:
+		return c.message(ctx, walStart, m)
 	}
-	// Origin, Type and logical Message need no action: values travel as text,
-	// and repstream's own transactions never reach a source slot of its own.
+	// Origin and Type need no action: values travel as text, and
+	// repstream's own transactions never reach a source slot of its own.
 	return nil
 }
 

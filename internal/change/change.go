@@ -10,7 +10,30 @@ const (
 	OpUpdate   Op = 'U'
 	OpDelete   Op = 'D'
 	OpTruncate Op = 'T'
+	// OpDDL is a schema change captured on the source by repstream's event
+	// trigger (a transactional logical message with prefix DDLPrefix): New
+	// is a one-column text tuple holding the message's JSON content
+	// (DDLContent), Rel is nil.
+	OpDDL Op = 'M'
 )
+
+// DDLPrefix is the prefix of the logical messages repstream's source event
+// trigger emits for schema changes.
+const DDLPrefix = "repstream.ddl"
+
+// NewDDL returns the OpDDL change at lsn carrying a copy of content.
+func NewDDL(lsn LSN, xid uint32, content []byte) *Change {
+	return &Change{Op: OpDDL, LSN: lsn, Xid: xid, New: AppendTuple(nil, []byte{KindText}, [][]byte{content})}
+}
+
+// DDLContent returns the JSON content of an OpDDL change (nil otherwise).
+func (c *Change) DDLContent() []byte {
+	if c.Op != OpDDL {
+		return nil
+	}
+	_, v := c.New.Column(0)
+	return v
+}
 
 func (o Op) String() string {
 	switch o {
@@ -22,6 +45,8 @@ func (o Op) String() string {
 		return "delete"
 	case OpTruncate:
 		return "truncate"
+	case OpDDL:
+		return "schema change"
 	}
 	return "op(" + string(rune(o)) + ")"
 }

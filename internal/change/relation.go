@@ -28,6 +28,12 @@ type Relation struct {
 	Name            string
 	ReplicaIdentity byte
 	Columns         []Column
+
+	// Previous is the version of the relation this one replaced in the
+	// stream (a copy whose own Previous is nil), nil the first time capture
+	// saw the relation. Schema changes without repstream's event trigger
+	// are found by comparing the two (--ddl=relation).
+	Previous *Relation
 }
 
 // String returns schema.table, unquoted, for messages.

@@ -61,6 +61,13 @@ type Config struct {
 	// same built-in type on both sides; otherwise the run uses text (logged).
 	Binary bool `yaml:"binary"`
 
+	// DDL: how schema changes on the source reach the target: "true" (an
+	// event trigger on the source reports them, falling back to "relation"
+	// when the source role may not create it), "relation" (followed from
+	// pgoutput's Relation messages: no RENAME, no defaults) or "false"
+	// (not at all: a change stops the run).
+	DDL string `yaml:"ddl"`
+
 	UntilCaughtUp bool `yaml:"until_caught_up"`
 	// SyncSequences copies the positions of the replicated tables'
 	// sequences to the target when the run ends caught up or is stopped
@@ -105,6 +112,7 @@ func Default() Config {
 		Eager:            true,
 		Collapse:         true,
 		Binary:           true,
+		DDL:              "true",
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
 		LogFormat:        "text",
@@ -154,6 +162,13 @@ func (c *Config) Validate() error {
 	errs = append(errs, checkDSN("--source", c.Source), checkDSN("--target", c.Target))
 	if c.Slot == "" || !validSlotName(c.Slot) {
 		errs = append(errs, fmt.Errorf("--slot %q: use lower-case letters, digits and underscores (at most 63)", c.Slot))
+	}
+	switch c.DDL {
+	case "true", "false", "relation":
+	case "":
+		c.DDL = "true"
+	default:
+		errs = append(errs, fmt.Errorf("--ddl %q: want true, false or relation", c.DDL))
 	}
 	if c.Publication == "" {
 		c.Publication = c.Slot

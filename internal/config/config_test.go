@@ -53,11 +53,12 @@ func TestValidate(t *testing.T) {
 	c := Default()
 	c.Slot = "Bad-Name"
 	c.CommitOrder = "random"
+	c.DDL = "yes"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"--source", "--target", "--slot", "--commit-order"} {
+	for _, want := range []string{"--source", "--target", "--slot", "--commit-order", "--ddl"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

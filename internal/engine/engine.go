@@ -69,6 +69,11 @@ type Engine struct {
 	tables *apply.TableFilter
 
 	mon *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
+	// ddl is how this run follows schema changes (ddl.go). schemaMayLag:
+	// resuming while it does, the target's tables may lag the source's
+	// until the stream's pending schema changes are applied.
+	ddl          ddlMode
+	schemaMayLag bool
 }
 
 // New prepares a run; Run does the work.
@@ -154,6 +159,9 @@ func (e *Engine) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, e.log); err != nil {
+		return err
+	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {
 		return err
@@ -161,6 +169,7 @@ func (e *Engine) run(ctx context.Context) error {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
+	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
 	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables)
 	if err != nil {
 		return err
@@ -266,12 +275,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		Timeout: cfg.SourceTimeout,
 		Queue:   q, Acker: e.wm, Stats: e.stats, Logger: e.log,
 	}
+	capOpts.DDLMessages = e.ddl == ddlTrigger
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Slot: cfg.Slot,
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
 		Binary:      e.binary,
+		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables,
 		CatchUpWait: cfg.CatchUpWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
@@ -296,7 +307,8 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
-					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary},
+					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary,
+						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables},
 				})
 			},
 		})
@@ -479,15 +491,14 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	if len(patterns) == 0 {
 		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
 	}
-	names, err := schema.ResolveTables(ctx, src, patterns)
+	names, sql, err := publicationSQL(ctx, src, pub, patterns, log)
 	if err != nil {
-		return false, fmt.Errorf("resolve --tables on the source: %w", err)
+		return false, err
 	}
 	quoted := make([]string, len(names))
 	for i, n := range names {
 		quoted[i] = n.Quoted()
 	}
-	sql := "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR TABLE " + strings.Join(quoted, ", ")
 	// A partitioned table named in --tables is replicated as that table:
 	// its changes and its initial copy come under the root's name (the
 	// target needs the root, partitioned or not, not the same partitions).
@@ -563,7 +574,11 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			noBinary = binaryProblem(st, st)
 		}
 	}
-	if len(problems) > 0 {
+	if len(problems) > 0 && e.schemaMayLag {
+		// Apply stops at the change that cannot be applied, if any.
+		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
+			"differences", strings.Join(problems, "; "))
+	} else if len(problems) > 0 {
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}

@@ -254,6 +254,11 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 	} else {
 		log.Info("no replication slot to drop", "slot", slot)
 	}
+	if dropped, err := dropDDLTrigger(ctx, src); err != nil {
+		return err
+	} else if dropped {
+		log.Info("dropped the schema-change event trigger on the source")
+	}
 	if prog.CreatedPublication {
 		if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
 			return fmt.Errorf("drop publication %q: %w", publication, err)

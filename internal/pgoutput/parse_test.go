@@ -44,6 +44,10 @@ type parseCase struct {
 	want     Message
 }
 
+// ddlJSON is a schema-change message as repstream's source event trigger
+// emits it (engine/ddl.go).
+const ddlJSON = `{"tag": "ALTER TABLE", "oid": 16385, "name": "t", "old": null, "kind": "r", "pkey": ["id"], "pubs": ["repstream"], "ident": "d", "schema": "public", "columns": [{"num": 1, "seq": null, "name": "id", "type": "integer", "typmod": -1, "default": null, "missing": null, "notnull": true, "typeoid": 23, "identity": "", "generated": null, "hasmissing": false}]}`
+
 func parseCases() []parseCase {
 	return []parseCase{
 		{name: "begin", data: enc{'B'}.u64(0x1_0000_0010).u64(pgMicros(ts1)).u32(740),
@@ -86,6 +90,9 @@ func parseCases() []parseCase {
 			want: Message{Type: MsgTruncate, Xid: 8, TruncateRelIDs: []uint32{10}}},
 		{name: "message", data: enc{'M'}.u8(1).u64(0x99).str("pfx").u32(3).raw([]byte("abc")),
 			want: Message{Type: MsgMessage, Flags: 1, LSN: 0x99, Name: "pfx", Content: []byte("abc")}},
+		{name: "repstream.ddl message in stream", inStream: true,
+			data: enc{'M'}.u32(12).u8(1).u64(0x1_0000_0100).str("repstream.ddl").u32(uint32(len(ddlJSON))).raw([]byte(ddlJSON)),
+			want: Message{Type: MsgMessage, Xid: 12, Flags: 1, LSN: 0x1_0000_0100, Name: "repstream.ddl", Content: []byte(ddlJSON)}},
 		{name: "message empty in stream", inStream: true, data: enc{'M'}.u32(4).u8(0).u64(0x99).str("").u32(0),
 			want: Message{Type: MsgMessage, Xid: 4, LSN: 0x99, Content: []byte{}}},
 		{name: "stream start", data: enc{'S'}.u32(800).u8(1),

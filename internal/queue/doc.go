@@ -38,7 +38,7 @@
 //
 //	payload (31 fixed bytes, then the variable parts):
 //	 off size field
-//	   0    1 op            'I' 'U' 'D' 'T'
+//	   0    1 op            'I' 'U' 'D' 'T' 'M' (schema change: its JSON is the new tuple's one text value)
 //	   1    1 oldKind       0, 'K' or 'O'
 //	   2    1 truncateOpts  change.TruncateCascade | change.TruncateRestartIdentity
 //	   3    4 xid           Change.Xid (the subtransaction, or 0)

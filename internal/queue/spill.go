@@ -376,7 +376,7 @@ func decodePayload(p []byte, rels []*change.Relation, c *change.Change, trunc []
 	}
 	op := change.Op(p[0])
 	switch op {
-	case change.OpInsert, change.OpUpdate, change.OpDelete, change.OpTruncate:
+	case change.OpInsert, change.OpUpdate, change.OpDelete, change.OpTruncate, change.OpDDL:
 	default:
 		return trunc, fmt.Errorf("unknown op %#x", p[0])
 	}

@@ -53,6 +53,7 @@ func goldenChanges() []*change.Change {
 			Old: change.Tuple(change.AppendTuple(nil, []byte{change.KindText, change.KindNull}, [][]byte{[]byte("1"), nil}))},
 		{Op: change.OpTruncate, LSN: 0x16B374DB00, TruncateRels: []*change.Relation{relB, relA},
 			TruncateOpts: change.TruncateCascade},
+		change.NewDDL(0x16B374DC00, 733, []byte(`{"tag":"ALTER TABLE","schema":"public","name":"a"}`)),
 	}
 }
 

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -21,8 +22,13 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 		return p, nil
 	}
 	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
-	if err != nil {
+	if err != nil && !(w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound)) {
 		return nil, fmt.Errorf("%w on target", err)
+	}
+	if w.opts.RelationDDL {
+		if tab, err = w.followRelation(ctx, rel, tab, err); err != nil {
+			return nil, err
+		}
 	}
 	var textEq map[string]bool
 	if !rel.HasKey() {

@@ -125,7 +125,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		p.write[i] = !tab.Columns[ti].Generated
 		if binary && p.write[i] {
 			if err := BinaryCompatible(c.TypeOID, tab.Columns[ti].TypeOID); err != nil {
-				return nil, fmt.Errorf("column %q of %s: %w: run with --binary=false", c.Name, rel.String(), err)
+				return nil, fmt.Errorf("column %q of %s: %w: restart repstream, which decides at start whether values travel in binary (it will use text)", c.Name, rel.String(), err)
 			}
 		}
 		p.textEq[i] = textEqCols[c.Name]

@@ -42,6 +42,14 @@ type WriterOptions struct {
 	// binary COPY and statements get binary parameters. Every written column
 	// must then have the same built-in type on both sides (checked per table).
 	Binary bool
+
+	// RelationDDL: no event trigger reports schema changes (--ddl=relation);
+	// a relation version that differs from its previous one changes the
+	// target table the same way before its first change is applied
+	// (ddl.go). CreateTables: it also creates a table the target lacks from
+	// its first description.
+	RelationDDL  bool
+	CreateTables bool
 }
 
 // Writer applies changes to the target in one target transaction at a time,
@@ -195,6 +203,8 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 		err = w.modify(ctx, c)
 	case change.OpTruncate:
 		err = w.truncate(ctx, c)
+	case change.OpDDL:
+		err = w.ddl(ctx, c)
 	default:
 		err = fmt.Errorf("apply %s at %s: unknown operation", c.Op, c.LSN)
 	}

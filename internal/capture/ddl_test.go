@@ -1,0 +1,99 @@
+package capture
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+func msgBegin(xid uint32) []byte {
+	b := []byte{'B'}
+	b = binary.BigEndian.AppendUint64(b, 0x100)
+	b = binary.BigEndian.AppendUint64(b, 0)
+	return binary.BigEndian.AppendUint32(b, xid)
+}
+
+func msgLogical(transactional bool, prefix, content string) []byte {
+	b := []byte{'M', 0}
+	if transactional {
+		b[1] = 1
+	}
+	b = binary.BigEndian.AppendUint64(b, 0x80)
+	b = append(b, prefix...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+	return append(b, content...)
+}
+
+type recordingQueue struct{ changes []*change.Change }
+
+func (q *recordingQueue) Begin(uint32) {}
+func (q *recordingQueue) Add(_ context.Context, _ uint32, c *change.Change) error {
+	cp := *c
+	q.changes = append(q.changes, &cp)
+	return nil
+}
+func (q *recordingQueue) Commit(change.TxnInfo) error { return nil }
+func (q *recordingQueue) Abort(uint32, uint32) error  { return nil }
+
+// TestDDLMessages: a transactional repstream.ddl message of a table the
+// publication publishes becomes an OpDDL change carrying its JSON; other
+// prefixes, non-transactional messages, other publications' tables and
+// (without DDLMessages) everything are ignored. A Relation message is
+// linked to the version it replaces.
+func TestDDLMessages(t *testing.T) {
+	const mine = `{"tag":"ALTER TABLE","schema":"public","name":"t","pubs":["p"]}`
+	for _, on := range []bool{true, false} {
+		q := &recordingQueue{}
+		c, err := New(Options{Queue: q, Acker: fakeAcker{}, Publication: "p", DDLMessages: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.proto = 3
+		for _, m := range [][]byte{
+			msgBegin(5),
+			msgLogical(true, "other.prefix", mine),
+			msgLogical(false, change.DDLPrefix, mine),
+			msgLogical(true, change.DDLPrefix, `{"tag":"ALTER TABLE","schema":"public","name":"u","pubs":["q"]}`),
+			msgLogical(true, change.DDLPrefix, mine),
+		} {
+			if err := c.handle(context.Background(), 7, m); err != nil {
+				t.Fatalf("handle %q: %v", m[0], err)
+			}
+		}
+		want := 0
+		if on {
+			want = 1
+		}
+		if len(q.changes) != want {
+			t.Fatalf("DDLMessages=%v: %d changes queued, want %d", on, len(q.changes), want)
+		}
+		if on {
+			ch := q.changes[0]
+			if ch.Op != change.OpDDL || ch.LSN != 7 || string(ch.DDLContent()) != mine {
+				t.Errorf("queued %s at %s: %q", ch.Op, ch.LSN, ch.DDLContent())
+			}
+		}
+		if err := c.handle(context.Background(), 8, msgLogical(true, change.DDLPrefix, `{"tag":`)); on && err == nil {
+			t.Error("a malformed schema-change message was accepted")
+		}
+	}
+
+	c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proto = 3
+	for _, m := range [][]byte{msgStreamStart(9, true), msgRelation(9, 16384), msgStreamStop(), msgStreamCommit(9, 10, 20),
+		msgStreamStart(11, true), msgRelation(11, 16384), msgStreamStop()} {
+		if err := c.handle(context.Background(), 1, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := c.streamRels[11][16384]
+	if r == nil || r.Previous == nil || r.Previous != nil && r.Previous.Previous != nil || r.Previous.Name != "t" {
+		t.Errorf("the second Relation is not linked to the first: %+v", r)
+	}
+}

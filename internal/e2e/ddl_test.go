@@ -1,0 +1,333 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// columnsOf lists a table's columns as "name type", sorted (order on the
+// two sides need not match); nil if the table does not exist.
+func columnsOf(t *testing.T, conn *pgx.Conn, table string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `
+		SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY 1`, table)
+	if err != nil {
+		t.Fatalf("columns of %s: %v", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("columns of %s: %v", table, err)
+	}
+	return cols
+}
+
+// assertSameTable fails unless table has the same columns (names and types)
+// and the same rows on both sides, compared column by column by name.
+func (e *env) assertSameTable(table, orderBy string) {
+	e.t.Helper()
+	sc, tc := columnsOf(e.t, e.Src, table), columnsOf(e.t, e.Tgt, table)
+	if strings.Join(sc, ", ") != strings.Join(tc, ", ") {
+		e.t.Fatalf("%s: columns differ:\n  source %v\n  target %v", table, sc, tc)
+	}
+	var names []string
+	for _, c := range sc {
+		name, _, _ := strings.Cut(c, " ")
+		names = append(names, fmt.Sprintf("%q", name))
+	}
+	sum := func(conn *pgx.Conn) (n int64, h string) {
+		q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(ROW(%s)::text, '|' ORDER BY %s)), '') FROM %s",
+			strings.Join(names, ", "), orderBy, table)
+		if err := conn.QueryRow(context.Background(), q).Scan(&n, &h); err != nil {
+			e.t.Fatalf("checksum %s: %v", table, err)
+		}
+		return n, h
+	}
+	n1, h1 := sum(e.Src)
+	n2, h2 := sum(e.Tgt)
+	if n1 != n2 || h1 != h2 {
+		e.t.Fatalf("%s differs: source %d rows %s, target %d rows %s", table, n1, h1, n2, h2)
+	}
+}
+
+// startOnce is start whose stop may be called again (deferred, to report
+// the engine's error when the test fails while waiting): it returns the
+// first call's result.
+func (e *env) startOnce(cfg config.Config) (stop func() error) {
+	e.t.Helper()
+	e.waitSlotReleased(cfg.Slot) // so that waitStreaming sees this run's walsender
+	halt := e.start(cfg)
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() { err = halt() })
+		return err
+	}
+}
+
+// srcMajor is the source server's major version.
+func (e *env) srcMajor() int {
+	return int(e.count(e.Src, "SELECT current_setting('server_version_num')::int / 10000"))
+}
+
+// waitStreaming waits until a walsender streams from the slot: the engine
+// has read the schemas (and decided binary or text).
+func (e *env) waitStreaming(slot string) {
+	e.t.Helper()
+	waitFor(e.t, "the engine to stream from "+slot, 30*time.Second, func() bool {
+		return e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND active") == 1
+	})
+}
+
+// TestDDLReplicated: with one engine running, the source changes its
+// schema between (and amid) writes — ADD COLUMN with a constant and a
+// now() default, RENAME COLUMN, ALTER COLUMN TYPE int -> bigint, DROP
+// COLUMN, a change in the middle of a transaction, CREATE TABLE (with a
+// serial) then inserts, CREATE then DROP TABLE — and every change reaches
+// the target before the rows that depend on it, in binary and in text.
+// At the end both sides have the same columns and rows; a last run with
+// --until-caught-up carries a CREATE TABLE made while no engine ran.
+// Without the schema-change capture, the first ADD COLUMN stopped the run.
+func TestDDLReplicated(t *testing.T) {
+	for _, binary := range []bool{true, false} {
+		t.Run(map[bool]string{true: "binary", false: "text"}[binary], func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE SCHEMA app;
+				CREATE TABLE app.t (id int PRIMARY KEY, v text, n int);
+				INSERT INTO app.t SELECT g, 'v' || g, g FROM generate_series(1, 200) g;`)
+			cfg := e.config("app.*")
+			cfg.CreateTables = true
+			cfg.Binary = binary
+			cfg.ApplyParallelism = 2
+			cfg.DecodingWorkMem = "64kB"
+			e.catchUp(cfg)
+			schemaPubs := e.srcMajor() >= 15 // new tables are published (FOR TABLES IN SCHEMA)
+			if schemaPubs {
+				var n int
+				if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1", cfg.Slot).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("the publication is not FOR TABLES IN SCHEMA app: %d schemas, %v", n, err)
+				}
+			}
+
+			stop := e.startOnce(cfg)
+			defer func() {
+				if err := stop(); err != nil {
+					t.Errorf("engine: %v", err)
+				}
+			}()
+			e.waitStreaming(cfg.Slot)
+			e.srcExec(`ALTER TABLE app.t ADD COLUMN d int DEFAULT 7`)
+			e.srcExec(`INSERT INTO app.t (id, v, n, d) SELECT g, 'v' || g, g, g FROM generate_series(201, 300) g`)
+			e.srcExec(`UPDATE app.t SET d = d + 1 WHERE id % 10 = 0`)
+			e.srcExec(`ALTER TABLE app.t ADD COLUMN ts timestamptz DEFAULT now()`)
+			e.srcExec(`INSERT INTO app.t (id, v, n) VALUES (301, 'x', 1)`)
+			e.srcExec(`ALTER TABLE app.t RENAME COLUMN v TO w`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (302, 'renamed', 2); UPDATE app.t SET w = w || '!' WHERE id % 7 = 0`)
+			e.srcExec(`ALTER TABLE app.t ALTER COLUMN n TYPE bigint`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (303, 'big', 5000000000); UPDATE app.t SET n = n * 3000000000 WHERE id % 11 = 0`)
+			e.srcExec(`ALTER TABLE app.t DROP COLUMN d`)
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (304, 'after drop', 4)`)
+			// A change amid a transaction's rows: applied between them.
+			e.srcExec(`BEGIN;
+				INSERT INTO app.t (id, w, n) VALUES (305, 'before', 5);
+				ALTER TABLE app.t ADD COLUMN e text NOT NULL DEFAULT 'e';
+				INSERT INTO app.t (id, w, n, e) VALUES (306, 'after', 6, 'set');
+				UPDATE app.t SET e = 'upd' WHERE id = 1;
+				COMMIT`)
+			// A large transaction, streamed while in progress (and applied
+			// eagerly), with a change in the middle.
+			e.srcExec(`BEGIN;
+				INSERT INTO app.t (id, w, n) SELECT g, repeat('x', 200), g FROM generate_series(1000, 3999) g;
+				ALTER TABLE app.t ADD COLUMN big text DEFAULT 'b';
+				INSERT INTO app.t (id, w, n, big) SELECT g, repeat('y', 200), g, 'big' || g FROM generate_series(4000, 6999) g;
+				UPDATE app.t SET big = 'u' WHERE id % 100 = 0;
+				COMMIT`)
+			if schemaPubs {
+				e.srcExec(`CREATE TABLE app.n (id serial PRIMARY KEY, s text NOT NULL, at date DEFAULT '2020-01-01')`)
+				e.srcExec(`INSERT INTO app.n (s) SELECT 's' || g FROM generate_series(1, 50) g`)
+				e.srcExec(`ALTER TABLE app.n RENAME TO n2; INSERT INTO app.n2 (s) VALUES ('renamed table')`)
+				e.srcExec(`CREATE TABLE app.gone (id int PRIMARY KEY); INSERT INTO app.gone VALUES (1), (2)`)
+				e.srcExec(`DROP TABLE app.gone`)
+			}
+			e.srcExec(`INSERT INTO app.t (id, w, n) VALUES (307, 'last', 7)`)
+			e.waitCaughtUp(cfg.Slot, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatalf("engine: %v", err)
+			}
+			e.assertSameTable("app.t", "id")
+			if schemaPubs {
+				e.assertSameTable("app.n2", "id")
+				var gone bool
+				if err := e.Tgt.QueryRow(t.Context(), "SELECT to_regclass('app.gone') IS NULL").Scan(&gone); err != nil || !gone {
+					t.Errorf("app.gone is still on the target (%v)", err)
+				}
+			}
+
+			// A table created while no engine runs; --until-caught-up
+			// still ends.
+			if schemaPubs {
+				e.srcExec(`CREATE TABLE app.later (id int PRIMARY KEY, v numeric(10,2)); INSERT INTO app.later VALUES (1, 1.5), (2, 2.25)`)
+			}
+			e.srcExec(`ALTER TABLE app.t ALTER COLUMN w SET NOT NULL; INSERT INTO app.t (id, w, n) VALUES (308, 'nn', 8)`)
+			e.catchUp(cfg)
+			if schemaPubs {
+				e.assertSameTable("app.later", "id")
+			}
+			e.assertSameTable("app.t", "id")
+			var notNull bool
+			if err := e.Tgt.QueryRow(t.Context(), "SELECT attnotnull FROM pg_attribute WHERE attrelid = 'app.t'::regclass AND attname = 'w'").Scan(&notNull); err != nil || !notNull {
+				t.Errorf("SET NOT NULL did not reach the target: %v %v", notNull, err)
+			}
+		})
+	}
+}
+
+// TestDDLVolatileDefault: a column added with a default the source
+// evaluated per row (random()) cannot get the same values on the target:
+// the run stops naming the table, the column and the LSN.
+func TestDDLVolatileDefault(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE vd (id int PRIMARY KEY); INSERT INTO vd SELECT generate_series(1, 10)`)
+	cfg := e.config("public.vd")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE vd ADD COLUMN r float8 DEFAULT random()`)
+	e.mustFail(cfg, "public.vd", `"r"`, "random()", "cannot reproduce", "at 0/")
+}
+
+// TestDDLRelationFallback: without the event trigger (--ddl=relation),
+// schema changes are followed from pgoutput's Relation messages: ADD
+// COLUMN (no default known), DROP COLUMN and ALTER COLUMN TYPE work; a
+// RENAME COLUMN (one column gone, one added) stops the run with an error
+// instead of losing the column's values on the target.
+func TestDDLRelationFallback(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE f (id int PRIMARY KEY, a text, b int); INSERT INTO f SELECT g, 'a' || g, g FROM generate_series(1, 100) g`)
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	schemaPubs := e.srcMajor() >= 15 // new tables are published (FOR TABLES IN SCHEMA)
+	var triggers int
+	if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'").Scan(&triggers); err != nil || triggers != 0 {
+		t.Fatalf("--ddl=relation installed %d event triggers (%v)", triggers, err)
+	}
+	// One engine running: each new Relation is compared with the one before.
+	stop := e.startOnce(cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE f ADD COLUMN c text`)
+	e.srcExec(`INSERT INTO f VALUES (101, 'x', 1, 'c101'); UPDATE f SET c = 'u' WHERE id = 5`)
+	e.srcExec(`ALTER TABLE f DROP COLUMN a`)
+	e.srcExec(`INSERT INTO f VALUES (102, 2, 'c102')`)
+	e.srcExec(`ALTER TABLE f ALTER COLUMN b TYPE bigint`)
+	e.srcExec(`INSERT INTO f VALUES (103, 9000000000, 'big')`)
+	// A new table of the published schema: created from its first
+	// Relation message (--create-tables).
+	if schemaPubs {
+		e.srcExec(`CREATE TABLE fnew (k text PRIMARY KEY, v numeric(8,3)); INSERT INTO fnew VALUES ('a', 1.5), ('b', NULL)`)
+	}
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	e.assertSameTable("public.f", "id")
+	if schemaPubs {
+		e.assertSameTable("public.fnew", "k")
+	}
+	// A change while no engine runs: compared with the target.
+	e.srcExec(`ALTER TABLE f ADD COLUMN e int`)
+	e.srcExec(`INSERT INTO f VALUES (110, 10, 'ten', 10)`)
+	e.catchUp(cfg)
+	e.assertSameTable("public.f", "id")
+
+	e.srcExec(`ALTER TABLE f RENAME COLUMN c TO d`)
+	e.srcExec(`INSERT INTO f VALUES (104, 4, 'renamed')`)
+	e.mustFail(cfg, "public.f", `"c"`, `"d"`, "RENAME", "at 0/")
+	if cols := strings.Join(columnsOf(t, e.Tgt, "public.f"), ", "); !strings.Contains(cols, "c text") {
+		t.Errorf("the target lost column c: %s", cols)
+	}
+}
+
+// TestDDLDropRemovesTrigger: `repstream drop` removes the event trigger,
+// its functions and state from the source.
+func TestDDLDropRemovesTrigger(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE dr (id int PRIMARY KEY)`)
+	cfg := e.config("public.dr")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	count := func() (n int) {
+		if err := e.Src.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%')
+			+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'ddl\_%' AND pronamespace = to_regnamespace('repstream'))
+			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 6 {
+		t.Fatalf("after run: %d of the 2 event triggers, 3 functions and the schema on the source, want 6", n)
+	}
+	e.waitSlotReleased(cfg.Slot)
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("after drop: %d event triggers, functions or schema left on the source", n)
+	}
+	e.srcExec(`ALTER TABLE dr ADD COLUMN x int`) // no trigger left to fail
+}
+
+// TestDDLBinaryRestart: in binary mode, a type change both sides make
+// (int -> bigint) keeps binary; one binary cannot carry (to an enum) stops
+// the run with an error that says to restart — and the restarted run
+// (which then uses text) applies everything.
+func TestDDLBinaryRestart(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TYPE mood AS ENUM ('sad', 'ok')`)
+	e.srcExec(`CREATE TABLE b (id int PRIMARY KEY, n int, v text); INSERT INTO b VALUES (1, 1, 'ok')`)
+	cfg := e.config("public.b")
+	cfg.CreateTables = true
+	format := func(reg *stats.Registry) string {
+		for _, c := range reg.Snapshot().Components {
+			if c.Name == "capture" {
+				return c.Info["format"]
+			}
+		}
+		return ""
+	}
+	if f := format(e.catchUp(cfg)); f != "binary" {
+		t.Fatalf("format %q, want binary", f)
+	}
+	stop := e.startOnce(cfg) // binary: the types match
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE b ALTER COLUMN n TYPE bigint; INSERT INTO b VALUES (2, 5000000000, 'sad')`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	e.assertSameTable("public.b", "id")
+	e.srcExec(`ALTER TABLE b ALTER COLUMN v TYPE mood USING v::mood; INSERT INTO b VALUES (3, 3, 'ok')`)
+	e.waitSlotReleased(cfg.Slot) // the engine stopped
+	err := stop()
+	if err == nil {
+		t.Fatal("the run went on after a type binary cannot carry")
+	}
+	wantInError(t, err, `column "v" of public.b`, "restart repstream")
+	if f := format(e.catchUp(cfg)); f != "text" {
+		t.Errorf("format %q after the restart, want text", f)
+	}
+	e.assertSameTable("public.b", "id")
+}

@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// publicationSQL returns the tables --tables names now and the CREATE
+// PUBLICATION statement (without WITH options) for them: "schema.*"
+// patterns become FOR TABLES IN SCHEMA (PostgreSQL 15+, and it needs a
+// superuser), so that tables created there later are published — and
+// replicated, their CREATE TABLE reaching the target through the schema
+// change messages; named tables stay FOR TABLE. Otherwise (PostgreSQL 14,
+// or no superuser) every pattern becomes a FOR TABLE list, as the tables
+// are now: a table created later needs adding to the publication.
+func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) ([]schema.TableName, string, error) {
+	schemas, tablePatterns, err := schema.SplitSchemaPatterns(patterns)
+	if err != nil {
+		return nil, "", fmt.Errorf("--tables: %w", err)
+	}
+	var version int
+	var super bool
+	if err := src.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&version, &super); err != nil {
+		return nil, "", fmt.Errorf("create publication %q: look up the source's version and role: %w", pub, err)
+	}
+	if len(schemas) == 0 || version < 150000 || !super {
+		if len(schemas) > 0 {
+			log.Warn("--tables: schema patterns become a list of the tables there now (FOR TABLES IN SCHEMA needs PostgreSQL 15 and a superuser): a table created later is not replicated until it is added to the publication",
+				"publication", pub, "schemas", strings.Join(schemas, ","))
+		}
+		names, err := schema.ResolveTables(ctx, src, patterns)
+		if err != nil {
+			return nil, "", fmt.Errorf("resolve --tables on the source: %w", err)
+		}
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = n.Quoted()
+		}
+		return names, "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR TABLE " + strings.Join(quoted, ", "), nil
+	}
+	var parts []string
+	var names []schema.TableName
+	for _, sch := range schemas {
+		var exists bool
+		if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)", sch).Scan(&exists); err != nil {
+			return nil, "", fmt.Errorf("resolve --tables on the source: %w", err)
+		}
+		if !exists {
+			return nil, "", fmt.Errorf("resolve --tables on the source: schema %q does not exist", sch)
+		}
+		parts = append(parts, "TABLES IN SCHEMA "+change.QuoteIdent(sch))
+		// Its tables now (possibly none), for the partitioned-table check.
+		if in, err := schema.ResolveTables(ctx, src, []string{change.QuoteIdent(sch) + ".*"}); err == nil {
+			names = append(names, in...)
+		}
+	}
+	if len(tablePatterns) > 0 {
+		named, err := schema.ResolveTables(ctx, src, tablePatterns)
+		if err != nil {
+			return nil, "", fmt.Errorf("resolve --tables on the source: %w", err)
+		}
+		quoted := make([]string, len(named))
+		for i, n := range named {
+			quoted[i] = n.Quoted()
+		}
+		parts = append(parts, "TABLE "+strings.Join(quoted, ", "))
+		names = append(names, named...)
+	}
+	return names, "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR " + strings.Join(parts, ", "), nil
+}

@@ -1,0 +1,188 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func sp(s string) *string { return &s }
+
+// tgt builds a target table from "name type" pairs (a trailing " NOT NULL"
+// sets NotNull).
+func tgt(cols ...string) *Table {
+	t := &Table{Schema: "public", Name: "t"}
+	for _, c := range cols {
+		name, typ, _ := strings.Cut(c, " ")
+		col := Column{Name: name, Type: typ}
+		if s, ok := strings.CutSuffix(typ, " NOT NULL"); ok {
+			col.Type, col.NotNull = s, true
+		}
+		t.Columns = append(t.Columns, col)
+	}
+	return t
+}
+
+func col(num int, name, typ string) DDLColumn { return DDLColumn{Num: num, Name: name, Type: typ} }
+
+func msg(tag string, old []DDLColumn, cols ...DDLColumn) *DDLMessage {
+	m := &DDLMessage{Tag: tag, DDLTable: DDLTable{Schema: "public", Name: "t", Columns: cols}}
+	if old != nil {
+		m.Old = &DDLTable{Schema: "public", Name: "t", Columns: old}
+	}
+	return m
+}
+
+// TestAlterSQL: the diff between the target table and a schema-change
+// message, for every kind of change; golden file testdata/alter.txt.
+func TestAlterSQL(t *testing.T) {
+	id := col(1, "id", "integer")
+	id.NotNull = true
+	v := col(2, "v", "text")
+	withDefault := col(3, "n", "integer")
+	withDefault.Default, withDefault.HasMissing, withDefault.Missing = sp("42"), true, sp("42")
+	stable := col(3, "ts", "timestamp with time zone")
+	stable.Default, stable.HasMissing, stable.Missing = sp("now()"), true, sp("2026-11-24 14:00:00.123456+00")
+	volatile := col(3, "r", "double precision")
+	volatile.Default = sp("random()")
+	nullDefault := col(3, "z", "integer")
+	nullDefault.Default = sp("NULL::integer")
+	ident := col(3, "k", "bigint")
+	ident.Identity, ident.NotNull = "d", true
+	gen := col(3, "g", "integer")
+	gen.Generated = sp("(id * 2)")
+	quoted := col(3, `we"ird col`, "text")
+	quoted.HasMissing, quoted.Missing, quoted.Default = true, sp("it's"), sp("'it''s'::text")
+	vNotNull := v
+	vNotNull.NotNull = true
+	vDefault := v
+	vDefault.Default = sp("'x'::text")
+	vBig := col(2, "v", "bigint")
+	renamedV := col(2, "w", "text")
+
+	cases := []struct {
+		name  string
+		cur   *Table
+		m     *DDLMessage
+		empty bool
+	}{
+		{"add column, constant default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, withDefault), false},
+		{"add column, stable default (now())", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, stable), false},
+		{"add column, volatile default, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), false},
+		{"add column, volatile default, empty", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), true},
+		{"add column, NULL default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, nullDefault), false},
+		{"add identity, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, ident), false},
+		{"add generated", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, gen), false},
+		{"add quoted", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, quoted), false},
+		{"rename column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
+		{"rename column, already done", tgt("id integer NOT NULL", "w text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
+		{"drop column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id), false},
+		{"drop and add same name", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, col(3, "v", "integer")), false},
+		{"target-only column kept", tgt("id integer NOT NULL", "v text", "extra text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, withDefault), false},
+		{"type int to bigint", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vBig), false},
+		{"type already changed on target", tgt("id integer NOT NULL", "v bigint"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vBig), false},
+		{"set not null", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vNotNull), false},
+		{"drop not null", tgt("id integer NOT NULL", "v text NOT NULL"), msg("ALTER TABLE", []DDLColumn{id, vNotNull}, id, v), false},
+		{"set default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vDefault), false},
+		{"drop default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, vDefault}, id, v), false},
+		{"no old: add", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, v, withDefault), false},
+		{"no old: rename-looking", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, renamedV), false},
+		{"no old: extra column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id), false},
+		{"rename: target has neither", tgt("id integer NOT NULL", "x text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
+	}
+	var b strings.Builder
+	for _, tc := range cases {
+		fmt.Fprintf(&b, "== %s\n", tc.name)
+		stmts, err := AlterSQL(tc.cur, tc.m, tc.empty)
+		for _, s := range stmts {
+			fmt.Fprintf(&b, "%s;\n", s)
+		}
+		if err != nil {
+			fmt.Fprintf(&b, "ERROR: %v\n", err)
+		}
+	}
+	// Table renames.
+	m := msg("ALTER TABLE", []DDLColumn{id}, id)
+	m.Name, m.Schema = "t2", "other"
+	m.Old.Name = "t"
+	stmts, err := AlterSQL(tgt("id integer NOT NULL"), m, false)
+	fmt.Fprintf(&b, "== rename and move table\n%s;\nerr=%v\n", strings.Join(stmts, ";\n"), err)
+	checkGolden(t, "alter.txt", b.String())
+
+	if _, err := AlterSQL(tgt("id integer", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), false); !errors.Is(err, ErrVolatileDefault) {
+		t.Errorf("volatile default: %v, want ErrVolatileDefault", err)
+	}
+	if _, err := AlterSQL(tgt("id integer", "v text"), msg("ALTER TABLE", nil, id, renamedV), false); !errors.Is(err, ErrLooksRenamed) {
+		t.Errorf("rename without old definition: %v, want ErrLooksRenamed", err)
+	}
+}
+
+// TestRelationAlterSQL: the fallback diff of two Relation versions against
+// the target; golden file testdata/alter_relation.txt.
+func TestRelationAlterSQL(t *testing.T) {
+	rc := func(pairs ...string) []RelColumn {
+		var out []RelColumn
+		for _, p := range pairs {
+			n, typ, _ := strings.Cut(p, " ")
+			out = append(out, RelColumn{Name: n, Type: typ})
+		}
+		return out
+	}
+	cases := []struct {
+		name       string
+		cur        *Table
+		prev, next []RelColumn
+	}{
+		{"add", tgt("id integer", "v text"), rc("id integer", "v text"), rc("id integer", "v text", "n integer")},
+		{"drop", tgt("id integer", "v text"), rc("id integer", "v text"), rc("id integer")},
+		{"type", tgt("id integer", "v integer"), rc("id integer", "v integer"), rc("id integer", "v bigint")},
+		{"type already on target", tgt("id integer", "v bigint"), rc("id integer", "v integer"), rc("id integer", "v bigint")},
+		{"rename-looking", tgt("id integer", "v text"), rc("id integer", "v text"), rc("id integer", "w text")},
+		{"user type", tgt("id integer", "v text"), rc("id integer", "v text"), rc("id integer", "v text", "m ")},
+		{"first sight: add", tgt("id integer"), nil, rc("id integer", "n integer")},
+		{"first sight: nothing", tgt("id integer", "extra text"), nil, rc("id integer")},
+		{"first sight: rename-looking", tgt("id integer", "v text"), nil, rc("id integer", "w text")},
+		{"no change", tgt("id integer", "v text"), rc("id integer", "v text"), rc("id integer", "v text")},
+	}
+	var b strings.Builder
+	for _, tc := range cases {
+		fmt.Fprintf(&b, "== %s\n", tc.name)
+		stmts, notes, err := RelationAlterSQL(tc.cur, tc.prev, tc.next)
+		for _, s := range stmts {
+			fmt.Fprintf(&b, "%s;\n", s)
+		}
+		for _, n := range notes {
+			fmt.Fprintf(&b, "note: %s\n", n)
+		}
+		if err != nil {
+			fmt.Fprintf(&b, "ERROR: %v\n", err)
+		}
+	}
+	checkGolden(t, "alter_relation.txt", b.String())
+}
+
+// TestDDLMessageCreateSQL: a CREATE TABLE message becomes the statements
+// that make the table on the target.
+func TestDDLMessageCreateSQL(t *testing.T) {
+	m, err := ParseDDLMessage([]byte(`{"tag":"CREATE TABLE","oid":16400,"schema":"app","name":"n","kind":"r","ident":"d","pubs":["p"],"pkey":["id"],
+		"columns":[{"num":1,"name":"id","type":"integer","typeoid":23,"typmod":-1,"notnull":true,"default":"nextval('app.n_id_seq'::regclass)","identity":"","hasmissing":false,"missing":null,"seq":"app.n_id_seq"},
+		{"num":2,"name":"v","type":"character varying(10)","typeoid":1043,"typmod":14,"notnull":false,"default":null,"identity":"","hasmissing":false,"missing":null,"seq":null}],"old":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Creates() || !m.Publishes("p") || m.Publishes("q") {
+		t.Errorf("Creates=%v Publishes(p)=%v Publishes(q)=%v", m.Creates(), m.Publishes("p"), m.Publishes("q"))
+	}
+	checkGolden(t, "create_from_message.sql", strings.Join(m.CreateSQL(), ";\n")+";\n")
+}
+
+func TestSplitSchemaPatterns(t *testing.T) {
+	schemas, tables, err := SplitSchemaPatterns([]string{"app.*", "public.t", `"We.ird".*`, "app.*", `s."*"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(schemas) != "[app We.ird]" || fmt.Sprint(tables) != `[public.t s."*"]` {
+		t.Errorf("schemas %q tables %q", schemas, tables)
+	}
+}

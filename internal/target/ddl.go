@@ -1,0 +1,218 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Schema changes, applied in the target transaction of the source
+// transaction that made them, at their position among its rows:
+//
+//   - an OpDDL change (the source's event trigger) is diffed against the
+//     target table (schema.AlterSQL) — or creates / drops the table;
+//   - with WriterOptions.RelationDDL (no event trigger), the first change
+//     of a new relation version diffs it against its previous version
+//     (change.Relation.Previous) and the target table
+//     (schema.RelationAlterSQL), before the change is planned.
+//
+// Everything buffered is sent first, so the DDL sits exactly between the
+// rows before and after it. The coordinator applies such transactions
+// alone (a barrier), so no other worker holds the table meanwhile.
+//
+// Plans are cached per *change.Relation, and pgoutput describes a table
+// anew (a new *change.Relation) after every change to its definition: the
+// changes after a DDL never use a plan made before it, on any worker. The
+// writer that applies the DDL also forgets its plans and COPY buffer of the
+// table (forget), so nothing of the old definition survives there either.
+
+// ddl applies one schema-change message.
+func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
+	msg, err := schema.ParseDDLMessage(c.DDLContent())
+	if err != nil {
+		return fmt.Errorf("apply schema change at %s: %w", c.LSN, err)
+	}
+	tn := msg.TableName()
+	fail := func(err error) error {
+		return fmt.Errorf("apply schema change %q of %s at %s: %w", msg.Tag, tn, c.LSN, err)
+	}
+	if msg.Error != "" {
+		return fail(fmt.Errorf("the source's event trigger could not describe the table (%s): make the change on the target yourself, then restart", msg.Error))
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return fail(err)
+	}
+	defer w.forget(tn)
+	if msg.Dropped {
+		if err := w.exec(ctx, "DROP TABLE IF EXISTS "+tn.Quoted()); err != nil {
+			return fail(err)
+		}
+		w.log.Info("dropped table on the target, as on the source", "table", tn, "lsn", c.LSN)
+		return nil
+	}
+	cur, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && msg.Old.TableName() != tn {
+		// Renamed (or moved to another schema) on the source.
+		defer w.forget(msg.Old.TableName())
+		cur, err = schema.LoadTable(ctx, w.conn, msg.Old.Schema, msg.Old.Name)
+	}
+	switch {
+	case errors.Is(err, schema.ErrTableNotFound) && msg.Creates():
+		for _, sql := range msg.CreateSQL() {
+			if err := w.exec(ctx, sql); err != nil {
+				return fail(fmt.Errorf("create the table on the target (%s): %w", sql, err))
+			}
+		}
+		w.log.Info("created table on the target, as on the source", "table", tn, "lsn", c.LSN)
+		return nil
+	case errors.Is(err, schema.ErrTableNotFound):
+		return fail(fmt.Errorf("%w on the target: create (or rename) it there as on the source, then restart", err))
+	case err != nil:
+		return fail(err)
+	}
+	stmts, err := schema.AlterSQL(cur, msg, false)
+	if errors.Is(err, schema.ErrVolatileDefault) {
+		var empty bool
+		if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+cur.TableName().Quoted()+")").Scan(&empty); qerr != nil {
+			return fail(qerr)
+		}
+		if empty {
+			stmts, err = schema.AlterSQL(cur, msg, true)
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	for _, sql := range stmts {
+		if err := w.exec(ctx, sql); err != nil {
+			return fail(fmt.Errorf("%s: %w", sql, err))
+		}
+	}
+	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", c.LSN)
+	return nil
+}
+
+// forget drops the cached plans and COPY buffer of a table (nothing of it
+// may be buffered).
+func (w *Writer) forget(tn schema.TableName) {
+	for rel, p := range w.plans {
+		if p.name == tn {
+			delete(w.plans, rel)
+		}
+	}
+	if tb := w.copies.tables[tn]; tb != nil && !tb.dirty && !tb.inBatch {
+		delete(w.copies.tables, tn)
+	}
+}
+
+// followRelation is the fallback (WriterOptions.RelationDDL) for a relation
+// version the Writer has no plan for: it changes the target table as rel
+// differs from its previous version, or creates it from rel when it is
+// missing and CreateTables is set. tab and loadErr are what loading the
+// target table returned; it returns the table as it is then.
+func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *schema.Table, loadErr error) (*schema.Table, error) {
+	tn := schema.TableName{Schema: rel.Namespace, Name: rel.Name}
+	if errors.Is(loadErr, schema.ErrTableNotFound) && w.opts.CreateTables {
+		next, err := w.relColumns(ctx, rel)
+		if err != nil {
+			return nil, err
+		}
+		nt := &schema.Table{Schema: tn.Schema, Name: tn.Name, ReplicaIdentity: rel.ReplicaIdentity}
+		for i, c := range next {
+			if c.Type == "" {
+				return nil, fmt.Errorf("create %s on the target from its description: column %q has a type that is not built in: create the table on the target yourself", tn, c.Name)
+			}
+			key := rel.Columns[i].Key
+			nt.Columns = append(nt.Columns, schema.Column{Name: c.Name, Type: c.Type, NotNull: key})
+			if key {
+				nt.IdentityKey = append(nt.IdentityKey, c.Name)
+			}
+		}
+		if rel.ReplicaIdentity == change.IdentityDefault {
+			nt.PrimaryKey = nt.IdentityKey
+		}
+		stmts := append([]string{schema.CreateSchemaSQL(tn.Schema), schema.CreateTableSQL(nt)}, schema.ReplicaIdentitySQL(nt)...)
+		if err := w.execDDL(ctx, tn, stmts); err != nil {
+			return nil, err
+		}
+		w.log.Info("created table on the target from its first description in the stream (--create-tables)", "table", tn)
+		return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+	}
+	if loadErr != nil {
+		return nil, fmt.Errorf("%w on target", loadErr)
+	}
+	next, err := w.relColumns(ctx, rel)
+	if err != nil {
+		return nil, err
+	}
+	var prev []schema.RelColumn
+	if rel.Previous != nil {
+		if prev, err = w.relColumns(ctx, rel.Previous); err != nil {
+			return nil, err
+		}
+	}
+	stmts, notes, err := schema.RelationAlterSQL(tab, prev, next)
+	if err != nil {
+		return nil, err
+	}
+	if len(stmts) == 0 {
+		return tab, nil
+	}
+	if err := w.execDDL(ctx, tn, stmts); err != nil {
+		return nil, err
+	}
+	for _, n := range notes {
+		w.log.Warn(n)
+	}
+	w.log.Info("changed the target table as the source's description changed (--ddl=relation)", "table", tn, "statements", len(stmts))
+	return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+}
+
+// execDDL sends everything buffered, then stmts, in the transaction.
+func (w *Writer) execDDL(ctx context.Context, tn schema.TableName, stmts []string) error {
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
+	w.forget(tn)
+	for _, sql := range stmts {
+		if err := w.exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	return nil
+}
+
+// relColumns names rel's column types as the target formats them; a type
+// that is not built in gets "" (its OID means nothing on the target).
+func (w *Writer) relColumns(ctx context.Context, rel *change.Relation) ([]schema.RelColumn, error) {
+	oids := make([]uint32, len(rel.Columns))
+	mods := make([]int32, len(rel.Columns))
+	for i, c := range rel.Columns {
+		oids[i], mods[i] = c.TypeOID, c.TypeMod
+	}
+	rows, err := w.conn.Query(ctx, `SELECT CASE WHEN o < $3 THEN pg_catalog.format_type(o, m) ELSE '' END
+		FROM unnest($1::oid[], $2::int4[]) WITH ORDINALITY AS u(o, m, i) ORDER BY i`, oids, mods, uint32(FirstNormalOID))
+	if err != nil {
+		return nil, fmt.Errorf("name the column types of %s on the target: %w", rel, err)
+	}
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("name the column types of %s on the target: %w", rel, err)
+	}
+	out := make([]schema.RelColumn, len(rel.Columns))
+	for i, c := range rel.Columns {
+		out[i] = schema.RelColumn{Name: c.Name, Type: types[i]}
+	}
+	return out, nil
+}
