@@ -64,6 +64,7 @@ type Engine struct {
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch
 	walsenderPID uint32
+	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips (tablesync.go).
 	tables *apply.TableFilter
@@ -123,6 +124,9 @@ func (e *Engine) run(ctx context.Context) error {
 	if err := checkReplicationAttribute(ctx, src, cfg.Source); err != nil {
 		return err
 	}
+	// Both servers answered and passed the checks: from here on a lost
+	// connection is a fault to ride through, not a wrong configuration.
+	e.reachedOnce = true
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
 	}

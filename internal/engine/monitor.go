@@ -57,7 +57,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			err = merr
 		}
 	}()
-	return e.run(mctx)
+	return e.runResilient(mctx)
 }
 
 // setPhase records the run's phase (starting, copying, streaming,

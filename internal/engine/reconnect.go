@@ -99,6 +99,37 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 	}
 }
 
+// runResilient runs the whole of a run — checks, slot, initial copy,
+// streaming — again after a transient fault outside streaming (a server
+// restarting during the start or the initial copy, which the next attempt
+// resumes), once both servers have answered and passed the start checks:
+// before that, a server that cannot be reached is a wrong configuration
+// and is reported at once. Streaming faults are handled closer, by
+// streamResilient.
+func (e *Engine) runResilient(ctx context.Context) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = time.Second
+	bo.Multiplier = 2
+	bo.RandomizationFactor = 0.3
+	bo.MaxInterval = e.cfg.ReconnectMaxWait
+	for attempt := 1; ; attempt++ {
+		err := e.run(ctx)
+		if err == nil || ctx.Err() != nil || !e.reachedOnce || !pgerr.Transient(err) {
+			return err
+		}
+		wait := bo.NextBackOff()
+		side := sideOf(err)
+		e.stats.Component(side).Counter("reconnects").Add(1)
+		e.log.Warn("connection lost before streaming: starting over", "side", side, "attempt", attempt,
+			"in", wait.Round(time.Millisecond), "cause", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
 // streamOnce runs one streaming attempt on a fresh admin connection to the
 // target (the persister's).
 func (e *Engine) streamOnce(ctx context.Context, prog target.Progress, initialFlush change.LSN) error {
