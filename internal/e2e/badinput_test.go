@@ -517,6 +517,17 @@ func TestBadInputMissingTargetTable(t *testing.T) {
 		if n := e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"'"); n != 0 {
 			t.Errorf("the refused run created the replication slot")
 		}
+		// Nothing else is left behind either: no publication, no
+		// schema-change trigger on the source, no state on the target.
+		if n := e.count(e.Src, "SELECT count(*) FROM pg_publication"); n != 0 {
+			t.Errorf("the refused run left %d publication(s) on the source", n)
+		}
+		if n := e.count(e.Src, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'"); n != 0 {
+			t.Errorf("the refused run left %d event trigger(s) on the source", n)
+		}
+		if n := e.count(e.Tgt, "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'"); n != 0 {
+			t.Errorf("the refused run left the state schema on the target")
+		}
 		// Fixed: create it (by hand here; --create-tables is covered elsewhere).
 		e.tgtExec(`CREATE TABLE b (id int PRIMARY KEY, v text)`)
 		e.catchUp(cfg)

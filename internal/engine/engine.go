@@ -65,6 +65,7 @@ type Engine struct {
 	watch        *target.LinkWatch
 	walsenderPID uint32
 	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
+	slotCreated  bool // this run created the slot: what it made before is kept (undo.go)
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips (tablesync.go).
 	tables *apply.TableFilter
@@ -92,7 +93,7 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 func (e *Engine) Stats() *stats.Registry { return e.stats }
 
 // run is Run under the monitor (monitor.go).
-func (e *Engine) run(ctx context.Context) error {
+func (e *Engine) run(ctx context.Context) (err error) {
 	if err := e.cfg.Validate(); err != nil {
 		return err
 	}
@@ -127,6 +128,22 @@ func (e *Engine) run(ctx context.Context) error {
 	// Both servers answered and passed the checks: from here on a lost
 	// connection is a fault to ride through, not a wrong configuration.
 	e.reachedOnce = true
+	// A first start that fails before its slot exists leaves nothing
+	// behind: what it created is removed again (newest first).
+	firstStart, err := slotMissing(ctx, src, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var undo undoList
+	e.slotCreated = false
+	defer func() {
+		if err != nil && firstStart && !e.slotCreated {
+			undo.run(ctx, e.log)
+		}
+	}()
+	if err := undo.stateSchema(ctx, tgt, cfg.Slot); err != nil {
+		return err
+	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
 	}
@@ -150,6 +167,7 @@ func (e *Engine) run(ctx context.Context) error {
 		return err
 	}
 	if createdPub {
+		undo.publication(src, cfg.Publication)
 		// Recorded at once, so that drop removes it even if this run fails
 		// before the slot exists.
 		if err := target.MarkPublicationCreated(ctx, tgt, cfg.Slot); err != nil {
@@ -162,6 +180,9 @@ func (e *Engine) run(ctx context.Context) error {
 		if err := e.widenPublication(ctx, src, tgt); err != nil {
 			return err
 		}
+	}
+	if err := undo.ddlTrigger(ctx, src); err != nil {
+		return err
 	}
 	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, e.log); err != nil {
 		return err
@@ -431,6 +452,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	if err != nil {
 		return 0, fmt.Errorf("create replication slot %q on the source: %w", cfg.Slot, err)
 	}
+	e.slotCreated = true
 	low, err := change.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return 0, err
