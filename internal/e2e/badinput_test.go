@@ -872,3 +872,24 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestBadInputKeylessTable: a table without a primary key or replica
+// identity that repstream would publish is refused before anything is
+// left behind — once published, the source would refuse its UPDATEs and
+// DELETEs; after REPLICA IDENTITY FULL it replicates.
+func TestBadInputKeylessTable(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE logs (at timestamptz, line text)`)
+	e.srcExec(`INSERT INTO logs VALUES (now(), 'one'), (now(), 'two')`)
+	cfg := e.config("public.*")
+	e.mustFail(cfg, "public.logs", "no primary key", "REPLICA IDENTITY FULL")
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_publication"); n != 0 {
+		t.Errorf("the refused run left %d publication(s) on the source", n)
+	}
+	e.srcExec(`UPDATE logs SET line = line || '!'`) // the source still takes updates
+	e.srcExec(`ALTER TABLE logs REPLICA IDENTITY FULL`)
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE logs SET line = 'changed' WHERE line = 'one!'`)
+	e.catchUp(cfg)
+	e.assertSame("logs", "line")
+}

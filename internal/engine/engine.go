@@ -195,7 +195,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
 	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
-	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables)
+	// A keyless table that repstream itself would publish is refused: once
+	// published, the source refuses its UPDATEs and DELETEs — the run
+	// would break the application writing it.
+	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, createdPub)
 	if err != nil {
 		return err
 	}
@@ -567,17 +570,21 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 // Tables are created with what they need — their schema and the
 // user-defined types of their columns (enums, composites, domains, ranges,
 // dependencies first) — in one target transaction: all of it, or nothing.
-func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create bool) (noBinary string, err error) {
+func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create, refuseKeyless bool) (noBinary string, err error) {
 	log := e.log
 	var missing []*schema.Table
-	var problems []string
+	var problems, keyless []string
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
 			return "", fmt.Errorf("source table %s: %w", t, err)
 		}
 		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
-			log.Warn("source table has no primary key and no replica identity: its UPDATEs and DELETEs fail on the source (ALTER TABLE ... REPLICA IDENTITY FULL)", "table", t.String())
+			if refuseKeyless {
+				keyless = append(keyless, t.String()+": no primary key and no replica identity: published, the source would refuse its UPDATEs and DELETEs (ALTER TABLE "+t.Quoted()+" REPLICA IDENTITY FULL, or add a primary key; or leave it out of --tables)")
+			} else {
+				log.Warn("source table has no primary key and no replica identity: its UPDATEs and DELETEs fail on the source (ALTER TABLE ... REPLICA IDENTITY FULL)", "table", t.String())
+			}
 		}
 		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
 		if err == nil {
@@ -599,6 +606,9 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		if noBinary == "" {
 			noBinary = binaryProblem(st, st)
 		}
+	}
+	if len(keyless) > 0 {
+		return "", fmt.Errorf("tables repstream would publish cannot be replicated as they are:\n  %s", strings.Join(keyless, "\n  "))
 	}
 	if len(problems) > 0 && e.schemaMayLag {
 		// Apply stops at the change that cannot be applied, if any.
