@@ -53,6 +53,7 @@ interval instead (every component, every apply worker).`,
 				return err
 			}
 			if format == "text" {
+				fmt.Fprintln(stdout, monitor.Legend)
 				fmt.Fprintln(stdout, monitor.Header)
 			}
 			enc := json.NewEncoder(stdout)

@@ -118,8 +118,9 @@ func TestAdviseApplyBottleneck(t *testing.T) {
 	}
 	t.Logf("top:\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TIME") || !strings.Contains(lines[2], "| APL(1) ") || !strings.Contains(lines[2], "CAP ") {
-		t.Fatalf("top printed %d lines, want a header and 2 lines with CAP and APL(1):\n%s", len(lines), out)
+	if len(lines) != 4 || !strings.Contains(lines[0], "capture") || !strings.Contains(lines[0], "apply") || !strings.HasPrefix(lines[1], "TIME") ||
+		!strings.Contains(lines[3], "| APL(1) ") || !strings.Contains(lines[3], "CAP ") {
+		t.Fatalf("top printed %d lines, want a legend naming capture and apply, a header and 2 lines with CAP and APL(1):\n%s", len(lines), out)
 	}
 	out, errOut, err = runCLI(t, time.Minute, "top", "--http", addr, "--interval", "1s", "--count", "1", "--format", "json")
 	if err != nil {

@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// Legend is the line `repstream top` prints first: the components the
+// abbreviations of FormatLine name (at most 80 columns).
+const Legend = "CAP capture, Q queue, APL apply workers; B/I/F: % busy/idle/flow control"
+
 // Header is the line `repstream top` prints before the first interval: what
 // the abbreviations of FormatLine stand for.
 const Header = "TIME     CAP chg/s B/s B/I/F% | Q mem [SP spilled] | APL(n) chg/s B/I/F% | lag"
