@@ -43,8 +43,13 @@ func TestSchemaChangesAndConflictsTogether(t *testing.T) {
 	e.srcExec(`UPDATE items SET qty = 9000000000 WHERE id = 4`)
 	e.srcExec(`ALTER TABLE items DROP COLUMN obsolete`)
 	e.srcExec(`INSERT INTO items (id, title, qty) VALUES (103, 'after drop', 3)`)
-	e.srcExec(`CREATE TABLE orders (id int PRIMARY KEY, item int, at timestamptz DEFAULT now())`)
-	e.srcExec(`INSERT INTO orders (id, item) SELECT g, g FROM generate_series(1, 20) g`)
+	// A new table reaches the target when the publication is FOR TABLES IN
+	// SCHEMA (PostgreSQL 15+; on 14 a new table needs `tables add`).
+	schemaPubs := e.srcMajor() >= 15
+	if schemaPubs {
+		e.srcExec(`CREATE TABLE orders (id int PRIMARY KEY, item int, at timestamptz DEFAULT now())`)
+		e.srcExec(`INSERT INTO orders (id, item) SELECT g, g FROM generate_series(1, 20) g`)
+	}
 	// Conflicts made on the target: a row the source will insert too, and
 	// a row deleted that the source will update.
 	e.waitCaughtUp(cfg.Slot, time.Minute)
@@ -54,7 +59,9 @@ func TestSchemaChangesAndConflictsTogether(t *testing.T) {
 	e.srcExec(`UPDATE items SET qty = qty + 1000 WHERE id = 7`)
 	// Later transactions go on.
 	e.srcExec(`INSERT INTO items (id, title, qty) SELECT g, 'later', g FROM generate_series(600, 650) g`)
-	e.srcExec(`INSERT INTO orders (id, item) VALUES (21, 600)`)
+	if schemaPubs {
+		e.srcExec(`INSERT INTO orders (id, item) VALUES (21, 600)`)
+	}
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
 		t.Fatalf("the engine stopped with an error: %v", err)
@@ -71,7 +78,9 @@ func TestSchemaChangesAndConflictsTogether(t *testing.T) {
 			t.Errorf("errors list does not show %q:\n%s", s, list)
 		}
 	}
-	e.assertSameTable("public.orders", "id")
+	if schemaPubs {
+		e.assertSameTable("public.orders", "id")
+	}
 	e.assertSame("(SELECT * FROM items WHERE id NOT IN (7, 500))", "id")
 
 	e.tgtExec(`DELETE FROM items WHERE id = 500`)
@@ -85,5 +94,7 @@ func TestSchemaChangesAndConflictsTogether(t *testing.T) {
 	}
 	e.catchUp(cfg)
 	e.assertSameTable("public.items", "id")
-	e.assertSameTable("public.orders", "id")
+	if schemaPubs {
+		e.assertSameTable("public.orders", "id")
+	}
 }
