@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -352,4 +354,72 @@ func TestFaultsLinks(t *testing.T) {
 	if tg.Counters["silent_links"] == 0 {
 		t.Fatal("the frozen target link was not closed by the link watch")
 	}
+}
+
+// TestFaultsSIGTERM: the repstream process, waiting to reconnect to a
+// target that is down, exits 0 promptly on SIGTERM, as it does while
+// streaming; nothing is lost — the next run catches up and the tables are
+// equal.
+func TestFaultsSIGTERM(t *testing.T) {
+	src := pgtest.Cluster(t, pgcluster.Options{Name: "termsrc", Fast: true})
+	tgt := pgtest.Cluster(t, pgcluster.Options{Name: "termtgt", Fast: true})
+	e := newEnvOn(t, src, tgt)
+	e.both(faultsSchema)
+	cfg := e.config("public.faults_a", "public.faults_b")
+	cfg.ReconnectMaxWait = 5 * time.Second
+	l := startLoad(t, e.src.DSN(e.srcDB))
+	bin := repstreamBinary(t)
+	start := func() (*exec.Cmd, *syncBuffer) {
+		var out syncBuffer
+		cmd := exec.Command(bin, args(cfg, "--progress", "0")...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, &out
+	}
+	term := func(cmd *exec.Cmd, out *syncBuffer, when string) {
+		t.Helper()
+		began := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: SIGTERM: the process exited with %v\n%s", when, err, out.tail(30))
+			}
+			t.Logf("%s: exited 0 %s after SIGTERM", when, time.Since(began).Round(time.Millisecond))
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("%s: still running 15s after SIGTERM\n%s", when, out.tail(30))
+		}
+	}
+
+	cmd, out := start()
+	e.flowing(time.Minute, nil, out)
+	term(cmd, out, "streaming")
+
+	cmd, out = start()
+	e.flowing(time.Minute, nil, out)
+	ctx := context.Background()
+	e.Tgt.Close(ctx)
+	if err := tgt.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the engine to wait for the target", time.Minute, func() (bool, error) {
+		return strings.Contains(out.tail(50), "reconnecting"), nil
+	})
+	term(cmd, out, "waiting to reconnect")
+
+	if err := tgt.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.halt()
+	e.connect()
+	e.catchUp(cfg)
+	e.assertSame("faults_a", "id")
+	e.assertSame("faults_b", "id")
 }
