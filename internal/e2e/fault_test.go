@@ -201,6 +201,46 @@ func (e *env) runEngine(cfg config.Config, reg *stats.Registry, log *syncBuffer)
 	return stop, exited
 }
 
+// fault is one fault a test inflicts; do returns once it is over (the
+// server or the link is back).
+type fault struct {
+	name string
+	do   func() error
+}
+
+// survive inflicts each fault in turn under the load and checks that rows
+// flow again after it (logging how long that took) without the engine
+// exiting.
+func (e *env) survive(faults []fault, l *load, exited func() error, log *syncBuffer) {
+	e.t.Helper()
+	for _, f := range faults {
+		before := l.written.Load()
+		if err := f.do(); err != nil {
+			e.t.Fatalf("%s: %v", f.name, err)
+		}
+		took := e.flowing(90*time.Second, exited, log)
+		e.t.Logf("%s: rows flow again %s after it is over (%d source transactions written meanwhile)",
+			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
+		if err := exited(); err != nil {
+			e.t.Fatalf("%s: the engine exited: %v", f.name, err)
+		}
+	}
+}
+
+// finish stops the load, waits until the engine has applied everything,
+// stops it (cleanly, or the test fails) and compares the tables.
+func (e *env) finish(cfg config.Config, l *load, stop func() error) {
+	e.t.Helper()
+	l.halt()
+	e.connect()
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		e.t.Fatalf("the engine did not stop cleanly: %v", err)
+	}
+	e.assertSame("faults_a", "id")
+	e.assertSame("faults_b", "id")
+}
+
 // TestFaultsServerRestarts: one engine, started once under a steady load,
 // lives through a target restart, a target crash (immediate stop, then
 // start: crash recovery) and a source restart; after each, rows flow again
@@ -221,10 +261,7 @@ func TestFaultsServerRestarts(t *testing.T) {
 	e.flowing(time.Minute, exited, log)
 
 	ctx := context.Background()
-	faults := []struct {
-		name string
-		do   func() error
-	}{
+	faults := []fault{
 		{"target restart", func() error { return tgt.Restart(ctx) }},
 		{"target crash", func() error {
 			if err := tgt.Crash(ctx); err != nil {
@@ -235,26 +272,8 @@ func TestFaultsServerRestarts(t *testing.T) {
 		}},
 		{"source restart", func() error { return src.Restart(ctx) }},
 	}
-	for _, f := range faults {
-		before := l.written.Load()
-		if err := f.do(); err != nil {
-			t.Fatalf("%s: %v", f.name, err)
-		}
-		took := e.flowing(90*time.Second, exited, log)
-		t.Logf("%s: rows flow again %s after the server is back (%d source transactions written meanwhile)",
-			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
-		if err := exited(); err != nil {
-			t.Fatalf("%s: the engine exited: %v", f.name, err)
-		}
-	}
-	l.halt()
-	e.connect()
-	e.waitCaughtUp(cfg.Slot, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatalf("the engine did not stop cleanly: %v", err)
-	}
-	e.assertSame("faults_a", "id")
-	e.assertSame("faults_b", "id")
+	e.survive(faults, l, exited, log)
+	e.finish(cfg, l, stop)
 	snap := reg.Snapshot()
 	s, _ := snap.Component("source")
 	tg, _ := snap.Component("target")
@@ -321,34 +340,14 @@ func TestFaultsLinks(t *testing.T) {
 			return nil
 		}
 	}
-	faults := []struct {
-		name string
-		do   func() error
-	}{
+	faults := []fault{
 		{"source link cut", func() error { srcProxy.Cut(); return nil }},
 		{"target link cut", func() error { tgtProxy.Cut(); return nil }},
 		{"source link frozen", freeze(srcProxy)},
 		{"target link frozen", freeze(tgtProxy)},
 	}
-	for _, f := range faults {
-		before := l.written.Load()
-		if err := f.do(); err != nil {
-			t.Fatalf("%s: %v", f.name, err)
-		}
-		took := e.flowing(90*time.Second, exited, log)
-		t.Logf("%s: rows flow again %s after the link is back (%d source transactions written meanwhile)",
-			f.name, took.Round(10*time.Millisecond), l.written.Load()-before)
-		if err := exited(); err != nil {
-			t.Fatalf("%s: the engine exited: %v", f.name, err)
-		}
-	}
-	l.halt()
-	e.waitCaughtUp(cfg.Slot, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatalf("the engine did not stop cleanly: %v", err)
-	}
-	e.assertSame("faults_a", "id")
-	e.assertSame("faults_b", "id")
+	e.survive(faults, l, exited, log)
+	e.finish(cfg, l, stop)
 	snap := reg.Snapshot()
 	tg, _ := snap.Component("target")
 	if tg.Counters["silent_links"] == 0 {

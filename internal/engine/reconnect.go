@@ -61,11 +61,7 @@ const healthyRun = 2 * time.Minute
 // only up to what is durable on the target).
 func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, initialFlush change.LSN) error {
 	cfg := e.cfg
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 500 * time.Millisecond
-	bo.Multiplier = 2
-	bo.RandomizationFactor = 0.3
-	bo.MaxInterval = cfg.ReconnectMaxWait
+	bo := reconnectBackoff(500*time.Millisecond, cfg.ReconnectMaxWait)
 	e.watch = target.NewLinkWatch(cfg.Target, cfg.TargetTimeout, e.stats.Component("target").Counter("silent_links"), e.log)
 	attempt := 0
 	for {
@@ -80,15 +76,8 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 				attempt = 0
 			}
 			attempt++
-			wait := bo.NextBackOff()
-			side := sideOf(err)
-			e.stats.Component(side).Counter("reconnects").Add(1)
-			e.log.Warn("connection lost: reconnecting", "side", side, "attempt", attempt,
-				"in", wait.Round(time.Millisecond), "cause", err)
-			select {
-			case <-ctx.Done():
+			if !e.waitToReconnect(ctx, bo, err, attempt, "connection lost: reconnecting") {
 				return nil
-			case <-time.After(wait):
 			}
 			started = time.Now()
 			if prog, initialFlush, err = e.resume(ctx); err == nil {
@@ -99,6 +88,17 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 	}
 }
 
+// reconnectBackoff waits first about initial, doubling with ±30% jitter up
+// to maxWait.
+func reconnectBackoff(initial, maxWait time.Duration) *backoff.ExponentialBackOff {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = initial
+	bo.Multiplier = 2
+	bo.RandomizationFactor = 0.3
+	bo.MaxInterval = maxWait
+	return bo
+}
+
 // runResilient runs the whole of a run — checks, slot, initial copy,
 // streaming — again after a transient fault outside streaming (a server
 // restarting during the start or the initial copy, which the next attempt
@@ -107,26 +107,30 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 // and is reported at once. Streaming faults are handled closer, by
 // streamResilient.
 func (e *Engine) runResilient(ctx context.Context) error {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = time.Second
-	bo.Multiplier = 2
-	bo.RandomizationFactor = 0.3
-	bo.MaxInterval = e.cfg.ReconnectMaxWait
+	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
 	for attempt := 1; ; attempt++ {
 		err := e.run(ctx)
 		if err == nil || ctx.Err() != nil || !e.reachedOnce || !pgerr.Transient(err) {
 			return err
 		}
-		wait := bo.NextBackOff()
-		side := sideOf(err)
-		e.stats.Component(side).Counter("reconnects").Add(1)
-		e.log.Warn("connection lost before streaming: starting over", "side", side, "attempt", attempt,
-			"in", wait.Round(time.Millisecond), "cause", err)
-		select {
-		case <-ctx.Done():
+		if !e.waitToReconnect(ctx, bo, err, attempt, "connection lost before streaming: starting over") {
 			return nil
-		case <-time.After(wait):
 		}
+	}
+}
+
+// waitToReconnect counts and logs (once) a lost connection and waits the
+// backoff's next interval; false if ctx ended meanwhile.
+func (e *Engine) waitToReconnect(ctx context.Context, bo *backoff.ExponentialBackOff, cause error, attempt int, msg string) bool {
+	wait := bo.NextBackOff()
+	side := sideOf(cause)
+	e.stats.Component(side).Counter("reconnects").Add(1)
+	e.log.Warn(msg, "side", side, "attempt", attempt, "in", wait.Round(time.Millisecond), "cause", cause)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 
