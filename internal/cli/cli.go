@@ -233,7 +233,14 @@ applied transaction is stored on the target with its data.`,
 				return err
 			}
 			defer stop()
-			return engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
+			err = engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
+			if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
+				// SIGINT/SIGTERM before streaming began (the checks, the
+				// initial copy): a requested stop, which the next run resumes.
+				log.Info("stopped before streaming began: the next run resumes", "where", err.Error())
+				return nil
+			}
+			return err
 		},
 	}
 	s.bindConnection(cmd.Flags())

@@ -355,9 +355,9 @@ func TestFaultsLinks(t *testing.T) {
 	}
 }
 
-// TestFaultsSIGTERM: the repstream process, waiting to reconnect to a
-// target that is down, exits 0 promptly on SIGTERM, as it does while
-// streaming; nothing is lost — the next run catches up and the tables are
+// TestFaultsSIGTERM: the repstream process exits 0 promptly on SIGTERM
+// during its initial copy, while streaming, and while waiting to reconnect
+// to a target that is down; nothing is lost — the next run catches up and the tables are
 // equal.
 func TestFaultsSIGTERM(t *testing.T) {
 	src := pgtest.Cluster(t, pgcluster.Options{Name: "termsrc", Fast: true})
@@ -397,7 +397,14 @@ func TestFaultsSIGTERM(t *testing.T) {
 		}
 	}
 
+	e.srcExec(`INSERT INTO faults_b SELECT 1000000 + g, repeat('x', 200) FROM generate_series(1, 200000) g`)
 	cmd, out := start()
+	pgtest.WaitFor(t, "the initial copy to start", time.Minute, func() (bool, error) {
+		return strings.Contains(out.tail(50), "initial copy"), nil
+	})
+	term(cmd, out, "initial copy")
+
+	cmd, out = start()
 	e.flowing(time.Minute, nil, out)
 	term(cmd, out, "streaming")
 
