@@ -19,7 +19,9 @@ import (
 //   - with WriterOptions.RelationDDL (no event trigger), the first change
 //     of a new relation version diffs it against its previous version
 //     (change.Relation.Previous) and the target table
-//     (schema.RelationAlterSQL), before the change is planned.
+//     (schema.RelationAlterSQL), before the change is planned; an added
+//     column gets, on the existing rows, what the source's catalog says
+//     they got (WriterOptions.AddedColumn, relationAdd).
 //
 // Everything buffered is sent first, so the DDL sits exactly between the
 // rows before and after it. The coordinator applies such transactions
