@@ -14,6 +14,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -74,6 +75,9 @@ type Options struct {
 	// RelationDDL the first change of every relation is a barrier too
 	// (deps.go).
 	RelationDDL, CreateTables bool
+	// AddedColumn goes to the writers with RelationDDL
+	// (target.WriterOptions.AddedColumn).
+	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
 
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
@@ -158,7 +162,7 @@ func New(opts Options) (*Applier, error) {
 			return target.OpenSession(ctx, target.SessionOptions{
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
 				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
-					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables},
+					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn},
 			})
 		}
 	}

@@ -208,7 +208,7 @@ func TestDDLVolatileDefault(t *testing.T) {
 
 // TestDDLRelationFallback: without the event trigger (--ddl=relation),
 // schema changes are followed from pgoutput's Relation messages: ADD
-// COLUMN (no default known), DROP COLUMN and ALTER COLUMN TYPE work; a
+// COLUMN (see TestDDLRelationFallbackDefaults), DROP COLUMN and ALTER COLUMN TYPE work; a
 // RENAME COLUMN (one column gone, one added) stops the run with an error
 // instead of losing the column's values on the target.
 func TestDDLRelationFallback(t *testing.T) {

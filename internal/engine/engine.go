@@ -310,7 +310,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
 		Binary:      e.binary,
-		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables,
+		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, false),
 		CatchUpWait: cfg.CatchUpWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
@@ -336,7 +336,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
 					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary,
-						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables},
+						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, true)},
 				})
 			},
 		})

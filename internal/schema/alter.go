@@ -251,12 +251,15 @@ type RelColumn struct {
 // prev is nil when there is no earlier version (the first Relation message
 // of the run): then only columns the target lacks are added.
 //
-// A new column is added without a default (pgoutput does not say it has
-// one: existing rows get NULL on the target) — notes says so; a column gone
-// is dropped; a type change is applied with USING col::type. One column
-// gone and another added in the same version is ErrLooksRenamed: applying
-// a drop and an add would lose the column's values on the target.
-func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string, err error) {
+// A new column is added by the actions add returns for its name and
+// target type (pgoutput does not say what the existing rows got: the
+// caller asks the source, see RelationAddSQL); a column gone is dropped; a
+// type change is applied with USING col::type. One column gone and another
+// added in the same version is ErrLooksRenamed: applying a drop and an add
+// would lose the column's values on the target. An error of add is
+// returned naming the table and column.
+func RelationAlterSQL(cur *Table, prev, next []RelColumn, add func(column, typ string) ([]string, error)) ([]string, error) {
+	var stmts []string
 	tn := cur.TableName()
 	alter := func(s string) { stmts = append(stmts, "ALTER TABLE "+tn.Quoted()+" "+s) }
 	have := map[string]*Column{}
@@ -290,7 +293,7 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 			}
 		}
 		if len(added) > 0 && len(gone) > 0 {
-			return nil, nil, fmt.Errorf("schema change of %s: %w: %s gone, %s added; without the event trigger (--ddl=relation) repstream cannot tell a RENAME from a DROP and an ADD, and dropping would lose the column's values on the target: rename the column on the target yourself, then restart",
+			return nil, fmt.Errorf("schema change of %s: %w: %s gone, %s added; without the event trigger (--ddl=relation) repstream cannot tell a RENAME from a DROP and an ADD, and dropping would lose the column's values on the target: rename the column on the target yourself, then restart",
 				tn, ErrLooksRenamed, quoteList(gone), quoteList(added))
 		}
 	} else {
@@ -301,7 +304,7 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 		}
 		for _, c := range cur.Columns {
 			if nextBy[c.Name] == nil && !c.Generated && len(added) > 0 {
-				return nil, nil, fmt.Errorf("schema change of %s: %w: the target has %q, which the source lacks, and lacks %s; without the event trigger (--ddl=relation) repstream cannot tell a RENAME from a DROP and an ADD: rename or drop the column on the target yourself, then restart",
+				return nil, fmt.Errorf("schema change of %s: %w: the target has %q, which the source lacks, and lacks %s; without the event trigger (--ddl=relation) repstream cannot tell a RENAME from a DROP and an ADD: rename or drop the column on the target yourself, then restart",
 					tn, ErrLooksRenamed, c.Name, quoteList(added))
 			}
 		}
@@ -317,10 +320,15 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 		}
 		typ, err := typeOf(nextBy[name])
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		alter("ADD COLUMN " + change.QuoteIdent(name) + " " + typ)
-		notes = append(notes, fmt.Sprintf("column %q of %s added on the target without a default: pgoutput does not carry it, so rows that existed before have NULL there", name, tn))
+		actions, err := add(name, typ)
+		if err != nil {
+			return nil, fmt.Errorf("schema change of %s, column %q added: %w", tn, name, err)
+		}
+		for _, a := range actions {
+			alter(a)
+		}
 	}
 	for _, p := range prev {
 		c := nextBy[p.Name]
@@ -329,12 +337,12 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn) (stmts, notes []string
 		}
 		typ, err := typeOf(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		qc := change.QuoteIdent(c.Name)
 		alter("ALTER COLUMN " + qc + " TYPE " + typ + " USING " + qc + "::" + typ)
 	}
-	return stmts, notes, nil
+	return stmts, nil
 }
 
 func sameExpr(a, b *string) bool {

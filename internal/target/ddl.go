@@ -19,7 +19,9 @@ import (
 //   - with WriterOptions.RelationDDL (no event trigger), the first change
 //     of a new relation version diffs it against its previous version
 //     (change.Relation.Previous) and the target table
-//     (schema.RelationAlterSQL), before the change is planned.
+//     (schema.RelationAlterSQL), before the change is planned; an added
+//     column gets, on the existing rows, what the source's catalog says
+//     they got (WriterOptions.AddedColumn, relationAdd).
 //
 // Everything buffered is sent first, so the DDL sits exactly between the
 // rows before and after it. The coordinator applies such transactions
@@ -159,7 +161,9 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 			return nil, err
 		}
 	}
-	stmts, notes, err := schema.RelationAlterSQL(tab, prev, next)
+	stmts, err := schema.RelationAlterSQL(tab, prev, next, func(column, typ string) ([]string, error) {
+		return w.relationAdd(ctx, tn, column, typ)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +173,41 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 	if err := w.execDDL(ctx, tn, stmts); err != nil {
 		return nil, err
 	}
-	for _, n := range notes {
-		w.log.Warn(n)
-	}
 	w.log.Info("changed the target table as the source's description changed (--ddl=relation)", "table", tn, "statements", len(stmts))
 	return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+}
+
+// relationAdd returns the actions that add column (of type typ) to the
+// target table tn as the source added it: WriterOptions.AddedColumn tells
+// what the source's existing rows got; when only an empty target table can
+// be changed exactly (a default the source evaluated per row), everything
+// buffered is sent first and the table is looked at in the transaction.
+func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, typ string) ([]string, error) {
+	if w.opts.AddedColumn == nil {
+		return nil, errors.New("no connection to the source to learn what its existing rows got: add the column on the target yourself, then restart")
+	}
+	v, err := w.opts.AddedColumn(ctx, tn, column)
+	if err != nil {
+		return nil, err
+	}
+	actions, err := schema.RelationAddSQL(column, typ, v, false)
+	if !errors.Is(err, schema.ErrVolatileDefault) {
+		return actions, err
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return nil, err
+	}
+	var empty bool
+	if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+tn.Quoted()+")").Scan(&empty); qerr != nil {
+		return nil, fmt.Errorf("look for rows in %s on the target: %w", tn, qerr)
+	}
+	if empty {
+		return schema.RelationAddSQL(column, typ, v, true)
+	}
+	return nil, fmt.Errorf("%w: add the column on the target yourself with the source's values for the existing rows (e.g. copy them with an UPDATE ... FROM), then restart", err)
 }
 
 // execDDL sends everything buffered, then stmts, in the transaction.

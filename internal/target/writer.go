@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -50,6 +51,11 @@ type WriterOptions struct {
 	// its first description.
 	RelationDDL  bool
 	CreateTables bool
+	// AddedColumn (with RelationDDL) tells what the source's catalog says
+	// about a column a Relation message adds, so that the target's existing
+	// rows get what the source's got (schema.RelationAddSQL); the engine
+	// asks the source. nil: an added column stops the run.
+	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
 }
 
 // Writer applies changes to the target in one target transaction at a time,

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/engine"
+)
+
+// TestDDLRelationFallbackDefaults: without the event trigger
+// (--ddl=relation), pgoutput's Relation message does not say what the rows
+// that existed before an ADD COLUMN got; repstream asks the source's
+// catalog. With one engine running on non-empty tables: a constant default
+// (and texts with quotes, commas, braces and backslashes, the text 'NULL',
+// an array, now(), a default dropped again before the next row) gives the
+// target's existing rows the source's values, and the target column the
+// source's default; a column without a default stays NULL; a volatile
+// default on an empty table is added as it is. A volatile default
+// (random()) on a non-empty table stops the running engine with an error
+// naming the table, the column and the LSN; done as the error says (the
+// column added on the target with the source's values), the next run goes
+// on. Before, existing target rows got NULL and only a warning was logged.
+func TestDDLRelationFallbackDefaults(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE g (id int PRIMARY KEY, a text); INSERT INTO g SELECT i, 'a' || i FROM generate_series(1, 50) i;
+		CREATE TABLE ge (id int PRIMARY KEY)`)
+	cfg := e.config("public.g", "public.ge")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+
+	stop := e.startOnce(cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE g ADD COLUMN c int DEFAULT 7`)
+	e.srcExec(`INSERT INTO g (id, a) VALUES (51, 'x'); UPDATE g SET c = 8 WHERE id = 3`)
+	// Several columns in one new version of the relation.
+	e.srcExec(`ALTER TABLE g ADD COLUMN s text DEFAULT 'q,''u'' "o" {b} \ t',
+		ADD COLUMN sn text DEFAULT 'NULL',
+		ADD COLUMN n int,
+		ADD COLUMN ts timestamptz DEFAULT now(),
+		ADD COLUMN arr text[] DEFAULT '{"a,b",NULL,"{c}"}',
+		ADD COLUMN num numeric(10,3) DEFAULT 1.5,
+		ADD COLUMN f float8 DEFAULT 0.1,
+		ADD COLUMN iv interval DEFAULT '1 day 02:03:04'`)
+	e.srcExec(`ALTER TABLE g ADD COLUMN d int DEFAULT 42; ALTER TABLE g ALTER COLUMN d DROP DEFAULT`)
+	// An ADD COLUMN amid a transaction's rows.
+	e.srcExec(`BEGIN; INSERT INTO g (id, a) VALUES (52, 'y'); ALTER TABLE g ADD COLUMN k bigint DEFAULT 5; INSERT INTO g (id, a) VALUES (53, 'z'); COMMIT`)
+	// A volatile default on a table with no rows on either side.
+	e.srcExec(`ALTER TABLE ge ADD COLUMN r float8 DEFAULT random()`)
+	e.srcExec(`INSERT INTO ge (id) VALUES (1), (2)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	e.assertSameTable("public.g", "id")
+	e.assertSameTable("public.ge", "id")
+	defaults := func(conn *pgx.Conn) (s string) {
+		if err := conn.QueryRow(t.Context(), `SELECT string_agg(column_name || '=' || coalesce(column_default, '-'), ', ' ORDER BY column_name)
+			FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'g'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if src, tgt := defaults(e.Src), defaults(e.Tgt); src != tgt {
+		t.Errorf("column defaults differ:\n  source %s\n  target %s", src, tgt)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM g WHERE c = 7 AND n IS NULL AND d = 42 AND sn = 'NULL'"); n != 50 {
+		t.Errorf("%d target rows with the source's values for the existing rows, want 50", n)
+	}
+
+	// A volatile default on a non-empty table stops the running engine.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	e.waitSlotReleased(cfg.Slot)
+	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE g ADD COLUMN r float8 DEFAULT random()`)
+	e.srcExec(`INSERT INTO g (id, a) VALUES (54, 'w')`)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the engine did not stop at the volatile default within a minute")
+	}
+	if err == nil {
+		t.Fatal("the engine stopped without an error, want one about column r")
+	}
+	t.Logf("error (as the user sees it): %v", err)
+	wantInError(t, err, "public.g", `column "r"`, "random()", "cannot reproduce", "at 0/", "add the column on the target yourself")
+	if cols := columnsOf(t, e.Tgt, "public.g"); len(cols) != 13 {
+		t.Errorf("target columns after the stop: %v, want the 13 before column r", cols)
+	}
+
+	// As the error says: the column on the target, with the source's values.
+	e.tgtExec(`ALTER TABLE g ADD COLUMN r float8`)
+	rows, qerr := e.Src.Query(t.Context(), "SELECT id, r FROM g WHERE id <= 53")
+	if qerr != nil {
+		t.Fatal(qerr)
+	}
+	vals, qerr := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		ID int
+		R  float64
+	}])
+	if qerr != nil {
+		t.Fatal(qerr)
+	}
+	for _, v := range vals {
+		e.tgtExec("UPDATE g SET r = $1 WHERE id = $2", v.R, v.ID)
+	}
+	e.catchUp(cfg)
+	e.assertSameTable("public.g", "id")
+}
