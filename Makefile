@@ -7,7 +7,8 @@ LDFLAGS   := -X github.com/repstream/repstream/internal/cli.Version=$(VERSION)
 # real PostgreSQL clusters and run without it (it slows them several-fold).
 UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/... \
              ./internal/pgerr/... ./internal/pgdsn/... ./internal/sequences/... \
-             ./internal/queue/... ./internal/stats/... ./internal/apply/...
+             ./internal/queue/... ./internal/stats/... ./internal/apply/... \
+             ./internal/errqueue/... ./internal/monitor/... ./internal/faultproxy/...
 
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
