@@ -480,6 +480,23 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, "done")
 }
 
+// connectBoth opens an admin connection to the source and one to the
+// target (application_name appName) for a command that reads and writes
+// both; closeFn closes them.
+func connectBoth(ctx context.Context, cfg config.Config, appName string) (src, tgt *pgx.Conn, closeFn func(), err error) {
+	if src, err = connectSource(ctx, cfg.Source); err != nil {
+		return nil, nil, nil, err
+	}
+	if tgt, err = target.Connect(ctx, cfg.Target, appName); err != nil {
+		src.Close(context.WithoutCancel(ctx))
+		return nil, nil, nil, err
+	}
+	return src, tgt, func() {
+		tgt.Close(context.WithoutCancel(ctx))
+		src.Close(context.WithoutCancel(ctx))
+	}, nil
+}
+
 func connectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgdsn.ParsePgx(dsn)
 	if err != nil {

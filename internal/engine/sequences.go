@@ -9,7 +9,6 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
-	"github.com/repstream/repstream/internal/target"
 )
 
 // syncSequencesAtEnd runs SyncSequences when the run asked for it
@@ -32,16 +31,11 @@ func (e *Engine) syncSequencesAtEnd() error {
 // caught up. See package sequences for which ones and why a target sequence
 // is never moved backwards.
 func SyncSequences(ctx context.Context, cfg config.Config, log *slog.Logger) ([]sequences.Result, error) {
-	src, err := connectSource(ctx, cfg.Source)
+	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-admin")
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close(context.WithoutCancel(ctx))
-	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.WithoutCancel(ctx))
+	defer closeBoth()
 	var tables []schema.TableName
 	if len(cfg.Tables) > 0 {
 		if tables, err = schema.ResolveTables(ctx, src, cfg.Tables); err != nil {

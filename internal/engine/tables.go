@@ -62,16 +62,11 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if pub == "" {
 		pub = cfg.Slot
 	}
-	src, err := connectSource(ctx, cfg.Source)
+	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-tables")
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close(context.Background())
-	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tables")
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.Background())
+	defer closeBoth()
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return nil, err
 	}
@@ -376,16 +371,11 @@ func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
 	if pub == "" {
 		pub = cfg.Slot
 	}
-	src, err := connectSource(ctx, cfg.Source)
+	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-tables")
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close(context.Background())
-	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tables")
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.Background())
+	defer closeBoth()
 	published, err := publicationTables(ctx, src, pub)
 	if err != nil {
 		return nil, err
