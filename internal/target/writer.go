@@ -56,6 +56,10 @@ type WriterOptions struct {
 	// rows get what the source's got (schema.RelationAddSQL); the engine
 	// asks the source. nil: an added column stops the run.
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
+
+	// DeferPosition: CommitLSN does not read the target's WAL position and
+	// returns UnreadPosition (position.go); the caller reads it later.
+	DeferPosition bool
 }
 
 // Writer applies changes to the target in one target transaction at a time,
@@ -287,7 +291,9 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		w.pipe.batch.ExecPrepared(w.appliedStmt, [][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil)
 	}
 	w.pipe.batch.ExecPrepared(w.ctl[ctlCommit], nil, nil, nil)
-	w.pipe.batch.ExecPrepared(w.ctl[ctlWALPos], nil, nil, nil)
+	if !w.opts.DeferPosition {
+		w.pipe.batch.ExecPrepared(w.ctl[ctlWALPos], nil, nil, nil)
+	}
 	n := len(w.pipe.items)
 	stmts := w.pipe.changes()
 	done, tail, pos, err := w.sendBatch(ctx)
@@ -312,11 +318,13 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	}
 	w.pipe.reset()
 	w.state = txnNone
-	if len(tail) < 2 || tail[len(tail)-2].String() == "ROLLBACK" {
+	if !committed(tail, w.opts.DeferPosition) {
 		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
 	var lsn change.LSN
-	if pos != nil {
+	if w.opts.DeferPosition {
+		lsn = UnreadPosition
+	} else if pos != nil {
 		if lsn, err = change.ParseLSN(string(pos)); err != nil {
 			return 0, fmt.Errorf("commit target transaction: read the WAL position: %w", err)
 		}
