@@ -164,7 +164,7 @@ func New(opts Options) (*Applier, error) {
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
 				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
 					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn,
-					DeferPosition: true}, // read by durability's poll (durable.go)
+					DeferPosition: true, MultiRowInserts: true}, // the position is read by durability's poll (durable.go)
 			})
 		}
 	}

@@ -189,9 +189,8 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 }
 
 // queueSmallCopies sends the buffered rows of tables with more than
-// InsertRowsMax rows by COPY and queues the others as INSERT statements:
-// one multi-row INSERT per table (each statement costs the server a
-// portal and an executor set-up: BenchmarkWriterInsertRows).
+// InsertRowsMax rows by COPY and queues the others as INSERT statements
+// (one multi-row INSERT per table with MultiRowInserts).
 func (w *Writer) queueSmallCopies(ctx context.Context) error {
 	for tb := w.copies.pop(); tb != nil; tb = w.copies.pop() {
 		if len(tb.lsns) > w.opts.InsertRowsMax {
@@ -203,7 +202,7 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 		// tb is emptied first, so that an error leaves no rows behind for
 		// the next transaction; nothing appends to it while rows is read.
 		rows, lsns := w.copies.take(tb)
-		if len(lsns) > 1 && len(tb.plan.copyCols) > 0 && len(lsns)*len(tb.plan.copyCols) <= maxInsertParams {
+		if w.multiRow(tb.plan, len(lsns)) {
 			if err := w.queueInsertRows(ctx, tb.plan, rows, lsns); err != nil {
 				return err
 			}

@@ -11,6 +11,18 @@ import (
 // counts them in 16 bits).
 const maxInsertParams = 65535
 
+// singleRowsAfterFailure is how many commits the writer sends one INSERT
+// per row after a multi-row INSERT failed: enough for apply to isolate the
+// failing source transaction (its group's transactions one by one).
+const singleRowsAfterFailure = 1000
+
+// multiRow reports whether n rows of p go as one INSERT at commit: each
+// statement costs the server a portal and an executor set-up
+// (BenchmarkWriterSmallTxn).
+func (w *Writer) multiRow(p *relPlan, n int) bool {
+	return w.opts.MultiRowInserts && w.singleRows == 0 && n > 1 && len(p.copyCols) > 0 && n*len(p.copyCols) <= maxInsertParams
+}
+
 // insertRowsStmt returns p's INSERT of n rows (n ≥ 2), built once.
 func (p *relPlan) insertRowsStmt(n int) *stmt {
 	if n >= len(p.inserts) {

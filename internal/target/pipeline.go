@@ -194,6 +194,9 @@ func (w *Writer) itemError(i int, err error) error {
 		return fmt.Errorf("begin target transaction: %w", err)
 	}
 	lsn := it.lsn
+	if len(it.rowLSNs) > 1 {
+		w.singleRows = singleRowsAfterFailure // the next attempt names the row
+	}
 	if n := pgerr.Param(err); n >= 1 && len(it.rowLSNs) > 1 && len(it.plan.copyCols) > 0 {
 		if r := (n - 1) / len(it.plan.copyCols); r < len(it.rowLSNs) {
 			lsn = it.rowLSNs[r] // the row whose value the server names

@@ -57,6 +57,14 @@ type WriterOptions struct {
 	// asks the source. nil: an added column stops the run.
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
 
+	// MultiRowInserts: at commit, a table's few buffered rows
+	// (InsertRowsMax) go as one INSERT of several rows instead of one
+	// INSERT each (queueInsertRows). A duplicate key then names the
+	// statement's first row: after a multi-row INSERT fails, the writer
+	// sends one INSERT per row for a while, so that applying the
+	// transaction again (apply's conflict isolation) names the row.
+	MultiRowInserts bool
+
 	// DeferPosition: CommitLSN does not read the target's WAL position and
 	// returns UnreadPosition (position.go); the caller reads it later.
 	DeferPosition bool
@@ -123,6 +131,9 @@ type Writer struct {
 	// tagCheck: this transaction sends plain UPDATEs and DELETEs and reads
 	// missing rows from their command tags (ExpectChanges).
 	tagCheck bool
+	// singleRows: commits left before MultiRowInserts applies again after
+	// a multi-row INSERT failed (insertrows.go).
+	singleRows int
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
@@ -331,6 +342,7 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	}
 	w.statements.Add(int64(stmts))
 	w.flushes.Add(1)
+	w.singleRows = max(w.singleRows-1, 0)
 	w.applied.Add(int64(len(applied)))
 	w.st.AddTxns(int64(len(applied)))
 	return lsn, nil
