@@ -44,6 +44,9 @@ type Options struct {
 	Behind            func() bool
 	CatchUpWait       time.Duration
 	CatchUpGroupBytes int64 // default GroupMaxBytes/4
+	// GroupWait: while transactions come less than GroupWait apart, a
+	// group waits up to GroupWait for more (linger.go); 0: never.
+	GroupWait time.Duration
 
 	// Collapse folds repeated changes to one key within a group where the
 	// target table allows it (see collapse.go).
