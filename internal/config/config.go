@@ -46,7 +46,7 @@ type Config struct {
 	// group waits up to this long for more (fewer target transactions at
 	// a steady rate, for at most this much latency); 0: never.
 	GroupWait time.Duration `yaml:"group_wait"`
-	Eager       bool          `yaml:"eager"`
+	Eager     bool          `yaml:"eager"`
 
 	// OnError says what a data conflict (a duplicate key, a missing row, a
 	// violated constraint, a refused value) does: stop the run, or park the
