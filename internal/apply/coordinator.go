@@ -155,12 +155,11 @@ func (c *coordinator) grow(ctx context.Context, g *group) (*queue.Txn, error) {
 		if ok {
 			c.took()
 		} else {
-			if next, ok = c.a.fill(ctx, c.src, g, &fillBy); !ok {
-				if next, ok = c.linger(ctx); !ok {
-					return nil, nil
-				}
+			if next, ok = c.a.fill(ctx, c.src, g, &fillBy); ok {
+				c.fills.Add(1)
+			} else if next, ok = c.linger(ctx); !ok {
+				return nil, nil
 			}
-			c.fills.Add(1)
 		}
 		c.carriedAt = c.lastTake // next may start the next group
 		if c.a.eagerOwns(next) {
