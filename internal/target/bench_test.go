@@ -243,13 +243,19 @@ func BenchmarkWriterInsertRows(b *testing.B) {
 	conn := benchConn(b, `CREATE TABLE cond (id bigint PRIMARY KEY, ch int, since timestamptz, till timestamptz, v float8, r real, f int)`)
 	r := rel("public", "cond", change.IdentityDefault, "*id", "ch", "since", "till", "v", "r", "f")
 	id, lsn := 0, change.LSN(0x1000000)
-	for _, k := range []int{1, 4, 8, 16, 32} {
+	pid := conn.PgConn().PID()
+	for _, k := range []int{1, 4, 8, 16, 32, 64, 128} {
 		for _, how := range []struct {
-			name string
-			max  int
-		}{{"insert", 1 << 20}, {"copy", -1}} {
+			name  string
+			max   int
+			multi bool
+		}{{"insert", 1 << 20, false}, {"multi-row", 1 << 20, true}, {"copy", -1, false}} {
 			b.Run(fmt.Sprintf("rows=%d/%s", k, how.name), func(b *testing.B) {
-				w := NewWriter(conn, WriterOptions{Slot: "bench", InsertRowsMax: how.max, Logger: slog.New(slog.DiscardHandler)})
+				w := NewWriter(conn, WriterOptions{Slot: "bench", InsertRowsMax: how.max, MultiRowInserts: how.multi, Logger: slog.New(slog.DiscardHandler)})
+				cpu := backendCPU(pid)
+				defer func() {
+					b.ReportMetric(float64((backendCPU(pid)-cpu).Microseconds())/float64(b.N*k), "server-µs/row")
+				}()
 				ch := &change.Change{Op: change.OpInsert, Rel: r}
 				for b.Loop() {
 					if err := w.Begin(ctx); err != nil {

@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -26,6 +27,24 @@ func TestWriterMultiRowInserts(t *testing.T) {
 	// k: three rows in one INSERT; o: one row.
 	if n, c := e.st.Counter("statements").Load()-stmts, e.st.Counter("copy_rows").Load()-copied; n != 2 || c != 0 {
 		t.Errorf("statements = %d, copied rows = %d; want 2 and 0", n, c)
+	}
+	// More rows than InsertRowsMax, up to MultiRowsMax: still one INSERT, no COPY.
+	var many []*change.Change
+	for i := 100; i < 100+MultiRowsMax; i++ {
+		many = append(many, e.ins(r, strconv.Itoa(i), "m"))
+	}
+	stmts, copied = e.st.Counter("statements").Load(), e.st.Counter("copy_rows").Load()
+	e.mustApply(w, many...)
+	if n, c := e.st.Counter("statements").Load()-stmts, e.st.Counter("copy_rows").Load()-copied; n != 1 || c != 0 {
+		t.Errorf("%d rows: statements = %d, copied rows = %d; want 1 and 0", len(many), n, c)
+	}
+	var dels []*change.Change
+	for i := 100; i < 100+MultiRowsMax; i++ {
+		dels = append(dels, e.del(r, 'K', strconv.Itoa(i), null))
+	}
+	e.mustApply(w, dels...)
+	if n := e.count(`SELECT count(*) FROM k WHERE id >= 100`); n != 0 {
+		t.Fatalf("%d rows left after deleting them", n)
 	}
 	e.mustApply(w, e.upd(r, 0, nil, "3", "f"), e.ins(r, "4", "g"))
 	compareRows(t, "after multi-row insert", e.rows(`SELECT id, v FROM k ORDER BY id`),
@@ -54,3 +73,4 @@ func TestWriterMultiRowInserts(t *testing.T) {
 		t.Fatalf("%d rows after failed transactions, want 4", n)
 	}
 }
+

@@ -57,9 +57,9 @@ type WriterOptions struct {
 	// asks the source. nil: an added column stops the run.
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
 
-	// MultiRowInserts: at commit, a table's few buffered rows
-	// (InsertRowsMax) go as one INSERT of several rows instead of one
-	// INSERT each (queueInsertRows). A duplicate key then names the
+	// MultiRowInserts: at commit, a table's buffered rows, up to
+	// MultiRowsMax, go as one INSERT of several rows instead of one INSERT
+	// each or a COPY (queueInsertRows). A duplicate key then names the
 	// statement's first row: after a multi-row INSERT fails, the writer
 	// sends one INSERT per row for a while, so that applying the
 	// transaction again (apply's conflict isolation) names the row.
