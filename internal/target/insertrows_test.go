@@ -73,4 +73,3 @@ func TestWriterMultiRowInserts(t *testing.T) {
 		t.Fatalf("%d rows after failed transactions, want 4", n)
 	}
 }
-
