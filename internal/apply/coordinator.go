@@ -158,7 +158,7 @@ func (c *coordinator) grow(ctx context.Context, g *group) (*queue.Txn, error) {
 			if next, ok = c.a.fill(ctx, c.src, g, &fillBy); ok {
 				c.took()
 				c.fills.Add(1)
-			} else if next, ok = c.linger(ctx); !ok {
+			} else if next, ok = c.linger(ctx, g); !ok {
 				return nil, nil
 			}
 		}

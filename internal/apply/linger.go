@@ -30,10 +30,11 @@ func (c *coordinator) took() {
 
 // linger waits for the next transaction while transactions come less than
 // GroupWait apart, until GroupWait after the group's first transaction was
-// taken. ok is false when the group should go as it is.
-func (c *coordinator) linger(ctx context.Context) (*queue.Txn, bool) {
+// taken, while g is smaller than a catch-up group (CatchUpGroupBytes). ok
+// is false when the group should go as it is.
+func (c *coordinator) linger(ctx context.Context, g *group) (*queue.Txn, bool) {
 	wait := c.a.opts.GroupWait
-	if wait <= 0 || c.gap > wait || c.groupAt.IsZero() {
+	if wait <= 0 || c.gap > wait || c.groupAt.IsZero() || g.bytes >= c.a.opts.CatchUpGroupBytes {
 		return nil, false
 	}
 	left := wait - time.Since(c.groupAt)

@@ -113,6 +113,7 @@ func Default() Config {
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		CatchUpWait:      50 * time.Millisecond,
+		GroupWait:        2 * time.Millisecond,
 		Eager:            true,
 		Collapse:         true,
 		Binary:           true,
