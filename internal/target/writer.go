@@ -88,7 +88,10 @@ type WriterOptions struct {
 // and at commit the tables with few buffered rows (InsertRowsMax) become
 // prepared INSERTs in the same pipeline as the queued statements, the
 // applied record and COMMIT — a COPY per table would cost a round trip and a
-// statement the server must parse each.
+// statement the server must parse each. With MultiRowInserts a table's rows
+// (up to MultiRowsMax) are one INSERT, and with DeferPosition the commit
+// does not read the WAL position: apply's workers send one statement per
+// table and kind of change, BEGIN, the applied record and COMMIT.
 //
 // Invariants:
 //   - state says where the transaction stands (txn.go): nothing reaches the
