@@ -44,6 +44,9 @@ type Options struct {
 	Behind            func() bool
 	CatchUpWait       time.Duration
 	CatchUpGroupBytes int64 // default GroupMaxBytes/4
+	// GroupWait: while transactions come less than GroupWait apart, a
+	// group waits up to GroupWait for more (linger.go); 0: never.
+	GroupWait time.Duration
 
 	// Collapse folds repeated changes to one key within a group where the
 	// target table allows it (see collapse.go).
@@ -94,10 +97,11 @@ type Options struct {
 	// Quiesce enables Applier.Quiesce (pausing apply between transactions).
 	Quiesce bool
 
-	// FlushedLSN reads the target's pg_current_wal_flush_lsn(); nil means a
-	// connection to TargetDSN. Transactions become Done in the watermark only
-	// once the target's WAL is flushed past their commit.
-	FlushedLSN func(ctx context.Context) (change.LSN, error)
+	// FlushedLSN reads the target's pg_current_wal_insert_lsn() and
+	// pg_current_wal_flush_lsn(); nil means a connection to TargetDSN.
+	// Transactions become Done in the watermark only once the target's WAL
+	// is flushed past their commit (durable.go).
+	FlushedLSN func(ctx context.Context) (insert, flush change.LSN, err error)
 
 	// LinkWatch, if set, watches the target connections apply opens for a
 	// silent link (target.LinkWatch); the engine runs it.
@@ -162,7 +166,8 @@ func New(opts Options) (*Applier, error) {
 			return target.OpenSession(ctx, target.SessionOptions{
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
 				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
-					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn},
+					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn,
+					DeferPosition: true, MultiRowInserts: true}, // the position is read by durability's poll (durable.go)
 			})
 		}
 	}
@@ -209,12 +214,15 @@ func (a *Applier) Run(ctx context.Context, src Source) error {
 			return err
 		}
 		defer conn.Close(context.Background())
-		a.durable.flushed = func(ctx context.Context) (change.LSN, error) {
-			var s string
-			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&s); err != nil {
-				return 0, fmt.Errorf("read the target's flushed WAL position: %w", err)
+		a.durable.flushed = func(ctx context.Context) (insert, flush change.LSN, err error) {
+			var i, f string
+			if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text").Scan(&i, &f); err != nil {
+				return 0, 0, fmt.Errorf("read the target's flushed WAL position: %w", err)
 			}
-			return change.ParseLSN(s)
+			if insert, err = change.ParseLSN(i); err == nil {
+				flush, err = change.ParseLSN(f)
+			}
+			return insert, flush, err
 		}
 	}
 	g.Go(func() error { return a.durable.run(ctx) })

@@ -55,6 +55,13 @@ type coordinator struct {
 	nextKeyed bool
 
 	skipped, barriers, fills, inFlight *atomic.Int64
+
+	// linger.go: when the latest transaction was taken from the source and
+	// how long after the one before; when the group being built took its
+	// first transaction (a carried one's take: carriedAt).
+	lastTake, carriedAt, groupAt time.Time
+	gap                          time.Duration
+	lingered                     *atomic.Int64 // transactions a group waited for (GroupWait)
 }
 
 func (a *Applier) newCoordinator(src Source, work chan<- *group) *coordinator {
@@ -64,6 +71,7 @@ func (a *Applier) newCoordinator(src Source, work chan<- *group) *coordinator {
 		barriers: a.coord.Counter("barriers"),
 		fills:    a.coord.Counter("catch_up_fills"),
 		inFlight: a.coord.Gauge("groups_in_flight"),
+		lingered: a.coord.Counter("group_wait_txns"),
 	}
 }
 
@@ -82,6 +90,8 @@ func (c *coordinator) run(ctx context.Context) error {
 				return err
 			}
 			c.a.coord.SetState(stats.Busy)
+			c.took()
+			c.carriedAt = c.lastTake
 		}
 		switch {
 		case c.a.eagerOwns(txn):
@@ -108,6 +118,7 @@ func (c *coordinator) run(ctx context.Context) error {
 			}
 		}
 		g := c.start(txn)
+		c.groupAt = c.carriedAt
 		c.keys, c.nextKeys = c.nextKeys, c.keys[:0]
 		keyed := c.nextKeyed
 		var err error
@@ -141,12 +152,17 @@ func (c *coordinator) grow(ctx context.Context, g *group) (*queue.Txn, error) {
 	var fillBy time.Time
 	for len(g.txns) < c.a.opts.GroupMaxTxns && g.bytes < c.a.opts.GroupMaxBytes {
 		next, ok := c.src.TryNext()
-		if !ok {
-			if next, ok = c.a.fill(ctx, c.src, g, &fillBy); !ok {
+		if ok {
+			c.took()
+		} else {
+			if next, ok = c.a.fill(ctx, c.src, g, &fillBy); ok {
+				c.took()
+				c.fills.Add(1)
+			} else if next, ok = c.linger(ctx, g); !ok {
 				return nil, nil
 			}
-			c.fills.Add(1)
 		}
+		c.carriedAt = c.lastTake // next may start the next group
 		if c.a.eagerOwns(next) {
 			return next, nil
 		}

@@ -24,6 +24,7 @@
 //
 //	apply.go        Options, Applier (Run), workers: wait, apply, retry, commit
 //	coordinator.go  grouping, write sets, catch-up fill, dispatch
+//	linger.go       the group wait: a group waits a little for more at a steady rate
 //	deps.go         keyHasher (write sets), depTracker (last writers), commitLog
 //	collapse.go     folding repeated changes to one key within a group
 //	conflict.go     data conflicts: one transaction at a time, then stop or park (--on-error); skip requests

@@ -7,7 +7,15 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
 )
+
+// durablePoll is how often durability reads the target's positions while a
+// group waits: the slot is acknowledged (capture, within 100 ms of the
+// watermark moving) and the progress persisted (once a second) no sooner,
+// so polling more often would cost the target and the engine a query
+// without making anything visible sooner.
+const durablePoll = 20 * time.Millisecond
 
 // durability turns "committed on the target" into "durable on the target".
 //
@@ -22,11 +30,20 @@ import (
 // A target that crashes before flushing loses those transactions and their
 // progress records together; the slot, not acknowledged, sends them again.
 //
+// A commit may also report target.UnreadPosition (the apply workers'
+// writers do not read the position in the commit's pipeline, which would
+// cost the target a statement per transaction): the poll reads the target's
+// insert position with its flush position, and every group added before
+// the poll was sent committed before it, so that insert position is at or
+// after the group's commit.
+//
 // Goroutines: workers call add; run polls. Pending groups are few (they are
 // flushed within wal_writer_delay), so a slice suffices.
 type durability struct {
-	wm      *Watermark
-	flushed func(ctx context.Context) (change.LSN, error) // the target's pg_current_wal_flush_lsn()
+	wm *Watermark
+	// flushed reads the target's pg_current_wal_insert_lsn() and
+	// pg_current_wal_flush_lsn(), in one statement.
+	flushed func(ctx context.Context) (insert, flush change.LSN, err error)
 	every   time.Duration
 	st      *stats.Component
 
@@ -40,8 +57,8 @@ type durable struct {
 	ends []change.LSN
 }
 
-func newDurability(wm *Watermark, flushed func(context.Context) (change.LSN, error), st *stats.Component) *durability {
-	return &durability{wm: wm, flushed: flushed, every: 10 * time.Millisecond, st: st, wake: make(chan struct{}, 1)}
+func newDurability(wm *Watermark, flushed func(context.Context) (insert, flush change.LSN, err error), st *stats.Component) *durability {
+	return &durability{wm: wm, flushed: flushed, every: durablePoll, st: st, wake: make(chan struct{}, 1)}
 }
 
 // add records a committed group. lsn 0 means the commit is durable already.
@@ -77,7 +94,8 @@ func (d *durability) run(ctx context.Context) error {
 			}
 			continue
 		}
-		flushed, err := d.flushed(ctx)
+		// The n groups pending now committed before the positions are read.
+		insert, flushed, err := d.flushed(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -85,6 +103,11 @@ func (d *durability) run(ctx context.Context) error {
 			return err
 		}
 		d.mu.Lock()
+		for i := range d.pending[:n] {
+			if d.pending[i].lsn == target.UnreadPosition {
+				d.pending[i].lsn = insert
+			}
+		}
 		keep := d.pending[:0]
 		waiting := 0
 		for _, p := range d.pending {

@@ -42,7 +42,11 @@ type Config struct {
 	// CatchUpWait: while a backlog is caught up, how long a group may wait
 	// for more transactions (fewer, larger target transactions); 0: never.
 	CatchUpWait time.Duration `yaml:"catch_up_wait"`
-	Eager       bool          `yaml:"eager"`
+	// GroupWait: while source transactions come less than this apart, a
+	// group waits up to this long for more (fewer target transactions at
+	// a steady rate, for at most this much latency); 0: never.
+	GroupWait time.Duration `yaml:"group_wait"`
+	Eager     bool          `yaml:"eager"`
 
 	// OnError says what a data conflict (a duplicate key, a missing row, a
 	// violated constraint, a refused value) does: stop the run, or park the
@@ -109,6 +113,7 @@ func Default() Config {
 		GroupMaxTxns:     1000,
 		GroupMaxBytes:    16 << 20,
 		CatchUpWait:      50 * time.Millisecond,
+		GroupWait:        2 * time.Millisecond,
 		Eager:            true,
 		Collapse:         true,
 		Binary:           true,
@@ -193,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GroupMaxBytes < 1 {
 		c.GroupMaxBytes = 1
+	}
+	if c.GroupWait < 0 || c.GroupWait > 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--group-wait %s: between 0 (off) and 100ms", c.GroupWait))
 	}
 	if c.CatchUpWait < 0 || c.CatchUpWait > time.Second {
 		errs = append(errs, fmt.Errorf("--catch-up-wait %s: between 0 (off) and 1s", c.CatchUpWait))

@@ -311,7 +311,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
 		Binary:      e.binary,
 		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, false),
-		CatchUpWait: cfg.CatchUpWait,
+		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),

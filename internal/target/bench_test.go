@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -166,7 +169,6 @@ func BenchmarkWriterApply(b *testing.B) {
 // and the applied-LSN record. It measures the fixed cost of a small
 // transaction: round trips, statements the server parses, COPY set-up.
 func BenchmarkWriterSmallTxn(b *testing.B) {
-	ctx := context.Background()
 	conn := benchConn(b, `
 CREATE TABLE acc (id int PRIMARY KEY, balance numeric, updated timestamptz);
 INSERT INTO acc SELECT g, 0, now() FROM generate_series(1, 1000) g;
@@ -177,10 +179,29 @@ CREATE TABLE audit (id bigint PRIMARY KEY, ord bigint, note text)`)
 	ord := rel("public", "ord", change.IdentityDefault, "*id", "acc", "amount", "at")
 	item := rel("public", "item", change.IdentityDefault, "*ord", "*line", "product", "qty", "price")
 	audit := rel("public", "audit", change.IdentityDefault, "*id", "ord", "note")
-	w := NewWriter(conn, WriterOptions{Slot: "bench", Logger: slog.New(slog.DiscardHandler)})
-	const ts = "2026-11-22 10:00:00+00"
 	lsn := change.LSN(0x1000000)
 	i := 0
+	// apply: what apply's workers use (one INSERT per table, the WAL
+	// position read by durability); plain: the defaults.
+	for _, v := range []struct {
+		name string
+		opts WriterOptions
+	}{{"plain", WriterOptions{}}, {"apply", WriterOptions{MultiRowInserts: true, DeferPosition: true}}} {
+		b.Run(v.name, func(b *testing.B) {
+			v.opts.Slot, v.opts.Logger = "bench", slog.New(slog.DiscardHandler)
+			pid := conn.PgConn().PID()
+			cpu := backendCPU(pid)
+			benchSmallTxns(b, NewWriter(conn, v.opts), &i, &lsn, acc, ord, item, audit)
+			b.ReportMetric(float64((backendCPU(pid)-cpu).Microseconds())/float64(b.N), "server-µs/op")
+		})
+	}
+}
+
+func benchSmallTxns(b *testing.B, w *Writer, ip *int, lp *change.LSN, acc, ord, item, audit *change.Relation) {
+	ctx := context.Background()
+	const ts = "2026-11-22 10:00:00+00"
+	i, lsn := *ip, *lp
+	defer func() { *ip, *lp = i, lsn }()
 	b.ReportAllocs()
 	for b.Loop() {
 		i++
@@ -222,13 +243,19 @@ func BenchmarkWriterInsertRows(b *testing.B) {
 	conn := benchConn(b, `CREATE TABLE cond (id bigint PRIMARY KEY, ch int, since timestamptz, till timestamptz, v float8, r real, f int)`)
 	r := rel("public", "cond", change.IdentityDefault, "*id", "ch", "since", "till", "v", "r", "f")
 	id, lsn := 0, change.LSN(0x1000000)
-	for _, k := range []int{1, 4, 8, 16, 32} {
+	pid := conn.PgConn().PID()
+	for _, k := range []int{1, 4, 8, 16, 32, 64, 128} {
 		for _, how := range []struct {
-			name string
-			max  int
-		}{{"insert", 1 << 20}, {"copy", -1}} {
+			name  string
+			max   int
+			multi bool
+		}{{"insert", 1 << 20, false}, {"multi-row", 1 << 20, true}, {"copy", -1, false}} {
 			b.Run(fmt.Sprintf("rows=%d/%s", k, how.name), func(b *testing.B) {
-				w := NewWriter(conn, WriterOptions{Slot: "bench", InsertRowsMax: how.max, Logger: slog.New(slog.DiscardHandler)})
+				w := NewWriter(conn, WriterOptions{Slot: "bench", InsertRowsMax: how.max, MultiRowInserts: how.multi, Logger: slog.New(slog.DiscardHandler)})
+				cpu := backendCPU(pid)
+				defer func() {
+					b.ReportMetric(float64((backendCPU(pid)-cpu).Microseconds())/float64(b.N*k), "server-µs/row")
+				}()
 				ch := &change.Change{Op: change.OpInsert, Rel: r}
 				for b.Loop() {
 					if err := w.Begin(ctx); err != nil {
@@ -251,4 +278,26 @@ func BenchmarkWriterInsertRows(b *testing.B) {
 			})
 		}
 	}
+}
+
+// backendCPU returns the CPU time (user + system) the backend pid has used,
+// from /proc/<pid>/stat (Linux; 0 elsewhere): the server's share of a
+// benchmark, which wall time on a loaded machine hides.
+func backendCPU(pid uint32) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command may contain spaces
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state): utime is field 14, stime 15
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond // USER_HZ 100
 }

@@ -189,10 +189,13 @@ func (w *Writer) flushCopies(ctx context.Context) error {
 }
 
 // queueSmallCopies sends the buffered rows of tables with more than
-// InsertRowsMax rows by COPY and queues the others as INSERT statements.
+// InsertRowsMax rows by COPY and queues the others as INSERT statements;
+// with MultiRowInserts, a table's rows up to MultiRowsMax go as one INSERT
+// (insertrows.go).
 func (w *Writer) queueSmallCopies(ctx context.Context) error {
 	for tb := w.copies.pop(); tb != nil; tb = w.copies.pop() {
-		if len(tb.lsns) > w.opts.InsertRowsMax {
+		multi := w.multiRow(tb.plan, len(tb.lsns))
+		if len(tb.lsns) > w.opts.InsertRowsMax && !multi {
 			if err := w.copyOut(ctx, tb); err != nil {
 				return err
 			}
@@ -201,6 +204,12 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 		// tb is emptied first, so that an error leaves no rows behind for
 		// the next transaction; nothing appends to it while rows is read.
 		rows, lsns := w.copies.take(tb)
+		if multi {
+			if err := w.queueInsertRows(ctx, tb.plan, rows, lsns); err != nil {
+				return err
+			}
+			continue
+		}
 		for _, lsn := range lsns {
 			var err error
 			if rows, err = w.queueInsertRow(ctx, tb.plan, rows, lsn); err != nil {

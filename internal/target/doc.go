@@ -20,6 +20,8 @@
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
 //	txn.go        txnState: where the transaction stands, BEGIN's placement
 //	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs
+//	insertrows.go a table's rows as one multi-row INSERT at commit (MultiRowInserts)
+//	position.go   UnreadPosition: a commit whose WAL position the caller reads later (DeferPosition)
 //	copy.go       COPY row encoding (text and binary) and splitting
 //	pipeline.go   the statement pipeline: queued statements, one round trip
 //	conflict.go   ConflictError: a change refused for its data, by kind (insert_exists, update_missing, ...)

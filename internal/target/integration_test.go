@@ -179,11 +179,12 @@ const selectAll = `SELECT id, big, num, f, txt, vc, j, ia, ta, b, ts, d, u, flag
 // TestWriterAllTypes runs with rows sent as INSERT statements where there
 // are few (the default) and with every row sent by COPY.
 func TestWriterAllTypes(t *testing.T) {
-	t.Run("inserts", func(t *testing.T) { testWriterAllTypes(t, 0) })
-	t.Run("copy", func(t *testing.T) { testWriterAllTypes(t, -1) })
+	t.Run("inserts", func(t *testing.T) { testWriterAllTypes(t, 0, false) })
+	t.Run("multi-row inserts", func(t *testing.T) { testWriterAllTypes(t, 0, true) })
+	t.Run("copy", func(t *testing.T) { testWriterAllTypes(t, -1, false) })
 }
 
-func testWriterAllTypes(t *testing.T, insertRowsMax int) {
+func testWriterAllTypes(t *testing.T, insertRowsMax int, multiRow bool) {
 	e := newEnv(t, allTypes)
 	r := rel("public", "t", change.IdentityDefault, allCols...)
 	huge := strings.Repeat("0123456789abcdef\\\t\n", 60000) // > 1 MB, TOASTed
@@ -193,7 +194,7 @@ func testWriterAllTypes(t *testing.T, insertRowsMax int) {
 		"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "t", "green", "999"}
 	row2 := []string{"2", "-1", "NaN", "-Infinity", "", "", "[]", "{}", "{}", `\x`, "infinity", "0001-01-01 BC", "00000000-0000-0000-0000-000000000000", "f", "red", null}
 	row3 := []string{"3", null, null, "NaN", null, null, null, null, null, null, null, null, null, null, null, null}
-	w := e.writer(WriterOptions{CopyFlushBytes: 64 << 10, BatchStatements: 2, InsertRowsMax: insertRowsMax})
+	w := e.writer(WriterOptions{CopyFlushBytes: 64 << 10, BatchStatements: 2, InsertRowsMax: insertRowsMax, MultiRowInserts: multiRow})
 	e.mustApply(w, e.ins(r, row1...), e.ins(r, row2...), e.ins(r, row3...))
 
 	want := func(vals []string, total, targetOnly string) []string {
@@ -246,6 +247,8 @@ func testWriterAllTypes(t *testing.T, insertRowsMax int) {
 	copied, stmts := int64(1), int64(5)
 	if insertRowsMax < 0 {
 		copied, stmts = 3, 3
+	} else if multiRow {
+		stmts = 4 // rows 2 and 3 in one INSERT
 	}
 	if n := e.st.Counter("copy_rows").Load(); n != copied {
 		t.Errorf("copy_rows = %d, want %d", n, copied)

@@ -26,6 +26,9 @@ type batchItem struct {
 	lsn  change.LSN
 	plan *relPlan
 	s    *stmt
+	// rowLSNs: the LSNs of the rows of a multi-row INSERT (queueInsertRows),
+	// in parameter order; lsn is the first.
+	rowLSNs []change.LSN
 }
 
 // pipeline is the unsent batch of prepared statements of the Writer's
@@ -42,6 +45,7 @@ type pipeline struct {
 	tables []*tableBuf
 	bytes  int
 	tail   []pgconn.CommandTag // scratch for sendBatch
+	lsns   []change.LSN        // backs items' rowLSNs
 
 	checkTags bool // an item's stmt has checkTag: flush it before COMMIT
 	missing   int  // sendBatch: the first checkTag item that changed no row, or -1
@@ -80,7 +84,7 @@ func (p *pipeline) reset() {
 	for _, tb := range p.tables {
 		tb.inBatch = false
 	}
-	p.items, p.tables, p.bytes = p.items[:0], p.tables[:0], 0
+	p.items, p.tables, p.bytes, p.lsns = p.items[:0], p.tables[:0], 0, p.lsns[:0]
 	p.checkTags, p.missing = false, -1
 }
 
@@ -189,7 +193,16 @@ func (w *Writer) itemError(i int, err error) error {
 	if it.kind == itemBegin {
 		return fmt.Errorf("begin target transaction: %w", err)
 	}
-	if ce := asConflict(err, it.op, it.plan.rel, it.lsn); ce != nil {
+	lsn := it.lsn
+	if len(it.rowLSNs) > 1 {
+		w.singleRows = singleRowsAfterFailure // the next attempt names the row
+	}
+	if n := pgerr.Param(err); n >= 1 && len(it.rowLSNs) > 1 && len(it.plan.copyCols) > 0 {
+		if r := (n - 1) / len(it.plan.copyCols); r < len(it.rowLSNs) {
+			lsn = it.rowLSNs[r] // the row whose value the server names
+		}
+	}
+	if ce := asConflict(err, it.op, it.plan.rel, lsn); ce != nil {
 		if r, ok := paramOf(err, it.s); ok {
 			ce.Column = it.plan.rel.Columns[r.col].Name
 		}
@@ -199,7 +212,7 @@ func (w *Writer) itemError(i int, err error) error {
 	if r, ok := paramOf(err, it.s); ok {
 		col = ", column " + it.plan.rel.Columns[r.col].Name
 	}
-	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, it.lsn, col, w.explainDenied(it.plan.rel.Namespace, it.plan.rel.Name, err))
+	return fmt.Errorf("apply %s to %s at %s%s: %w", it.op, it.plan.rel, lsn, col, w.explainDenied(it.plan.rel.Namespace, it.plan.rel.Name, err))
 }
 
 // paramOf returns the parameter of s that err's context names: the server

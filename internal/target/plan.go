@@ -56,6 +56,9 @@ type relPlan struct {
 	copyHeader string
 	stmts      map[string]*stmt
 	insert     *stmt // one row's INSERT of the copyCols, built on first use
+	// inserts[n] is the INSERT of n rows (n ≥ 2), built on first use
+	// (Writer.queueInsertRows).
+	inserts []*stmt
 
 	// binary: values arrive in binary (pgoutput binary) and are applied with
 	// binary COPY and binary parameters; valueKind is the kind a present
@@ -292,7 +295,13 @@ func (p *relPlan) cast(b *strings.Builder, i int) {
 
 // buildInsert writes the INSERT of one row: the written columns (copyCols),
 // in order, as parameters — the values of one COPY row.
-func (p *relPlan) buildInsert() *stmt {
+func (p *relPlan) buildInsert() *stmt { return p.buildInsertRows(1) }
+
+// buildInsertRows writes the INSERT of n rows (n ≥ 1; n = 1 without
+// columns): the written columns (copyCols) of each row in turn, as
+// parameters — the values of n COPY rows. Parameter k (from 1) is row
+// (k-1)/len(copyCols).
+func (p *relPlan) buildInsertRows(n int) *stmt {
 	s := &stmt{}
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")
@@ -308,10 +317,14 @@ func (p *relPlan) buildInsert() *stmt {
 			b.WriteString(", ")
 		}
 		b.WriteString(p.quoted[i])
-		s.params = append(s.params, paramRef{col: i})
-		if p.binary {
-			s.oids = append(s.oids, p.rel.Columns[i].TypeOID)
-			s.formats = append(s.formats, 1)
+	}
+	for range n {
+		for _, i := range p.copyCols {
+			s.params = append(s.params, paramRef{col: i})
+			if p.binary {
+				s.oids = append(s.oids, p.rel.Columns[i].TypeOID)
+				s.formats = append(s.formats, 1)
+			}
 		}
 	}
 	b.WriteString(")")
@@ -322,15 +335,23 @@ func (p *relPlan) buildInsert() *stmt {
 			break
 		}
 	}
-	b.WriteString(" VALUES (")
-	for j := range p.copyCols {
-		if j > 0 {
+	b.WriteString(" VALUES ")
+	k := 0
+	for r := range n {
+		if r > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteByte('$')
-		b.WriteString(strconv.Itoa(j + 1))
+		b.WriteByte('(')
+		for j := range p.copyCols {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			k++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(k))
+		}
+		b.WriteByte(')')
 	}
-	b.WriteByte(')')
 	s.sql = b.String()
 	return s
 }

@@ -56,6 +56,18 @@ type WriterOptions struct {
 	// rows get what the source's got (schema.RelationAddSQL); the engine
 	// asks the source. nil: an added column stops the run.
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
+
+	// MultiRowInserts: at commit, a table's buffered rows, up to
+	// MultiRowsMax, go as one INSERT of several rows instead of one INSERT
+	// each or a COPY (queueInsertRows). A duplicate key then names the
+	// statement's first row: after a multi-row INSERT fails, the writer
+	// sends one INSERT per row for a while, so that applying the
+	// transaction again (apply's conflict isolation) names the row.
+	MultiRowInserts bool
+
+	// DeferPosition: CommitLSN does not read the target's WAL position and
+	// returns UnreadPosition (position.go); the caller reads it later.
+	DeferPosition bool
 }
 
 // Writer applies changes to the target in one target transaction at a time,
@@ -76,7 +88,10 @@ type WriterOptions struct {
 // and at commit the tables with few buffered rows (InsertRowsMax) become
 // prepared INSERTs in the same pipeline as the queued statements, the
 // applied record and COMMIT — a COPY per table would cost a round trip and a
-// statement the server must parse each.
+// statement the server must parse each. With MultiRowInserts a table's rows
+// (up to MultiRowsMax) are one INSERT, and with DeferPosition the commit
+// does not read the WAL position: apply's workers send one statement per
+// table and kind of change, BEGIN, the applied record and COMMIT.
 //
 // Invariants:
 //   - state says where the transaction stands (txn.go): nothing reaches the
@@ -119,6 +134,9 @@ type Writer struct {
 	// tagCheck: this transaction sends plain UPDATEs and DELETEs and reads
 	// missing rows from their command tags (ExpectChanges).
 	tagCheck bool
+	// singleRows: commits left before MultiRowInserts applies again after
+	// a multi-row INSERT failed (insertrows.go).
+	singleRows int
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
@@ -287,7 +305,9 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 		w.pipe.batch.ExecPrepared(w.appliedStmt, [][]byte{[]byte(w.opts.Slot), lt, ft}, nil, nil)
 	}
 	w.pipe.batch.ExecPrepared(w.ctl[ctlCommit], nil, nil, nil)
-	w.pipe.batch.ExecPrepared(w.ctl[ctlWALPos], nil, nil, nil)
+	if !w.opts.DeferPosition {
+		w.pipe.batch.ExecPrepared(w.ctl[ctlWALPos], nil, nil, nil)
+	}
 	n := len(w.pipe.items)
 	stmts := w.pipe.changes()
 	done, tail, pos, err := w.sendBatch(ctx)
@@ -312,17 +332,20 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	}
 	w.pipe.reset()
 	w.state = txnNone
-	if len(tail) < 2 || tail[len(tail)-2].String() == "ROLLBACK" {
+	if !committed(tail, w.opts.DeferPosition) {
 		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
 	var lsn change.LSN
-	if pos != nil {
+	if w.opts.DeferPosition {
+		lsn = UnreadPosition
+	} else if pos != nil {
 		if lsn, err = change.ParseLSN(string(pos)); err != nil {
 			return 0, fmt.Errorf("commit target transaction: read the WAL position: %w", err)
 		}
 	}
 	w.statements.Add(int64(stmts))
 	w.flushes.Add(1)
+	w.singleRows = max(w.singleRows-1, 0)
 	w.applied.Add(int64(len(applied)))
 	w.st.AddTxns(int64(len(applied)))
 	return lsn, nil
