@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"runtime"
@@ -247,14 +248,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("create report directory: %w", err)
 	}
-	specs, err := plan(o)
-	if err != nil {
-		return nil, err
-	}
 	r := &runner{o: o, wl: wl, log: o.Logger.With("component", "bench"), out: io.Discard}
 	if o.Live != nil && !o.Quiet {
 		r.out = o.Live
 	}
+	skipped := r.skip(selectSystems(&o, wl))
+	if len(o.Systems) == 0 {
+		return nil, fmt.Errorf("--systems: no system can run %s (%v)", wl.Name, skipped)
+	}
+	o.ServerSettings = withPreload(o.ServerSettings, o.Systems)
+	r.o = o
 
 	// Servers.
 	if o.SourceDSN != "" {
@@ -278,12 +281,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer tc.Remove(context.Background())
 		r.src, r.tgt = clusterServer(sc, o.UnixSocket), clusterServer(tc, o.UnixSocket)
 	}
+	if o.SourceDSN != "" && slices.Contains(o.Systems, SystemPglogical) {
+		if why := serverPeerCheck(ctx, SystemPglogical, r.src, r.tgt); why != "" {
+			maps.Copy(skipped, r.skip(map[string]string{string(SystemPglogical): why + "; install: " + installHint(SystemPglogical)}))
+			o.Systems = slices.DeleteFunc(o.Systems, func(s System) bool { return s == SystemPglogical })
+			r.o = o
+		}
+	}
+	specs, err := plan(o)
+	if err != nil {
+		return nil, err
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("--systems: no system can run %s (%v)", wl.Name, skipped)
+	}
 
 	rep := &Report{SchemaVersion: SchemaVersion, Workload: wl.Name, Description: wl.Description, Mode: o.Mode,
 		Started: time.Now().UTC().Format(time.RFC3339)}
 	if err := r.describe(ctx, rep); err != nil {
 		return nil, err
 	}
+	if len(skipped) > 0 {
+		rep.Settings.Skipped = skipped
+	}
+	rep.Settings.Peers = peerSettings(o.Systems)
 	if wl.Name == "dbl" {
 		err = r.runDBL(ctx, rep, specs)
 	} else {
@@ -624,4 +645,13 @@ func connectionNote(o Options) string {
 		return "Unix sockets (--unix-socket)"
 	}
 	return "TCP on 127.0.0.1"
+}
+
+// skip prints why systems are skipped and returns the same map.
+func (r *runner) skip(why map[string]string) map[string]string {
+	for _, s := range sortedKeys(why) {
+		fmt.Fprintf(r.out, "skipping %s: %s\n", s, why[s])
+		r.log.Warn("system skipped", "system", s, "reason", why[s])
+	}
+	return why
 }

@@ -99,7 +99,7 @@ Examples:
 	}
 	fs := cmd.Flags()
 	fs.Var(&o.Mode, "mode", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
-	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native")
+	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native, and the peers pglogical, pgstream, pgcopydb (initial-copy only); a peer not installed is skipped")
 	fs.Float64Var(&o.Params.Scale, "scale", 1, "fraction of the seed's size (1 = full size)")
 	fs.Int64Var(&o.Params.Rows, "rows", 0, "rows to load (overrides --scale)")
 	fs.IntVar(&o.Params.TxnRows, "txn-rows", 0, "conditions: rows per transaction (default 100)")
