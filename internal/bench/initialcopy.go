@@ -81,7 +81,7 @@ var initialCopyInserts = map[string]string{
 		CASE WHEN g % 4 = 0 THEN NULL ELSE 'order ' || g || ' ' || left(md5(g::text), 10 + (g % 13)::int) END
 		FROM generate_series($1::bigint, $2::bigint) g`,
 	"ic_customers": `INSERT INTO ic_customers SELECT g, md5('c' || g)::uuid, 'customer ' || left(md5(g::text), 12),
-		'user' || g || '@example.org', date '1950-01-01' + (g % 20000), ARRAY['t' || (g % 7), 't' || (g % 11)],
+		'user' || g || '@example.org', date '1950-01-01' + (g % 20000)::int, ARRAY['t' || (g % 7), 't' || (g % 11)],
 		jsonb_build_object('level', g % 10, 'city', 'city ' || (g % 500), 'vip', g % 17 = 0)
 		FROM generate_series($1::bigint, $2::bigint) g`,
 	"ic_events": `INSERT INTO ic_events SELECT g, (g * 6) % 3000000 + 1, timestamptz '2024-01-01' + g * interval '41 seconds',
@@ -236,15 +236,19 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	// Load (not measured).
 	run.loadEnv = &LoadEnv{DSN: run.srcDSN, Params: r.o.Params}
 	run.probe = NewProbe(withApp(run.srcDSN), withApp(run.tgtDSN), 100*time.Millisecond, r.log)
-	fmt.Fprintf(r.out, "   loading the source ...\n")
-	if err := run.load(); err != nil {
-		return err
-	}
 	sys, err := run.newCopySystem()
 	if err != nil {
 		return err
 	}
 	run.sys = sys
+	want := initialCopyRows(r.o.Params)
+	run.smp = newSampler(r, sp, withApp(run.srcDSN), withApp(run.tgtDSN), run.slot, slices.Clone(r.wl.Tables), run.probe, sys)
+	run.smp.sourceBackends = true
+	run.smp.load = run.loadEnv
+	fmt.Fprintf(r.out, "   loading the source ...\n")
+	if err := run.load(); err != nil {
+		return err
+	}
 	defer sys.cleanup(context.Background())
 	if err := sys.prepare(runCtx); err != nil {
 		return err
@@ -257,10 +261,6 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	}
 
 	// Measure.
-	want := initialCopyRows(r.o.Params)
-	run.smp = newSampler(r, sp, withApp(run.srcDSN), withApp(run.tgtDSN), run.slot, slices.Clone(r.wl.Tables), run.probe, sys)
-	run.smp.sourceBackends = true
-	run.smp.load = run.loadEnv
 	var bg context.Context
 	bg, run.cancelBG = context.WithCancel(runCtx)
 	run.bg.Add(1)

@@ -380,6 +380,14 @@ func (p *pglogicalSys) cleanup(ctx context.Context) {
 		p.env.log.Warn("drop pglogical subscription", "err", err)
 	}
 	dropDBSlots(ctx, p.env.srcDSN)
+	// Without the extension pglogical's supervisor stops starting a manager
+	// in the database, which would otherwise block DROP DATABASE.
+	for _, x := range []struct{ dsn, node string }{{p.env.tgtDSN, "bench_subscriber"}, {p.env.srcDSN, "bench_provider"}} {
+		sql := fmt.Sprintf("SELECT pglogical.drop_node(%s, true); DROP EXTENSION IF EXISTS pglogical CASCADE", sqlLit(x.node))
+		if err := execOn(ctx, x.dsn, sql); err != nil {
+			p.env.log.Warn("drop pglogical node", "err", err)
+		}
+	}
 }
 
 // ----- pgstream -----
