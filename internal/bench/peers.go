@@ -244,7 +244,9 @@ type pglogicalSys struct {
 	sub      string
 	copyData bool
 	slotName string
-	done     chan struct{}
+	// downSince is when the status "down" was first seen (zero: not down).
+	downSince time.Time
+	done      chan struct{}
 }
 
 func newPglogical(env sysEnv, tables []string, copyData bool) *pglogicalSys {
@@ -296,8 +298,16 @@ func (p *pglogicalSys) synced(ctx context.Context, c *pgx.Conn) (bool, error) {
 	}
 	p.slotName = slot
 	if st == "down" {
-		return false, fmt.Errorf("pglogical subscription %s is down (see the target's server log)", p.sub)
+		// Also the status between creation and its apply worker's start.
+		if p.downSince.IsZero() {
+			p.downSince = time.Now()
+		}
+		if time.Since(p.downSince) > time.Minute {
+			return false, fmt.Errorf("pglogical subscription %s is down for a minute (see the target's server log)", p.sub)
+		}
+		return false, nil
 	}
+	p.downSince = time.Time{}
 	if st != "replicating" {
 		return false, nil
 	}

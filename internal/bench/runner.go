@@ -133,6 +133,12 @@ type runner struct {
 	out      io.Writer
 	// dblSink, when set, receives the dbl workload's results of the current run.
 	dblSink *dblSink
+	// keepDBs leaves the run databases in place: with pglogical 2.4
+	// preloaded on PostgreSQL 15, DROP DATABASE waits forever for the
+	// pglogical supervisor to accept its ProcSignalBarrier (pglogical issues
+	// 399, 418), and terminating the supervisor ends it for good (it exits
+	// 0, so it is not restarted).
+	keepDBs bool
 	// lastNative is when the last native subscription was started.
 	lastNative time.Time
 }
@@ -258,6 +264,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	o.ServerSettings = withPreload(o.ServerSettings, o.Systems)
 	r.o = o
+	r.keepDBs = slices.Contains(o.Systems, SystemPglogical)
 
 	// Servers.
 	if o.SourceDSN != "" {
@@ -465,6 +472,10 @@ func (r *runner) createDB(ctx context.Context, srv *server, db string) error {
 }
 
 func (r *runner) dropDB(srv *server, db string) {
+	if r.keepDBs {
+		r.log.Info("database left in place: pglogical 2.4's supervisor blocks DROP DATABASE on PostgreSQL 15", "db", db)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, srv.admin)
