@@ -319,7 +319,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			fmt.Fprintf(r.out, "== %s: %s, %s mode\n", sp.label, wl.Name, o.Mode)
+			if wl.Copy {
+				fmt.Fprintf(r.out, "== %s: %s\n", sp.label, wl.Name)
+			} else {
+				fmt.Fprintf(r.out, "== %s: %s, %s mode\n", sp.label, wl.Name, o.Mode)
+			}
 			res := r.runSystem(ctx, sp)
 			rep.Runs = append(rep.Runs, res)
 			fmt.Fprintf(r.out, "== %s\n", summaryLine(res))
@@ -641,6 +645,10 @@ func slotStats(ctx context.Context, srcDSN, slot string, res *RunResult) {
 func summaryLine(res *RunResult) string {
 	if !res.Verified {
 		return fmt.Sprintf("%s: FAILED: %s", res.Label, res.Error)
+	}
+	if res.CopyTables != nil {
+		return fmt.Sprintf("%s: verified; copy %.2fs, %.0f rows/s, %.2f MB/s, total CPU %.2fs",
+			res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec, res.Resources.TotalCPUSeconds)
 	}
 	return fmt.Sprintf("%s: verified; replication %.2fs, %.0f rows/s, %.2f MB/s, last commit→visible %.2fs, probe p50 %.0fms p99 %.0fms max %.0fms",
 		res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec,
