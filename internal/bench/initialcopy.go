@@ -249,6 +249,11 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	if err := run.load(); err != nil {
 		return err
 	}
+	var dbBytes int64
+	if c, err := pgx.Connect(runCtx, withApp(run.srcDSN)); err == nil {
+		_ = c.QueryRow(runCtx, "SELECT pg_database_size(current_database())").Scan(&dbBytes)
+		c.Close(context.Background())
+	}
 	defer sys.cleanup(context.Background())
 	if err := sys.prepare(runCtx); err != nil {
 		return err
@@ -302,7 +307,7 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	res.Tables = checks
 	secs := doneAt.Sub(start).Seconds()
 	res.Load = LoadFigures{Seconds: run.m.loadEnd.Sub(run.m.loadStart).Seconds(), Rows: run.m.load.Rows, Txns: run.m.load.Txns,
-		SourceRows: run.m.load.SourceRows, PayloadBytes: payload}
+		SourceRows: run.m.load.SourceRows, PayloadBytes: payload, SourceDBBytes: dbBytes}
 	if s := res.Load.Seconds; s > 0 {
 		res.Load.RowsPerSec = float64(run.m.load.SourceRows) / s
 		res.Load.TxnsPerSec = float64(run.m.load.Txns) / s

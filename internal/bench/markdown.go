@@ -209,6 +209,12 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nRows: %s", loadSummary(runs))
+	for _, r := range runs {
+		if r.Load.SourceDBBytes > 0 {
+			fmt.Fprintf(w, " Source database: %.0f MB (tables and indexes).", float64(r.Load.SourceDBBytes)/1e6)
+			break
+		}
+	}
 	if isCopyReport(rep) {
 		fmt.Fprintf(w, "\n\n%s\n\n", copyNote)
 		writeCopyTablesMarkdown(w, runs)

@@ -106,6 +106,9 @@ type LoadFigures struct {
 	RowsPerSec   float64 `json:"rows_per_sec"`
 	TxnsPerSec   float64 `json:"txns_per_sec"`
 	PayloadBytes int64   `json:"payload_bytes"` // sum(pg_column_size(row)) of the replicated tables at the end
+	// SourceDBBytes (initial-copy) is pg_database_size of the loaded source
+	// database (tables, indexes, TOAST).
+	SourceDBBytes int64 `json:"source_db_bytes,omitempty"`
 }
 
 // ReplFigures are the headline replication figures.

@@ -411,6 +411,12 @@ func (r *runner) describe(ctx context.Context, rep *Report) error {
 		Generation: "the workload is generated once per system run, in that run's own fresh source database; " +
 			"systems run one after the other against the same two servers",
 	}
+	if r.wl.Copy {
+		rep.Settings.Native["subscription_options"] = strings.Replace(rep.Settings.Native["subscription_options"], "copy_data = false", "copy_data = true", 1)
+		rep.Settings.Native["copy_data"] = "true (initial-copy: the tables, with their indexes, created empty on the target beforehand)"
+		rep.Settings.Generation = "the source is loaded, vacuumed and checkpointed once per system run, in that run's own fresh source database, " +
+			"before the system starts; systems run one after the other against the same two servers"
+	}
 	if rep.Settings.RepstreamFlags == nil {
 		rep.Settings.RepstreamFlags = []string{}
 	}
