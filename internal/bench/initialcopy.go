@@ -373,10 +373,7 @@ func (s *systemRun) waitCopied(sys copySystem, start time.Time, want map[string]
 		}
 		return out
 	}
-	var tables0 []string
-	for _, t := range s.r.wl.Tables {
-		tables0 = append(tables0, t)
-	}
+	tables0 := slices.Clone(s.r.wl.Tables)
 	var doneAt time.Time
 	for {
 		statTables()

@@ -284,12 +284,6 @@ func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
 	return n
 }
 
-// roundRatios returns f's repstream/native ratio of every round in which
-// both runs verified, in round order.
-func roundRatios(runs []*RunResult, f figure) []float64 {
-	return systemRoundRatios(runs, f, SystemRepstream)
-}
-
 // systemRoundRatios returns f's sys/native ratio of every round in which
 // both runs verified, in round order.
 func systemRoundRatios(runs []*RunResult, f figure, sys System) []float64 {
