@@ -78,7 +78,7 @@ func TestPgURL(t *testing.T) {
 	for dsn, want := range map[string]string{
 		"host=127.0.0.1 port=5433 user=rs dbname=bench_1 sslmode=disable": "postgres://rs@127.0.0.1:5433/bench_1?sslmode=disable",
 		"host=/tmp/d port=5433 user=rs dbname=b sslmode=disable":          "postgres://rs@:5433/b?host=%2Ftmp%2Fd&sslmode=disable",
-		"postgres://u@h:1/db":                                             "postgres://u@h:1/db",
+		"postgres://u@h:1/db": "postgres://u@h:1/db",
 	} {
 		got, err := pgURL(dsn)
 		if err != nil || got != want {
