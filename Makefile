@@ -74,10 +74,11 @@ peers:
 	@bash scripts/ensure-peers.sh
 
 PEERS_SCALE ?= 0.3
+PEERS_SINGLE_ROW_SCALE ?= 0.1
 bench-peers: postgres build peers
 	./$(BIN) bench initial-copy --scale $(PEERS_SCALE) --systems repstream,native,pgcopydb,pglogical \
 		--out bench-out/peers/initial-copy --summary
-	./$(BIN) bench single-row --mode backlog --scale $(BENCH_SCALE) --systems repstream,native,pglogical,pgstream \
+	./$(BIN) bench single-row --mode backlog --scale $(PEERS_SINGLE_ROW_SCALE) --systems repstream,native,pglogical,pgstream \
 		--out bench-out/peers/single-row --summary
 
 fmt:
