@@ -40,7 +40,12 @@ Examples:
   repstream bench conditions --mode backlog
   repstream bench pedestals --scale 0.1
   repstream bench conditions --vary apply-parallelism=1,2,4 --systems repstream,native
-  repstream bench batch --rows 99000 --memory 64MB`,
+  repstream bench batch --rows 99000 --memory 64MB
+  repstream bench initial-copy --scale 0.3 --systems repstream,native,pgcopydb,pglogical
+  repstream bench single-row --mode backlog --systems repstream,native,pglogical,pgstream
+
+Peers (pglogical, pgstream, pgcopydb) run when installed (make peers); a
+missing one is skipped with the command that installs it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var level slog.Level
