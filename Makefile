@@ -13,7 +13,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres monitoring-tools demo test lint unit integration versions-ci test-versions vet fmt bench clean
+.PHONY: all build postgres monitoring-tools demo test lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
 
 all: build
 
@@ -66,6 +66,20 @@ BENCH_SCALE ?= 0.05
 bench: postgres build
 	./$(BIN) bench conditions pedestals pedestals-blob batch single-row unrelated fly dbl \
 		--scale $(BENCH_SCALE) --out bench-out --quiet
+
+# The peers (pglogical, pgcopydb, pgstream + wal2json) beside repstream and
+# native: the initial copy and a single-row backlog, every system side by
+# side; reports in bench-out/peers/<workload>/. Not part of `make test`.
+peers:
+	@bash scripts/ensure-peers.sh
+
+PEERS_SCALE ?= 0.3
+PEERS_SINGLE_ROW_SCALE ?= 0.1
+bench-peers: postgres build peers
+	./$(BIN) bench initial-copy --scale $(PEERS_SCALE) --systems repstream,native,pgcopydb,pglogical \
+		--out bench-out/peers/initial-copy --summary
+	./$(BIN) bench single-row --mode backlog --scale $(PEERS_SINGLE_ROW_SCALE) --systems repstream,native,pglogical,pgstream \
+		--out bench-out/peers/single-row --summary
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -50,6 +50,9 @@ func writeCharts(rep *Report, dir string) ([]string, error) {
 		if err := add("timeline.png", timelineChart(rep, filepath.Join(dir, "timeline.png"))); err != nil {
 			return names, err
 		}
+		if err := add("systems.png", systemsChart(rep, filepath.Join(dir, "systems.png"))); err != nil {
+			return names, err
+		}
 		for i, r := range rep.Runs {
 			if r.System != SystemRepstream || len(r.Components) == 0 {
 				continue

@@ -48,11 +48,12 @@ var figures = []figure{
 	{"probe latency p95", "ms", true, func(r *RunResult) float64 { return r.Latency.P95Ms }},
 	{"probe latency p99", "ms", true, func(r *RunResult) float64 { return r.Latency.P99Ms }},
 	{"probe latency max", "ms", true, func(r *RunResult) float64 { return r.Latency.MaxMs }},
-	{"engine CPU (repstream process)", "s", true, func(r *RunResult) float64 { return r.Resources.EngineCPUSeconds }},
+	{"engine CPU (repstream / peer process)", "s", true, func(r *RunResult) float64 { return r.Resources.EngineCPUSeconds }},
 	{"engine peak RSS", "MiB", true, func(r *RunResult) float64 { return float64(r.Resources.EnginePeakRSSBytes) / (1 << 20) }},
 	{"walsender CPU", "s", true, func(r *RunResult) float64 { return r.Resources.WalsenderCPUSeconds }},
-	{"native apply worker CPU", "s", true, func(r *RunResult) float64 { return r.Resources.ApplyWorkerCPUSeconds }},
+	{"apply worker CPU (native / pglogical)", "s", true, func(r *RunResult) float64 { return r.Resources.ApplyWorkerCPUSeconds }},
 	{"target backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TargetBackendsCPUSeconds }},
+	{"source backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.SourceBackendsCPUSeconds }},
 	{"total CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TotalCPUSeconds }},
 	{"source WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.SourceBytes) / 1e6 }},
 	{"target WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.TargetBytes) / 1e6 }},
@@ -107,6 +108,12 @@ func WriteMarkdown(w io.Writer, rep *Report, pngs []string) {
 		fmt.Fprintf(w, "- connections (both systems): %s\n", rep.Settings.Connection)
 	}
 	fmt.Fprintf(w, "- repstream: values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides, else text; `--binary=false` forces text\n")
+	for _, k := range sortedKeys(rep.Settings.Peers) {
+		fmt.Fprintf(w, "- %s: %s\n", k, rep.Settings.Peers[k])
+	}
+	for _, k := range sortedKeys(rep.Settings.Skipped) {
+		fmt.Fprintf(w, "- **skipped %s**: %s\n", k, rep.Settings.Skipped[k])
+	}
 	fmt.Fprintf(w, "- %s\n\n", rep.Settings.Generation)
 
 	if len(rep.DBL) > 0 {
@@ -135,7 +142,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	withRatio := native != nil && len(runs) > 1
 	if withRatio {
 		for _, r := range runs {
-			if r.System == SystemRepstream {
+			if r.System != SystemNative {
 				fmt.Fprintf(w, " %s / native |", r.Label)
 			}
 		}
@@ -146,7 +153,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	}
 	if withRatio {
 		for _, r := range runs {
-			if r.System == SystemRepstream {
+			if r.System != SystemNative {
 				fmt.Fprintf(w, "---:|")
 			}
 		}
@@ -162,13 +169,13 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	}
 	if withRatio {
 		for _, r := range runs {
-			if r.System == SystemRepstream {
+			if r.System != SystemNative {
 				fmt.Fprintf(w, " |")
 			}
 		}
 	}
 	fmt.Fprintln(w)
-	for _, f := range figures {
+	for _, f := range figuresFor(rep) {
 		name := f.name
 		if f.unit != "" {
 			name += " (" + f.unit + ")"
@@ -183,7 +190,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		}
 		if withRatio {
 			for _, r := range runs {
-				if r.System != SystemRepstream {
+				if r.System == SystemNative {
 					continue
 				}
 				n := nativeOf(runs, r)
@@ -202,8 +209,19 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nRows: %s", loadSummary(runs))
-	fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")
-	fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every 10 ms. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
+	for _, r := range runs {
+		if r.Load.SourceDBBytes > 0 {
+			fmt.Fprintf(w, " Source database: %.0f MB (tables and indexes).", float64(r.Load.SourceDBBytes)/1e6)
+			break
+		}
+	}
+	if isCopyReport(rep) {
+		fmt.Fprintf(w, "\n\n%s\n\n", copyNote)
+		writeCopyTablesMarkdown(w, runs)
+	} else {
+		fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")
+		fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every 10 ms. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
+	}
 	writeBottlenecks(w, runs)
 
 	if rep.Settings.Repeat > 1 {
@@ -266,12 +284,12 @@ func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
 	return n
 }
 
-// roundRatios returns f's repstream/native ratio of every round in which
+// systemRoundRatios returns f's sys/native ratio of every round in which
 // both runs verified, in round order.
-func roundRatios(runs []*RunResult, f figure) []float64 {
+func systemRoundRatios(runs []*RunResult, f figure, sys System) []float64 {
 	var out []float64
 	for _, r := range runs {
-		if r.System != SystemRepstream || !r.Verified {
+		if r.System != sys || !r.Verified {
 			continue
 		}
 		n := nativeOf(runs, r)
@@ -296,9 +314,21 @@ func median(v []float64) float64 {
 // rounds' repstream/native ratios, their range, and each round's ratio.
 func writeRoundsMarkdown(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "## Over %d rounds\n\nEach round ran both systems on fresh databases, every second round in reverse order; a ratio compares the two runs of one round.\n\n", rep.Settings.Repeat)
-	fmt.Fprintf(w, "| figure | median repstream / native | min | max | per round |\n|---|---:|---:|---:|---|\n")
-	for _, f := range figures {
-		rs := roundRatios(rep.Runs, f)
+	var systems []System
+	for _, r := range rep.Runs {
+		if r.System != SystemNative && !slices.Contains(systems, r.System) {
+			systems = append(systems, r.System)
+		}
+	}
+	for _, sys := range systems {
+		writeSystemRounds(w, rep, sys)
+	}
+}
+
+func writeSystemRounds(w io.Writer, rep *Report, sys System) {
+	fmt.Fprintf(w, "| figure | median %s / native | min | max | per round |\n|---|---:|---:|---:|---|\n", sys)
+	for _, f := range figuresFor(rep) {
+		rs := systemRoundRatios(rep.Runs, f, sys)
 		if len(rs) == 0 || slices.Max(rs) == 0 { // e.g. the native apply worker's CPU
 			continue
 		}
@@ -331,7 +361,7 @@ func SummaryTable(w io.Writer, reps []*Report) {
 				ver = "FAILED"
 			}
 			ratio := ""
-			if r.System == SystemRepstream && r.Verified && native != nil && native.Replication.RowsPerSec > 0 {
+			if r.System != SystemNative && r.Verified && native != nil && native.Replication.RowsPerSec > 0 {
 				ratio = fmt.Sprintf("%.2f", r.Replication.RowsPerSec/native.Replication.RowsPerSec)
 			}
 			if !r.Verified {

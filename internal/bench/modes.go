@@ -37,20 +37,32 @@ type System string
 const (
 	SystemRepstream System = "repstream" // this engine (Options.Binary)
 	SystemNative    System = "native"    // PostgreSQL's subscriptions
+	SystemPglogical System = "pglogical" // pglogical 2 node + subscription (peer)
+	SystemPgstream  System = "pgstream"  // xataio/pgstream postgres -> postgres with wal2json (peer)
+	SystemPgcopydb  System = "pgcopydb"  // pgcopydb clone, initial-copy workload only (peer)
 )
+
+// KnownSystems lists every system --systems accepts.
+var KnownSystems = []System{SystemRepstream, SystemNative, SystemPglogical, SystemPgstream, SystemPgcopydb}
 
 // AllSystems is the default: every system, repstream first.
 var AllSystems = []System{SystemRepstream, SystemNative}
 
 func (s System) String() string { return string(s) }
 
+// IsPeer is true for the systems the bench compares with that are neither
+// repstream nor native.
+func (s System) IsPeer() bool { return s != SystemRepstream && s != SystemNative }
+
 // ParseSystem parses a system name.
 func ParseSystem(v string) (System, error) {
-	switch s := System(strings.TrimSpace(v)); s {
-	case SystemRepstream, SystemNative:
-		return s, nil
+	s := System(strings.TrimSpace(v))
+	for _, k := range KnownSystems {
+		if s == k {
+			return s, nil
+		}
 	}
-	return "", fmt.Errorf("unknown system %q (want %s or %s)", strings.TrimSpace(v), SystemRepstream, SystemNative)
+	return "", fmt.Errorf("unknown system %q (want one of %s)", strings.TrimSpace(v), Systems(KnownSystems))
 }
 
 // Systems is a comma-separated list of systems, as --systems takes it.

@@ -30,7 +30,7 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"workload", Options{Workload: "conditons"}, `unknown workload "conditons"`},
 		{"mode", Options{Workload: "conditions", Mode: "bakclog"}, `--mode "bakclog": want live or backlog`},
-		{"system", Options{Workload: "conditions", Systems: []System{"pglogical"}}, `--systems: unknown system "pglogical"`},
+		{"system", Options{Workload: "conditions", Systems: []System{"slony"}}, `--systems: unknown system "slony"`},
 		{"repeat", Options{Workload: "conditions", Repeat: -1}, "--repeat -1"},
 		{"repeat and vary", Options{Workload: "conditions", Repeat: 2, Vary: "apply-parallelism=1,2"}, "one at a time"},
 		{"dbl repeat", Options{Workload: "dbl", Repeat: 2}, "not for dbl"},

@@ -29,10 +29,15 @@ type Report struct {
 
 // Settings records how the run was configured.
 type Settings struct {
-	Scale          float64           `json:"scale"`
-	Rows           int64             `json:"rows"`
-	Params         map[string]string `json:"params"`
-	Systems        []System          `json:"systems"`
+	Scale   float64           `json:"scale"`
+	Rows    int64             `json:"rows"`
+	Params  map[string]string `json:"params"`
+	Systems []System          `json:"systems"`
+	// Skipped are the systems asked for but not run, with the reason (and
+	// the command that installs a missing peer).
+	Skipped map[string]string `json:"skipped,omitempty"`
+	// Peers describes how each peer was set up.
+	Peers          map[string]string `json:"peers,omitempty"`
 	Vary           string            `json:"vary,omitempty"`
 	Repeat         int               `json:"repeat,omitempty"`
 	RepstreamFlags []string          `json:"repstream_flags"`
@@ -56,7 +61,7 @@ type Machine struct {
 
 // RunResult is one system's run of the workload.
 type RunResult struct {
-	System System `json:"system"` // "repstream" or "native"
+	System System `json:"system"` // "repstream", "native", or a peer: "pglogical", "pgstream", "pgcopydb"
 	Label  string `json:"label"`  // system plus the varied setting, e.g. "repstream apply-parallelism=2"
 	// VaryValue is the value of the varied setting ("" without --vary).
 	VaryValue string `json:"vary_value,omitempty"`
@@ -73,6 +78,8 @@ type RunResult struct {
 	WAL         WALFigures    `json:"wal"`
 	Spill       SpillFigures  `json:"spill"`
 	Tables      []TableCheck  `json:"tables"`
+	// CopyTables (initial-copy workload) are the per-table completion times.
+	CopyTables []CopyTableTime `json:"copy_tables,omitempty"`
 
 	// Timeline is one sample a second of the target's applied row rate.
 	Timeline []TimelinePoint `json:"timeline"`
@@ -99,6 +106,9 @@ type LoadFigures struct {
 	RowsPerSec   float64 `json:"rows_per_sec"`
 	TxnsPerSec   float64 `json:"txns_per_sec"`
 	PayloadBytes int64   `json:"payload_bytes"` // sum(pg_column_size(row)) of the replicated tables at the end
+	// SourceDBBytes (initial-copy) is pg_database_size of the loaded source
+	// database (tables, indexes, TOAST).
+	SourceDBBytes int64 `json:"source_db_bytes,omitempty"`
 }
 
 // ReplFigures are the headline replication figures.
@@ -133,8 +143,12 @@ type Resources struct {
 	WalsenderCPUSeconds      float64 `json:"walsender_cpu_seconds"`
 	ApplyWorkerCPUSeconds    float64 `json:"apply_worker_cpu_seconds"`
 	TargetBackendsCPUSeconds float64 `json:"target_backends_cpu_seconds"`
-	// TotalCPUSeconds = engine + walsender + target backends (the apply
-	// worker is one of the target backends).
+	// SourceBackendsCPUSeconds: the source database's backends other than
+	// walsenders (the copy's COPY TO sessions); metered in the
+	// initial-copy workload only (elsewhere the load's own session is there).
+	SourceBackendsCPUSeconds float64 `json:"source_backends_cpu_seconds,omitempty"`
+	// TotalCPUSeconds = engine + walsender + source backends + target
+	// backends (the apply worker is one of the target backends).
 	TotalCPUSeconds float64 `json:"total_cpu_seconds"`
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,9 @@ func runFigures(m readings) (LoadFigures, ReplFigures, WALFigures) {
 }
 
 func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
+	if r.wl.Copy {
+		return r.doCopyRun(ctx, sp, res)
+	}
 	db := fmt.Sprintf("bench_%d_%s", sp.idx, sp.system)
 	if err := r.setupDatabases(ctx, db); err != nil {
 		return err
@@ -98,6 +102,9 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 	defer run.sys.cleanup(context.Background())
 	if err := run.sys.prepare(ctx); err != nil {
 		return err
+	}
+	if p, ok := run.sys.(*pglogicalSys); ok && p.slot() != "" {
+		run.slot = p.slot() // pglogical names its slot itself
 	}
 	runCtx, cancelRun := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancelRun()
@@ -117,9 +124,16 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 func (s *systemRun) setUp() {
 	env := sysEnv{srcDSN: s.srcDSN, tgtDSN: s.tgtDSN, slot: s.slot, pub: "bench_pub", outDir: s.r.o.Out, label: s.sp.label,
 		log: s.r.log.With("system", s.sp.label)}
-	if s.sp.system == SystemRepstream {
+	switch s.sp.system {
+	case SystemRepstream:
 		s.rsys = newRepstream(env, s.r.o.Binary, s.sp.flags)
 		s.sys = s.rsys
+		return
+	case SystemPglogical:
+		s.sys = newPglogical(env, qualifiedTables(s.r.wl), false)
+		return
+	case SystemPgstream:
+		s.sys = newPgstream(env, append(slices.Clone(s.r.wl.Tables), ProbeTable))
 		return
 	}
 	n := newNative(env, s.r.version)

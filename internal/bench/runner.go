@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"runtime"
@@ -132,6 +133,12 @@ type runner struct {
 	out      io.Writer
 	// dblSink, when set, receives the dbl workload's results of the current run.
 	dblSink *dblSink
+	// keepDBs leaves the run databases in place: with pglogical 2.4
+	// preloaded on PostgreSQL 15, DROP DATABASE waits forever for the
+	// pglogical supervisor to accept its ProcSignalBarrier (pglogical issues
+	// 399, 418), and terminating the supervisor ends it for good (it exits
+	// 0, so it is not restarted).
+	keepDBs bool
 	// lastNative is when the last native subscription was started.
 	lastNative time.Time
 }
@@ -247,14 +254,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("create report directory: %w", err)
 	}
-	specs, err := plan(o)
-	if err != nil {
-		return nil, err
-	}
 	r := &runner{o: o, wl: wl, log: o.Logger.With("component", "bench"), out: io.Discard}
 	if o.Live != nil && !o.Quiet {
 		r.out = o.Live
 	}
+	skipped := r.skip(selectSystems(&o, wl))
+	if len(o.Systems) == 0 {
+		return nil, fmt.Errorf("--systems: no system can run %s (%v)", wl.Name, skipped)
+	}
+	o.ServerSettings = withPreload(o.ServerSettings, o.Systems)
+	r.o = o
+	r.keepDBs = slices.Contains(o.Systems, SystemPglogical)
 
 	// Servers.
 	if o.SourceDSN != "" {
@@ -278,12 +288,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer tc.Remove(context.Background())
 		r.src, r.tgt = clusterServer(sc, o.UnixSocket), clusterServer(tc, o.UnixSocket)
 	}
+	if o.SourceDSN != "" && slices.Contains(o.Systems, SystemPglogical) {
+		if why := serverPeerCheck(ctx, SystemPglogical, r.src, r.tgt); why != "" {
+			maps.Copy(skipped, r.skip(map[string]string{string(SystemPglogical): why + "; install: " + installHint(SystemPglogical)}))
+			o.Systems = slices.DeleteFunc(o.Systems, func(s System) bool { return s == SystemPglogical })
+			r.o = o
+		}
+	}
+	specs, err := plan(o)
+	if err != nil {
+		return nil, err
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("--systems: no system can run %s (%v)", wl.Name, skipped)
+	}
 
 	rep := &Report{SchemaVersion: SchemaVersion, Workload: wl.Name, Description: wl.Description, Mode: o.Mode,
 		Started: time.Now().UTC().Format(time.RFC3339)}
 	if err := r.describe(ctx, rep); err != nil {
 		return nil, err
 	}
+	if len(skipped) > 0 {
+		rep.Settings.Skipped = skipped
+	}
+	rep.Settings.Peers = peerSettings(o.Systems)
 	if wl.Name == "dbl" {
 		err = r.runDBL(ctx, rep, specs)
 	} else {
@@ -291,7 +319,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			fmt.Fprintf(r.out, "== %s: %s, %s mode\n", sp.label, wl.Name, o.Mode)
+			if wl.Copy {
+				fmt.Fprintf(r.out, "== %s: %s\n", sp.label, wl.Name)
+			} else {
+				fmt.Fprintf(r.out, "== %s: %s, %s mode\n", sp.label, wl.Name, o.Mode)
+			}
 			res := r.runSystem(ctx, sp)
 			rep.Runs = append(rep.Runs, res)
 			fmt.Fprintf(r.out, "== %s\n", summaryLine(res))
@@ -379,6 +411,12 @@ func (r *runner) describe(ctx context.Context, rep *Report) error {
 		Generation: "the workload is generated once per system run, in that run's own fresh source database; " +
 			"systems run one after the other against the same two servers",
 	}
+	if r.wl.Copy {
+		rep.Settings.Native["subscription_options"] = strings.Replace(rep.Settings.Native["subscription_options"], "copy_data = false", "copy_data = true", 1)
+		rep.Settings.Native["copy_data"] = "true (initial-copy: the tables, with their indexes, created empty on the target beforehand)"
+		rep.Settings.Generation = "the source is loaded, vacuumed and checkpointed once per system run, in that run's own fresh source database, " +
+			"before the system starts; systems run one after the other against the same two servers"
+	}
 	if rep.Settings.RepstreamFlags == nil {
 		rep.Settings.RepstreamFlags = []string{}
 	}
@@ -444,6 +482,10 @@ func (r *runner) createDB(ctx context.Context, srv *server, db string) error {
 }
 
 func (r *runner) dropDB(srv *server, db string) {
+	if r.keepDBs {
+		r.log.Info("database left in place: pglogical 2.4's supervisor blocks DROP DATABASE on PostgreSQL 15", "db", db)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, srv.admin)
@@ -610,6 +652,10 @@ func summaryLine(res *RunResult) string {
 	if !res.Verified {
 		return fmt.Sprintf("%s: FAILED: %s", res.Label, res.Error)
 	}
+	if res.CopyTables != nil {
+		return fmt.Sprintf("%s: verified; copy %.2fs, %.0f rows/s, %.2f MB/s, total CPU %.2fs",
+			res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec, res.Resources.TotalCPUSeconds)
+	}
 	return fmt.Sprintf("%s: verified; replication %.2fs, %.0f rows/s, %.2f MB/s, last commit→visible %.2fs, probe p50 %.0fms p99 %.0fms max %.0fms",
 		res.Label, res.Replication.Seconds, res.Replication.RowsPerSec, res.Replication.MBPerSec,
 		res.Replication.LastCommitToVisibleSeconds, res.Latency.P50Ms, res.Latency.P99Ms, res.Latency.MaxMs)
@@ -624,4 +670,13 @@ func connectionNote(o Options) string {
 		return "Unix sockets (--unix-socket)"
 	}
 	return "TCP on 127.0.0.1"
+}
+
+// skip prints why systems are skipped and returns the same map.
+func (r *runner) skip(why map[string]string) map[string]string {
+	for _, s := range sortedKeys(why) {
+		fmt.Fprintf(r.out, "skipping %s: %s\n", s, why[s])
+		r.log.Warn("system skipped", "system", s, "reason", why[s])
+	}
+	return why
 }

@@ -30,6 +30,10 @@ type sampler struct {
 	load   *LoadEnv
 	meter  *cpuMeter
 	start  time.Time
+	// sourceBackends meters every backend of the source database (the
+	// walsenders as "walsender", the others as "source"), not just the
+	// slot's walsender: the initial copy's sessions.
+	sourceBackends bool
 
 	mu        sync.Mutex
 	src, tgt  *pgx.Conn
@@ -122,6 +126,9 @@ func (s *sampler) pids(ctx context.Context) map[int]string {
 	if err := s.src.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", s.slot).Scan(&ws); err == nil && ws != nil {
 		out[int(*ws)] = "walsender"
 	}
+	if s.sourceBackends {
+		s.sourcePids(ctx, out)
+	}
 	rows, err := s.tgt.Query(ctx, `SELECT pid, backend_type FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND coalesce(application_name, '') <> $1`, appName)
 	if err != nil {
@@ -132,7 +139,7 @@ func (s *sampler) pids(ctx context.Context) map[int]string {
 		var pid int32
 		var bt string
 		if rows.Scan(&pid, &bt) == nil {
-			if bt == "logical replication worker" {
+			if bt == "logical replication worker" || strings.HasPrefix(bt, "pglogical") {
 				out[int(pid)] = "apply"
 			} else {
 				out[int(pid)] = "target"
@@ -183,7 +190,8 @@ func (s *sampler) fillResources(res *RunResult) {
 	r.WalsenderCPUSeconds = s.meter.total("walsender")
 	r.ApplyWorkerCPUSeconds = s.meter.total("apply")
 	r.TargetBackendsCPUSeconds = s.meter.total("target") + r.ApplyWorkerCPUSeconds
-	r.TotalCPUSeconds = r.EngineCPUSeconds + r.WalsenderCPUSeconds + r.TargetBackendsCPUSeconds
+	r.SourceBackendsCPUSeconds = s.meter.total("source")
+	r.TotalCPUSeconds = r.EngineCPUSeconds + r.WalsenderCPUSeconds + r.SourceBackendsCPUSeconds + r.TargetBackendsCPUSeconds
 }
 
 // liveLine renders one status line: phase, load progress, target rate, lag
@@ -222,4 +230,25 @@ func humanCount(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// sourcePids adds the source database's backends (but the bench's own).
+func (s *sampler) sourcePids(ctx context.Context, out map[int]string) {
+	rows, err := s.src.Query(ctx, `SELECT pid, backend_type FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND coalesce(application_name, '') <> $1`, appName)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int32
+		var bt string
+		if rows.Scan(&pid, &bt) == nil {
+			if bt == "walsender" {
+				out[int(pid)] = "walsender"
+			} else {
+				out[int(pid)] = "source"
+			}
+		}
+	}
 }

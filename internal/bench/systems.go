@@ -69,6 +69,9 @@ type repstreamSys struct {
 	done    chan struct{}
 	waitErr error
 	stopped bool
+	// copyMode (initial-copy workload): `run --snapshot --create-tables
+	// --until-caught-up`, whose exit 0 is the end of the copy.
+	copyMode bool
 
 	mu       sync.Mutex
 	snaps    []stats.Snapshot
@@ -82,6 +85,10 @@ func newRepstream(env sysEnv, binary string, flags []string) *repstreamSys {
 }
 
 func (r *repstreamSys) baseArgs() []string {
+	if r.copyMode {
+		return []string{"run", "--source", r.env.srcDSN, "--target", r.env.tgtDSN,
+			"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot", "--create-tables", "--until-caught-up", "--log-level", "info"}
+	}
 	return []string{"run", "--source", r.env.srcDSN, "--target", r.env.tgtDSN,
 		"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot=false", "--log-level", "info"}
 }
@@ -105,6 +112,9 @@ func (r *repstreamSys) openLog() (*os.File, error) {
 // prepare runs `repstream run --until-caught-up` once on the empty tables: it
 // creates the slot and the progress state and exits.
 func (r *repstreamSys) prepare(ctx context.Context) error {
+	if r.copyMode {
+		return nil
+	}
 	f, err := r.openLog()
 	if err != nil {
 		return err
@@ -156,6 +166,9 @@ func (r *repstreamSys) start(ctx context.Context) error {
 		}
 		select {
 		case <-r.done:
+			if r.copyMode && r.waitErr == nil {
+				return nil // copied before the status endpoint was asked
+			}
 			return fmt.Errorf("repstream exited at start: %v; log %s:\n%s", r.waitErr, r.logPath(), tail(r.logPath(), 15))
 		case <-ctx.Done():
 			return ctx.Err()
@@ -357,7 +370,10 @@ type nativeSys struct {
 	sub     string
 	version int  // source server_version_num
 	binary  bool // subscription binary = true
-	done    chan struct{}
+	// copyData (initial-copy workload): the subscription is created at
+	// start, enabled, with copy_data = true.
+	copyData bool
+	done     chan struct{}
 }
 
 func newNative(env sysEnv, version int) *nativeSys {
@@ -369,12 +385,20 @@ func (n *nativeSys) options() string {
 }
 
 func (n *nativeSys) prepare(ctx context.Context) error {
+	if n.copyData {
+		return nil
+	}
 	sql := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (%s, enabled = false, slot_name = '%s')",
 		n.sub, strings.ReplaceAll(n.env.srcDSN, "'", "''"), n.env.pub, n.options(), n.env.slot)
 	return execOn(ctx, n.env.tgtDSN, sql)
 }
 
 func (n *nativeSys) start(ctx context.Context) error {
+	if n.copyData {
+		opts := strings.Replace(n.options(), "copy_data = false", "copy_data = true", 1)
+		return execOn(ctx, n.env.tgtDSN, fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION %s WITH (%s, slot_name = '%s')",
+			n.sub, strings.ReplaceAll(n.env.srcDSN, "'", "''"), n.env.pub, opts, n.env.slot))
+	}
 	return execOn(ctx, n.env.tgtDSN, "ALTER SUBSCRIPTION "+n.sub+" ENABLE")
 }
 

@@ -86,6 +86,9 @@ type Workload struct {
 	// DDL creates the tables (and generator procedures). It runs on the
 	// source and on the target database, so it must be deterministic.
 	DDL string
+	// Copy marks a workload that measures an initial copy (doCopyRun):
+	// the rows exist before the system starts.
+	Copy bool
 	// Load generates the workload on the source database.
 	Load func(ctx context.Context, env *LoadEnv) (LoadStats, error)
 }

@@ -40,7 +40,12 @@ Examples:
   repstream bench conditions --mode backlog
   repstream bench pedestals --scale 0.1
   repstream bench conditions --vary apply-parallelism=1,2,4 --systems repstream,native
-  repstream bench batch --rows 99000 --memory 64MB`,
+  repstream bench batch --rows 99000 --memory 64MB
+  repstream bench initial-copy --scale 0.3 --systems repstream,native,pgcopydb,pglogical
+  repstream bench single-row --mode backlog --systems repstream,native,pglogical,pgstream
+
+Peers (pglogical, pgstream, pgcopydb) run when installed (make peers); a
+missing one is skipped with the command that installs it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var level slog.Level
@@ -99,7 +104,7 @@ Examples:
 	}
 	fs := cmd.Flags()
 	fs.Var(&o.Mode, "mode", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
-	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native")
+	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native, and the peers pglogical, pgstream, pgcopydb (initial-copy only); a peer not installed is skipped")
 	fs.Float64Var(&o.Params.Scale, "scale", 1, "fraction of the seed's size (1 = full size)")
 	fs.Int64Var(&o.Params.Rows, "rows", 0, "rows to load (overrides --scale)")
 	fs.IntVar(&o.Params.TxnRows, "txn-rows", 0, "conditions: rows per transaction (default 100)")
