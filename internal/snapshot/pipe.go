@@ -87,8 +87,8 @@ func (p *chunkPipe) send() error {
 // CloseWithError ends the data: the reader gets the bytes written so far,
 // then err (io.EOF if nil).
 func (p *chunkPipe) CloseWithError(err error) {
-	if err == nil && len(p.cur) > 0 {
-		if serr := p.send(); serr != nil {
+	if len(p.cur) > 0 {
+		if serr := p.send(); serr != nil && err == nil {
 			err = serr
 		}
 	}
