@@ -315,7 +315,7 @@ func tableSizes(ctx context.Context, src *pgx.Conn, tables []schema.TableName) (
 		var s tableSize
 		err := src.QueryRow(ctx, `SELECT coalesce(sum(pg_catalog.pg_relation_size(r.relid)), 0)::bigint,
 				(SELECT c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass)
-			FROM pg_catalog.pg_partition_tree($1::regclass) r`, t.Quoted()).Scan(&s.size, &s.splittable)
+			FROM (SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass) r`, t.Quoted()).Scan(&s.size, &s.splittable)
 		if err != nil {
 			return nil, 0, fmt.Errorf("snapshot: read the size of %s: %w", t, err)
 		}
