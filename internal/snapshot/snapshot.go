@@ -4,13 +4,11 @@
 package snapshot
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -99,7 +97,7 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // Copy copies every table from the exported snapshot to the target, Workers
 // pieces at a time. A table larger than the range size is split into ranges
 // of heap blocks (ranges.go) copied in parallel, so one large table is not
-// the copy's long pole; tables go largest first. Each worker imports the
+// the copy's long pole; tables go in the order given. Each worker imports the
 // snapshot in its own REPEATABLE READ transaction — every piece of every
 // table reads the same snapshot; the connection that exported it must stay
 // idle until Copy returns.
@@ -245,8 +243,8 @@ type piece struct {
 	rng   tidRange
 }
 
-// planCopy orders the tables largest first, plans each (in the snapshot, on
-// connections of its own) and sends its pieces to work.
+// planCopy plans each table in turn (in the snapshot, on connections of its
+// own) and sends its pieces to work.
 func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *piece) error {
 	src, err := openSnapshot(ctx, opts.SourceDSN, opts.SnapshotName)
 	if err != nil {
@@ -266,10 +264,8 @@ func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *
 	for _, s := range sizes {
 		total += s.size
 	}
-	order := slices.Clone(opts.Tables)
-	slices.SortStableFunc(order, func(a, b schema.TableName) int { return cmp.Compare(sizes[b].size, sizes[a].size) })
 	rsize := rangeSize(opts.RangeSize, total, opts.Workers)
-	for _, t := range order {
+	for _, t := range opts.Tables {
 		tp, err := planTable(ctx, src, dst, t, opts)
 		if err != nil {
 			return err
