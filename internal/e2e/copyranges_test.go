@@ -56,7 +56,15 @@ func TestCopyRanges(t *testing.T) {
 	e.srcExec(`INSERT INTO texty SELECT g, g % 10, repeat('t', 120), (ARRAY['sad','ok','happy'])[1 + g % 3]::mood FROM generate_series(1, 40000) g`)
 	e.srcExec(`INSERT INTO parted SELECT g, g % 10, repeat('p', 120) FROM generate_series(1, 100000) g`)
 	e.tgtExec(`ALTER TABLE filtered ALTER COLUMN secret SET DEFAULT 'kept off'`)
-	e.srcExec(`CREATE PUBLICATION pub_ranges FOR TABLE holes, filtered (id, v, pad) WHERE (v < 7), texty, parted WITH (publish_via_partition_root = true)`)
+	var version int
+	if err := e.Src.QueryRow(t.Context(), "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	filtered := "filtered (id, v, pad) WHERE (v < 7)"
+	if version < 150000 { // no row filters nor column lists: every row and column
+		filtered = "filtered"
+	}
+	e.srcExec(`CREATE PUBLICATION pub_ranges FOR TABLE holes, ` + filtered + `, texty, parted WITH (publish_via_partition_root = true)`)
 	cfg := e.config()
 	cfg.Publication = "pub_ranges"
 	cfg.SnapshotWorkers = 3
@@ -92,6 +100,10 @@ func TestCopyRanges(t *testing.T) {
 	e.assertSame("holes", "id")
 	e.assertSame("texty", "id")
 	e.assertSame("parted", "id")
+	if version < 150000 {
+		e.assertSame("filtered", "id")
+		return
+	}
 	// filtered: the rows and columns the publication sends.
 	var want, got int64
 	if err := e.Src.QueryRow(context.Background(), "SELECT count(*) FROM filtered WHERE v < 7").Scan(&want); err != nil {
