@@ -4,11 +4,13 @@
 package snapshot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -97,7 +99,8 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // Copy copies every table from the exported snapshot to the target, Workers
 // pieces at a time. A table larger than the range size is split into ranges
 // of heap blocks (ranges.go) copied in parallel, so one large table is not
-// the copy's long pole; tables go in the order given. Each worker imports the
+// the copy's long pole; tables go largest first (in the order given with
+// one worker). Each worker imports the
 // snapshot in its own REPEATABLE READ transaction — every piece of every
 // table reads the same snapshot; the connection that exported it must stay
 // idle until Copy returns.
@@ -243,8 +246,8 @@ type piece struct {
 	rng   tidRange
 }
 
-// planCopy plans each table in turn (in the snapshot, on connections of its
-// own) and sends its pieces to work.
+// planCopy orders the tables, plans each in turn (in the snapshot, on
+// connections of its own) and sends its pieces to work.
 func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *piece) error {
 	src, err := openSnapshot(ctx, opts.SourceDSN, opts.SnapshotName)
 	if err != nil {
@@ -265,7 +268,15 @@ func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *
 		total += s.size
 	}
 	rsize := rangeSize(opts.RangeSize, total, opts.Workers)
-	for _, t := range opts.Tables {
+	order := opts.Tables
+	if opts.Workers > 1 {
+		// Largest first: the last pieces to finish are small ones, and the
+		// indexes of a large table are built while the others still copy.
+		// (One worker takes as long in any order: the order given.)
+		order = slices.Clone(opts.Tables)
+		slices.SortStableFunc(order, func(a, b schema.TableName) int { return cmp.Compare(sizes[b].size, sizes[a].size) })
+	}
+	for _, t := range order {
 		tp, err := planTable(ctx, src, dst, t, opts)
 		if err != nil {
 			return err
