@@ -113,7 +113,8 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	c := &s.cfg
 	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to publish (when the publication is created)")
 	fs.BoolVar(&c.Snapshot, "snapshot", c.Snapshot, "copy existing rows when the slot is first created")
-	fs.IntVar(&c.SnapshotWorkers, "snapshot-workers", c.SnapshotWorkers, "tables copied at once by the initial copy")
+	fs.IntVar(&c.SnapshotWorkers, "snapshot-workers", c.SnapshotWorkers, "tables, or ranges of a large table, copied at once by the initial copy")
+	fs.Var(&c.SnapshotRangeSize, "snapshot-range-size", "the initial copy splits tables larger than this into ranges of this size copied in parallel (0: the total size / (2 × --snapshot-workers), at least 32MiB)")
 	fs.BoolVar(&c.Truncate, "truncate", false, "empty non-empty target tables before the initial copy")
 	fs.BoolVar(&c.CreateTables, "create-tables", false, "create missing target tables from the source's definition")
 	fs.Var(&c.Memory, "memory", "queue memory budget; larger transactions spill to --spill-dir")

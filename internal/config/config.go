@@ -32,6 +32,10 @@ type Config struct {
 	Truncate        bool `yaml:"truncate"`
 	CreateTables    bool `yaml:"create_tables"`
 
+	// SnapshotRangeSize: the initial copy splits a table larger than this
+	// into ranges copied in parallel; 0 chooses from the total size.
+	SnapshotRangeSize Size `yaml:"snapshot_range_size"`
+
 	Memory   Size   `yaml:"memory"`
 	SpillDir string `yaml:"spill_dir"`
 

@@ -60,6 +60,9 @@ type Engine struct {
 	// indexes are the secondary indexes of the tables --create-tables made
 	// in this run, built once their initial copy is done.
 	indexes []string
+	// tableIndexes are the same per table: the initial copy builds them
+	// as each table's rows are in (snapshot.Options.AfterCopy).
+	tableIndexes map[schema.TableName][]string
 	// watch closes target connections that went silent (reconnect.go);
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch
@@ -472,10 +475,12 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
 		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),
+		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.tableIndexes,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("initial copy: %w", err)
 	}
+	e.indexes = nil // built by the copy, each table's once its rows were in
 	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
 	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, "done")
 }
@@ -645,6 +650,10 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 				return "", err
 			}
 			e.indexes = append(e.indexes, defs...)
+			if e.tableIndexes == nil {
+				e.tableIndexes = map[schema.TableName][]string{}
+			}
+			e.tableIndexes[st.TableName()] = defs
 		}
 	}
 	return noBinary, nil

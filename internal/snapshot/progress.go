@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -38,7 +37,3 @@ func estimateTable(ctx context.Context, src *pgx.Conn, t schema.TableName, st *s
 	st.Gauge(stats.GaugeBytesEstimate).Store(size)
 	return nil
 }
-
-// countRows counts the rows in a chunk of COPY text: every row ends with a
-// newline, and newlines inside values are escaped.
-func countRows(p []byte) int64 { return int64(bytes.Count(p, []byte{'\n'})) }

@@ -60,11 +60,3 @@ func publishedShape(ctx context.Context, src *pgx.Conn, pub string, t schema.Tab
 
 // includes reports whether the publication sends column name.
 func (p published) includes(name string) bool { return p.columns == nil || p.columns[name] }
-
-// where is the copy query's WHERE clause ("" for every row).
-func (p published) where() string {
-	if p.rowFilter == "" {
-		return ""
-	}
-	return " WHERE (" + p.rowFilter + ")"
-}

@@ -4,11 +4,13 @@
 package snapshot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,10 +37,20 @@ type Options struct {
 	// which rows and columns are copied, as they decide what streams.
 	Publication string
 	Tables      []schema.TableName
-	Workers     int  // tables copied at once
-	Truncate    bool // empty non-empty target tables instead of failing
-	Stats       *stats.Registry
-	Logger      *slog.Logger
+	Workers     int // pieces (tables, or ranges of one) copied at once
+	// RangeSize: a table larger than this (bytes of heap) is copied in
+	// ranges of about this size, in parallel; 0 chooses (rangeSize).
+	RangeSize int64
+	// Binary: copy in binary a table whose copied columns have the same
+	// built-in type on both sides (text otherwise).
+	Binary bool
+	// AfterCopy: statements run on the target once all of a table's rows
+	// are in, before OnTable (the secondary indexes of a table the engine
+	// created).
+	AfterCopy map[schema.TableName][]string
+	Truncate  bool // empty non-empty target tables instead of failing
+	Stats     *stats.Registry
+	Logger    *slog.Logger
 	// OnTable, if set, is called once a table's copy is complete (from the
 	// copying workers: calls may be concurrent). Its error ends the copy.
 	OnTable func(ctx context.Context, t schema.TableName, rows, bytes int64) error
@@ -85,9 +97,18 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 }
 
 // Copy copies every table from the exported snapshot to the target, Workers
-// tables at a time. Each worker imports the snapshot in its own REPEATABLE
-// READ transaction; the connection that exported it must stay idle until
-// Copy returns.
+// pieces at a time. A table larger than the range size is split into ranges
+// of heap blocks (ranges.go) copied in parallel, so one large table is not
+// the copy's long pole; tables go largest first (in the order given with
+// one worker). Each worker imports the
+// snapshot in its own REPEATABLE READ transaction — every piece of every
+// table reads the same snapshot; the connection that exported it must stay
+// idle until Copy returns.
+//
+// Each piece is its own COPY, committed on the target on its own: a table is
+// complete (its AfterCopy statements run, then OnTable) only once every one
+// of its pieces is in. A copy that stops before leaves the table incomplete
+// with some of its rows: the caller empties it before copying it again.
 func Copy(ctx context.Context, opts Options) (Result, error) {
 	start := time.Now()
 	if opts.Workers < 1 {
@@ -107,61 +128,67 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 	for _, t := range opts.Tables {
 		tableProgress(opts.Stats, t) // every table listed in the progress from the start
 	}
+	if len(opts.Tables) == 0 {
+		return Result{Time: time.Since(start)}, nil
+	}
 
-	work := make(chan schema.TableName)
+	work := make(chan *piece)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(work)
-		for _, t := range opts.Tables {
-			select {
-			case work <- t:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-		}
-		return nil
+		return planCopy(gctx, opts, log, work)
 	})
-	for i := 0; i < min(opts.Workers, len(opts.Tables)); i++ {
+	for range opts.Workers {
 		g.Go(func() error {
-			srcCfg, err := pgdsn.ParsePgx(opts.SourceDSN)
-			if err != nil {
-				return fmt.Errorf("snapshot: source DSN: %w", err)
-			}
-			src, err := pgx.ConnectConfig(gctx, srcCfg)
-			if err != nil {
-				return fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)
-			}
-			defer src.Close(context.Background())
-			if _, err := src.Exec(gctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-				return fmt.Errorf("snapshot: begin: %w", err)
-			}
-			if _, err := src.Exec(gctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(opts.SnapshotName, "'", "''")+"'"); err != nil {
-				return fmt.Errorf("snapshot: import snapshot %s: %w", opts.SnapshotName, err)
-			}
-			dst, err := target.Connect(gctx, opts.TargetDSN, "repstream-snapshot")
-			if err != nil {
-				return err
-			}
-			defer dst.Close(context.Background())
-			for t := range work {
-				prog := tableProgress(opts.Stats, t)
-				if err := estimateTable(gctx, src, t, prog); err != nil {
-					log.Warn("no size estimate for the copy's progress", "table", t.String(), "err", err)
-					if gctx.Err() != nil {
-						return gctx.Err()
+			var src, dst *pgx.Conn
+			defer func() {
+				if dst != nil {
+					dst.Close(context.Background())
+				}
+				if src != nil {
+					src.Close(context.Background())
+				}
+			}()
+			for p := range work {
+				if src == nil { // connect on the first piece: fewer pieces than workers leave some idle
+					var err error
+					if src, err = openSnapshot(gctx, opts.SourceDSN, opts.SnapshotName); err != nil {
+						return err
+					}
+					if dst, err = target.Connect(gctx, opts.TargetDSN, "repstream-snapshot"); err != nil {
+						return err
 					}
 				}
-				n, b, err := copyTable(gctx, src, dst, t, opts.Publication, prog)
+				n, b, err := copyPiece(gctx, src, dst, p)
 				if err != nil {
 					return err
 				}
-				prog.Gauge(stats.GaugeDone).Store(1)
+				tp := p.table
+				tp.rows.Add(n)
+				tp.bytes.Add(b)
+				if len(tp.ranges) > 1 {
+					log.Debug("copied a range of a table", "table", tp.name.String(), "range", p.rng.String(), "rows", n, "bytes", b)
+				}
+				if tp.left.Add(-1) > 0 {
+					continue
+				}
+				// The table's last piece: every row is in.
+				n, b = tp.rows.Load(), tp.bytes.Load()
+				for _, sql := range opts.AfterCopy[tp.name] {
+					began := time.Now()
+					if _, err := dst.Exec(gctx, sql); err != nil {
+						return fmt.Errorf("snapshot of %s: after the copy (%s): %w", tp.name, sql, err)
+					}
+					log.Info("built index on the target", "table", tp.name.String(), "index", sql, "elapsed", time.Since(began).Round(time.Millisecond))
+				}
+				tp.prog.Gauge(stats.GaugeDone).Store(1)
 				rows.Add(n)
 				bytes.Add(b)
 				st.Add(n, b)
-				log.Info("copied table", "table", t.String(), "rows", n, "bytes", b)
+				log.Info("copied table", "table", tp.name.String(), "rows", n, "bytes", b, "ranges", len(tp.ranges),
+					"elapsed", time.Since(tp.started).Round(time.Millisecond))
 				if opts.OnTable != nil {
-					if err := opts.OnTable(gctx, t, n, b); err != nil {
+					if err := opts.OnTable(gctx, tp.name, n, b); err != nil {
 						return err
 					}
 				}
@@ -173,22 +200,154 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 	return Result{Tables: len(opts.Tables), Rows: rows.Load(), Bytes: bytes.Load(), Time: time.Since(start)}, err
 }
 
-// copyTable streams one table: COPY TO STDOUT on the source straight into
-// COPY FROM STDIN on the target, in text format, no row decoding — the rows
-// and columns the publication pub sends (its row filter and column list).
-func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub string, prog *stats.Component) (rows, bytes int64, err error) {
+// openSnapshot connects to the source and imports the exported snapshot in
+// a REPEATABLE READ READ ONLY transaction.
+func openSnapshot(ctx context.Context, dsn, snapshotName string) (*pgx.Conn, error) {
+	srcCfg, err := pgdsn.ParsePgx(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: source DSN: %w", err)
+	}
+	srcCfg.RuntimeParams["application_name"] = "repstream-snapshot"
+	src, err := pgx.ConnectConfig(ctx, srcCfg)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)
+	}
+	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		src.Close(context.Background())
+		return nil, fmt.Errorf("snapshot: begin: %w", err)
+	}
+	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
+		src.Close(context.Background())
+		return nil, fmt.Errorf("snapshot: import snapshot %s: %w", snapshotName, err)
+	}
+	return src, nil
+}
+
+// tablePlan is how one table is copied: the COPY statements' parts and its
+// ranges. Its counters add up its pieces as they complete; left counts the
+// pieces not yet in (the table is complete at 0).
+type tablePlan struct {
+	name    schema.TableName
+	from    string // "ONLY t" or, partitioned, "t"
+	list    string // the copied columns, quoted
+	where   string // the publication's row filter ("" for every row)
+	binary  bool   // every copied column has the same built-in type on both sides
+	ranges  []tidRange
+	prog    *stats.Component
+	started time.Time
+
+	left        atomic.Int32
+	rows, bytes atomic.Int64
+}
+
+// A piece is one range of one table.
+type piece struct {
+	table *tablePlan
+	rng   tidRange
+}
+
+// planCopy orders the tables, plans each in turn (in the snapshot, on
+// connections of its own) and sends its pieces to work.
+func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *piece) error {
+	src, err := openSnapshot(ctx, opts.SourceDSN, opts.SnapshotName)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	dst, err := target.Connect(ctx, opts.TargetDSN, "repstream-snapshot")
+	if err != nil {
+		return err
+	}
+	defer dst.Close(context.Background())
+	sizes, blockSize, err := tableSizes(ctx, src, opts.Tables)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, s := range sizes {
+		total += s.size
+	}
+	rsize := rangeSize(opts.RangeSize, total, opts.Workers)
+	order := opts.Tables
+	if opts.Workers > 1 {
+		// Largest first: the last pieces to finish are small ones, and the
+		// indexes of a large table are built while the others still copy.
+		// (One worker takes as long in any order: the order given.)
+		order = slices.Clone(opts.Tables)
+		slices.SortStableFunc(order, func(a, b schema.TableName) int { return cmp.Compare(sizes[b].size, sizes[a].size) })
+	}
+	for _, t := range order {
+		tp, err := planTable(ctx, src, dst, t, opts)
+		if err != nil {
+			return err
+		}
+		if sizes[t].splittable {
+			tp.ranges = splitRanges(sizes[t].size, blockSize, rsize)
+		}
+		if err := estimateTable(ctx, src, t, tp.prog); err != nil {
+			log.Warn("no size estimate for the copy's progress", "table", t.String(), "err", err)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		if len(tp.ranges) > 1 {
+			log.Info("copying a table in ranges", "table", t.String(), "ranges", len(tp.ranges), "size", sizes[t].size)
+		}
+		tp.left.Store(int32(len(tp.ranges)))
+		tp.started = time.Now()
+		for _, r := range tp.ranges {
+			select {
+			case work <- &piece{table: tp, rng: r}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+type tableSize struct {
+	size       int64 // bytes of the main fork (summed over partitions)
+	splittable bool  // an ordinary table: ctid ranges apply
+}
+
+// tableSizes reads the tables' heap sizes and the block size.
+func tableSizes(ctx context.Context, src *pgx.Conn, tables []schema.TableName) (map[schema.TableName]tableSize, int64, error) {
+	out := make(map[schema.TableName]tableSize, len(tables))
+	var blockSize int64
+	if err := src.QueryRow(ctx, "SELECT current_setting('block_size')::bigint").Scan(&blockSize); err != nil {
+		return nil, 0, fmt.Errorf("snapshot: read the source's block size: %w", err)
+	}
+	for _, t := range tables {
+		var s tableSize
+		err := src.QueryRow(ctx, `SELECT coalesce(sum(pg_catalog.pg_relation_size(r.relid)), 0)::bigint,
+				(SELECT c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass)
+			FROM (SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass) r`, t.Quoted()).Scan(&s.size, &s.splittable)
+		if err != nil {
+			return nil, 0, fmt.Errorf("snapshot: read the size of %s: %w", t, err)
+		}
+		out[t] = s
+	}
+	return out, blockSize, nil
+}
+
+// planTable reads what the copy of t needs: the source's and the target's
+// columns, the publication's row filter and column list, whether values
+// can travel in binary.
+func planTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, opts Options) (*tablePlan, error) {
 	st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: source: %w", t, err)
+		return nil, fmt.Errorf("snapshot of %s: source: %w", t, err)
 	}
-	shape, err := publishedShape(ctx, src, pub, t)
+	shape, err := publishedShape(ctx, src, opts.Publication, t)
 	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: %w", t, err)
+		return nil, fmt.Errorf("snapshot of %s: %w", t, err)
 	}
 	tt, err := schema.LoadTable(ctx, dst, t.Schema, t.Name)
 	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: target: %w", t, err)
+		return nil, fmt.Errorf("snapshot of %s: target: %w", t, err)
 	}
+	binary := opts.Binary
 	var cols []string
 	for _, c := range st.Columns {
 		if c.Generated || !shape.includes(c.Name) {
@@ -196,16 +355,16 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub 
 		}
 		i := tt.Column(c.Name)
 		if i < 0 {
-			return 0, 0, fmt.Errorf("snapshot of %s: the target table has no column %q", t, c.Name)
+			return nil, fmt.Errorf("snapshot of %s: the target table has no column %q", t, c.Name)
 		}
 		if tt.Columns[i].Generated {
 			continue
 		}
+		if target.BinaryCompatible(c.TypeOID, tt.Columns[i].TypeOID) != nil {
+			binary = false
+		}
 		cols = append(cols, quoteIdent(c.Name))
 	}
-	list := strings.Join(cols, ", ")
-	pr, pw := io.Pipe()
-	counter := &countingWriter{w: pw, prog: prog}
 	// A partitioned table is read through its root, every partition's rows
 	// included (ONLY would read none: a partitioned table holds no rows of
 	// its own); an ordinary table without its inheritance children, which
@@ -214,18 +373,48 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub 
 	if st.Partitioned {
 		from = t.Quoted()
 	}
+	return &tablePlan{
+		name: t, from: from, list: strings.Join(cols, ", "), where: shape.rowFilter, binary: binary,
+		ranges: []tidRange{{}}, prog: tableProgress(opts.Stats, t),
+	}, nil
+}
+
+// copyPiece streams one piece: COPY TO STDOUT on the source straight into
+// COPY FROM STDIN on the target, without decoding rows — in binary when
+// every column has the same built-in type on both sides, else in text.
+func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece) (rows, bytes int64, err error) {
+	tp := p.table
+	var conds []string
+	if tp.where != "" {
+		conds = append(conds, "("+tp.where+")")
+	}
+	if c := p.rng.cond(); c != "" {
+		conds = append(conds, c)
+	}
+	query := "SELECT " + tp.list + " FROM " + tp.from
+	if len(conds) > 0 {
+		query += " WHERE " + strings.Join(conds, " AND ")
+	}
+	format := ""
+	if tp.binary {
+		format = " WITH (FORMAT binary)"
+	}
+	pipe := newChunkPipe()
+	counter := &countingWriter{w: pipe, prog: tp.prog}
+	t := tp.name
 	type outResult struct {
 		rows int64
 		err  error
 	}
 	copyOut := make(chan outResult, 1)
 	go func() {
-		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY (SELECT "+list+" FROM "+from+shape.where()+") TO STDOUT")
-		pw.CloseWithError(err)
+		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY ("+query+") TO STDOUT"+format)
+		counter.flush()
+		pipe.CloseWithError(err)
 		copyOut <- outResult{tag.RowsAffected(), err}
 	}()
-	tag, err := dst.PgConn().CopyFrom(ctx, pr, "COPY "+t.Quoted()+" ("+list+") FROM STDIN")
-	pr.CloseWithError(errors.New("target copy ended"))
+	tag, err := dst.PgConn().CopyFrom(ctx, pipe, "COPY "+t.Quoted()+" ("+tp.list+") FROM STDIN"+format)
+	pipe.closeRead()
 	out := <-copyOut
 	// The target's error comes first: when the target's COPY fails, the
 	// source's COPY fails only because its pipe was closed. Except when the
@@ -244,6 +433,9 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, pub 
 	if tag.RowsAffected() != out.rows {
 		return 0, 0, fmt.Errorf("snapshot of %s: the source sent %d rows but the target took %d", t, out.rows, tag.RowsAffected())
 	}
+	// The progress counted COPY messages as rows: make it exact (a binary
+	// COPY's trailer is a message of its own).
+	tp.prog.Add(tag.RowsAffected()-counter.rows, 0)
 	return tag.RowsAffected(), counter.n, nil
 }
 
@@ -254,19 +446,37 @@ func targetColumn(err error) string {
 	return ""
 }
 
+// countingWriter counts the COPY data the source sends — one Write per
+// CopyData message, a row — and adds it to the table's progress every
+// progressEvery bytes (and at flush).
 type countingWriter struct {
-	w    io.Writer
-	n    int64
-	prog *stats.Component // the table's progress (progress.go); may be nil
+	w       io.Writer
+	n, rows int64
+	prog    *stats.Component // the table's progress (progress.go); may be nil
+
+	pendRows, pendBytes int64
 }
+
+const progressEvery = 256 << 10
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
-	if c.prog != nil {
-		c.prog.Add(countRows(p[:n]), int64(n))
+	c.rows++
+	c.pendRows++
+	c.pendBytes += int64(n)
+	if c.pendBytes >= progressEvery {
+		c.flush()
 	}
 	return n, err
+}
+
+// flush adds what was counted since the last flush to the progress.
+func (c *countingWriter) flush() {
+	if c.prog != nil && (c.pendRows > 0 || c.pendBytes > 0) {
+		c.prog.Add(c.pendRows, c.pendBytes)
+	}
+	c.pendRows, c.pendBytes = 0, 0
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
