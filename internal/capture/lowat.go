@@ -28,9 +28,10 @@ import (
 // messages are at most lowWaterWait late, and a quiet stream (no large read
 // since) is never held back at all.
 //
-// Invariants: the mark is raised after a read of at least coalesceBig bytes
-// (the sender is busy), lowered when a wait with it raised times out, and
-// one byte otherwise; while it is raised
+// Invariants: the mark is raised once the stream is busy (coalesceBig bytes
+// within busyWindow: a reader that keeps up reads a few hundred bytes at a
+// time, so no single read is large), lowered when a wait with it raised
+// times out, and one byte otherwise; while it is raised
 // the socket's read deadline is the earlier of the capture loop's deadline
 // (outer) and lowWaterWait after the read began, and outer otherwise.
 type lowWater struct {
@@ -44,8 +45,9 @@ type lowWater struct {
 }
 
 const (
-	lowWaterBytes = 64 << 10             // the raised mark
-	lowWaterWait  = 2 * time.Millisecond // the longest wait with the mark raised
+	lowWaterBytes = 32 << 10             // the raised mark
+	lowWaterWait  = 5 * time.Millisecond // the longest wait with the mark raised
+	busyWindow    = time.Millisecond     // coalesceBig bytes read within it: busy
 )
 
 // newLowWater returns nil when conn is not a socket whose options can be
@@ -92,11 +94,11 @@ func (lw *lowWater) setDeadline(t time.Time) error {
 }
 
 // read reads through r (the connection, maybe behind pgconn's background
-// reader). The mark goes up after a large read (big) and stays up until a
-// wait with it times out before outer: then it drops, and the read takes
-// whatever is there.
-func (lw *lowWater) read(r func([]byte) (int, error), p []byte, big bool) (int, error) {
-	if big && !lw.raised {
+// reader). The mark goes up when the stream is busy and stays up until a
+// wait with it times out before outer: then it drops (the caller sees
+// raised false), and the read takes whatever is there.
+func (lw *lowWater) read(r func([]byte) (int, error), p []byte, busy bool) (int, error) {
+	if busy && !lw.raised {
 		if err := lw.setMark(lw.bytes); err != nil {
 			return 0, err
 		}

@@ -39,6 +39,10 @@ type coalescingReader struct {
 	// lw, once the stream has started on a socket, replaces the nap with a
 	// receive low-water mark (lowat.go).
 	lw *lowWater
+	// The bytes read since winStart (Unix nanoseconds): with lw, busy is
+	// coalesceBig of them within busyWindow.
+	winStart int64
+	winBytes int
 }
 
 const (
@@ -58,7 +62,20 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.lw != nil {
+		wasRaised := c.lw.raised
 		n, err = c.lw.read(c.r.Read, p, c.big)
+		now := c.now().UnixNano()
+		c.publish(now, n)
+		if wasRaised && !c.lw.raised { // the stream slowed
+			c.big, c.winStart, c.winBytes = false, now, 0
+		}
+		if c.winBytes += n; c.winBytes >= coalesceBig {
+			c.big = true
+		}
+		if now-c.winStart >= int64(busyWindow) {
+			c.winStart, c.winBytes = now, 0
+		}
+		return n, err
 	} else {
 		if c.big {
 			c.sleep(busyNap)
@@ -66,11 +83,15 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 		n, err = c.r.Read(p)
 	}
 	c.big = n >= coalesceBig
-	now := c.now().UnixNano()
+	c.publish(c.now().UnixNano(), n)
+	return n, err
+}
+
+// publish records a read that returned n bytes at now for the capture loop.
+func (c *coalescingReader) publish(now int64, n int) {
 	c.lastNano.Store(now)
 	if n > 0 {
 		c.lastDataNano.Store(now)
 	}
 	c.reads.Add(1)
-	return n, err
 }
