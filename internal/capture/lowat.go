@@ -38,6 +38,7 @@ type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn
 	raised bool
+	raises int // times raised (tests)
 	outer  time.Time // the capture loop's read deadline
 	bytes  int
 	wait   time.Duration
@@ -50,15 +51,17 @@ const (
 	busyWindow    = time.Millisecond     // coalesceBig bytes read within it: busy
 )
 
-// newLowWater returns nil when conn is not a socket whose options can be
-// set (a test's pipe); the reader then naps after large reads instead.
+// newLowWater returns nil when conn is not a TCP socket (a Unix socket, a
+// test's pipe); the reader then naps after large reads instead.
 func newLowWater(conn net.Conn) *lowWater {
 	type netConner interface{ NetConn() net.Conn } // *tls.Conn
 	under := conn
 	if nc, ok := conn.(netConner); ok {
 		under = nc.NetConn()
 	}
-	sc, ok := under.(syscall.Conn)
+	// TCP only: a Unix socket wakes its reader at every send whatever
+	// the mark.
+	sc, ok := under.(*net.TCPConn)
 	if !ok {
 		return nil
 	}
@@ -103,6 +106,7 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, busy bool) (int,
 			return 0, err
 		}
 		lw.raised = true
+		lw.raises++
 	}
 	if !lw.raised {
 		return r(p)
