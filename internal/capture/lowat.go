@@ -38,7 +38,7 @@ type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn
 	raised bool
-	raises int // times raised (tests)
+	raises int       // times raised (tests)
 	outer  time.Time // the capture loop's read deadline
 	bytes  int
 	wait   time.Duration

@@ -86,7 +86,7 @@ func TestPerfWalsender(t *testing.T) {
 		stop := make(chan struct{})
 		var cpu atomic.Int64 // walsender CPU in ticks, last sample
 		var vol, invol atomic.Int64
-		var rec *exec.Cmd // perf record of the walsender, REPSTREAM_PERF_RECORD
+		var rec *exec.Cmd  // perf record of the walsender, REPSTREAM_PERF_RECORD
 		var stat *exec.Cmd // perf stat of the walsender, REPSTREAM_PERF_STAT
 		done := make(chan struct{})
 		go func() {
