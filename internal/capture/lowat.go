@@ -19,36 +19,52 @@ import (
 // lowWater stops that while the stream is busy: it raises the socket's
 // receive low-water mark (SO_RCVLOWAT), below which the kernel queues what
 // arrives without waking anybody, so that a reader that has caught up with
-// the walsender sleeps until lowWaterBytes have gathered and then takes
-// them in one read. A read returns what is there at once whatever the mark
-// (only waiting is affected), so nothing that has arrived waits for the
-// mark; what could is the tail of a burst smaller than the mark: a wait
-// with the mark raised is bounded by lowWaterWait, after which the mark
-// drops to one byte and the read takes the tail — so a burst's last
-// messages are at most lowWaterWait late, and a quiet stream (no large read
-// since) is never held back at all.
+// the walsender sleeps until the mark has gathered and then takes it in one
+// read. A read returns what is there at once whatever the mark (only
+// waiting is affected), so nothing that has arrived waits for the mark;
+// what could is the tail of a burst smaller than the mark: a wait with the
+// mark raised is bounded by lowWaterWait, after which the mark drops to one
+// byte and the read takes the tail — so a burst's last messages are at most
+// lowWaterWait late, and a quiet stream is never held back at all.
 //
-// Invariants: the mark is raised once the stream is busy (coalesceBig bytes
-// within busyWindow: a reader that keeps up reads a few hundred bytes at a
-// time, so no single read is large), lowered when a wait with it raised
-// times out, and one byte otherwise; while it is raised
-// the socket's read deadline is the earlier of the capture loop's deadline
-// (outer) and lowWaterWait after the read began, and outer otherwise.
+// Busy is measured over windows of at least busyWindow: busyReads reads
+// that returned data, or coalesceBig bytes (a reader that keeps up with a
+// walsender reads a message or two at a time, so no single read is large;
+// a live stream of 1,000 one-row transactions a second is 3 reads per
+// window). The mark is what the last window's rate brings in markSpan,
+// within [minMark, maxMark], so that a wait normally ends at the mark, not
+// at lowWaterWait, also when the walsender is slow (a loaded machine).
+//
+// Invariants: the mark is raised when a window was busy, follows the rate
+// of each window while raised, drops to one byte when a wait with it raised
+// times out (and a new window must be busy to raise it again), and is one
+// byte otherwise; while it is raised the socket's read deadline is the
+// earlier of the capture loop's deadline (outer) and lowWaterWait after the
+// read began, and outer otherwise.
 type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn
 	raised bool
 	raises int       // times raised (tests)
+	mark   int       // the mark set on the socket
 	outer  time.Time // the capture loop's read deadline
-	bytes  int
 	wait   time.Duration
-	now    func() time.Time
+
+	// The current window: its start (Unix nanoseconds), the reads in it
+	// that returned data and their bytes; want is the mark the last window
+	// asks for (0: not busy).
+	winStart           int64
+	winReads, winBytes int
+	want               int
 }
 
 const (
-	lowWaterBytes = 32 << 10             // the raised mark
-	lowWaterWait  = 5 * time.Millisecond // the longest wait with the mark raised
-	busyWindow    = time.Millisecond     // coalesceBig bytes read within it: busy
+	lowWaterWait = 5 * time.Millisecond // the longest wait with the mark raised
+	busyWindow   = time.Millisecond     // the window busy is measured over
+	busyReads    = 16                   // reads with data in a window: busy
+	markSpan     = 2 * time.Millisecond // the mark: bytes the stream brings in this
+	minMark      = 4 << 10              // bounds of the raised mark
+	maxMark      = 32 << 10
 )
 
 // newLowWater returns nil when conn is not a TCP socket (a Unix socket, a
@@ -69,7 +85,7 @@ func newLowWater(conn net.Conn) *lowWater {
 	if err != nil {
 		return nil
 	}
-	lw := &lowWater{conn: conn, raw: raw, bytes: lowWaterBytes, wait: lowWaterWait, now: time.Now}
+	lw := &lowWater{conn: conn, raw: raw, wait: lowWaterWait}
 	if err := lw.setMark(1); err != nil {
 		return nil
 	}
@@ -77,12 +93,18 @@ func newLowWater(conn net.Conn) *lowWater {
 }
 
 func (lw *lowWater) setMark(n int) error {
+	if n == lw.mark {
+		return nil
+	}
 	var serr error
 	err := lw.raw.Control(func(fd uintptr) {
 		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
 	})
 	if err == nil {
 		err = serr
+	}
+	if err == nil {
+		lw.mark = n
 	}
 	return err
 }
@@ -97,21 +119,27 @@ func (lw *lowWater) setDeadline(t time.Time) error {
 }
 
 // read reads through r (the connection, maybe behind pgconn's background
-// reader). The mark goes up when the stream is busy and stays up until a
-// wait with it times out before outer: then it drops (the caller sees
-// raised false), and the read takes whatever is there.
-func (lw *lowWater) read(r func([]byte) (int, error), p []byte, busy bool) (int, error) {
-	if busy && !lw.raised {
-		if err := lw.setMark(lw.bytes); err != nil {
+// reader) at now (Unix nanoseconds), with the mark the last window asked
+// for; when a wait with the mark raised times out before outer, the mark
+// drops and the read takes whatever is there. It then accounts the read to
+// the window (at the time done returns).
+func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64) (int, error) {
+	if lw.want > 0 && lw.want != lw.mark {
+		if err := lw.setMark(lw.want); err != nil {
 			return 0, err
 		}
-		lw.raised = true
-		lw.raises++
+		if !lw.raised {
+			lw.raises++
+		}
+		lw.raised, lw.mark = true, lw.want
 	}
 	if !lw.raised {
-		return r(p)
+		n, err := r(p)
+		lw.account(now(), n)
+		return n, err
 	}
-	inner := lw.now().Add(lw.wait)
+	start := now()
+	inner := time.Unix(0, start).Add(lw.wait)
 	if !lw.outer.IsZero() && lw.outer.Before(inner) {
 		inner = lw.outer
 	}
@@ -120,20 +148,42 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, busy bool) (int,
 	}
 	n, err := r(p)
 	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || inner.Equal(lw.outer) {
+		lw.account(now(), n)
 		return n, err
 	}
-	// The stream slowed: take the tail now and wait like a quiet stream.
+	// The stream slowed: take the tail now, wait like a quiet stream, and
+	// start a new window.
 	if err := lw.setMark(1); err != nil {
 		return n, err
 	}
-	lw.raised = false
+	lw.raised, lw.mark, lw.want = false, 1, 0
+	lw.winStart, lw.winReads, lw.winBytes = now(), 0, 0
 	if err := lw.conn.SetReadDeadline(lw.outer); err != nil {
 		return n, err
 	}
-	if n > 0 {
-		return n, nil
+	if n == 0 {
+		n, err = r(p)
 	}
-	return r(p)
+	lw.account(now(), n)
+	return n, err
+}
+
+// account adds a read of n bytes done at now to the window, and closes the
+// window once it is busyWindow long.
+func (lw *lowWater) account(now int64, n int) {
+	if n > 0 {
+		lw.winReads++
+		lw.winBytes += n
+	}
+	el := now - lw.winStart
+	if el < int64(busyWindow) {
+		return
+	}
+	lw.want = 0
+	if lw.raised || lw.winReads >= busyReads || lw.winBytes >= coalesceBig {
+		lw.want = min(max(int(int64(lw.winBytes)*int64(markSpan)/el), minMark), maxMark)
+	}
+	lw.winStart, lw.winReads, lw.winBytes = now, 0, 0
 }
 
 // useLowWater switches the reader from napping to the low-water mark when

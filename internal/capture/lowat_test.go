@@ -95,7 +95,7 @@ func TestLowWater(t *testing.T) {
 	if r.lw.raises == 0 {
 		t.Fatal("a busy stream did not raise the mark")
 	}
-	// 41,943 sends; with the mark raised a read takes lowWaterBytes or what
+	// 41,943 sends; with the mark raised a read takes the mark or what
 	// is there when it comes back. Generous: a tenth of the sends.
 	if reads > uint64(busy/len(msg)/10) {
 		t.Errorf("%d reads for %d sends of %d bytes", reads, busy/len(msg), len(msg))
@@ -105,7 +105,7 @@ func TestLowWater(t *testing.T) {
 	// The tail: 300 bytes that come while the reader waits with the mark
 	// raised, then nothing. They arrive within about lowWaterWait (plus
 	// scheduling), long before outer, and drop the mark.
-	r.big = true // the next read raises the mark if the end of the busy stream dropped it
+	r.lw.want = maxMark // the next read raises the mark if the end of the busy stream dropped it
 	go func() {
 		time.Sleep(time.Millisecond)
 		_, _ = server.Write(bytes.Repeat(msg, 3))

@@ -39,10 +39,6 @@ type coalescingReader struct {
 	// lw, once the stream has started on a socket, replaces the nap with a
 	// receive low-water mark (lowat.go).
 	lw *lowWater
-	// The bytes read since winStart (Unix nanoseconds): with lw, busy is
-	// coalesceBig of them within busyWindow.
-	winStart int64
-	winBytes int
 }
 
 const (
@@ -62,19 +58,9 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.lw != nil {
-		wasRaised := c.lw.raised
-		n, err = c.lw.read(c.r.Read, p, c.big)
-		now := c.now().UnixNano()
+		var now int64
+		n, err = c.lw.read(c.r.Read, p, func() int64 { now = c.now().UnixNano(); return now })
 		c.publish(now, n)
-		if wasRaised && !c.lw.raised { // the stream slowed
-			c.big, c.winStart, c.winBytes = false, now, 0
-		}
-		if c.winBytes += n; c.winBytes >= coalesceBig {
-			c.big = true
-		}
-		if now-c.winStart >= int64(busyWindow) {
-			c.winStart, c.winBytes = now, 0
-		}
 		return n, err
 	} else {
 		if c.big {
