@@ -189,9 +189,6 @@ func (lw *lowWater) account(now int64, n int) {
 // useLowWater switches the reader from napping to the low-water mark when
 // the connection allows it.
 func (c *Capture) useLowWater(conn net.Conn) {
-	if os.Getenv("REPSTREAM_LOWAT") == "0" { // TEMP experiment knob
-		return
-	}
 	if lw := newLowWater(conn); lw != nil {
 		c.rd.lw = lw
 	}
