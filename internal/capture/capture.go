@@ -361,6 +361,7 @@ func quoteIdentList(name string) string { return `"` + strings.ReplaceAll(name, 
 
 func (c *Capture) loop(ctx context.Context) error {
 	netConn := c.conn.Conn()
+	c.useLowWater(netConn)
 	forceStatus := true
 	c.stats.SetState(stats.Idle)
 	var deadline, nextCheck time.Time
@@ -463,7 +464,7 @@ func (c *Capture) housekeep(ctx context.Context, now time.Time, force bool, next
 	// timely; moving the socket deadline costs, so only when it nears.
 	if deadline.Sub(now) < 50*time.Millisecond {
 		*deadline = now.Add(100 * time.Millisecond)
-		if err := netConn.SetReadDeadline(*deadline); err != nil {
+		if err := c.setDeadline(netConn, *deadline); err != nil {
 			return fmt.Errorf("set read deadline: %w", err)
 		}
 	}

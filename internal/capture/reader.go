@@ -36,6 +36,9 @@ type coalescingReader struct {
 	// onRead, if set, is called with true before a read (and its nap) and
 	// false after: capture's busy time is the time outside reads.
 	onRead func(reading bool)
+	// lw, once the stream has started on a socket, replaces the nap with a
+	// receive low-water mark (lowat.go).
+	lw *lowWater
 }
 
 const (
@@ -52,16 +55,29 @@ func (c *coalescingReader) Read(p []byte) (int, error) {
 		c.onRead(true)
 		defer c.onRead(false)
 	}
-	if c.big {
-		c.sleep(busyNap)
+	var n int
+	var err error
+	if c.lw != nil {
+		var now int64
+		n, err = c.lw.read(c.r.Read, p, func() int64 { now = c.now().UnixNano(); return now })
+		c.publish(now, n)
+		return n, err
+	} else {
+		if c.big {
+			c.sleep(busyNap)
+		}
+		n, err = c.r.Read(p)
 	}
-	n, err := c.r.Read(p)
 	c.big = n >= coalesceBig
-	now := c.now().UnixNano()
+	c.publish(c.now().UnixNano(), n)
+	return n, err
+}
+
+// publish records a read that returned n bytes at now for the capture loop.
+func (c *coalescingReader) publish(now int64, n int) {
 	c.lastNano.Store(now)
 	if n > 0 {
 		c.lastDataNano.Store(now)
 	}
 	c.reads.Add(1)
-	return n, err
 }

@@ -39,7 +39,9 @@ import (
 // repeated and alternated. REPSTREAM_PERF_STRACE=1 writes
 // `strace -c` of each walsender to /tmp/strace.<client>.<n>;
 // REPSTREAM_PERF_RECORD=1 a `perf record -g` of the walsender (=all: of the
-// whole machine) to /tmp/perf.<client>.<n>.data.
+// whole machine) to /tmp/perf.<client>.<n>.data; REPSTREAM_PERF_STAT=1 logs
+// `perf stat` counts of the walsender (wake-ups it does, segments it
+// transmits, sends, receives, waits).
 //
 //	REPSTREAM_PERF_WALSENDER=100000 REPSTREAM_PERF_TXN_ROWS=1 go test -run TestPerfWalsender -v ./internal/e2e
 func TestPerfWalsender(t *testing.T) {
@@ -84,7 +86,8 @@ func TestPerfWalsender(t *testing.T) {
 		stop := make(chan struct{})
 		var cpu atomic.Int64 // walsender CPU in ticks, last sample
 		var vol, invol atomic.Int64
-		var rec *exec.Cmd // perf record of the walsender, REPSTREAM_PERF_RECORD
+		var rec *exec.Cmd  // perf record of the walsender, REPSTREAM_PERF_RECORD
+		var stat *exec.Cmd // perf stat of the walsender, REPSTREAM_PERF_STAT
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -102,6 +105,11 @@ func TestPerfWalsender(t *testing.T) {
 						if os.Getenv("REPSTREAM_PERF_RECORD") == "1" {
 							rec = exec.Command("perf", "record", "-g", "-p", strconv.Itoa(pid), "-o", "/tmp/perf."+c+"."+strconv.Itoa(i)+".data")
 							_ = rec.Start()
+						}
+						if os.Getenv("REPSTREAM_PERF_STAT") != "" {
+							stat = exec.Command("perf", "stat", "-x", ",", "-e", "task-clock,context-switches,sched:sched_wakeup,net:net_dev_xmit,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait",
+								"-p", strconv.Itoa(pid), "-o", "/tmp/perfstat."+c+"."+strconv.Itoa(i))
+							_ = stat.Start()
 						}
 						if os.Getenv("REPSTREAM_PERF_STRACE") != "" {
 							st := exec.Command("strace", "-c", "-p", strconv.Itoa(pid), "-o", "/tmp/strace."+c+"."+strconv.Itoa(i))
@@ -169,6 +177,13 @@ func TestPerfWalsender(t *testing.T) {
 		if rec != nil && rec.Process != nil {
 			_ = rec.Process.Signal(os.Interrupt)
 			_ = rec.Wait()
+		}
+		if stat != nil && stat.Process != nil {
+			_ = stat.Process.Signal(os.Interrupt)
+			_ = stat.Wait()
+			if b, err := os.ReadFile("/tmp/perfstat." + c + "." + strconv.Itoa(i)); err == nil {
+				t.Logf("%s perf stat of the walsender:\n%s", c, b)
+			}
 		}
 		t.Logf("%-12s %-40s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not", c, clientEnv[i], d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load())
 	}

@@ -1,0 +1,203 @@
+package capture
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Waking the reader costs the walsender: every pgoutput message is a send()
+// of its own, and on a socket the client waits on (Go's netpoller keeps
+// every socket in its epoll set, so that is always), each one runs the
+// wake-up — the epoll callback, waking the poller thread — in the
+// walsender's context, which the woken reader then preempts. With one-row
+// transactions that is three wake-ups per transaction, a quarter of the
+// walsender's CPU (perf: sock_def_readable, finish_task_switch under send).
+//
+// lowWater stops that while the stream is busy: it raises the socket's
+// receive low-water mark (SO_RCVLOWAT), below which the kernel queues what
+// arrives without waking anybody, so that a reader that has caught up with
+// the walsender sleeps until the mark has gathered and then takes it in one
+// read. A read returns what is there at once whatever the mark (only
+// waiting is affected), so nothing that has arrived waits for the mark;
+// what could is the tail of a burst smaller than the mark: a wait with the
+// mark raised is bounded by lowWaterWait, after which the mark drops to one
+// byte and the read takes the tail — so a burst's last messages are at most
+// lowWaterWait late, and a quiet stream is never held back at all.
+//
+// Busy is measured over windows of at least busyWindow: busyReads reads
+// that returned data, or coalesceBig bytes (a reader that keeps up with a
+// walsender reads a message or two at a time, so no single read is large;
+// a live stream of 1,000 one-row transactions a second is 3 reads per
+// window). The mark is what the last window's rate brings in markSpan,
+// within [minMark, maxMark], so that a wait normally ends at the mark, not
+// at lowWaterWait, also when the walsender is slow (a loaded machine).
+//
+// Invariants: the mark is raised when a window was busy, follows the rate
+// of each window while raised, drops to one byte when a wait with it raised
+// times out (and a new window must be busy to raise it again), and is one
+// byte otherwise; while it is raised the socket's read deadline is the
+// earlier of the capture loop's deadline (outer) and lowWaterWait after the
+// read began, and outer otherwise.
+type lowWater struct {
+	conn   net.Conn
+	raw    syscall.RawConn
+	raised bool
+	raises int       // times raised (tests)
+	mark   int       // the mark set on the socket
+	outer  time.Time // the capture loop's read deadline
+	wait   time.Duration
+
+	// The current window: its start (Unix nanoseconds), the reads in it
+	// that returned data and their bytes; want is the mark the last window
+	// asks for (0: not busy).
+	winStart           int64
+	winReads, winBytes int
+	want               int
+}
+
+const (
+	lowWaterWait = 10 * time.Millisecond // the longest wait with the mark raised
+	busyWindow   = time.Millisecond      // the window busy is measured over
+	busyReads    = 16                    // reads with data in a window: busy
+	markSpan     = 4 * time.Millisecond  // the mark: bytes the stream brings in this
+	minMark      = 4 << 10               // bounds of the raised mark
+	maxMark      = 128 << 10
+)
+
+// newLowWater returns nil when conn is not a TCP socket (a Unix socket, a
+// test's pipe); the reader then naps after large reads instead.
+func newLowWater(conn net.Conn) *lowWater {
+	type netConner interface{ NetConn() net.Conn } // *tls.Conn
+	under := conn
+	if nc, ok := conn.(netConner); ok {
+		under = nc.NetConn()
+	}
+	// TCP only: a Unix socket wakes its reader at every send whatever
+	// the mark.
+	sc, ok := under.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	lw := &lowWater{conn: conn, raw: raw, wait: lowWaterWait}
+	if err := lw.setMark(1); err != nil {
+		return nil
+	}
+	return lw
+}
+
+func (lw *lowWater) setMark(n int) error {
+	if n == lw.mark {
+		return nil
+	}
+	var serr error
+	err := lw.raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err == nil {
+		lw.mark = n
+	}
+	return err
+}
+
+// setDeadline is the capture loop's read deadline.
+func (lw *lowWater) setDeadline(t time.Time) error {
+	lw.outer = t
+	if lw.raised {
+		return nil // the next read sets the earlier of the two
+	}
+	return lw.conn.SetReadDeadline(t)
+}
+
+// read reads through r (the connection, maybe behind pgconn's background
+// reader) at now (Unix nanoseconds), with the mark the last window asked
+// for; when a wait with the mark raised times out before outer, the mark
+// drops and the read takes whatever is there. It then accounts the read to
+// the window (at the time done returns).
+func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64) (int, error) {
+	if lw.want > 0 && lw.want != lw.mark {
+		if err := lw.setMark(lw.want); err != nil {
+			return 0, err
+		}
+		if !lw.raised {
+			lw.raises++
+		}
+		lw.raised, lw.mark = true, lw.want
+	}
+	if !lw.raised {
+		n, err := r(p)
+		lw.account(now(), n)
+		return n, err
+	}
+	start := now()
+	inner := time.Unix(0, start).Add(lw.wait)
+	if !lw.outer.IsZero() && lw.outer.Before(inner) {
+		inner = lw.outer
+	}
+	if err := lw.conn.SetReadDeadline(inner); err != nil {
+		return 0, err
+	}
+	n, err := r(p)
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || inner.Equal(lw.outer) {
+		lw.account(now(), n)
+		return n, err
+	}
+	// The stream slowed: take the tail now, wait like a quiet stream, and
+	// start a new window.
+	if err := lw.setMark(1); err != nil {
+		return n, err
+	}
+	lw.raised, lw.mark, lw.want = false, 1, 0
+	lw.winStart, lw.winReads, lw.winBytes = now(), 0, 0
+	if err := lw.conn.SetReadDeadline(lw.outer); err != nil {
+		return n, err
+	}
+	if n == 0 {
+		n, err = r(p)
+	}
+	lw.account(now(), n)
+	return n, err
+}
+
+// account adds a read of n bytes done at now to the window, and closes the
+// window once it is busyWindow long.
+func (lw *lowWater) account(now int64, n int) {
+	if n > 0 {
+		lw.winReads++
+		lw.winBytes += n
+	}
+	el := now - lw.winStart
+	if el < int64(busyWindow) {
+		return
+	}
+	lw.want = 0
+	if lw.raised || lw.winReads >= busyReads || lw.winBytes >= coalesceBig {
+		lw.want = min(max(int(int64(lw.winBytes)*int64(markSpan)/el), minMark), maxMark)
+	}
+	lw.winStart, lw.winReads, lw.winBytes = now, 0, 0
+}
+
+// useLowWater switches the reader from napping to the low-water mark when
+// the connection allows it.
+func (c *Capture) useLowWater(conn net.Conn) {
+	if lw := newLowWater(conn); lw != nil {
+		c.rd.lw = lw
+	}
+}
+
+// setDeadline sets the read deadline of the replication connection.
+func (c *Capture) setDeadline(conn net.Conn, t time.Time) error {
+	if c.rd != nil && c.rd.lw != nil {
+		return c.rd.lw.setDeadline(t)
+	}
+	return conn.SetReadDeadline(t)
+}
