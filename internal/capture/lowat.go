@@ -59,11 +59,11 @@ type lowWater struct {
 }
 
 const (
-	lowWaterWait = 10 * time.Millisecond // the longest wait with the mark raised
-	busyWindow   = time.Millisecond      // the window busy is measured over
-	busyReads    = 16                    // reads with data in a window: busy
-	markSpan     = 4 * time.Millisecond  // the mark: bytes the stream brings in this
-	minMark      = 4 << 10               // bounds of the raised mark
+	lowWaterWait = 2 * time.Millisecond // the longest wait with the mark raised
+	busyWindow   = time.Millisecond     // the window busy is measured over
+	busyReads    = 16                   // reads with data in a window: busy
+	markSpan     = time.Millisecond     // the mark: bytes the stream brings in this
+	minMark      = 4 << 10              // bounds of the raised mark
 	maxMark      = 128 << 10
 )
 

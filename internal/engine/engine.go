@@ -277,6 +277,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			return err
 		}
 		e.log.Info("will stop once caught up", "source_position", e.stopAt)
+		pushWALPastStop(ctx, src, e.log)
 	}
 	if err := e.buildIndexes(ctx, tgt); err != nil {
 		return err
