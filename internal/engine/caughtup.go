@@ -30,11 +30,12 @@ func pushWALPastStop(ctx context.Context, src *pgx.Conn, log *slog.Logger) {
 		return
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err == nil {
+	_, err = tx.Exec(ctx, "SET LOCAL synchronous_commit = on")
+	if err == nil {
 		_, err = tx.Exec(ctx, "SELECT pg_current_xact_id()")
-		if err == nil {
-			err = tx.Commit(ctx)
-		}
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
 	}
 	if err != nil {
 		log.Debug("push the source's WAL past the stop position", "err", err)
