@@ -321,16 +321,7 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	if err != nil {
 		return err
 	}
-	res.Verified = ok
-	if !ok {
-		var bad []string
-		for _, c := range checks {
-			if !c.Equal {
-				bad = append(bad, fmt.Sprintf("%s (source %d rows, target %d)", c.Table, c.SourceRows, c.TargetRows))
-			}
-		}
-		res.Error = "verification failed: target differs from source: " + strings.Join(bad, ", ")
-	}
+	setVerified(res, checks, ok)
 	return nil
 }
 

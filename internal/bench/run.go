@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -302,15 +301,6 @@ func (s *systemRun) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res.Verified = ok
-	if !ok {
-		var bad []string
-		for _, c := range checks {
-			if !c.Equal {
-				bad = append(bad, fmt.Sprintf("%s (source %d rows, target %d)", c.Table, c.SourceRows, c.TargetRows))
-			}
-		}
-		res.Error = "verification failed: target differs from source: " + strings.Join(bad, ", ")
-	}
+	setVerified(res, checks, ok)
 	return nil
 }

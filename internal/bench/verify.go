@@ -125,3 +125,19 @@ func counts(ctx context.Context, c *pgx.Conn, tables []string) ([]int64, error) 
 	}
 	return out, nil
 }
+
+// setVerified records the verification's outcome in res: Verified, and an
+// Error naming every table that differs.
+func setVerified(res *RunResult, checks []TableCheck, ok bool) {
+	res.Verified = ok
+	if ok {
+		return
+	}
+	var bad []string
+	for _, c := range checks {
+		if !c.Equal {
+			bad = append(bad, fmt.Sprintf("%s (source %d rows, target %d)", c.Table, c.SourceRows, c.TargetRows))
+		}
+	}
+	res.Error = "verification failed: target differs from source: " + strings.Join(bad, ", ")
+}
