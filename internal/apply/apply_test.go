@@ -341,14 +341,8 @@ func TestDepTrackerExact(t *testing.T) {
 func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 	const n = 30
 	run := func(t *testing.T, behind bool) int {
-		txns := make([]simTxn, n)
-		index := map[change.LSN]int{}
-		for i := range txns {
-			txns[i] = simTxn{end: change.LSN(1000 * (i + 1)), keys: []int{i}}
-			index[txns[i].end] = i
-		}
-		wm := NewWatermark(0)
-		f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(1, 2)), full: true, wm: wm, done: map[change.LSN]bool{}}
+		f, wm := newSequentialFake(t, n)
+		txns := f.txns
 		ar := startApplier(t, f, Options{
 			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
 			Behind: func() bool { return behind }, CatchUpWait: time.Second,

@@ -17,14 +17,8 @@ import (
 func TestApplierGroupWait(t *testing.T) {
 	const n = 30
 	run := func(t *testing.T, wait, apart time.Duration) (groups int) {
-		txns := make([]simTxn, n)
-		index := map[change.LSN]int{}
-		for i := range txns {
-			txns[i] = simTxn{end: change.LSN(1000 * (i + 1)), keys: []int{i}}
-			index[txns[i].end] = i
-		}
-		wm := NewWatermark(0)
-		f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(1, 2)), full: true, wm: wm, done: map[change.LSN]bool{}}
+		f, wm := newSequentialFake(t, n)
+		txns := f.txns
 		ar := startApplier(t, f, Options{
 			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
 			GroupWait: wait, Watermark: wm, Stats: stats.NewRegistry(),
@@ -60,4 +54,17 @@ func TestApplierGroupWait(t *testing.T) {
 			t.Errorf("no group wait: %d target transactions for %d source transactions, want %d", g, n, n)
 		}
 	})
+}
+
+// newSequentialFake returns a fake apply of n one-key transactions, 1000 LSN
+// apart, each on its own key, with its watermark.
+func newSequentialFake(t *testing.T, n int) (*fakeApply, *Watermark) {
+	txns := make([]simTxn, n)
+	index := map[change.LSN]int{}
+	for i := range txns {
+		txns[i] = simTxn{end: change.LSN(1000 * (i + 1)), keys: []int{i}}
+		index[txns[i].end] = i
+	}
+	wm := NewWatermark(0)
+	return &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(1, 2)), full: true, wm: wm, done: map[change.LSN]bool{}}, wm
 }
