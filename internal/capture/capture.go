@@ -428,6 +428,10 @@ func (c *Capture) loop(ctx context.Context) error {
 					return err
 				}
 			}
+			if lw := c.rd.lw; lw != nil {
+				// 5: the CopyData header.
+				lw.handled(5+len(m.Data), m.Data[0] == pglogrepl.XLogDataByteID && len(m.Data) > 25 && m.Data[25] == pgoutput.MsgCommit)
+			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("slot %q: %w", c.opts.Slot, pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:

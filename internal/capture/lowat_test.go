@@ -158,3 +158,89 @@ func BenchmarkLowWaterRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(r.reads.Load())/float64(b.N), "reads/msg")
 }
+
+// TestLowWaterUnits: a stream of transactions that is not busy — each
+// sends nine messages, then its COMMIT a millisecond later, then pauses — is
+// read in one read per transaction once the reader has seen unitRing of
+// them (the hint raises the mark to the size of a transaction), where it
+// took at least two before; a smaller transaction after them still arrives
+// after about lowWaterWait, not at the capture loop's deadline.
+func TestLowWaterUnits(t *testing.T) {
+	client, server := tcpPair(t)
+	r := newCoalescingReader(client)
+	r.lw = newLowWater(client)
+	if r.lw == nil {
+		t.Fatal("no low-water mark on a TCP connection")
+	}
+	if err := r.lw.setDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// A long bound for the waits, so that a loaded machine cannot make a
+	// transaction's wait time out (the bound is the small transaction's
+	// part, below).
+	r.lw.wait = 200 * time.Millisecond
+	const msgLen, perUnit, units = 60, 10, 40
+	msg := bytes.Repeat([]byte("m"), msgLen)
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			if i == n-1 {
+				time.Sleep(time.Millisecond)
+			}
+			if _, err := server.Write(msg); err != nil {
+				return
+			}
+		}
+	}
+	// read takes one transaction of n messages, telling lowWater of each
+	// message as the capture loop does, and returns the reads it took.
+	buf := make([]byte, 1<<20)
+	read := func(n int) int {
+		reads, got, told := 0, 0, 0
+		for got < n*msgLen {
+			k, err := r.Read(buf[:n*msgLen-got])
+			if err != nil {
+				t.Fatalf("after %d of %d bytes: %v", got, n*msgLen, err)
+			}
+			reads++
+			got += k
+			for ; told < got/msgLen; told++ {
+				r.lw.handled(msgLen, told == n-1)
+			}
+		}
+		return reads
+	}
+	go func() {
+		for u := 0; u < units; u++ {
+			send(perUnit)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var before, with int
+	for u := 0; u < units; u++ {
+		n := read(perUnit)
+		if u < unitRing {
+			before += n
+		} else {
+			with += n
+		}
+	}
+	perBefore := float64(before) / unitRing
+	perWith := float64(with) / (units - unitRing)
+	t.Logf("reads per transaction: %.2f before the hint, %.2f with it", perBefore, perWith)
+	if perBefore < 1.9 {
+		t.Errorf("%.2f reads per transaction before the hint: the test does not split transactions", perBefore)
+	}
+	if perWith > 1.5 {
+		t.Errorf("%.2f reads per transaction with the hint (%.2f before it)", perWith, perBefore)
+	}
+
+	// A smaller transaction: in after about lowWaterWait.
+	r.lw.wait = lowWaterWait
+	go send(3)
+	start := time.Now()
+	read(3)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a small transaction took %s", d)
+	}
+	t.Logf("a small transaction came after %s", time.Since(start))
+}

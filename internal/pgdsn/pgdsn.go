@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/repstream/repstream/internal/rawsock"
 )
 
 // DefaultConnectTimeout bounds connection attempts whose DSN sets no
@@ -36,6 +38,7 @@ func Parse(dsn string) (*pgconn.Config, error) {
 	if err := checkKeys(cfg.RuntimeParams); err != nil {
 		return nil, err
 	}
+	cfg.DialFunc = rawsock.Dial(cfg.DialFunc)
 	return cfg, nil
 }
 
@@ -53,6 +56,7 @@ func ParsePgx(dsn string) (*pgx.ConnConfig, error) {
 	if err := checkKeys(cfg.RuntimeParams); err != nil {
 		return nil, err
 	}
+	cfg.DialFunc = rawsock.Dial(cfg.DialFunc)
 	return cfg, nil
 }
 
