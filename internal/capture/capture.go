@@ -430,7 +430,11 @@ func (c *Capture) loop(ctx context.Context) error {
 			}
 			if lw := c.rd.lw; lw != nil {
 				// 5: the CopyData header.
-				lw.handled(5+len(m.Data), m.Data[0] == pglogrepl.XLogDataByteID && len(m.Data) > 25 && m.Data[25] == pgoutput.MsgCommit)
+				var kind byte
+				if m.Data[0] == pglogrepl.XLogDataByteID && len(m.Data) > 25 {
+					kind = m.Data[25]
+				}
+				lw.handled(5+len(m.Data), kind == pgoutput.MsgBegin, kind == pgoutput.MsgCommit)
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("slot %q: %w", c.opts.Slot, pgconn.ErrorResponseToPgError(m))

@@ -42,23 +42,33 @@ import (
 // transaction's messages a few microseconds apart and the reader, on the
 // other CPU, wakes for the first and reads them one or two at a time (4.5
 // reads with data and 4 empty ones per ten-message transaction, measured
-// with strace on `repstream bench fly`), although a transaction cannot be
-// applied before its COMMIT. So lowWater also knows the stream's
-// transaction units — the bytes from one COMMIT's end to the next's,
-// keepalives included — from the capture loop (handled), and when a read
-// would wait it raises the mark to what is left of the smallest of the
-// last unitRing units (hint): the reader then wakes once, when the next
-// transaction is in. A transaction smaller than all of the last unitRing
-// is at most lowWaterWait late (the bounded wait), and a wait that times
-// out turns the hint off until the next COMMIT.
+// with strace on `repstream bench fly`), then once more for the keepalive
+// the walsender sends when it goes to wait — although a transaction cannot
+// be applied before its COMMIT. So lowWater also follows the transactions
+// (handled, from the capture loop) and hints a mark when a read would wait:
+//
+//   - between transactions, betweenMark: more than a keepalive (23 bytes
+//     on the wire) and less than any transaction (a BEGIN and a COMMIT
+//     alone are 107), so a keepalive alone wakes nobody and the next
+//     transaction's first messages do, however small it is;
+//   - inside a transaction, what is left of the smallest of the last
+//     txnRing transactions, so that the reader wakes once the rest of it
+//     is in, with the wait bounded by txnHintWait (its messages come
+//     microseconds apart): a transaction smaller than all of the last
+//     txnRing is at most txnHintWait late.
+//
+// A wait for a hint that times out turns hints off until the next BEGIN or
+// COMMIT.
 //
 // Invariants: the mark is the larger of the busy mark (raised when a window
 // was busy, following the rate of each window while raised) and the hint,
 // or one byte when neither asks; a wait with the mark raised that times out
-// drops it to one byte, clears the busy mark (a new window must be busy to
-// raise it again) and the hint until the next COMMIT; while it is raised
-// the socket's read deadline is the earlier of the capture loop's deadline
-// (outer) and lowWaterWait after the read began, and outer otherwise.
+// drops it to one byte and clears the busy mark (a new window must be busy
+// to raise it again) and the hint until the next BEGIN or COMMIT; while
+// the mark is raised the socket's read deadline is the earlier of the
+// capture loop's deadline (outer) and the wait's bound (lowWaterWait, or
+// txnHintWait for a hint inside a transaction) after the read began, and
+// outer otherwise.
 type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn
@@ -67,6 +77,8 @@ type lowWater struct {
 	mark   int       // the mark set on the socket
 	outer  time.Time // the capture loop's read deadline
 	wait   time.Duration
+	// hintWait bounds a wait for a hint inside a transaction.
+	hintWait time.Duration
 
 	// The current window: its start (Unix nanoseconds), the reads in it
 	// that returned data and their bytes; want is the mark the last window
@@ -75,13 +87,14 @@ type lowWater struct {
 	winReads, winBytes int
 	want               int
 
-	// Transaction units (handled): bytes of messages handled since the
-	// last COMMIT, the last unitRing units (ring, units of them set), and
-	// hintOff after a wait for the hint timed out.
-	sinceCommit int
-	ring        [unitRing]int
-	units       int
-	hintOff     bool
+	// Transactions (handled): inside one, its bytes so far (since its
+	// BEGIN); the sizes of the last txnRing (ring, txns of them set);
+	// hintOff after a wait for a hint timed out.
+	inTxn   bool
+	txnSize int
+	ring    [txnRing]int
+	txns    int
+	hintOff bool
 }
 
 const (
@@ -92,9 +105,11 @@ const (
 	minMark      = 4 << 10              // bounds of the raised mark
 	maxMark      = 128 << 10
 
-	unitRing  = 16  // the hint is the smallest of this many last units
-	hintSlack = 64  // the hint leaves room for a message read in part
-	minHint   = 128 // a smaller hint is not worth a system call
+	betweenMark = 100                    // the mark between transactions (see above)
+	txnRing     = 16                     // inside one, the hint follows the smallest of this many
+	hintSlack   = 64                     // and leaves room for a message read in part
+	minHint     = 128                    // a smaller hint is not worth a system call
+	txnHintWait = 250 * time.Microsecond // the longest wait for a hint inside a transaction
 )
 
 // newLowWater returns nil when conn is not a TCP socket (a Unix socket, a
@@ -119,7 +134,7 @@ func newLowWater(conn net.Conn) *lowWater {
 	if err != nil {
 		return nil
 	}
-	lw := &lowWater{conn: conn, raw: raw, wait: lowWaterWait}
+	lw := &lowWater{conn: conn, raw: raw, wait: lowWaterWait, hintWait: txnHintWait}
 	if err := lw.setMark(1); err != nil {
 		return nil
 	}
@@ -158,7 +173,8 @@ func (lw *lowWater) setDeadline(t time.Time) error {
 // drops and the read takes whatever is there. It then accounts the read to
 // the window (at the time done returns).
 func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64) (int, error) {
-	mark := max(lw.want, lw.hint(), 1)
+	hint, hintBound := lw.hint()
+	mark := max(lw.want, hint, 1)
 	if mark != lw.mark {
 		if err := lw.setMark(mark); err != nil {
 			return 0, err
@@ -168,8 +184,7 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64
 			lw.raises++
 			lw.raised = true
 		case mark == 1 && lw.raised:
-			// The hint ended (the rest of a unit is smaller than it is
-			// worth waiting for): wait like a quiet stream.
+			// The hint ended: wait like a quiet stream.
 			lw.raised = false
 			if err := lw.conn.SetReadDeadline(lw.outer); err != nil {
 				return 0, err
@@ -181,8 +196,12 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64
 		lw.account(now(), n)
 		return n, err
 	}
+	bound := lw.wait
+	if hint > lw.want {
+		bound = hintBound
+	}
 	start := now()
-	inner := time.Unix(0, start).Add(lw.wait)
+	inner := time.Unix(0, start).Add(bound)
 	if !lw.outer.IsZero() && lw.outer.Before(inner) {
 		inner = lw.outer
 	}
@@ -230,34 +249,46 @@ func (lw *lowWater) account(now int64, n int) {
 }
 
 // handled accounts a message of n bytes (as on the wire) that the capture
-// loop handled; commit: it ended a transaction.
-func (lw *lowWater) handled(n int, commit bool) {
-	lw.sinceCommit += n
-	if !commit {
-		return
+// loop handled; begin, commit: it began or ended a transaction.
+func (lw *lowWater) handled(n int, begin, commit bool) {
+	switch {
+	case begin:
+		lw.inTxn, lw.txnSize, lw.hintOff = true, n, false
+	case commit && lw.inTxn:
+		lw.ring[lw.txns%txnRing] = lw.txnSize + n
+		lw.txns++
+		lw.inTxn, lw.hintOff = false, false
+	case lw.inTxn:
+		lw.txnSize += n
 	}
-	lw.ring[lw.units%unitRing] = lw.sinceCommit
-	lw.units++
-	lw.sinceCommit, lw.hintOff = 0, false
 }
 
-// hint is the mark a wait now should have for the next transaction to be
-// in when the reader wakes: what is left of the smallest of the last
-// unitRing units, or 0 (no hint: too few units seen, a wait for it timed
-// out since the last COMMIT, or too little left).
-func (lw *lowWater) hint() int {
-	if lw.hintOff || lw.units < unitRing {
-		return 0
+// hint is the mark a wait now should have, and the bound of that wait:
+// betweenMark between transactions, what is left of the smallest of the
+// last txnRing transactions inside one (0 when too few were seen or too
+// little is left), 0 after a wait for a hint timed out.
+func (lw *lowWater) hint() (int, time.Duration) {
+	if lw.hintOff {
+		return 0, 0
+	}
+	if !lw.inTxn {
+		if lw.txns == 0 {
+			return 0, 0 // not a stream of transactions (yet)
+		}
+		return betweenMark, lw.wait
+	}
+	if lw.txns < txnRing {
+		return 0, 0
 	}
 	smallest := lw.ring[0]
 	for _, u := range lw.ring[1:] {
 		smallest = min(smallest, u)
 	}
-	left := smallest - lw.sinceCommit - hintSlack
+	left := smallest - lw.txnSize - hintSlack
 	if left < minHint {
-		return 0
+		return 0, 0
 	}
-	return min(left, maxMark)
+	return min(left, maxMark), lw.hintWait
 }
 
 // useLowWater switches the reader from napping to the low-water mark when
