@@ -1,0 +1,124 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// COPY FREEZE (issue 18). Rows a plain COPY writes carry the copying
+// transaction's xid: the first reads on the target set their hint bits and
+// a later (anti-wraparound) vacuum freezes them, writing every page of a
+// freshly copied database again. A table copied in one piece is instead
+// copied as
+//
+//	BEGIN ISOLATION LEVEL READ COMMITTED
+//	LOCK TABLE ONLY t IN ACCESS EXCLUSIVE MODE  -- waiting at most freezeLockTimeout
+//	SELECT EXISTS (SELECT 1 FROM ONLY t)        -- still empty?
+//	TRUNCATE ONLY t
+//	COPY t (...) FROM STDIN WITH (FREEZE[, FORMAT binary])
+//	COMMIT
+//
+// COPY FREEZE needs the table created or truncated in the copying
+// transaction; its rows are then written frozen, and (PostgreSQL 14+) its
+// pages all-visible and all-frozen in the visibility map. READ COMMITTED:
+// under REPEATABLE READ (a default_transaction_isolation) the first
+// statement's snapshot would stay registered and FREEZE would refuse
+// ("prior transaction activity").
+//
+// The TRUNCATE drops nothing: every path that copies a table has emptied it
+// just before (CheckTargets: checked empty, or emptied with --truncate, or
+// emptied as belonging to an interrupted copy), and apply writes nothing to
+// a table before its copy is complete (apply.TableFilter). The emptiness
+// check under the lock makes that so whatever else writes to the target:
+// rows found there keep the table out of FREEZE (plain COPY, as without it).
+//
+// FREEZE is skipped — the plain autocommit COPY, logged once with the
+// reason — when it cannot work: a table copied in ranges (each range is a
+// transaction of its own, and only the one that truncated the table could
+// freeze); a partitioned target table (COPY FREEZE refuses it) or one that
+// is not an ordinary table; a foreign key of another target table
+// referencing it (TRUNCATE refuses); no TRUNCATE privilege; these are read
+// up front (noFreezeReason). At copy time, a TRUNCATE or lock refused for
+// such a reason (pgerr.TruncateRefused: also a lock held by someone else
+// beyond freezeLockTimeout) falls back the same way.
+
+// freezeLockTimeout bounds the wait for the ACCESS EXCLUSIVE lock the
+// TRUNCATE needs: a target session reading the table (a report, pg_dump)
+// makes the copy fall back to a plain COPY rather than wait for it.
+const freezeLockTimeout = "2s"
+
+// noFreezeReason returns why the target table t cannot take COPY FREEZE,
+// "" when it can.
+func noFreezeReason(ctx context.Context, dst *pgx.Conn, t schema.TableName) (string, error) {
+	var relkind string
+	var mayTruncate bool
+	var referencedBy *string
+	err := dst.QueryRow(ctx, `SELECT c.relkind::text, pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'),
+			(SELECT f.conrelid::regclass::text FROM pg_catalog.pg_constraint f
+			  WHERE f.contype = 'f' AND f.confrelid = c.oid AND f.conrelid <> c.oid
+			  ORDER BY 1 LIMIT 1)
+		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, t.Quoted()).Scan(&relkind, &mayTruncate, &referencedBy)
+	if err != nil {
+		return "", fmt.Errorf("snapshot of %s: read whether the target table can take COPY FREEZE: %w", t, err)
+	}
+	switch {
+	case relkind == "p":
+		return "the target table is partitioned", nil
+	case relkind != "r":
+		return "the target is not an ordinary table (relkind " + relkind + ")", nil
+	case referencedBy != nil:
+		return "a foreign key of " + *referencedBy + " references the target table (TRUNCATE would refuse)", nil
+	case !mayTruncate:
+		return "the target role lacks the TRUNCATE privilege", nil
+	}
+	return "", nil
+}
+
+// beginFreeze opens the target transaction of a COPY FREEZE of tp (freeze.go's
+// comment): it reports true with the transaction open and the table
+// truncated in it (the caller commits after the COPY, or rolls back), or
+// false, with no transaction open, when the table must be copied the plain
+// way: the lock or the TRUNCATE refused (pgerr.TruncateRefused), or rows
+// found in the table. Any other failure is an error (the transaction
+// rolled back where the connection still allows).
+func beginFreeze(ctx context.Context, dst *pgx.Conn, tp *tablePlan, log *slog.Logger) (bool, error) {
+	t := tp.name
+	rollback := func() error {
+		if _, err := dst.Exec(ctx, "ROLLBACK"); err != nil {
+			return fmt.Errorf("snapshot of %s: roll back on the target: %w", t, err)
+		}
+		return nil
+	}
+	if _, err := dst.Exec(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '"+freezeLockTimeout+"'; "+
+		"LOCK TABLE ONLY "+t.Quoted()+" IN ACCESS EXCLUSIVE MODE; SET LOCAL lock_timeout TO DEFAULT"); err != nil {
+		if !pgerr.TruncateRefused(err) {
+			return false, errors.Join(fmt.Errorf("snapshot of %s: lock the target table for COPY FREEZE: %w", t, err), rollback())
+		}
+		log.Info("copying without FREEZE", "table", t.String(), "reason", "lock on the target table not had: "+pgerr.Message(err))
+		return false, rollback()
+	}
+	var nonEmpty bool
+	if err := dst.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+t.Quoted()+")").Scan(&nonEmpty); err != nil {
+		return false, errors.Join(fmt.Errorf("snapshot of %s: check the target table is empty: %w", t, err), rollback())
+	}
+	if nonEmpty {
+		log.Warn("copying without FREEZE: the target table has rows (written by something else since it was checked empty); they are kept",
+			"table", t.String())
+		return false, rollback()
+	}
+	if _, err := dst.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
+		if !pgerr.TruncateRefused(err) {
+			return false, errors.Join(fmt.Errorf("snapshot of %s: truncate the target table for COPY FREEZE: %w", t, err), rollback())
+		}
+		log.Info("copying without FREEZE", "table", t.String(), "reason", "TRUNCATE refused: "+pgerr.Message(err))
+		return false, rollback()
+	}
+	return true, nil
+}
