@@ -61,7 +61,8 @@ func noFreezeReason(ctx context.Context, dst *pgx.Conn, t schema.TableName) (str
 	var mayTruncate bool
 	var referencedBy *string
 	err := dst.QueryRow(ctx, `SELECT c.relkind::text, pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'),
-			(SELECT f.conrelid::regclass::text FROM pg_catalog.pg_constraint f
+			(SELECT n.nspname || '.' || r.relname FROM pg_catalog.pg_constraint f
+			  JOIN pg_catalog.pg_class r ON r.oid = f.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
 			  WHERE f.contype = 'f' AND f.confrelid = c.oid AND f.conrelid <> c.oid
 			  ORDER BY 1 LIMIT 1)
 		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, t.Quoted()).Scan(&relkind, &mayTruncate, &referencedBy)
