@@ -110,8 +110,7 @@ func beginFreeze(ctx context.Context, dst *pgx.Conn, tp *tablePlan, log *slog.Lo
 		return false, errors.Join(fmt.Errorf("snapshot of %s: check the target table is empty: %w", t, err), rollback())
 	}
 	if nonEmpty {
-		log.Warn("copying without FREEZE: the target table has rows (written by something else since it was checked empty); they are kept",
-			"table", t.String())
+		log.Warn("copying without FREEZE: the target table has rows this copy did not write; they are kept", "table", t.String())
 		return false, rollback()
 	}
 	if _, err := dst.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
