@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
@@ -211,4 +215,66 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 	}
 	e.tgtExec(`DELETE FROM hasrows WHERE id = -1`)
 	e.assertSame("hasrows", "id")
+}
+
+// TestKillDuringFreezeCopy: the engine killed (SIGKILL) while it copies a
+// table with COPY FREEZE leaves nothing of that transaction — neither its
+// TRUNCATE nor a row — and the next run copies the table again, frozen,
+// equal to the source row for row.
+func TestKillDuringFreezeCopy(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE killed (id int PRIMARY KEY, v int NOT NULL, pad text)`)
+	e.srcExec(`INSERT INTO killed SELECT g, g % 13, repeat('k', 60) FROM generate_series(1, 250000) g`)
+	cfg := e.config("public.killed")
+	cmd := exec.Command(repstreamBinary(t), args(cfg, "--snapshot-range-size", "1GB")...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once the target runs the COPY FREEZE.
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var copying bool
+		if err := e.Tgt.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+			AND query LIKE 'COPY %killed%FREEZE%' AND state = 'active')`).Scan(&copying); err != nil {
+			t.Fatal(err)
+		}
+		if copying {
+			break
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("no COPY FREEZE of killed seen on the target:\n%s", tail(stderr.String(), 30))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if strings.Contains(stderr.String(), `msg="copied table"`) {
+		t.Fatalf("the copy completed before the kill: the test interrupts nothing (make the table larger)")
+	}
+	// The target's backend notices its client is gone and rolls back.
+	pgtest.WaitFor(t, "the killed COPY to end on the target", time.Minute, func() (bool, error) {
+		var n int64
+		err := e.Tgt.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'COPY %killed%'`).Scan(&n)
+		return n == 0, err
+	})
+	if n := e.count(e.Tgt, `SELECT count(*) FROM killed`); n != 0 {
+		t.Fatalf("the killed COPY FREEZE left %d rows", n)
+	}
+
+	log, _, err := runBinary(t, 3*time.Minute, args(cfg, "--until-caught-up")...)
+	if err != nil {
+		t.Fatalf("second run: %v\n%s", err, tail(log, 30))
+	}
+	if f := copiedFrozen(log, "killed"); f != "true" {
+		t.Errorf("the second run copied killed with frozen=%q, want true:\n%s", f, tail(log, 30))
+	}
+	if pages, frozen := e.frozenPages("killed"); frozen != pages {
+		t.Errorf("killed: %d of %d pages all-frozen", frozen, pages)
+	}
+	e.assertSame("killed", "id")
 }
