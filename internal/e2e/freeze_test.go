@@ -72,21 +72,38 @@ func (e *env) frozenPages(table string) (pages, frozen int64) {
 	return pages, frozen
 }
 
+// freezeRows rows of (int, text of freezePad bytes) make a table of about
+// 10 MiB: above the size from which the copy uses COPY FREEZE (8 MiB).
+const (
+	freezeRows = 80000
+	freezePad  = 100
+)
+
+// fillFreezable creates table (id int PRIMARY KEY, v text NOT NULL) on both
+// sides and fills it on the source with freezeRows rows.
+func (e *env) fillFreezable(table string) {
+	e.t.Helper()
+	e.both(fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, v text NOT NULL)`, table))
+	e.srcExec(fmt.Sprintf(`INSERT INTO %s SELECT g, repeat(chr(97 + g %% 26), %d) FROM generate_series(1, %d) g`, table, freezePad, freezeRows))
+}
+
 // TestCopyFreeze: the initial copy writes a table copied in one piece with
 // COPY FREEZE (after a TRUNCATE in its transaction): every page of it is
 // all-frozen in the target's visibility map right after the copy, and no
 // tuple of it needs freezing (pg_check_frozen). A table large enough to
 // be copied in ranges is copied the plain way (its ranges are transactions
-// of their own). Both equal the source row for row, after streaming too.
+// of their own), and so is a tiny one (FREEZE's fixed cost is not worth
+// it). All equal the source row for row, after streaming too.
 func TestCopyFreeze(t *testing.T) {
 	e := newEnv(t)
-	e.both(`CREATE TABLE small (id int PRIMARY KEY, v text NOT NULL);
-		CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, pad text)`)
-	e.srcExec(`INSERT INTO small SELECT g, 'row ' || g FROM generate_series(1, 20000) g`)
-	e.srcExec(`INSERT INTO big SELECT g, g % 97, repeat('b', 150) FROM generate_series(1, 30000) g`)
-	cfg := e.config("public.small", "public.big")
+	e.fillFreezable("small")
+	e.both(`CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE TABLE tiny (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO big SELECT g, g % 97, repeat('b', 150) FROM generate_series(1, 120000) g`)
+	e.srcExec(`INSERT INTO tiny SELECT g, 'tiny' FROM generate_series(1, 300) g`)
+	cfg := e.config("public.small", "public.big", "public.tiny")
 	cfg.SnapshotWorkers = 2
-	cfg.SnapshotRangeSize = 1 << 20 // big (~5 MB) in ranges; small (~1 MB) in one piece
+	cfg.SnapshotRangeSize = 16 << 20 // big (~22 MB) in ranges; small (~10 MB) in one piece
 
 	var logs syncBuffer
 	e.catchUpLogged(cfg, &logs)
@@ -99,8 +116,11 @@ func TestCopyFreeze(t *testing.T) {
 	if f := copiedFrozen(logs.String(), "big"); f != "false" {
 		t.Errorf("big (in ranges) copied with frozen=%q, want false", f)
 	}
+	if f := copiedFrozen(logs.String(), "tiny"); f != "false" {
+		t.Errorf("tiny copied with frozen=%q, want false", f)
+	}
 	pages, frozen := e.frozenPages("small")
-	if pages < 50 || frozen != pages {
+	if pages < 1024 || frozen != pages {
 		t.Errorf("small: %d of its %d pages all-frozen on the target after the copy, want all", frozen, pages)
 	}
 	if n := e.count(e.Tgt, `SELECT count(*) FROM pg_check_frozen('small')`); n != 0 {
@@ -108,11 +128,12 @@ func TestCopyFreeze(t *testing.T) {
 	}
 	e.assertSame("small", "id")
 	e.assertSame("big", "id")
+	e.assertSame("tiny", "id")
 
 	// Streaming goes on as usual into the frozen table.
 	e.srcExec(`UPDATE small SET v = v || ' updated' WHERE id % 7 = 0`)
 	e.srcExec(`DELETE FROM small WHERE id % 11 = 0`)
-	e.srcExec(`INSERT INTO small SELECT g, 'new' FROM generate_series(20001, 20100) g`)
+	e.srcExec(`INSERT INTO small SELECT g, 'new' FROM generate_series(100001, 100100) g`)
 	e.catchUp(cfg)
 	e.assertSame("small", "id")
 }
@@ -124,11 +145,9 @@ func TestCopyFreeze(t *testing.T) {
 // plain COPY, saying why; both arrive whole.
 func TestCopyFreezeFallback(t *testing.T) {
 	e := newEnv(t)
-	e.both(`CREATE TABLE referenced (id int PRIMARY KEY, v text NOT NULL);
-		CREATE TABLE busy (id int PRIMARY KEY, v text NOT NULL)`)
+	e.fillFreezable("referenced")
+	e.fillFreezable("busy")
 	e.tgtExec(`CREATE TABLE referencing (id int PRIMARY KEY, ref int REFERENCES referenced)`)
-	e.srcExec(`INSERT INTO referenced SELECT g, 'r' || g FROM generate_series(1, 3000) g`)
-	e.srcExec(`INSERT INTO busy SELECT g, 'b' || g FROM generate_series(1, 3000) g`)
 
 	// A target session reading busy, in a transaction it keeps open.
 	reader, err := pgx.Connect(context.Background(), e.tgt.DSN(e.tgtDB))
@@ -167,10 +186,8 @@ func TestCopyFreezeFallback(t *testing.T) {
 // COPY FREEZE never drops a row it did not write.
 func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 	e := newEnv(t)
-	e.both(`CREATE TABLE notrunc (id int PRIMARY KEY, v text NOT NULL);
-		CREATE TABLE hasrows (id int PRIMARY KEY, v text NOT NULL)`)
-	e.srcExec(`INSERT INTO notrunc SELECT g, 'n' || g FROM generate_series(1, 3000) g`)
-	e.srcExec(`INSERT INTO hasrows SELECT g, 'h' || g FROM generate_series(1, 3000) g`)
+	e.fillFreezable("notrunc")
+	e.fillFreezable("hasrows")
 	e.tgtExec(`INSERT INTO hasrows VALUES (-1, 'kept')`)
 	r := newLPRoles(e)
 	e.tgtExec(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
@@ -200,8 +217,8 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("copy: %v\n%s", err, logs.tail(20))
 	}
-	if res.Rows != 6000 {
-		t.Errorf("copied %d rows, want 6000", res.Rows)
+	if res.Rows != 2*freezeRows {
+		t.Errorf("copied %d rows, want %d", res.Rows, 2*freezeRows)
 	}
 	if r := noFreezeReason(logs.String(), "notrunc"); !strings.Contains(r, "lacks the TRUNCATE privilege") {
 		t.Errorf("notrunc: reason for no FREEZE %q:\n%s", r, logs.tail(20))

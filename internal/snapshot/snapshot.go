@@ -298,15 +298,8 @@ func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *
 		if sizes[t].splittable {
 			tp.ranges = splitRanges(sizes[t].size, blockSize, rsize)
 		}
-		if len(tp.ranges) == 1 {
-			reason, err := noFreezeReason(ctx, dst, t)
-			if err != nil {
-				return err
-			}
-			tp.freeze = reason == ""
-			if !tp.freeze {
-				log.Info("copying without FREEZE", "table", t.String(), "reason", reason)
-			}
+		if err := planFreeze(ctx, dst, tp, sizes[t].size, log); err != nil {
+			return err
 		}
 		if err := estimateTable(ctx, src, t, tp.prog); err != nil {
 			log.Warn("no size estimate for the copy's progress", "table", t.String(), "err", err)
