@@ -110,9 +110,9 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // of its pieces is in. A copy that stops before leaves the table incomplete
 // with some of its rows: the caller empties it before copying it again.
 //
-// A table copied in one piece is copied with COPY FREEZE in a transaction
-// that truncates it first (freeze.go): its rows arrive frozen, and vacuum
-// need not write its pages again. The target table must be empty, as the
+// A table copied in one piece (of freezeMinSize or more) is copied with
+// COPY FREEZE in a transaction that truncates it first (freeze.go): its
+// rows arrive frozen, and vacuum need not write its pages again. The target table must be empty, as the
 // caller has made it; rows found there anyway are kept (plain COPY). A
 // table copied in ranges cannot be frozen — its ranges are transactions of
 // their own — and neither can one the TRUNCATE would be refused for (a
