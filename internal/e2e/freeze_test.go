@@ -139,15 +139,23 @@ func TestCopyFreeze(t *testing.T) {
 }
 
 // TestCopyFreezeFallback: a table whose TRUNCATE the target would refuse —
-// one a foreign key of another target table references — and one another
+// one a foreign key of another target table references —, one whose
+// TRUNCATE would have effects beyond it — a trigger ENABLE ALWAYS on
+// TRUNCATE, a target publication that sends TRUNCATEs on — and one another
 // target session holds a lock on (an open transaction that read it: the
 // lock the TRUNCATE needs is not had within its timeout) are copied with a
-// plain COPY, saying why; both arrive whole.
+// plain COPY, saying why; all arrive whole, and the trigger never fired.
 func TestCopyFreezeFallback(t *testing.T) {
 	e := newEnv(t)
-	e.fillFreezable("referenced")
-	e.fillFreezable("busy")
+	for _, tb := range []string{"referenced", "busy", "triggered", "republished"} {
+		e.fillFreezable(tb)
+	}
 	e.tgtExec(`CREATE TABLE referencing (id int PRIMARY KEY, ref int REFERENCES referenced)`)
+	e.tgtExec(`CREATE TABLE truncated (n int);
+		CREATE FUNCTION note_truncate() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN INSERT INTO truncated VALUES (1); RETURN NULL; END$$;
+		CREATE TRIGGER on_truncate AFTER TRUNCATE ON triggered FOR EACH STATEMENT EXECUTE FUNCTION note_truncate();
+		ALTER TABLE triggered ENABLE ALWAYS TRIGGER on_truncate`)
+	e.tgtExec(`CREATE PUBLICATION onward FOR TABLE republished`)
 
 	// A target session reading busy, in a transaction it keeps open.
 	reader, err := pgx.Connect(context.Background(), e.tgt.DSN(e.tgtDB))
@@ -159,7 +167,7 @@ func TestCopyFreezeFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := e.config("public.referenced", "public.busy")
+	cfg := e.config("public.referenced", "public.busy", "public.triggered", "public.republished")
 	var logs syncBuffer
 	e.catchUpLogged(cfg, &logs)
 	if _, err := reader.Exec(context.Background(), `COMMIT`); err != nil {
@@ -171,7 +179,16 @@ func TestCopyFreezeFallback(t *testing.T) {
 	if r := noFreezeReason(logs.String(), "busy"); !strings.Contains(r, "lock on the target table not had") {
 		t.Errorf("busy: reason for no FREEZE %q:\n%s", r, logs.tail(40))
 	}
-	for _, tb := range []string{"referenced", "busy"} {
+	if r := noFreezeReason(logs.String(), "triggered"); !strings.Contains(r, "trigger on_truncate") {
+		t.Errorf("triggered: reason for no FREEZE %q", r)
+	}
+	if r := noFreezeReason(logs.String(), "republished"); !strings.Contains(r, "publication onward") {
+		t.Errorf("republished: reason for no FREEZE %q", r)
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM truncated`); n != 0 {
+		t.Errorf("the ENABLE ALWAYS trigger on TRUNCATE fired %d times", n)
+	}
+	for _, tb := range []string{"referenced", "busy", "triggered", "republished"} {
 		if f := copiedFrozen(logs.String(), tb); f != "false" {
 			t.Errorf("%s copied with frozen=%q, want false", tb, f)
 		}

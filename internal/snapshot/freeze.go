@@ -45,7 +45,10 @@ import (
 // transaction of its own, and only the one that truncated the table could
 // freeze); a partitioned target table (COPY FREEZE refuses it) or one that
 // is not an ordinary table; a foreign key of another target table
-// referencing it (TRUNCATE refuses); no TRUNCATE privilege; these are read
+// referencing it (TRUNCATE refuses); no TRUNCATE privilege; a trigger that
+// fires on TRUNCATE even in replica sessions (ENABLE ALWAYS), or a
+// publication of the target that sends the table's TRUNCATEs on (its
+// subscribers would get a TRUNCATE the source never ran); these are read
 // up front (noFreezeReason). At copy time, a TRUNCATE or lock refused for
 // such a reason (pgerr.TruncateRefused: also a lock held by someone else
 // beyond freezeLockTimeout) falls back the same way.
@@ -92,13 +95,18 @@ func planFreeze(ctx context.Context, dst *pgx.Conn, tp *tablePlan, size int64, l
 func noFreezeReason(ctx context.Context, dst *pgx.Conn, t schema.TableName) (string, error) {
 	var relkind string
 	var mayTruncate bool
-	var referencedBy *string
+	var referencedBy, trigger, publication *string
 	err := dst.QueryRow(ctx, `SELECT c.relkind::text, pg_catalog.has_table_privilege(c.oid, 'TRUNCATE'),
 			(SELECT n.nspname || '.' || r.relname FROM pg_catalog.pg_constraint f
 			  JOIN pg_catalog.pg_class r ON r.oid = f.conrelid JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
 			  WHERE f.contype = 'f' AND f.confrelid = c.oid AND f.conrelid <> c.oid
-			  ORDER BY 1 LIMIT 1)
-		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, t.Quoted()).Scan(&relkind, &mayTruncate, &referencedBy)
+			  ORDER BY 1 LIMIT 1),
+			(SELECT g.tgname::text FROM pg_catalog.pg_trigger g
+			  WHERE g.tgrelid = c.oid AND g.tgenabled = 'A' AND g.tgtype::int & 32 <> 0 ORDER BY 1 LIMIT 1),
+			(SELECT p.pubname::text FROM pg_catalog.pg_publication p JOIN pg_catalog.pg_publication_tables pt ON pt.pubname = p.pubname
+			  WHERE p.pubtruncate AND pt.schemaname = cn.nspname AND pt.tablename = c.relname ORDER BY 1 LIMIT 1)
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace cn ON cn.oid = c.relnamespace
+		WHERE c.oid = $1::regclass`, t.Quoted()).Scan(&relkind, &mayTruncate, &referencedBy, &trigger, &publication)
 	if err != nil {
 		return "", fmt.Errorf("snapshot of %s: read whether the target table can take COPY FREEZE: %w", t, err)
 	}
@@ -111,6 +119,10 @@ func noFreezeReason(ctx context.Context, dst *pgx.Conn, t schema.TableName) (str
 		return "a foreign key of " + *referencedBy + " references the target table (TRUNCATE would refuse)", nil
 	case !mayTruncate:
 		return "the target role lacks the TRUNCATE privilege", nil
+	case trigger != nil:
+		return "trigger " + *trigger + " of the target table fires on TRUNCATE (ENABLE ALWAYS)", nil
+	case publication != nil:
+		return "the target's publication " + *publication + " publishes the table's TRUNCATEs", nil
 	}
 	return "", nil
 }
