@@ -41,9 +41,9 @@ import (
 //
 // FREEZE is skipped — the plain autocommit COPY — for a table smaller than
 // freezeMinSize (logged at debug level), and when it cannot work (logged
-// once at info level, with the reason): a table copied in ranges (each range is a
-// transaction of its own, and only the one that truncated the table could
-// freeze); a partitioned target table (COPY FREEZE refuses it) or one that
+// once at info level, with the reason): a table copied in ranges (each
+// range is a transaction of its own, and only the one that truncated the
+// table could freeze); a partitioned target table (COPY FREEZE refuses it) or one that
 // is not an ordinary table; a foreign key of another target table
 // referencing it (TRUNCATE refuses); no TRUNCATE privilege; a trigger that
 // fires on TRUNCATE even in replica sessions (ENABLE ALWAYS), or a

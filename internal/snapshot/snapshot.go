@@ -112,12 +112,13 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 //
 // A table copied in one piece (of freezeMinSize or more) is copied with
 // COPY FREEZE in a transaction that truncates it first (freeze.go): its
-// rows arrive frozen, and vacuum need not write its pages again. The target table must be empty, as the
-// caller has made it; rows found there anyway are kept (plain COPY). A
-// table copied in ranges cannot be frozen — its ranges are transactions of
-// their own — and neither can one the TRUNCATE would be refused for (a
-// foreign key referencing it, no TRUNCATE privilege, a partitioned target):
-// those are copied with a plain COPY, as before.
+// rows arrive frozen, and vacuum need not write its pages again. The
+// target table must be empty, as the caller has made it; rows found there
+// anyway are kept (plain COPY). A table copied in ranges cannot be frozen
+// — its ranges are transactions of their own — and neither can one whose
+// TRUNCATE would be refused or act beyond the table (a foreign key
+// referencing it, no TRUNCATE privilege, a partitioned target, ...:
+// freeze.go): those are copied with a plain COPY, as before.
 func Copy(ctx context.Context, opts Options) (Result, error) {
 	start := time.Now()
 	if opts.Workers < 1 {
