@@ -67,6 +67,7 @@ const (
 	CheckViolation            Code = "23514"
 	InvalidCatalogName        Code = "3D000" // database does not exist
 	InvalidParameterValue     Code = "22023"
+	LockNotAvailable          Code = "55P03" // lock_timeout, or NOWAIT
 )
 
 // CodeOf returns err's SQLSTATE, or "" when err carries no server error.
@@ -105,6 +106,15 @@ func TxnConflict(err error) bool { return Is(err, DeadlockDetected, Serializatio
 
 // UniqueConflict reports a unique or exclusion violation.
 func UniqueConflict(err error) bool { return Is(err, UniqueViolation, ExclusionViolation) }
+
+// TruncateRefused reports a TRUNCATE (or the lock it needs) refused for a
+// reason that leaves the table as it was and a plain INSERT or COPY still
+// possible: a foreign key of another table references it (feature not
+// supported), the role lacks the TRUNCATE privilege, or the lock was not
+// had within lock_timeout.
+func TruncateRefused(err error) bool {
+	return Is(err, FeatureNotSupported, InsufficientPrivilege, LockNotAvailable)
+}
 
 // ConnectionLost reports whether err means the connection is gone or the
 // server cannot serve it now — the causes a reconnect can cure: a class 08

@@ -189,3 +189,22 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+func TestTruncateRefused(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{pg(FeatureNotSupported), true}, // a foreign key references the table
+		{pg(InsufficientPrivilege), true},
+		{fmt.Errorf("truncate: %w", pg(LockNotAvailable)), true},
+		{pg(AdminShutdown), false},
+		{pg(UndefinedTable), false},
+		{io.ErrUnexpectedEOF, false},
+		{nil, false},
+	} {
+		if got := TruncateRefused(c.err); got != c.want {
+			t.Errorf("TruncateRefused(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -109,6 +109,16 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // complete (its AfterCopy statements run, then OnTable) only once every one
 // of its pieces is in. A copy that stops before leaves the table incomplete
 // with some of its rows: the caller empties it before copying it again.
+//
+// A table copied in one piece (of freezeMinSize or more) is copied with
+// COPY FREEZE in a transaction that truncates it first (freeze.go): its
+// rows arrive frozen, and vacuum need not write its pages again. The
+// target table must be empty, as the caller has made it; rows found there
+// anyway are kept (plain COPY). A table copied in ranges cannot be frozen
+// — its ranges are transactions of their own — and neither can one whose
+// TRUNCATE would be refused or act beyond the table (a foreign key
+// referencing it, no TRUNCATE privilege, a partitioned target, ...:
+// freeze.go): those are copied with a plain COPY, as before.
 func Copy(ctx context.Context, opts Options) (Result, error) {
 	start := time.Now()
 	if opts.Workers < 1 {
@@ -159,7 +169,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 						return err
 					}
 				}
-				n, b, err := copyPiece(gctx, src, dst, p)
+				n, b, err := copyPiece(gctx, src, dst, p, log)
 				if err != nil {
 					return err
 				}
@@ -186,7 +196,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 				bytes.Add(b)
 				st.Add(n, b)
 				log.Info("copied table", "table", tp.name.String(), "rows", n, "bytes", b, "ranges", len(tp.ranges),
-					"elapsed", time.Since(tp.started).Round(time.Millisecond))
+					"frozen", tp.frozen.Load(), "elapsed", time.Since(tp.started).Round(time.Millisecond))
 				if opts.OnTable != nil {
 					if err := opts.OnTable(gctx, tp.name, n, b); err != nil {
 						return err
@@ -225,7 +235,9 @@ func openSnapshot(ctx context.Context, dsn, snapshotName string) (*pgx.Conn, err
 
 // tablePlan is how one table is copied: the COPY statements' parts and its
 // ranges. Its counters add up its pieces as they complete; left counts the
-// pieces not yet in (the table is complete at 0).
+// pieces not yet in (the table is complete at 0). freeze is set only for a
+// table of one piece (a freeze of a range would be a COPY FREEZE into a table
+// other ranges write to in other transactions: PostgreSQL refuses it).
 type tablePlan struct {
 	name    schema.TableName
 	from    string // "ONLY t" or, partitioned, "t"
@@ -233,8 +245,11 @@ type tablePlan struct {
 	where   string // the publication's row filter ("" for every row)
 	binary  bool   // every copied column has the same built-in type on both sides
 	ranges  []tidRange
+	freeze  bool // one piece, and the target table can take COPY FREEZE (freeze.go)
 	prog    *stats.Component
 	started time.Time
+
+	frozen atomic.Bool // its rows were copied with COPY FREEZE
 
 	left        atomic.Int32
 	rows, bytes atomic.Int64
@@ -283,6 +298,9 @@ func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *
 		}
 		if sizes[t].splittable {
 			tp.ranges = splitRanges(sizes[t].size, blockSize, rsize)
+		}
+		if err := planFreeze(ctx, dst, tp, sizes[t].size, log); err != nil {
+			return err
 		}
 		if err := estimateTable(ctx, src, t, tp.prog); err != nil {
 			log.Warn("no size estimate for the copy's progress", "table", t.String(), "err", err)
@@ -382,8 +400,26 @@ func planTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, opts
 // copyPiece streams one piece: COPY TO STDOUT on the source straight into
 // COPY FROM STDIN on the target, without decoding rows — in binary when
 // every column has the same built-in type on both sides, else in text.
-func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece) (rows, bytes int64, err error) {
+//
+// A table of one piece that can take COPY FREEZE is copied in a target
+// transaction that truncates it first (beginFreeze), committed here.
+func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece, log *slog.Logger) (rows, bytes int64, err error) {
 	tp := p.table
+	freeze := false
+	if tp.freeze && len(tp.ranges) == 1 {
+		if freeze, err = beginFreeze(ctx, dst, tp, log); err != nil {
+			return 0, 0, err
+		}
+		if freeze {
+			defer func() {
+				if err != nil { // the COPY failed, the rows differ: nothing of it stays
+					if _, rerr := dst.Exec(ctx, "ROLLBACK"); rerr != nil {
+						log.Debug("roll back the COPY FREEZE transaction", "table", tp.name.String(), "err", rerr)
+					}
+				}
+			}()
+		}
+	}
 	var conds []string
 	if tp.where != "" {
 		conds = append(conds, "("+tp.where+")")
@@ -395,9 +431,17 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece) (rows, bytes i
 	if len(conds) > 0 {
 		query += " WHERE " + strings.Join(conds, " AND ")
 	}
-	format := ""
+	srcFormat, format := "", ""
 	if tp.binary {
-		format = " WITH (FORMAT binary)"
+		srcFormat = " WITH (FORMAT binary)"
+	}
+	switch {
+	case freeze && tp.binary:
+		format = " WITH (FREEZE, FORMAT binary)"
+	case freeze:
+		format = " WITH (FREEZE)"
+	default:
+		format = srcFormat
 	}
 	pipe := newChunkPipe()
 	counter := &countingWriter{w: pipe, prog: tp.prog}
@@ -408,7 +452,7 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece) (rows, bytes i
 	}
 	copyOut := make(chan outResult, 1)
 	go func() {
-		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY ("+query+") TO STDOUT"+format)
+		tag, err := src.PgConn().CopyTo(ctx, counter, "COPY ("+query+") TO STDOUT"+srcFormat)
 		counter.flush()
 		pipe.CloseWithError(err)
 		copyOut <- outResult{tag.RowsAffected(), err}
@@ -432,6 +476,12 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece) (rows, bytes i
 	// the rows read.
 	if tag.RowsAffected() != out.rows {
 		return 0, 0, fmt.Errorf("snapshot of %s: the source sent %d rows but the target took %d", t, out.rows, tag.RowsAffected())
+	}
+	if freeze {
+		if _, err := dst.Exec(ctx, "COMMIT"); err != nil {
+			return 0, 0, fmt.Errorf("snapshot of %s: commit the COPY FREEZE on the target: %w", t, err)
+		}
+		tp.frozen.Store(true)
 	}
 	// The progress counted COPY messages as rows: make it exact (a binary
 	// COPY's trailer is a message of its own).
