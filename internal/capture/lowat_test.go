@@ -163,8 +163,9 @@ func BenchmarkLowWaterRead(b *testing.B) {
 // TestLowWaterHint: the hint follows the transactions the capture loop
 // handled — none before the first COMMIT, betweenMark between transactions,
 // inside one what is left of the smallest of the last txnRing (once that
-// many were seen) with the short bound, nothing when too little is left or
-// after a wait for a hint timed out, until the next BEGIN or COMMIT.
+// many were seen, at most minMark) with the short bound, nothing when too
+// little is left or after a wait for a hint timed out, until the next BEGIN
+// or COMMIT.
 func TestLowWaterHint(t *testing.T) {
 	lw := &lowWater{wait: lowWaterWait, hintWait: txnHintWait}
 	check := func(what string, mark int, bound time.Duration) {
@@ -210,6 +211,12 @@ func TestLowWaterHint(t *testing.T) {
 	}
 	lw.handled(51, true, false)
 	check("smaller transactions", 300-51-hintSlack, txnHintWait)
+	lw.handled(249, false, true)
+	for i := 0; i < txnRing; i++ {
+		txn(100 << 10)
+	}
+	lw.handled(51, true, false)
+	check("large transactions", minMark, txnHintWait)
 }
 
 // TestLowWaterTxns: on a real socket, the hints hold the reader asleep —
@@ -307,5 +314,17 @@ func TestLowWaterTxns(t *testing.T) {
 	}
 	if !lw.hintOff {
 		t.Fatal("the wait for the hint did not time out")
+	}
+
+	// A busy stream: its mark rules, not the hint.
+	lw.handled(56, false, true)
+	lw.handled(51, true, false)
+	lw.want = 8 << 10
+	write(100)
+	if _, err := r.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if lw.mark != 8<<10 {
+		t.Fatalf("busy: the mark is %d, want the busy mark %d", lw.mark, 8<<10)
 	}
 }
