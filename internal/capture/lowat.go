@@ -230,8 +230,10 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64
 	if hint == 0 {
 		lw.want = 0
 		lw.winStart, lw.winReads, lw.winBytes = now(), 0, 0
+	} else {
+		lw.hintOff = true
 	}
-	lw.raised, lw.mark, lw.hintOff = false, 1, true
+	lw.raised, lw.mark = false, 1
 	if err := lw.conn.SetReadDeadline(lw.outer); err != nil {
 		return n, err
 	}
