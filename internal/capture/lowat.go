@@ -255,8 +255,11 @@ func (lw *lowWater) account(now int64, n int) {
 	if el < int64(busyWindow) {
 		return
 	}
+	// A window stays busy while the busy mark is up (a raised hint is not
+	// busy: it would turn into a busy mark).
+	busy := lw.want > 0
 	lw.want = 0
-	if lw.raised || lw.winReads >= busyReads || lw.winBytes >= coalesceBig {
+	if busy || lw.winReads >= busyReads || lw.winBytes >= coalesceBig {
 		lw.want = min(max(int(int64(lw.winBytes)*int64(markSpan)/el), minMark), maxMark)
 	}
 	lw.winStart, lw.winReads, lw.winBytes = now, 0, 0
