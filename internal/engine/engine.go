@@ -401,7 +401,11 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
 			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
 		return errors.Join(perr, e.syncSequencesAtEnd())
-	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)):
+		// A stop. pgx tears a connection down when its context is
+		// cancelled, and a call under way may then report the socket's
+		// close rather than the context: that is the stop too (the
+		// watermark persisted above is what the next run resumes from).
 		e.log.Info("stopped", "applied_up_to", e.wm.Flush())
 		return e.syncSequencesAtEnd()
 	}

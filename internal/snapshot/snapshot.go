@@ -207,6 +207,15 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 		})
 	}
 	err := g.Wait()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) && pgerr.ConnectionLost(err) {
+		// A stop (SIGTERM) during the copy: pgx tears a connection down on
+		// cancellation, and which error a COPY then reports is a race —
+		// the context's, or the socket's ("use of closed network
+		// connection") when its two goroutines see the close in the other
+		// order. Both are the stop; the caller tells a stop by the
+		// context's error.
+		err = fmt.Errorf("%w (the copy was stopped: %w)", ctx.Err(), err)
+	}
 	return Result{Tables: len(opts.Tables), Rows: rows.Load(), Bytes: bytes.Load(), Time: time.Since(start)}, err
 }
 
