@@ -86,6 +86,10 @@ type Options struct {
 	// turns the transactional repstream.ddl messages of tables the
 	// publication publishes into change.OpDDL changes (ddl.go).
 	DDLMessages bool
+	// GatherWait: while transactions come less than this apart, a read
+	// that has caught up with the stream waits up to this long for more
+	// before it wakes (lowat.go); 0: never.
+	GatherWait time.Duration
 
 	Queue  Queue
 	Acker  Acker

@@ -328,3 +328,83 @@ func TestLowWaterTxns(t *testing.T) {
 		t.Fatalf("busy: the mark is %d, want the busy mark %d", lw.mark, 8<<10)
 	}
 }
+
+// TestLowWaterGather: on a steady stream (COMMITs less than gatherWait
+// apart) a read between transactions gathers what comes within gatherWait
+// into one wake-up; after a quiet spell longer than gatherWait the next
+// transaction is read at once; with gathering off, at once too.
+func TestLowWaterGather(t *testing.T) {
+	client, server := tcpPair(t)
+	r := newCoalescingReader(client)
+	r.lw = newLowWater(client)
+	if r.lw == nil {
+		t.Fatal("no low-water mark on a TCP connection")
+	}
+	if err := r.lw.setDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lw := r.lw
+	const gather = 60 * time.Millisecond // long: a loaded machine must not end the wait early
+	lw.gatherWait = gather
+	txn := func() {
+		lw.handled(51, true, false)
+		lw.handled(200, false, false)
+		lw.handled(56, false, true)
+	}
+	const txnLen = 51 + 200 + 56
+	txn()
+	txn() // two COMMITs microseconds apart: steady
+	buf := make([]byte, 1<<20)
+	write := func(d time.Duration, n int) {
+		time.Sleep(d)
+		if _, err := server.Write(bytes.Repeat([]byte("m"), n)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Steady: two transactions 5 ms apart, one read.
+	go func() {
+		write(time.Millisecond, txnLen)
+		write(5*time.Millisecond, txnLen)
+	}()
+	start := time.Now()
+	n, err := r.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*txnLen {
+		t.Fatalf("a steady stream: the read took %d bytes, want both transactions (%d)", n, 2*txnLen)
+	}
+	if d := time.Since(start); d < gather/2 {
+		t.Fatalf("the gathering read returned after %s, want about %s", d, gather)
+	}
+	txn()
+	txn()
+
+	// A quiet spell: the next transaction is read at once.
+	time.Sleep(gather + 10*time.Millisecond)
+	txn() // its COMMIT comes more than gather after the last
+	go write(time.Millisecond, txnLen)
+	start = time.Now()
+	if n, err := r.Read(buf); err != nil || n != txnLen {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	if d := time.Since(start); d >= gather/2 {
+		t.Fatalf("a transaction after a quiet spell was held %s", d)
+	}
+
+	// Gathering off: a steady stream is read transaction by transaction.
+	lw.gatherWait = 0
+	txn()
+	txn()
+	go func() {
+		write(time.Millisecond, txnLen)
+		write(20*time.Millisecond, txnLen)
+	}()
+	if n, err := r.Read(buf); err != nil || n != txnLen {
+		t.Fatalf("gathering off: read %d bytes: %v", n, err)
+	}
+	if n, err := r.Read(buf); err != nil || n != txnLen {
+		t.Fatalf("gathering off: read %d bytes: %v", n, err)
+	}
+}

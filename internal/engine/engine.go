@@ -304,8 +304,8 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
-		Timeout: cfg.SourceTimeout,
-		Queue:   q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
+		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
 	}
 	capOpts.DDLMessages = e.ddl == ddlTrigger
 	apOpts := apply.Options{
