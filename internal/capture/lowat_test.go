@@ -393,6 +393,20 @@ func TestLowWaterGather(t *testing.T) {
 		t.Fatalf("a transaction after a quiet spell was held %s", d)
 	}
 
+	// A fast stream (its last window brought minMark or more in
+	// markSpan) is not gathered.
+	txn()
+	txn()
+	lw.slow = false
+	go write(time.Millisecond, txnLen)
+	start = time.Now()
+	if n, err := r.Read(buf); err != nil || n != txnLen {
+		t.Fatalf("a fast stream: read %d bytes: %v", n, err)
+	}
+	if d := time.Since(start); d >= gather/2 {
+		t.Fatalf("a fast stream was held %s", d)
+	}
+
 	// Gathering off: a steady stream is read transaction by transaction.
 	lw.gatherWait = 0
 	txn()

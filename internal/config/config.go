@@ -48,7 +48,8 @@ type Config struct {
 	CatchUpWait time.Duration `yaml:"catch_up_wait"`
 	// GroupWait: while source transactions come less than this apart, a
 	// group waits up to this long for more (fewer target transactions at
-	// a steady rate, for at most this much latency); 0: never.
+	// a steady rate), and capture's read between transactions too (fewer
+	// wake-ups): at most twice this much latency; 0: never.
 	GroupWait time.Duration `yaml:"group_wait"`
 	Eager     bool          `yaml:"eager"`
 
