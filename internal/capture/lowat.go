@@ -89,8 +89,11 @@ import (
 // with a hint that times out drops the mark to one byte and turns hints
 // off until the next BEGIN or COMMIT; while the mark is raised the socket's
 // read deadline is the earlier of the capture loop's deadline (outer) and
-// the wait's bound (lowWaterWait, or txnHintWait for a hint inside a
-// transaction) after the read began, and outer otherwise.
+// the wait's bound (lowWaterWait, txnHintWait for a hint inside a
+// transaction, gatherWait for a gathering one) after the read began, and
+// outer otherwise; a gathering hint is only given between transactions, on
+// a slow stream whose last COMMIT came less than gatherWait after the one
+// before.
 type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn
