@@ -65,15 +65,16 @@ import (
 // walsender is not preempted by a woken reader at each one. The apply side
 // waits for more in the same way (apply/linger.go), and it is both together
 // that pay: measured on `repstream bench fly --rate 1000`, the engine's,
-// the walsender's and the target backends' CPU all fell (total 1.21× native
-// to about 1.0×), gathering or lingering alone saved little. A transaction
-// after a quiet spell (a gap longer than gatherWait) is not held: the hint
-// is betweenMark. Nor is a fast stream gathered — one whose last window
-// brought minMark or more in markSpan, as a backlog of one-row
-// transactions that is not busy by the read count (they come whole, 80
-// bytes each): gathering it read 40% less often but cost the walsender
-// 5–7% more CPU (measured over four runs each; the walsender is what
-// bounds that backlog).
+// the walsender's and the target backends' CPU all fell (total 1.29×
+// native to 1.10×, medians of six rounds each, alternated); gathering or
+// lingering alone saved little. The price is up to gatherWait more
+// latency. A transaction after a quiet spell (a gap longer than
+// gatherWait) is not held: the hint is betweenMark. Nor is a fast stream
+// gathered — one whose last window brought minMark or more in markSpan, as
+// a backlog of one-row transactions that is not busy by the read count
+// (they come whole, 80 bytes each): gathering it read 40% less often but
+// cost the walsender, which bounds that backlog, 7% more CPU on average
+// (five rounds against four).
 //
 // Hints are for a stream that is not busy: while the busy mark is raised
 // they are not used. (Used under it, with transactions of 100 rows, they
