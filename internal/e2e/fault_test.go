@@ -404,17 +404,33 @@ func TestFaultsSIGTERM(t *testing.T) {
 	})
 	term(cmd, out, "initial copy")
 
+	// streaming waits until the run streams: a mark reaching the target
+	// is not enough after a stopped initial copy, whose next run copies the
+	// interrupted table again (its rows, the mark among them) before it
+	// streams.
+	streaming := func(out *syncBuffer) {
+		t.Helper()
+		e.flowing(time.Minute, nil, out)
+		pgtest.WaitFor(t, "the engine to stream", time.Minute, func() (bool, error) {
+			return strings.Contains(out.String(), "starting replication"), nil
+		})
+	}
 	cmd, out = start()
-	e.flowing(time.Minute, nil, out)
+	streaming(out)
 	term(cmd, out, "streaming")
 
 	cmd, out = start()
-	e.flowing(time.Minute, nil, out)
+	streaming(out)
 	ctx := context.Background()
 	e.Tgt.Close(ctx)
 	if err := tgt.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("engine log (last lines):\n%s", out.tail(40))
+		}
+	}()
 	pgtest.WaitFor(t, "the engine to wait for the target", time.Minute, func() (bool, error) {
 		return strings.Contains(out.tail(50), "reconnecting"), nil
 	})
