@@ -226,15 +226,7 @@ func TestLowWaterHint(t *testing.T) {
 // smaller than the hint is in after about txnHintWait, not at the capture
 // loop's deadline.
 func TestLowWaterTxns(t *testing.T) {
-	client, server := tcpPair(t)
-	r := newCoalescingReader(client)
-	r.lw = newLowWater(client)
-	if r.lw == nil {
-		t.Fatal("no low-water mark on a TCP connection")
-	}
-	if err := r.lw.setDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	r, server := lowWaterPair(t)
 	lw := r.lw
 	const txnLen = 700
 	for i := 0; i < txnRing; i++ {
@@ -334,15 +326,7 @@ func TestLowWaterTxns(t *testing.T) {
 // into one wake-up; after a quiet spell longer than gatherWait the next
 // transaction is read at once; with gathering off, at once too.
 func TestLowWaterGather(t *testing.T) {
-	client, server := tcpPair(t)
-	r := newCoalescingReader(client)
-	r.lw = newLowWater(client)
-	if r.lw == nil {
-		t.Fatal("no low-water mark on a TCP connection")
-	}
-	if err := r.lw.setDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	r, server := lowWaterPair(t)
 	lw := r.lw
 	const gather = 60 * time.Millisecond // long: a loaded machine must not end the wait early
 	lw.gatherWait = gather
@@ -381,31 +365,30 @@ func TestLowWaterGather(t *testing.T) {
 	txn()
 	txn()
 
+	// atOnce: a transaction sent now is read alone, without a gathering wait.
+	atOnce := func(what string) {
+		t.Helper()
+		go write(time.Millisecond, txnLen)
+		start := time.Now()
+		if n, err := r.Read(buf); err != nil || n != txnLen {
+			t.Fatalf("%s: read %d bytes: %v", what, n, err)
+		}
+		if d := time.Since(start); d >= gather/2 {
+			t.Fatalf("%s was held %s", what, d)
+		}
+	}
+
 	// A quiet spell: the next transaction is read at once.
 	time.Sleep(gather + 10*time.Millisecond)
 	txn() // its COMMIT comes more than gather after the last
-	go write(time.Millisecond, txnLen)
-	start = time.Now()
-	if n, err := r.Read(buf); err != nil || n != txnLen {
-		t.Fatalf("read %d bytes: %v", n, err)
-	}
-	if d := time.Since(start); d >= gather/2 {
-		t.Fatalf("a transaction after a quiet spell was held %s", d)
-	}
+	atOnce("a transaction after a quiet spell")
 
 	// A fast stream (its last window brought minMark or more in
 	// markSpan) is not gathered.
 	txn()
 	txn()
 	lw.slow = false
-	go write(time.Millisecond, txnLen)
-	start = time.Now()
-	if n, err := r.Read(buf); err != nil || n != txnLen {
-		t.Fatalf("a fast stream: read %d bytes: %v", n, err)
-	}
-	if d := time.Since(start); d >= gather/2 {
-		t.Fatalf("a fast stream was held %s", d)
-	}
+	atOnce("a fast stream")
 
 	// Gathering off: a steady stream is read transaction by transaction.
 	lw.gatherWait = 0
@@ -421,4 +404,20 @@ func TestLowWaterGather(t *testing.T) {
 	if n, err := r.Read(buf); err != nil || n != txnLen {
 		t.Fatalf("gathering off: read %d bytes: %v", n, err)
 	}
+}
+
+// lowWaterPair is a reader with a low-water mark on the client end of a
+// loopback TCP connection (a read deadline 10 s out), and the server end.
+func lowWaterPair(t *testing.T) (*coalescingReader, net.Conn) {
+	t.Helper()
+	client, server := tcpPair(t)
+	r := newCoalescingReader(client)
+	r.lw = newLowWater(client)
+	if r.lw == nil {
+		t.Fatal("no low-water mark on a TCP connection")
+	}
+	if err := r.lw.setDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return r, server
 }
