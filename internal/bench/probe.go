@@ -32,6 +32,10 @@ type Probe struct {
 	poll     time.Duration
 	log      *slog.Logger
 
+	// ticking is held by the ticker while it commits a probe (Stop waits
+	// for it).
+	ticking sync.Mutex
+
 	mu     sync.Mutex
 	nextID int64
 	sent   map[int64]time.Time
@@ -122,19 +126,47 @@ func (p *Probe) commitLoop(ctx context.Context, c *pgx.Conn) error {
 			return nil
 		case <-t.C:
 		}
-		p.mu.Lock()
-		on := p.tick
-		p.mu.Unlock()
-		if !on {
-			continue
-		}
-		if _, _, err := p.commit(ctx, c); err != nil {
+		if err := p.tickOnce(ctx, c); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 	}
+}
+
+// tickOnce commits a probe if ticking is on, holding p.ticking.
+func (p *Probe) tickOnce(ctx context.Context, c *pgx.Conn) error {
+	p.ticking.Lock()
+	defer p.ticking.Unlock()
+	p.mu.Lock()
+	on := p.tick
+	p.mu.Unlock()
+	if !on {
+		return nil
+	}
+	_, _, err := p.commit(ctx, c)
+	return err
+}
+
+// StopTicking turns the periodic commits off and waits until every probe
+// committed is visible on the target (one the ticker was committing
+// included): the target then holds all of bench_probe the source does.
+func (p *Probe) StopTicking(ctx context.Context) error {
+	p.ticking.Lock() // after a commit under way
+	p.mu.Lock()
+	p.tick = false
+	p.ticking.Unlock()
+	var last int64
+	for id := range p.sent {
+		last = max(last, id)
+	}
+	p.mu.Unlock()
+	if last == 0 {
+		return nil
+	}
+	_, err := p.WaitSeen(ctx, last)
+	return err
 }
 
 func (p *Probe) pollLoop(ctx context.Context, c *pgx.Conn) error {

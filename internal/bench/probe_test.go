@@ -78,6 +78,13 @@ func TestProbeHeldBack(t *testing.T) {
 	if lag := p.Lag(time.Now()); lag < hold*8/10 {
 		t.Errorf("Lag while held back = %v, want ≥ %v", lag, hold*8/10)
 	}
+	// StopTicking waits for every committed probe: not while held back.
+	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	if err := p.StopTicking(sctx); err == nil {
+		t.Error("StopTicking returned while the probes were held back")
+	}
+	scancel()
+	p.SetTicking(true)
 	if err := sys.start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +95,12 @@ func TestProbeHeldBack(t *testing.T) {
 	if _, err := p.WaitSeen(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	p.SetTicking(false)
+	if err := p.StopTicking(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lag := p.Lag(time.Now()); lag != 0 {
+		t.Errorf("after StopTicking a committed probe is not on the target (lag %v)", lag)
+	}
 
 	_, free := p.Results(epoch, epoch, freeEnd)
 	_, held := p.Results(epoch, heldFrom, heldFrom.Add(300*time.Millisecond))

@@ -620,6 +620,27 @@ func (r *runner) waitVisible(ctx context.Context, probe *Probe, markID int64, sr
 	}
 }
 
+// waitProbes stops the probe's ticker and waits until every probe committed
+// is visible on the target, or the system dies.
+func (r *runner) waitProbes(ctx context.Context, probe *Probe, sys replSystem) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sys.dead():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := probe.StopTicking(wctx); err != nil {
+		if isClosed(sys.dead()) {
+			return sys.deadErr()
+		}
+		return fmt.Errorf("waiting for the last probes on the target: %w", err)
+	}
+	return nil
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
