@@ -562,15 +562,8 @@ func waitSlotActive(ctx context.Context, srcDSN, slot string, sys replSystem) er
 // waitVisible waits for the marker probe, then for every replicated table's
 // count to equal the source's, and returns when both were true.
 func (r *runner) waitVisible(ctx context.Context, probe *Probe, markID int64, srcDSN, tgtDSN string, sys replSystem) (time.Time, error) {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := untilDead(ctx, sys)
 	defer cancel()
-	go func() {
-		select {
-		case <-sys.dead():
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
 	seen, err := probe.WaitSeen(wctx, markID)
 	if err != nil {
 		if isClosed(sys.dead()) {
@@ -623,15 +616,8 @@ func (r *runner) waitVisible(ctx context.Context, probe *Probe, markID int64, sr
 // waitProbes stops the probe's ticker and waits until every probe committed
 // is visible on the target, or the system dies.
 func (r *runner) waitProbes(ctx context.Context, probe *Probe, sys replSystem) error {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := untilDead(ctx, sys)
 	defer cancel()
-	go func() {
-		select {
-		case <-sys.dead():
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
 	if err := probe.StopTicking(wctx); err != nil {
 		if isClosed(sys.dead()) {
 			return sys.deadErr()
@@ -639,6 +625,19 @@ func (r *runner) waitProbes(ctx context.Context, probe *Probe, sys replSystem) e
 		return fmt.Errorf("waiting for the last probes on the target: %w", err)
 	}
 	return nil
+}
+
+// untilDead returns ctx, also cancelled when sys dies.
+func untilDead(ctx context.Context, sys replSystem) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sys.dead():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, cancel
 }
 
 func later(a, b time.Time) time.Time {
