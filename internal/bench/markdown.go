@@ -220,7 +220,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		writeCopyTablesMarkdown(w, runs)
 	} else {
 		fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")
-		fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every 10 ms. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
+		fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every eighth of its age (250 µs to 10 ms) until seen. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
 	}
 	writeBottlenecks(w, runs)
 
