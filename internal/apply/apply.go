@@ -45,8 +45,11 @@ type Options struct {
 	CatchUpWait       time.Duration
 	CatchUpGroupBytes int64 // default GroupMaxBytes/4
 	// GroupWait: while transactions come less than GroupWait apart, a
-	// group waits up to GroupWait for more (linger.go); 0: never.
+	// group waits up to GroupWait for more (linger.go); 0: never. Not
+	// while Gathers (capture.Capture.Gathers; nil: never) reports that
+	// capture already waits for them.
 	GroupWait time.Duration
+	Gathers   func() bool
 
 	// Collapse folds repeated changes to one key within a group where the
 	// target table allows it (see collapse.go).

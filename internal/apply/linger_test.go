@@ -13,15 +13,17 @@ import (
 // TestApplierGroupWait: transactions that come less than GroupWait apart
 // are gathered into groups spanning at most GroupWait from their first
 // transaction; transactions further apart go alone, at once, and without
-// GroupWait every one goes alone. Time is virtual (synctest).
+// GroupWait, or while capture gathers the stream itself (Gathers), every one
+// goes alone. Time is virtual (synctest).
 func TestApplierGroupWait(t *testing.T) {
 	const n = 30
+	var gathers func() bool
 	run := func(t *testing.T, wait, apart time.Duration) (groups int) {
 		f, wm := newSequentialFake(t, n)
 		txns := f.txns
 		ar := startApplier(t, f, Options{
 			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
-			GroupWait: wait, Watermark: wm, Stats: stats.NewRegistry(),
+			GroupWait: wait, Gathers: gathers, Watermark: wm, Stats: stats.NewRegistry(),
 		})
 		produced := make([]time.Time, n)
 		for i, tx := range txns {
@@ -52,6 +54,13 @@ func TestApplierGroupWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		if g := run(t, 0, time.Millisecond); g != n {
 			t.Errorf("no group wait: %d target transactions for %d source transactions, want %d", g, n, n)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		gathers = func() bool { return true }
+		defer func() { gathers = nil }()
+		if g := run(t, 3*time.Millisecond, time.Millisecond); g != n {
+			t.Errorf("capture gathers: %d target transactions for %d source transactions, want %d (the coordinator does not wait again)", g, n, n)
 		}
 	})
 }

@@ -137,6 +137,7 @@ type Capture struct {
 	// nanoseconds of the loop's clock; 0: not yet).
 	startNano, keepaliveNano, dataNano atomic.Int64
 	streamsOpen                        atomic.Int32  // len(openStream)
+	gathers                            atomic.Bool   // the reader gathers a steady stream (Gathers)
 	pid                                atomic.Uint32 // the walsender's PID (BackendPID)
 }
 
@@ -165,6 +166,11 @@ func (c *Capture) Behind() bool {
 	now := time.Now().UnixNano()
 	return data-since >= int64(behindAfter) && now-data < int64(behindQuiet)
 }
+
+// Gathers reports whether capture itself waits for a steady stream's next
+// transactions (Options.GatherWait, on a TCP connection: lowat.go), so
+// that apply need not wait for them again. Safe for concurrent use.
+func (c *Capture) Gathers() bool { return c.gathers.Load() }
 
 // New validates options; Run connects.
 func New(opts Options) (*Capture, error) {

@@ -421,3 +421,31 @@ func lowWaterPair(t *testing.T) (*coalescingReader, net.Conn) {
 	}
 	return r, server
 }
+
+// TestGathers: capture reports that it gathers a steady stream (so that
+// apply does not wait for it again) on a TCP connection with a gather wait,
+// and not without one nor on a Unix socket.
+func TestGathers(t *testing.T) {
+	client, _ := tcpPair(t)
+	unixC, unixS := net.Pipe() // not TCP: no low-water mark
+	defer unixC.Close()
+	defer unixS.Close()
+	for _, tc := range []struct {
+		name string
+		conn net.Conn
+		wait time.Duration
+		want bool
+	}{
+		{"tcp", client, 2 * time.Millisecond, true},
+		{"tcp, no wait", client, 0, false},
+		{"pipe", unixC, 2 * time.Millisecond, false},
+	} {
+		c := &Capture{opts: Options{GatherWait: tc.wait}}
+		c.rd = newCoalescingReader(tc.conn)
+		c.gathers.Store(!tc.want)
+		c.useLowWater(tc.conn)
+		if got := c.Gathers(); got != tc.want {
+			t.Errorf("%s: Gathers() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

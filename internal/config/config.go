@@ -46,10 +46,11 @@ type Config struct {
 	// CatchUpWait: while a backlog is caught up, how long a group may wait
 	// for more transactions (fewer, larger target transactions); 0: never.
 	CatchUpWait time.Duration `yaml:"catch_up_wait"`
-	// GroupWait: while source transactions come less than this apart, a
-	// group waits up to this long for more (fewer target transactions at
-	// a steady rate), and capture's read between transactions too (fewer
-	// wake-ups): at most twice this much latency; 0: never.
+	// GroupWait: while source transactions come less than this apart,
+	// capture's read between transactions waits up to this long for more
+	// (fewer wake-ups, fewer and larger target transactions at a steady
+	// rate), or, where capture cannot (a Unix socket), a group waits up to
+	// this long for more: at most this much latency; 0: never.
 	GroupWait time.Duration `yaml:"group_wait"`
 	Eager     bool          `yaml:"eager"`
 

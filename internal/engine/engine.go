@@ -350,7 +350,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if err != nil {
 		return err
 	}
-	apOpts.Behind = capt.Behind
+	apOpts.Behind, apOpts.Gathers = capt.Behind, capt.Gathers
 	ap, err := apply.New(apOpts)
 	if err != nil {
 		return err
