@@ -29,7 +29,7 @@ import (
 // both, p50 5.2 ms and total CPU 1.22× native's; capture alone, p50 2.5 ms
 // and 1.14×): the next gathered read comes GroupWait after the last, so a
 // group that waited for it rarely got it in time. Lingering is for a
-// stream capture cannot gather (a Unix socket).
+// stream capture does not gather (a Unix socket, a fast stream).
 
 // took notes that a transaction was taken from the source now.
 func (c *coordinator) took() {

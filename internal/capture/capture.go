@@ -167,9 +167,10 @@ func (c *Capture) Behind() bool {
 	return data-since >= int64(behindAfter) && now-data < int64(behindQuiet)
 }
 
-// Gathers reports whether capture itself waits for a steady stream's next
-// transactions (Options.GatherWait, on a TCP connection: lowat.go), so
-// that apply need not wait for them again. Safe for concurrent use.
+// Gathers reports whether capture itself now waits for a slow steady
+// stream's next transactions (Options.GatherWait, on a TCP connection:
+// lowat.go), so that apply need not wait for them again. Safe for
+// concurrent use.
 func (c *Capture) Gathers() bool { return c.gathers.Load() }
 
 // New validates options; Run connects.

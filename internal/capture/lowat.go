@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -130,6 +131,12 @@ type lowWater struct {
 	commitGap  int64
 	// slow: the last window brought less than minMark in markSpan.
 	slow bool
+	// gathers is published for Capture.Gathers (nil: nobody asks): from a
+	// read between transactions, whether it gathers (unchanged by reads
+	// inside a transaction), false while the busy mark is raised;
+	// gathering is its last value stored.
+	gathers   *atomic.Bool
+	gathering bool
 }
 
 const (
@@ -212,6 +219,12 @@ func (lw *lowWater) read(r func([]byte) (int, error), p []byte, now func() int64
 	var hintBound time.Duration
 	if lw.want == 0 { // a busy stream has its mark: no hints
 		hint, hintBound = lw.hint()
+	}
+	switch {
+	case lw.want > 0:
+		lw.publish(false)
+	case !lw.inTxn: // inside a transaction, as it was between
+		lw.publish(lw.gatherHint())
 	}
 	mark := max(lw.want, hint, 1)
 	if mark != lw.mark {
@@ -329,7 +342,7 @@ func (lw *lowWater) hint() (int, time.Duration) {
 		if lw.txns == 0 {
 			return 0, 0 // not a stream of transactions (yet)
 		}
-		if lw.gatherWait > 0 && lw.commitGap < int64(lw.gatherWait) && lw.slow {
+		if lw.gatherHint() {
 			return minMark, lw.gatherWait // a steady stream: gather
 		}
 		return betweenMark, lw.wait
@@ -348,15 +361,29 @@ func (lw *lowWater) hint() (int, time.Duration) {
 	return min(left, minMark), lw.hintWait
 }
 
+// gatherHint says whether a wait now gathers a slow steady stream (hint).
+func (lw *lowWater) gatherHint() bool {
+	return !lw.hintOff && !lw.inTxn && lw.txns > 0 &&
+		lw.gatherWait > 0 && lw.commitGap < int64(lw.gatherWait) && lw.slow
+}
+
+// publish stores whether capture gathers the stream for Capture.Gathers.
+func (lw *lowWater) publish(gathering bool) {
+	if lw.gathers != nil && gathering != lw.gathering {
+		lw.gathering = gathering
+		lw.gathers.Store(gathering)
+	}
+}
+
 // useLowWater switches the reader from napping to the low-water mark when
 // the connection allows it.
 func (c *Capture) useLowWater(conn net.Conn) {
-	lw := newLowWater(conn)
-	if lw != nil {
+	c.gathers.Store(false)
+	if lw := newLowWater(conn); lw != nil {
 		lw.gatherWait = c.opts.GatherWait
+		lw.gathers = &c.gathers
 		c.rd.lw = lw
 	}
-	c.gathers.Store(lw != nil && c.opts.GatherWait > 0)
 }
 
 // setDeadline sets the read deadline of the replication connection.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -330,6 +331,8 @@ func TestLowWaterGather(t *testing.T) {
 	lw := r.lw
 	const gather = 60 * time.Millisecond // long: a loaded machine must not end the wait early
 	lw.gatherWait = gather
+	var gathers atomic.Bool // Capture.Gathers: whether the last read between transactions gathered
+	lw.gathers = &gathers
 	txn := func() {
 		lw.handled(51, true, false)
 		lw.handled(200, false, false)
@@ -362,6 +365,9 @@ func TestLowWaterGather(t *testing.T) {
 	if d := time.Since(start); d < gather/2 {
 		t.Fatalf("the gathering read returned after %s, want about %s", d, gather)
 	}
+	if !gathers.Load() {
+		t.Error("Gathers is false after a gathering read")
+	}
 	txn()
 	txn()
 
@@ -382,6 +388,9 @@ func TestLowWaterGather(t *testing.T) {
 	time.Sleep(gather + 10*time.Millisecond)
 	txn() // its COMMIT comes more than gather after the last
 	atOnce("a transaction after a quiet spell")
+	if gathers.Load() {
+		t.Error("Gathers is true after a quiet spell")
+	}
 
 	// A fast stream (its last window brought minMark or more in
 	// markSpan) is not gathered.
@@ -389,6 +398,9 @@ func TestLowWaterGather(t *testing.T) {
 	txn()
 	lw.slow = false
 	atOnce("a fast stream")
+	if gathers.Load() {
+		t.Error("Gathers is true on a fast stream")
+	}
 
 	// Gathering off: a steady stream is read transaction by transaction.
 	lw.gatherWait = 0
@@ -422,30 +434,23 @@ func lowWaterPair(t *testing.T) (*coalescingReader, net.Conn) {
 	return r, server
 }
 
-// TestGathers: capture reports that it gathers a steady stream (so that
-// apply does not wait for it again) on a TCP connection with a gather wait,
-// and not without one nor on a Unix socket.
+// TestGathers: Capture.Gathers is false until a read gathers, and
+// useLowWater publishes into it only on a TCP connection.
 func TestGathers(t *testing.T) {
 	client, _ := tcpPair(t)
-	unixC, unixS := net.Pipe() // not TCP: no low-water mark
-	defer unixC.Close()
-	defer unixS.Close()
-	for _, tc := range []struct {
-		name string
-		conn net.Conn
-		wait time.Duration
-		want bool
-	}{
-		{"tcp", client, 2 * time.Millisecond, true},
-		{"tcp, no wait", client, 0, false},
-		{"pipe", unixC, 2 * time.Millisecond, false},
-	} {
-		c := &Capture{opts: Options{GatherWait: tc.wait}}
-		c.rd = newCoalescingReader(tc.conn)
-		c.gathers.Store(!tc.want)
-		c.useLowWater(tc.conn)
-		if got := c.Gathers(); got != tc.want {
-			t.Errorf("%s: Gathers() = %v, want %v", tc.name, got, tc.want)
+	pipeC, pipeS := net.Pipe() // not TCP: no low-water mark
+	defer pipeC.Close()
+	defer pipeS.Close()
+	for _, conn := range []net.Conn{client, pipeC} {
+		c := &Capture{opts: Options{GatherWait: 2 * time.Millisecond}}
+		c.rd = newCoalescingReader(conn)
+		c.gathers.Store(true)
+		c.useLowWater(conn)
+		if c.Gathers() {
+			t.Errorf("%T: Gathers() before any read", conn)
+		}
+		if (c.rd.lw != nil) != (conn == client) || (c.rd.lw != nil && c.rd.lw.gathers != &c.gathers) {
+			t.Errorf("%T: low-water mark %v", conn, c.rd.lw)
 		}
 	}
 }

@@ -125,7 +125,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.IntVar(&c.GroupMaxTxns, "group-max-txns", c.GroupMaxTxns, "source transactions applied in one target transaction at most")
 	fs.Var(&c.GroupMaxBytes, "group-max-bytes", "bytes of changes in one target transaction at most")
 	fs.DurationVar(&c.CatchUpWait, "catch-up-wait", c.CatchUpWait, "while a backlog is caught up, how long a target transaction may wait for more source transactions (0: never)")
-	fs.DurationVar(&c.GroupWait, "group-wait", c.GroupWait, "while source transactions come less than this apart, how long capture waits to gather more (over a Unix socket: a target transaction waits for more) (0: never)")
+	fs.DurationVar(&c.GroupWait, "group-wait", c.GroupWait, "while source transactions come less than this apart, how long capture waits to gather more (where it does not, a target transaction waits for more) (0: never)")
 	fs.BoolVar(&c.Eager, "eager", c.Eager, "apply a large transaction while the source streams it, before it commits")
 	fs.BoolVar(&c.Collapse, "collapse", c.Collapse, "fold repeated changes to one key within a target transaction where the target table allows it")
 	fs.BoolVar(&c.Binary, "binary", c.Binary, "transfer values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides")

@@ -49,8 +49,9 @@ type Config struct {
 	// GroupWait: while source transactions come less than this apart,
 	// capture's read between transactions waits up to this long for more
 	// (fewer wake-ups, fewer and larger target transactions at a steady
-	// rate), or, where capture cannot (a Unix socket), a group waits up to
-	// this long for more: at most this much latency; 0: never.
+	// rate), or, where capture does not (a Unix socket, a fast stream), a
+	// group waits up to this long for more: at most this much latency; 0:
+	// never.
 	GroupWait time.Duration `yaml:"group_wait"`
 	Eager     bool          `yaml:"eager"`
 
