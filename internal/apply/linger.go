@@ -22,12 +22,12 @@ import (
 // A lone transaction (a gap longer than GroupWait) goes at once, as
 // without it.
 //
-// When capture gathers the stream itself (on TCP: capture/lowat.go, for
-// the same GroupWait), the coordinator does not wait again. Both waiting
-// cost twice the latency for no CPU (measured on `repstream bench fly
-// --rate 1000` with the probe that measures latency to the millisecond:
-// both, p50 5.2 ms and total CPU 1.22× native's; capture alone, p50 2.5 ms
-// and 1.14×): the next gathered read comes GroupWait after the last, so a
+// When capture gathers the stream itself (a slow steady stream on TCP:
+// capture/lowat.go, for the same GroupWait), the coordinator does not wait
+// again. Both waiting cost twice the latency for no CPU (measured on
+// `repstream bench fly --rate 1000 --repeat 3` with the probe that measures
+// latency to the millisecond, medians of six rounds: both, p50 5.2 ms and
+// total CPU 1.18× native's; capture alone, p50 2.5 ms and 1.14×): the next gathered read comes GroupWait after the last, so a
 // group that waited for it rarely got it in time. Lingering is for a
 // stream capture does not gather (a Unix socket, a fast stream).
 

@@ -66,7 +66,7 @@ import (
 // walsender is not preempted by a woken reader at each one; the
 // transactions of a read are then one target transaction. Measured on
 // `repstream bench fly --rate 1000`, the engine's, the walsender's and the
-// target backends' CPU all fell (total 1.58× native's without it to 1.13×);
+// target backends' CPU all fell (total 1.59× native's without it to 1.14×);
 // the price is up to gatherWait (plus the timers' millisecond) more
 // latency: p50 commit → visible 2.5 ms instead of 1.2 (native 0.7). While
 // it gathers (Capture.Gathers) the apply side does not wait for more again
