@@ -27,9 +27,10 @@ import (
 // again. Both waiting cost twice the latency for no CPU (measured on
 // `repstream bench fly --rate 1000 --repeat 3` with the probe that measures
 // latency to the millisecond, medians of six rounds: both, p50 5.2 ms and
-// total CPU 1.18× native's; capture alone, p50 2.5 ms and 1.14×): the next gathered read comes GroupWait after the last, so a
-// group that waited for it rarely got it in time. Lingering is for a
-// stream capture does not gather (a Unix socket, a fast stream).
+// total CPU 1.18× native's; capture alone, p50 2.5 ms and 1.14×): the
+// next gathered read comes GroupWait after the last, so a group that
+// waited for it rarely got it in time. Lingering is for a stream capture
+// does not gather (a Unix socket, a fast stream).
 
 // took notes that a transaction was taken from the source now.
 func (c *coordinator) took() {

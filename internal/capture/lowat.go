@@ -70,8 +70,9 @@ import (
 // the price is up to gatherWait (plus the timers' millisecond) more
 // latency: p50 commit → visible 2.5 ms instead of 1.2 (native 0.7). While
 // it gathers (Capture.Gathers) the apply side does not wait for more again
-// (apply/linger.go): both waiting doubled the latency for no CPU. A transaction after a quiet spell (a gap longer than
-// gatherWait) is not held: the hint is betweenMark. Nor is a fast stream
+// (apply/linger.go): both waiting doubled the latency for no CPU. A
+// transaction after a quiet spell (a gap longer than gatherWait) is not
+// held: the hint is betweenMark. Nor is a fast stream
 // gathered — one whose last window brought minMark or more in markSpan, as
 // a backlog of one-row transactions that is not busy by the read count
 // (they come whole, 80 bytes each): gathering it read 40% less often but
