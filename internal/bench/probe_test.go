@@ -49,12 +49,7 @@ func TestProbeHeldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := NewProbe(withApp(env.srcDSN), withApp(env.tgtDSN), 100*time.Millisecond, nil)
-	pctx, pcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	defer func() { pcancel(); <-done }()
-
+	p := runProbe(t, ctx, env.srcDSN, env.tgtDSN, 100*time.Millisecond)
 	epoch := time.Now()
 	p.SetTicking(true)
 	time.Sleep(time.Second) // flowing freely
@@ -155,11 +150,7 @@ func TestProbeResolution(t *testing.T) {
 	if err := execOn(ctx, src.DSN(db), ProbeDDL); err != nil {
 		t.Fatal(err)
 	}
-	p := NewProbe(withApp(src.DSN(db)), withApp(src.DSN(db)), 20*time.Millisecond, nil)
-	pctx, pcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	defer func() { pcancel(); <-done }()
+	p := runProbe(t, ctx, src.DSN(db), src.DSN(db), 20*time.Millisecond)
 	epoch := time.Now()
 	p.SetTicking(true)
 	time.Sleep(time.Second)
@@ -174,4 +165,14 @@ func TestProbeResolution(t *testing.T) {
 		t.Errorf("p50 of probes visible at once = %.2f ms, want ≤ 3 ms (the poller follows the probes)", fig.P50Ms)
 	}
 	t.Logf("%d probes: p50 %.3f ms, p99 %.3f ms", fig.Seen, fig.P50Ms, fig.P99Ms)
+}
+
+// runProbe runs a probe between srcDSN and tgtDSN until the test ends.
+func runProbe(t *testing.T, ctx context.Context, srcDSN, tgtDSN string, interval time.Duration) *Probe {
+	p := NewProbe(withApp(srcDSN), withApp(tgtDSN), interval, nil)
+	pctx, pcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	t.Cleanup(func() { pcancel(); <-done })
+	return p
 }
