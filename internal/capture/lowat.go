@@ -134,10 +134,8 @@ type lowWater struct {
 	slow bool
 	// gathers is published for Capture.Gathers (nil: nobody asks): from a
 	// read between transactions, whether it gathers (unchanged by reads
-	// inside a transaction), false while the busy mark is raised;
-	// gathering is its last value stored.
-	gathers   *atomic.Bool
-	gathering bool
+	// inside a transaction), false while the busy mark is raised.
+	gathers *atomic.Bool
 }
 
 const (
@@ -370,8 +368,7 @@ func (lw *lowWater) gatherHint() bool {
 
 // publish stores whether capture gathers the stream for Capture.Gathers.
 func (lw *lowWater) publish(gathering bool) {
-	if lw.gathers != nil && gathering != lw.gathering {
-		lw.gathering = gathering
+	if lw.gathers != nil && lw.gathers.Load() != gathering {
 		lw.gathers.Store(gathering)
 	}
 }
