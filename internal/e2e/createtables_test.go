@@ -153,3 +153,76 @@ func TestCreateTablesReplicaIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateTablesUndoneOnFailedStart: a first start that fails after
+// --create-tables made the target's tables (here: no free replication slot
+// on the source) drops them again, with the schema, types and sequence it
+// made for them, and nothing the target had before; a table with rows
+// written since is left, with the rest. Fixed, the next run replicates.
+func TestCreateTablesUndoneOnFailedStart(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`
+		CREATE SCHEMA shop;
+		CREATE TYPE shop.state AS ENUM ('new', 'paid');
+		CREATE DOMAIN shop.qty AS int CHECK (VALUE >= 0);
+		CREATE TABLE shop.orders (id serial PRIMARY KEY, s shop.state, q shop.qty);
+		CREATE TABLE public.kept (id int PRIMARY KEY);
+		INSERT INTO shop.orders (s, q) SELECT 'new', g FROM generate_series(1, 20) g;`)
+	e.tgtExec(`CREATE TABLE public.kept (id int PRIMARY KEY)`) // the target's own: never dropped
+	fill := func() {
+		e.srcExec(`SELECT pg_create_physical_replication_slot('fill_' || g)
+			FROM generate_series(1, current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)::int) g`)
+	}
+	free := func() {
+		e.srcExec(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'fill\_%'`)
+	}
+	cfg := e.config("shop.orders", "public.kept")
+	cfg.CreateTables = true
+	made := []string{
+		"SELECT count(*) FROM pg_namespace WHERE nspname = 'shop'",
+		"SELECT count(*) FROM pg_type WHERE oid IN (to_regtype('shop.state'), to_regtype('shop.qty'))",
+		"SELECT count(*) FROM pg_class WHERE oid IN (to_regclass('shop.orders'), to_regclass('shop.orders_id_seq'))",
+	}
+
+	fill()
+	t.Cleanup(free)
+	e.mustFail(cfg, "replication slot")
+	for _, q := range made {
+		if n := e.count(e.Tgt, q); n != 0 {
+			t.Errorf("the failed start left what --create-tables made: %s = %d", q, n)
+		}
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE oid = to_regclass('public.kept')"); n != 1 {
+		t.Errorf("the failed start dropped the target's own table public.kept")
+	}
+
+	t.Run("a table written to since is left", func(t *testing.T) {
+		// Something writes a row into the new table as it is made (a
+		// target-side event trigger stands for it): the undo must drop
+		// nothing at all.
+		e.tgtExec(`CREATE FUNCTION public.scribble() RETURNS event_trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE TABLE' AND object_identity = 'shop.orders') THEN
+					INSERT INTO shop.orders (id) VALUES (-1);
+				END IF;
+			END $$;
+			CREATE EVENT TRIGGER scribble ON ddl_command_end EXECUTE FUNCTION public.scribble();
+			ALTER EVENT TRIGGER scribble ENABLE ALWAYS; -- repstream's sessions are replica sessions`)
+		e.mustFail(cfg, "shop.orders has rows") // the start's own check sees the row first
+		e.tgtExec(`DROP EVENT TRIGGER scribble`)
+		for _, q := range made {
+			if n := e.count(e.Tgt, q); n == 0 {
+				t.Errorf("the failed start dropped part of what it made although a table had a row: %s = 0", q)
+			}
+		}
+		if n := e.count(e.Tgt, "SELECT count(*) FROM shop.orders WHERE id = -1"); n != 1 {
+			t.Errorf("the row written into the new table is gone")
+		}
+		// The user deletes the stray row; the next run takes the tables as they are.
+		e.tgtExec(`DELETE FROM shop.orders`)
+	})
+
+	free()
+	e.catchUp(cfg)
+	e.assertSame("shop.orders", "id")
+}

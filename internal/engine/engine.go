@@ -201,7 +201,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	// A keyless table that repstream itself would publish is refused: once
 	// published, the source refuses its UPDATEs and DELETEs — the run
 	// would break the application writing it.
-	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, createdPub)
+	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, createdPub, &undo)
 	if err != nil {
 		return err
 	}
@@ -597,7 +597,10 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 // Tables are created with what they need — their schema and the
 // user-defined types of their columns (enums, composites, domains, ranges,
 // dependencies first) — in one target transaction: all of it, or nothing.
-func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create, refuseKeyless bool) (noBinary string, err error) {
+//
+// What it creates is recorded in undo, to be dropped again if this first
+// start fails before its slot exists.
+func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create, refuseKeyless bool, undo *undoList) (noBinary string, err error) {
 	log := e.log
 	var missing []*schema.Table
 	var problems, keyless []string
@@ -646,9 +649,11 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			strings.Join(problems, "\n  "))
 	}
 	if len(missing) > 0 {
-		if err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
+		made, err := createTargetTables(ctx, src, tgt, missing, log)
+		if err != nil {
 			return "", err
 		}
+		undo.createdTables(tgt, made)
 		for _, st := range missing {
 			defs, err := schema.IndexesSQL(ctx, src, st)
 			if err != nil {
@@ -681,25 +686,25 @@ func (e *Engine) buildIndexes(ctx context.Context, tgt *pgx.Conn) error {
 // createTargetTables creates tables on the target, with their schemas and
 // the user-defined types they need, in one transaction. A type the target
 // already has must be compatible (schema.UserType.Incompatible); a type of
-// an extension needs the extension on the target.
-func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, log *slog.Logger) error {
+// an extension needs the extension on the target. It returns what it made.
+func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, log *slog.Logger) (made createdObjects, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
-		return fmt.Errorf("--create-tables: %w", err)
+		return made, fmt.Errorf("--create-tables: %w", err)
 	}
 	for _, x := range exts {
 		var ok bool
 		if err := tgt.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = $1)", x.Extension).Scan(&ok); err != nil {
-			return fmt.Errorf("--create-tables: look up extension %s on the target: %w", x.Extension, err)
+			return made, fmt.Errorf("--create-tables: look up extension %s on the target: %w", x.Extension, err)
 		}
 		if !ok {
-			return fmt.Errorf("--create-tables: %w: type %s comes from extension %s, which the target lacks: CREATE EXTENSION %s on the target",
+			return made, fmt.Errorf("--create-tables: %w: type %s comes from extension %s, which the target lacks: CREATE EXTENSION %s on the target",
 				schema.ErrExtensionType, x.Type, x.Extension, change.QuoteIdent(x.Extension))
 		}
 	}
 	tx, err := tgt.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("--create-tables: %w", err)
+		return made, fmt.Errorf("--create-tables: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	schemas := map[string]bool{}
@@ -708,30 +713,37 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 			return nil
 		}
 		schemas[s] = true
+		var have bool
+		if err := tx.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", change.QuoteIdent(s)).Scan(&have); err != nil {
+			return fmt.Errorf("look up schema %s on the target: %w", s, err)
+		}
+		if have {
+			return nil
+		}
 		if _, err := tx.Exec(ctx, schema.CreateSchemaSQL(s)); err != nil {
 			return fmt.Errorf("create schema %s on the target: %w", s, err)
 		}
+		made.add("schema "+s, "DROP SCHEMA "+change.QuoteIdent(s))
 		return nil
 	}
-	var created []string
 	for _, u := range types {
 		have, err := schema.LoadType(ctx, tx, u.Schema, u.Name)
 		if err != nil {
-			return fmt.Errorf("look up type %s on the target: %w", u, err)
+			return made, fmt.Errorf("look up type %s on the target: %w", u, err)
 		}
 		if have != nil {
 			if why := u.Incompatible(have); why != "" {
-				return fmt.Errorf("--create-tables: type %s exists on the target but differs from the source's: %s", u, why)
+				return made, fmt.Errorf("--create-tables: type %s exists on the target but differs from the source's: %s", u, why)
 			}
 			continue
 		}
 		if err := ensureSchema(u.Schema); err != nil {
-			return err
+			return made, err
 		}
 		if _, err := tx.Exec(ctx, u.CreateSQL()); err != nil {
-			return fmt.Errorf("create type %s on the target: %w", u, err)
+			return made, fmt.Errorf("create type %s on the target: %w", u, err)
 		}
-		created = append(created, "type "+u.String())
+		made.add("type "+u.String(), u.DropSQL())
 	}
 	// Sequences the columns' defaults draw from (serial), before the tables;
 	// identity columns make their own.
@@ -741,45 +753,46 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 	}
 	seqs, err := sequences.Used(ctx, src, names)
 	if err != nil {
-		return fmt.Errorf("--create-tables: %w", err)
+		return made, fmt.Errorf("--create-tables: %w", err)
 	}
 	for _, seq := range seqs {
 		sql, identity, err := sequences.CreateSQL(ctx, src, seq)
 		if err != nil {
-			return fmt.Errorf("--create-tables: %w", err)
+			return made, fmt.Errorf("--create-tables: %w", err)
 		}
 		if identity {
 			continue
 		}
 		if err := ensureSchema(seq.Schema); err != nil {
-			return err
+			return made, err
 		}
 		if _, err := tx.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("create sequence %s on the target: %w", seq, err)
+			return made, fmt.Errorf("create sequence %s on the target: %w", seq, err)
 		}
-		created = append(created, "sequence "+seq.String())
+		made.add("sequence "+seq.String(), "DROP SEQUENCE IF EXISTS "+seq.Quoted()) // gone with its table if owned by it
 	}
 	for _, st := range tables {
 		if err := ensureSchema(st.Schema); err != nil {
-			return err
+			return made, err
 		}
 		if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-			return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
+			return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
 		}
 		for _, sql := range schema.ReplicaIdentitySQL(st) {
 			if _, err := tx.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
+				return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
 			}
 		}
-		created = append(created, "table "+st.TableName().String())
+		made.add("table "+st.TableName().String(), "DROP TABLE "+st.TableName().Quoted())
+		made.tables = append(made.tables, st.TableName())
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("--create-tables: commit: %w", err)
+		return made, fmt.Errorf("--create-tables: commit: %w", err)
 	}
-	for _, c := range created {
+	for _, c := range made.what {
 		log.Info("created on the target", "what", c)
 	}
-	return nil
+	return made, nil
 }
 
 func binaryProblem(st, tt *schema.Table) string {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/target"
 )
 
@@ -20,8 +22,10 @@ import (
 // Once the slot exists the run is committed: an interrupted initial copy is
 // resumed by the next run, which needs all of it.
 //
-// Tables --create-tables made are not removed (they may already hold what
-// the user wants to keep); the error names them in the log.
+// What --create-tables made (tables, their sequences, types and schemas) is
+// dropped too, but only while every table it made is still empty: the copy
+// writes them only once the slot exists, so a row there is somebody else's
+// and everything is left (the log says so).
 type undoList []undoStep
 
 type undoStep struct {
@@ -93,6 +97,53 @@ func (u *undoList) ddlTrigger(ctx context.Context, src *pgx.Conn) error {
 		return err
 	}})
 	return nil
+}
+
+// createdObjects is what createTargetTables made on the target, in the
+// order it made them: what (for the log) and the statement that drops each,
+// and the tables among them.
+type createdObjects struct {
+	what, drops []string
+	tables      []schema.TableName
+}
+
+func (m *createdObjects) add(what, drop string) {
+	m.what, m.drops = append(m.what, what), append(m.drops, drop)
+}
+
+// createdTables records how to drop what --create-tables made: in one
+// target transaction, newest first, after checking under an exclusive lock
+// that every table it made is still empty.
+func (u *undoList) createdTables(tgt *pgx.Conn, made createdObjects) {
+	if len(made.drops) == 0 {
+		return
+	}
+	what := "what --create-tables made on the target (" + strings.Join(made.what, ", ") + ")"
+	*u = append(*u, undoStep{what, func(ctx context.Context) error {
+		tx, err := tgt.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		for _, t := range made.tables {
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+t.Quoted()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				return err
+			}
+			var rows bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+t.Quoted()+")").Scan(&rows); err != nil {
+				return err
+			}
+			if rows {
+				return fmt.Errorf("table %s has rows written by something else since: all of it is left in place", t)
+			}
+		}
+		for i := len(made.drops) - 1; i >= 0; i-- {
+			if _, err := tx.Exec(ctx, made.drops[i]); err != nil {
+				return fmt.Errorf("%s: %w", made.drops[i], err)
+			}
+		}
+		return tx.Commit(ctx)
+	}})
 }
 
 // slotMissing reports whether the slot does not exist yet (a first start).

@@ -226,6 +226,15 @@ func (u *UserType) CreateSQL() string {
 	return b.String()
 }
 
+// DropSQL returns the statement that drops u (RESTRICT: not while a column
+// or another type uses it).
+func (u *UserType) DropSQL() string {
+	if u.Kind == 'd' {
+		return "DROP DOMAIN " + u.QualifiedName()
+	}
+	return "DROP TYPE " + u.QualifiedName()
+}
+
 // Incompatible says why the type the target already has under u's name
 // cannot hold u's values ("" if it can): an enum must have u's labels in
 // u's order (more are fine), a composite the same attributes and types, a
