@@ -115,18 +115,31 @@ func (e *env) writeLoad(tables []string, keys int) (stop func()) {
 // table is copied is resumed by the next run, which keeps that table (its
 // copied_at and sync LSN unchanged) and copies the others again from a new
 // snapshot at a known position, while the source takes writes on every
-// table throughout; the target ends equal to the source.
+// table throughout; the target ends equal to the source. With
+// --create-tables, the tables are made bare and every one ends with its
+// primary key and index, also those whose copy the first run left undone.
 func TestTableSyncResumeInitialCopy(t *testing.T) {
+	t.Run("target tables made by hand", func(t *testing.T) { testResumeInitialCopy(t, false) })
+	t.Run("target tables made by --create-tables", func(t *testing.T) { testResumeInitialCopy(t, true) })
+}
+
+func testResumeInitialCopy(t *testing.T, create bool) {
 	e := newEnv(t)
 	tables := []string{"a_small", "b_big", "c_small"}
 	for _, tb := range tables {
-		e.both(fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL, pad text)`, tb))
+		ddl := fmt.Sprintf(`CREATE TABLE %[1]s (id int PRIMARY KEY, v int NOT NULL, pad text); CREATE INDEX %[1]s_v ON %[1]s (v)`, tb)
+		if create {
+			e.srcExec(ddl)
+		} else {
+			e.both(ddl)
+		}
 	}
 	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
 	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
 	e.srcExec(`INSERT INTO c_small SELECT g, 0, 'c' FROM generate_series(1, 2000) g`)
 	cfg := e.config("public.a_small", "public.b_big", "public.c_small")
 	cfg.SnapshotWorkers = 1 // in name order: a_small, b_big, c_small
+	cfg.CreateTables = create
 
 	stopLoad := e.writeLoad(tables, 2000)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -155,6 +168,15 @@ func TestTableSyncResumeInitialCopy(t *testing.T) {
 	if err := e.Tgt.QueryRow(context.Background(), "SELECT snapshot FROM repstream.progress WHERE slot = $1", cfg.Slot).Scan(&snap); err != nil || snap != "running" {
 		t.Fatalf("progress after the interrupted copy: snapshot %q, %v", snap, err)
 	}
+	if create {
+		// b_big was made bare: its key and index wait for its copy.
+		if n := e.count(e.Tgt, "SELECT count(*) FROM pg_index WHERE indrelid = 'b_big'::regclass"); n != 0 {
+			t.Errorf("b_big has %d indexes before its copy is complete, want none (built after the copy)", n)
+		}
+		if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl WHERE table_name = 'b_big'"); n != 2 {
+			t.Errorf("%d statements deferred for b_big, want 2 (its primary key and index)", n)
+		}
+	}
 
 	// The next run resumes under the same write load.
 	stop := e.start(cfg)
@@ -167,6 +189,14 @@ func TestTableSyncResumeInitialCopy(t *testing.T) {
 		t.Fatalf("second run: %v", err)
 	}
 
+	for _, tb := range tables {
+		if n := e.count(e.Tgt, "SELECT count(*) FROM pg_index WHERE indrelid = '"+tb+"'::regclass AND (indisprimary OR indexrelid = to_regclass('"+tb+"_v'))"); n != 2 {
+			t.Errorf("target %s has %d of its primary key and index, want both", tb, n)
+		}
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl"); n != 0 {
+		t.Errorf("%d statements still deferred after the copy", n)
+	}
 	again, _ := e.tableSync("a_small")
 	if again.state != "ready" || !again.copiedAt.Equal(kept.copiedAt) || again.syncLSN != kept.syncLSN {
 		t.Errorf("a_small was copied again: before %+v, after %+v", kept, again)

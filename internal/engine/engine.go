@@ -57,12 +57,6 @@ type Engine struct {
 	stopAt change.LSN
 	binary bool // values travel in binary (config Binary and every column eligible)
 	start  time.Time
-	// indexes are the secondary indexes of the tables --create-tables made
-	// in this run, built once their initial copy is done.
-	indexes []string
-	// tableIndexes are the same per table: the initial copy builds them
-	// as each table's rows are in (snapshot.Options.AfterCopy).
-	tableIndexes map[schema.TableName][]string
 	// watch closes target connections that went silent (reconnect.go);
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch
@@ -279,8 +273,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		e.log.Info("will stop once caught up", "source_position", e.stopAt)
 		pushWALPastStop(ctx, src, e.log)
 	}
-	if err := e.buildIndexes(ctx, tgt); err != nil {
-		return err
+	// The tables --create-tables made that no copy has built (the copies
+	// above build theirs): before any change is applied to them.
+	if err := target.BuildAllDeferred(ctx, tgt, cfg.Slot, e.log); err != nil {
+		return fmt.Errorf("--create-tables: %w", err)
 	}
 	// The admin connections are not needed while streaming; each streaming
 	// attempt opens its own to persist the watermark.
@@ -480,12 +476,11 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
 		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),
-		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.tableIndexes,
+		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("initial copy: %w", err)
 	}
-	e.indexes = nil // built by the copy, each table's once its rows were in
 	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
 	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, "done")
 }
@@ -649,45 +644,33 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			strings.Join(problems, "\n  "))
 	}
 	if len(missing) > 0 {
-		made, err := createTargetTables(ctx, src, tgt, missing, log)
+		made, err := createTargetTables(ctx, src, tgt, missing, e.cfg.Slot, log)
 		if err != nil {
 			return "", err
 		}
 		undo.createdTables(tgt, made)
-		for _, st := range missing {
-			defs, err := schema.IndexesSQL(ctx, src, st)
-			if err != nil {
-				return "", err
-			}
-			e.indexes = append(e.indexes, defs...)
-			if e.tableIndexes == nil {
-				e.tableIndexes = map[schema.TableName][]string{}
-			}
-			e.tableIndexes[st.TableName()] = defs
-		}
 	}
 	return noBinary, nil
 }
 
-// buildIndexes builds the secondary indexes of the tables this run created,
-// after their initial copy.
-func (e *Engine) buildIndexes(ctx context.Context, tgt *pgx.Conn) error {
-	for _, sql := range e.indexes {
-		start := time.Now()
-		if _, err := tgt.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
-		}
-		e.log.Info("built index on the target", "index", sql, "elapsed", time.Since(start).Round(time.Millisecond))
-	}
-	e.indexes = nil
-	return nil
+// afterCopy builds the keys and indexes of a table --create-tables made
+// (target.BuildDeferred) once its copy has all of its rows: the copy's
+// snapshot.Options.AfterCopy.
+func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableName) error {
+	return target.BuildDeferred(ctx, dst, e.cfg.Slot, t, e.log.With("component", "snapshot"))
 }
 
 // createTargetTables creates tables on the target, with their schemas and
 // the user-defined types they need, in one transaction. A type the target
 // already has must be compatible (schema.UserType.Incompatible); a type of
 // an extension needs the extension on the target. It returns what it made.
-func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, log *slog.Logger) (made createdObjects, err error) {
+//
+// With a slot, a table is made bare — no primary key, no other index, the
+// default replica identity — and what it lacks is recorded for slot in the
+// same transaction (target.DeferDDL), to be built once its rows are copied
+// (target.BuildDeferred). Without (`tables add`), it is made with its
+// primary key and replica identity, and the caller builds its other indexes.
+func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, slot string, log *slog.Logger) (made createdObjects, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
 		return made, fmt.Errorf("--create-tables: %w", err)
@@ -775,12 +758,18 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		if err := ensureSchema(st.Schema); err != nil {
 			return made, err
 		}
-		if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-			return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
-		}
-		for _, sql := range schema.ReplicaIdentitySQL(st) {
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
+		if slot != "" {
+			if err := createBare(ctx, src, tx, st, slot); err != nil {
+				return made, err
+			}
+		} else {
+			if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
+				return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
+			}
+			for _, sql := range schema.ReplicaIdentitySQL(st) {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
+				}
 			}
 		}
 		made.add("table "+st.TableName().String(), "DROP TABLE "+st.TableName().Quoted())
@@ -793,6 +782,26 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		log.Info("created on the target", "what", c)
 	}
 	return made, nil
+}
+
+// createBare creates st without its keys and indexes in tx, and records
+// them for slot, to be built after its copy.
+func createBare(ctx context.Context, src *pgx.Conn, tx pgx.Tx, st *schema.Table, slot string) error {
+	bare := *st
+	bare.PrimaryKey = nil
+	if _, err := tx.Exec(ctx, schema.CreateTableSQL(&bare)); err != nil {
+		return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
+	}
+	var later []string
+	if pk := schema.PrimaryKeySQL(st); pk != "" {
+		later = append(later, pk)
+	}
+	later = append(later, schema.ReplicaIdentitySQL(st)...)
+	indexes, err := schema.IndexesSQL(ctx, src, st)
+	if err != nil {
+		return err
+	}
+	return target.DeferDDL(ctx, tx, slot, st.TableName(), append(later, indexes...))
 }
 
 func binaryProblem(st, tt *schema.Table) string {

@@ -194,7 +194,7 @@ func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Table
 		return fmt.Errorf("cannot add:\n  %s", strings.Join(problems, "\n  "))
 	}
 	if len(missing) > 0 {
-		if _, err := createTargetTables(ctx, src, tgt, missing, log); err != nil {
+		if _, err := createTargetTables(ctx, src, tgt, missing, "", log); err != nil {
 			return err
 		}
 		// Its other indexes at once: the copy comes later, from the engine.

@@ -77,7 +77,7 @@ func (e *Engine) syncTables(ctx context.Context, tables []schema.TableName, read
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
 		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log,
-		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary,
+		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 			mu.Lock()
 			defer mu.Unlock()

@@ -87,6 +87,19 @@ func CreateTableSQL(t *Table) string {
 	return b.String()
 }
 
+// PrimaryKeySQL returns the statement that adds t's primary key to a table
+// created without it (CreateTableSQL of WithoutKey), or "" if it has none.
+func PrimaryKeySQL(t *Table) string {
+	if len(t.PrimaryKey) == 0 {
+		return ""
+	}
+	cols := make([]string, len(t.PrimaryKey))
+	for i, k := range t.PrimaryKey {
+		cols[i] = change.QuoteIdent(k)
+	}
+	return "ALTER TABLE " + t.TableName().Quoted() + " ADD PRIMARY KEY (" + strings.Join(cols, ", ") + ")"
+}
+
 // CreateSchemaSQL returns CREATE SCHEMA IF NOT EXISTS for the named schema.
 func CreateSchemaSQL(schema string) string {
 	return "CREATE SCHEMA IF NOT EXISTS " + change.QuoteIdent(schema)

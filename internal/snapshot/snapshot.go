@@ -44,10 +44,12 @@ type Options struct {
 	// Binary: copy in binary a table whose copied columns have the same
 	// built-in type on both sides (text otherwise).
 	Binary bool
-	// AfterCopy: statements run on the target once all of a table's rows
-	// are in, before OnTable (the secondary indexes of a table the engine
-	// created).
-	AfterCopy map[schema.TableName][]string
+	// AfterCopy, if set, is called once all of a table's rows are in,
+	// before OnTable, with the target connection of the worker that copied
+	// its last piece (the engine builds the keys and indexes of a table it
+	// created: target.BuildDeferred). Calls may be concurrent; its error
+	// ends the copy.
+	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
 	Truncate  bool // empty non-empty target tables instead of failing
 	Stats     *stats.Registry
 	Logger    *slog.Logger
@@ -106,7 +108,7 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // idle until Copy returns.
 //
 // Each piece is its own COPY, committed on the target on its own: a table is
-// complete (its AfterCopy statements run, then OnTable) only once every one
+// complete (AfterCopy, then OnTable) only once every one
 // of its pieces is in. A copy that stops before leaves the table incomplete
 // with some of its rows: the caller empties it before copying it again.
 //
@@ -184,12 +186,10 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 				}
 				// The table's last piece: every row is in.
 				n, b = tp.rows.Load(), tp.bytes.Load()
-				for _, sql := range opts.AfterCopy[tp.name] {
-					began := time.Now()
-					if _, err := dst.Exec(gctx, sql); err != nil {
-						return fmt.Errorf("snapshot of %s: after the copy (%s): %w", tp.name, sql, err)
+				if opts.AfterCopy != nil {
+					if err := opts.AfterCopy(gctx, dst, tp.name); err != nil {
+						return fmt.Errorf("snapshot of %s: after the copy: %w", tp.name, err)
 					}
-					log.Info("built index on the target", "table", tp.name.String(), "index", sql, "elapsed", time.Since(began).Round(time.Millisecond))
 				}
 				tp.prog.Gauge(stats.GaugeDone).Store(1)
 				rows.Add(n)

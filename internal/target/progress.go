@@ -97,6 +97,9 @@ func EnsureState(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := tx.Exec(ctx, tablesSchema); err != nil {
 		return fmt.Errorf("create table sync state: %w", err)
 	}
+	if _, err := tx.Exec(ctx, deferredSchema); err != nil {
+		return fmt.Errorf("create deferred DDL state: %w", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
@@ -248,6 +251,7 @@ func DropState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	b.Queue(`DELETE FROM repstream.applied WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.progress WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.tables WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.deferred_ddl WHERE slot = $1`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("drop progress state of slot %q: %w", slot, err)
 	}
