@@ -133,3 +133,17 @@ func FuzzParseTableName(f *testing.F) {
 		}
 	})
 }
+
+func TestPrimaryKeySQL(t *testing.T) {
+	for _, tc := range []struct {
+		tab  Table
+		want string
+	}{
+		{Table{Schema: "My Schema", Name: `we"ird`, PrimaryKey: []string{"Tenant", "id"}}, `ALTER TABLE "My Schema"."we""ird" ADD PRIMARY KEY ("Tenant", "id")`},
+		{Table{Schema: "public", Name: "log"}, ""},
+	} {
+		if got := PrimaryKeySQL(&tc.tab); got != tc.want {
+			t.Errorf("PrimaryKeySQL(%s):\n got %s\nwant %s", tc.tab.TableName(), got, tc.want)
+		}
+	}
+}

@@ -16,6 +16,13 @@ func TestUserTypeCreateSQL(t *testing.T) {
 		if got := tc.u.CreateSQL(); got != tc.want {
 			t.Errorf("CreateSQL:\n got %s\nwant %s", got, tc.want)
 		}
+		drop := `DROP TYPE "` + tc.u.Schema + `"."` + tc.u.Name + `"`
+		if tc.u.Kind == 'd' {
+			drop = `DROP DOMAIN "` + tc.u.Schema + `"."` + tc.u.Name + `"`
+		}
+		if got := tc.u.DropSQL(); got != drop {
+			t.Errorf("DropSQL:\n got %s\nwant %s", got, drop)
+		}
 	}
 }
 

@@ -108,9 +108,9 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // idle until Copy returns.
 //
 // Each piece is its own COPY, committed on the target on its own: a table is
-// complete (AfterCopy, then OnTable) only once every one
-// of its pieces is in. A copy that stops before leaves the table incomplete
-// with some of its rows: the caller empties it before copying it again.
+// complete (AfterCopy, then OnTable) only once every one of its pieces is
+// in. A copy that stops before leaves the table incomplete with some of its
+// rows: the caller empties it before copying it again.
 //
 // A table copied in one piece (of freezeMinSize or more) is copied with
 // COPY FREEZE in a transaction that truncates it first (freeze.go): its
