@@ -665,11 +665,10 @@ func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableNam
 // already has must be compatible (schema.UserType.Incompatible); a type of
 // an extension needs the extension on the target. It returns what it made.
 //
-// With a slot, a table is made bare — no primary key, no other index, the
-// default replica identity — and what it lacks is recorded for slot in the
-// same transaction (target.DeferDDL), to be built once its rows are copied
-// (target.BuildDeferred). Without (`tables add`), it is made with its
-// primary key and replica identity, and the caller builds its other indexes.
+// A table is made bare — no primary key, no other index, the default
+// replica identity — and what it lacks is recorded for slot in the same
+// transaction (target.DeferDDL), to be built once its rows are copied
+// (target.BuildDeferred).
 func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, slot string, log *slog.Logger) (made createdObjects, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
@@ -758,19 +757,8 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		if err := ensureSchema(st.Schema); err != nil {
 			return made, err
 		}
-		if slot != "" {
-			if err := createBare(ctx, src, tx, st, slot); err != nil {
-				return made, err
-			}
-		} else {
-			if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-				return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
-			}
-			for _, sql := range schema.ReplicaIdentitySQL(st) {
-				if _, err := tx.Exec(ctx, sql); err != nil {
-					return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
-				}
-			}
+		if err := createBare(ctx, src, tx, st, slot); err != nil {
+			return made, err
 		}
 		made.add("table "+st.TableName().String(), "DROP TABLE "+st.TableName().Quoted())
 		made.tables = append(made.tables, st.TableName())
