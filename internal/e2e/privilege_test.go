@@ -198,6 +198,9 @@ func TestLeastPrivilegeRevokedWhileRunning(t *testing.T) {
 	e.grantLeastPrivilege(r, cfg.Slot, "lpr")
 	cfg.Eager = false
 	e.catchUp(cfg)
+	// The first run's walsender can still hold the slot for a moment: the
+	// wait below must see the second run's.
+	e.waitSlotReleased(cfg.Slot)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

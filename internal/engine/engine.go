@@ -138,7 +138,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			undo.run(ctx, e.log)
 		}
 	}()
-	if err := undo.stateSchema(ctx, tgt, cfg.Slot); err != nil {
+	if err := undo.stateSchema(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return err
 	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
@@ -648,7 +648,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		if err != nil {
 			return "", err
 		}
-		undo.createdTables(tgt, made)
+		undo.createdTables(tgt, e.cfg.Slot, made)
 	}
 	return noBinary, nil
 }
@@ -665,10 +665,13 @@ func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableNam
 // already has must be compatible (schema.UserType.Incompatible); a type of
 // an extension needs the extension on the target. It returns what it made.
 //
-// A table is made bare — no primary key, no other index, the default
-// replica identity — and what it lacks is recorded for slot in the same
-// transaction (target.DeferDDL), to be built once its rows are copied
-// (target.BuildDeferred).
+// With a slot (a start: nothing streams before its copies are done and
+// built), a table is made bare — no primary key, no other index, the
+// default replica identity — and what it lacks is recorded for slot in the
+// same transaction (target.DeferDDL), to be built once its rows are copied
+// (target.BuildDeferred). Without (`tables add`: a running engine applies
+// schema changes to a pending table before its copy), it is made with its
+// primary key and replica identity, and the caller builds its other indexes.
 func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, slot string, log *slog.Logger) (made createdObjects, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
@@ -757,8 +760,19 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		if err := ensureSchema(st.Schema); err != nil {
 			return made, err
 		}
-		if err := createBare(ctx, src, tx, st, slot); err != nil {
-			return made, err
+		if slot != "" {
+			if err := createBare(ctx, src, tx, st, slot); err != nil {
+				return made, err
+			}
+		} else {
+			if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
+				return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
+			}
+			for _, sql := range schema.ReplicaIdentitySQL(st) {
+				if _, err := tx.Exec(ctx, sql); err != nil {
+					return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
+				}
+			}
 		}
 		made.add("table "+st.TableName().String(), "DROP TABLE "+st.TableName().Quoted())
 		made.tables = append(made.tables, st.TableName())

@@ -265,7 +265,7 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 		}
 		log.Info("dropped publication", "publication", publication)
 	}
-	if err := target.DropState(ctx, tgt, slot); err != nil {
+	if err := target.DropState(ctx, tgt, slot, log); err != nil {
 		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
 	}
 	log.Info("dropped progress state on the target", "slot", slot)

@@ -112,7 +112,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if len(todo) == 0 {
 		return res, nil
 	}
-	if err := checkAddable(ctx, src, tgt, todo, cfg.Slot, opts, log); err != nil {
+	if err := checkAddable(ctx, src, tgt, todo, opts, log); err != nil {
 		return res, err
 	}
 	if !slot.exists {
@@ -162,7 +162,7 @@ func isPending(syncs []target.TableSync, n schema.TableName) bool {
 // checkAddable checks the tables to add: a key or replica identity on the
 // source, a compatible target table (created with CreateTables), empty
 // unless Truncate.
-func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, slot string, opts AddOptions, log *slog.Logger) error {
+func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, opts AddOptions, log *slog.Logger) error {
 	var missing []*schema.Table
 	var problems []string
 	for _, n := range tables {
@@ -194,10 +194,22 @@ func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Table
 		return fmt.Errorf("cannot add:\n  %s", strings.Join(problems, "\n  "))
 	}
 	if len(missing) > 0 {
-		// Bare: the engine's copy builds their keys and indexes once their
-		// rows are in (target.BuildDeferred).
-		if _, err := createTargetTables(ctx, src, tgt, missing, slot, log); err != nil {
+		// Made whole, not bare (createTargetTables with no slot): a running
+		// engine applies schema changes to a pending table before its copy,
+		// which would leave deferred statements naming old columns.
+		if _, err := createTargetTables(ctx, src, tgt, missing, "", log); err != nil {
 			return err
+		}
+		for _, st := range missing {
+			defs, err := schema.IndexesSQL(ctx, src, st)
+			if err != nil {
+				return err
+			}
+			for _, sql := range defs {
+				if _, err := tgt.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
+				}
+			}
 		}
 	}
 	return snapshot.CheckTargets(ctx, tgt, tables, opts.Truncate)
@@ -283,7 +295,7 @@ func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error
 		e.log.Info("--tables matches tables the publication lacks: adding them", "component", "tablesync", "tables", tableNames(add))
 		return publish(ctx, src, cfg.Publication, add, published)
 	}
-	if err := checkAddable(ctx, src, tgt, add, cfg.Slot, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
+	if err := checkAddable(ctx, src, tgt, add, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
 		return fmt.Errorf("--tables matches tables the publication lacks: %w", err)
 	}
 	for _, n := range add {

@@ -49,7 +49,7 @@ func (u undoList) run(ctx context.Context, log *slog.Logger) {
 
 // stateSchema records how to remove the target's state for slot: the
 // schema if it does not exist yet, else the slot's rows if it has none.
-func (u *undoList) stateSchema(ctx context.Context, tgt *pgx.Conn, slot string) error {
+func (u *undoList) stateSchema(ctx context.Context, tgt *pgx.Conn, slot string, log *slog.Logger) error {
 	var schemaExists, slotKnown bool
 	err := tgt.QueryRow(ctx, `SELECT to_regclass('repstream.progress') IS NOT NULL`).Scan(&schemaExists)
 	if err != nil {
@@ -63,12 +63,16 @@ func (u *undoList) stateSchema(ctx context.Context, tgt *pgx.Conn, slot string) 
 	switch {
 	case !schemaExists:
 		*u = append(*u, undoStep{"the state schema repstream on the target", func(ctx context.Context) error {
+			// Tables left in place by createdTables get what they lack first.
+			if err := target.BuildAllDeferred(ctx, tgt, slot, log); err != nil {
+				log.Warn("a table --create-tables made keeps going without its keys or indexes", "err", err)
+			}
 			_, err := tgt.Exec(ctx, "DROP SCHEMA IF EXISTS repstream CASCADE")
 			return err
 		}})
 	case !slotKnown:
 		*u = append(*u, undoStep{fmt.Sprintf("the state of slot %q on the target", slot), func(ctx context.Context) error {
-			return target.DropState(ctx, tgt, slot)
+			return target.DropState(ctx, tgt, slot, log)
 		}})
 	}
 	return nil
@@ -114,7 +118,7 @@ func (m *createdObjects) add(what, drop string) {
 // createdTables records how to drop what --create-tables made: in one
 // target transaction, newest first, after checking under an exclusive lock
 // that every table it made is still empty.
-func (u *undoList) createdTables(tgt *pgx.Conn, made createdObjects) {
+func (u *undoList) createdTables(tgt *pgx.Conn, slot string, made createdObjects) {
 	if len(made.drops) == 0 {
 		return
 	}
@@ -125,6 +129,10 @@ func (u *undoList) createdTables(tgt *pgx.Conn, made createdObjects) {
 			return err
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx))
+		// Within the undo's own time bound: the later steps still run.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+			return err
+		}
 		for _, t := range made.tables {
 			if _, err := tx.Exec(ctx, "LOCK TABLE "+t.Quoted()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 				return err
@@ -140,6 +148,12 @@ func (u *undoList) createdTables(tgt *pgx.Conn, made createdObjects) {
 		for i := len(made.drops) - 1; i >= 0; i-- {
 			if _, err := tx.Exec(ctx, made.drops[i]); err != nil {
 				return fmt.Errorf("%s: %w", made.drops[i], err)
+			}
+		}
+		for _, t := range made.tables {
+			if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`,
+				slot, t.Schema, t.Name); err != nil {
+				return err
 			}
 		}
 		return tx.Commit(ctx)

@@ -21,12 +21,18 @@ import (
 // target, not in the run, so that a copy interrupted before its end still
 // gets them from the run that completes it.
 //
+// Only a start makes tables bare (engine.createTargetTables with a slot):
+// nothing streams before its copies are done and built. `tables add` makes
+// them whole, as a running engine applies schema changes to a pending table.
+//
 // Invariants: the rows of a table are written in the target transaction
 // that creates it and deleted in the one that builds them (BuildDeferred),
-// so a table listed has none of them and a table not listed has all of them
-// (or was not made by --create-tables). A table is marked ready only after
+// so a table listed has none of them. A table is marked ready only after
 // its build has committed (snapshot.Options.AfterCopy), and streaming starts
-// only once every listed table of the slot is built (BuildAllDeferred).
+// only once every listed table of the slot is built (BuildAllDeferred); so
+// no change is applied to a bare table. Dropping the slot's state
+// (DropState) builds what is listed first, so that no bare table outlives
+// its record.
 const deferredSchema = `
 CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 	slot text NOT NULL,
@@ -40,6 +46,12 @@ CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 // DeferDDL records stmts, to be run on table t of slot once its rows are
 // copied, in the caller's transaction (the one that creates t).
 func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, stmts []string) error {
+	// A record left by a table of that name that is gone (dropped by hand,
+	// or by a failed start's undo) is replaced.
+	if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`,
+		slot, t.Schema, t.Name); err != nil {
+		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
+	}
 	for i, sql := range stmts {
 		if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql) VALUES ($1, $2, $3, $4, $5)`,
 			slot, t.Schema, t.Name, i, sql); err != nil {
@@ -74,13 +86,15 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
 		return fmt.Errorf("look up %s on the target: %w", t, err)
 	}
+	took := make([]time.Duration, len(stmts))
 	if exists {
-		for _, sql := range stmts {
+		for i, sql := range stmts {
 			began := time.Now()
 			if _, err := tx.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("build on %s after its copy (%s): %w", t, sql, err)
+				return fmt.Errorf("build on %s after its copy (%s): %w; fix what the statement needs on the target and run again "+
+					"(or, to go without it, delete it from repstream.deferred_ddl)", t, sql, err)
 			}
-			log.Info("built on the target after the copy", "table", t.String(), "sql", sql, "elapsed", time.Since(began).Round(time.Millisecond))
+			took[i] = time.Since(began)
 		}
 	} else {
 		log.Warn("a table whose keys and indexes were to be built after its copy is gone from the target: nothing built", "table", t.String())
@@ -91,6 +105,11 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
+	}
+	if exists {
+		for i, sql := range stmts {
+			log.Info("built on the target after the copy", "table", t.String(), "sql", sql, "elapsed", took[i].Round(time.Millisecond))
+		}
 	}
 	return nil
 }

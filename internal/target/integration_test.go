@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -654,7 +655,7 @@ func TestProgressRoundTrip(t *testing.T) {
 		t.Fatalf("applied rows at or below low not pruned: %d rows", n)
 	}
 
-	if err := DropState(ctx, conn, "s1"); err != nil {
+	if err := DropState(ctx, conn, "s1", slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	if p, err = LoadProgress(ctx, conn, "s1"); err != nil || p.Exists {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -243,8 +244,13 @@ WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 }
 
 // DropState removes the slot's progress, applied rows and error queue
-// (EnsureState first).
-func DropState(ctx context.Context, conn *pgx.Conn, slot string) error {
+// (EnsureState first). What is deferred on tables --create-tables made is
+// built first (BuildAllDeferred); a build that fails is logged, naming the
+// table, and the state is removed anyway.
+func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+	if err := BuildAllDeferred(ctx, conn, slot, log); err != nil {
+		log.Warn("a table --create-tables made keeps going without its keys or indexes", "slot", slot, "err", err)
+	}
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM repstream.errors WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.skip_requests WHERE slot = $1`, slot)

@@ -1,0 +1,57 @@
+package target
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// TestDeferredDDL: what is deferred on a bare table is built once, in
+// order, and forgotten; a second record for the same table replaces the
+// first; a record of a table that is gone is forgotten; dropping the slot's
+// state builds what is still deferred before removing it.
+func TestDeferredDDL(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE public.b (id int NOT NULL, v text); CREATE TABLE public.c (id int NOT NULL)`)
+	log := slog.New(slog.DiscardHandler)
+	b, c, gone := schema.TableName{Schema: "public", Name: "b"}, schema.TableName{Schema: "public", Name: "c"}, schema.TableName{Schema: "public", Name: "gone"}
+	deferIn := func(slot string, tb schema.TableName, stmts ...string) {
+		t.Helper()
+		if err := pgx.BeginFunc(e.ctx, e.conn, func(tx pgx.Tx) error { return DeferDDL(e.ctx, tx, slot, tb, stmts) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deferIn("s1", b, "this never runs: replaced")
+	deferIn("s1", b, `ALTER TABLE public.b ADD PRIMARY KEY (id)`, `CREATE INDEX IF NOT EXISTS b_v ON public.b (v)`)
+	deferIn("s1", gone, `ALTER TABLE public.gone ADD PRIMARY KEY (id)`)
+	deferIn("s2", c, `ALTER TABLE public.c ADD PRIMARY KEY (id)`)
+	indexes := func(table string) int {
+		return e.count(`SELECT count(*) FROM pg_index WHERE indrelid = 'public.` + table + `'::regclass`)
+	}
+	if err := BuildAllDeferred(e.ctx, e.conn, "s1", log); err != nil {
+		t.Fatal(err)
+	}
+	if n := indexes("b"); n != 2 {
+		t.Errorf("b has %d indexes after its build, want 2 (key and b_v)", n)
+	}
+	if n := e.count(`SELECT count(*) FROM repstream.deferred_ddl WHERE slot = 's1'`); n != 0 {
+		t.Errorf("%d records of slot s1 left after its build", n)
+	}
+	if err := BuildDeferred(e.ctx, e.conn, "s1", b, log); err != nil {
+		t.Errorf("a second build of b: %v", err)
+	}
+	if n := indexes("c"); n != 0 {
+		t.Errorf("another slot's table was built")
+	}
+	if err := DropState(e.ctx, e.conn, "s2", log); err != nil {
+		t.Fatal(err)
+	}
+	if n := indexes("c"); n != 1 {
+		t.Errorf("dropping slot s2's state left c without its key: %d indexes", n)
+	}
+	if n := e.count(`SELECT count(*) FROM repstream.deferred_ddl`); n != 0 {
+		t.Errorf("%d records left after DropState", n)
+	}
+}
