@@ -90,6 +90,7 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	if exists {
 		for i, sql := range stmts {
 			began := time.Now()
+			log.Info("building on the target after the copy", "table", t.String(), "sql", sql) // an index of a large table takes a while
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return fmt.Errorf("build on %s after its copy (%s): %w; fix what the statement needs on the target and run again "+
 					"(or, to go without it, delete it from repstream.deferred_ddl)", t, sql, err)
