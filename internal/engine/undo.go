@@ -151,8 +151,7 @@ func (u *undoList) createdTables(tgt *pgx.Conn, slot string, made createdObjects
 			}
 		}
 		for _, t := range made.tables {
-			if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`,
-				slot, t.Schema, t.Name); err != nil {
+			if err := target.ForgetDeferred(ctx, tx, slot, t); err != nil {
 				return err
 			}
 		}

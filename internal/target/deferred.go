@@ -48,8 +48,7 @@ CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, stmts []string) error {
 	// A record left by a table of that name that is gone (dropped by hand,
 	// or by a failed start's undo) is replaced.
-	if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`,
-		slot, t.Schema, t.Name); err != nil {
+	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
 		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
 	for i, sql := range stmts {
@@ -59,6 +58,12 @@ func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, s
 		}
 	}
 	return nil
+}
+
+// ForgetDeferred deletes what is deferred on table t of slot, in tx.
+func ForgetDeferred(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName) error {
+	_, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`, slot, t.Schema, t.Name)
+	return err
 }
 
 // BuildDeferred runs what is deferred on table t of slot, and forgets it,
@@ -100,8 +105,7 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	} else {
 		log.Warn("a table whose keys and indexes were to be built after its copy is gone from the target: nothing built", "table", t.String())
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`,
-		slot, t.Schema, t.Name); err != nil {
+	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
 		return fmt.Errorf("record the keys and indexes of %s as built: %w", t, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
