@@ -51,11 +51,9 @@ func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, s
 	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
 		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
-	for i, sql := range stmts {
-		if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql) VALUES ($1, $2, $3, $4, $5)`,
-			slot, t.Schema, t.Name, i, sql); err != nil {
-			return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
-		}
+	if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql)
+SELECT $1, $2, $3, n - 1, s FROM unnest($4::text[]) WITH ORDINALITY AS u(s, n)`, slot, t.Schema, t.Name, stmts); err != nil {
+		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
 	return nil
 }
