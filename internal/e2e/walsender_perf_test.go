@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,7 @@ func TestPerfWalsender(t *testing.T) {
 			_ = rec.Start()
 		}
 		start := time.Now()
+		selfCPU0, tgtCPU0 := selfCPU(), clusterCPU(e.tgt.DataDir())
 		var err error
 		switch c {
 		case "repstream":
@@ -171,6 +173,7 @@ func TestPerfWalsender(t *testing.T) {
 			t.Fatalf("%s: %v", c, err)
 		}
 		d := time.Since(start)
+		selfCPU1, tgtCPU1 := selfCPU(), clusterCPU(e.tgt.DataDir())
 		time.Sleep(50 * time.Millisecond)
 		close(stop)
 		<-done
@@ -185,7 +188,8 @@ func TestPerfWalsender(t *testing.T) {
 				t.Logf("%s perf stat of the walsender:\n%s", c, b)
 			}
 		}
-		t.Logf("%-12s %-40s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not", c, clientEnv[i], d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load())
+		t.Logf("%-12s %-40s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not; this process %.2f s, target cluster %.2f s", c, clientEnv[i], d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load(),
+			(selfCPU1-selfCPU0).Seconds(), float64(tgtCPU1-tgtCPU0)/100)
 	}
 }
 
@@ -265,6 +269,54 @@ func procStatus(pid int, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clusterCPU is the CPU, in ticks, of the cluster whose data directory is
+// dir: its postmaster, the children it reaped and those still running.
+func clusterCPU(dir string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pm, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	var total int64
+	ents, _ := os.ReadDir("/proc")
+	for _, de := range ents {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		ppid, _ := strconv.Atoi(f[1])
+		if pid != pm && ppid != pm {
+			continue
+		}
+		for _, k := range []int{11, 12} {
+			v, _ := strconv.ParseInt(f[k], 10, 64)
+			total += v
+		}
+		if pid == pm {
+			for _, k := range []int{13, 14} { // reaped children
+				v, _ := strconv.ParseInt(f[k], 10, 64)
+				total += v
+			}
+		}
+	}
+	return total
 }
 
 func procTicks(pid int) (int64, bool) {
