@@ -408,3 +408,102 @@ func TestTablesAddDuringEagerTransaction(t *testing.T) {
 	e.assertSame("e1", "id")
 	e.assertSame("e2", "id")
 }
+
+// TestResumeInitialCopyAfterSchemaChange: the first run made b_big bare
+// (--create-tables) and was stopped in the middle of its copy, with its
+// primary key and index deferred; before the next run, the source renames
+// the indexed column and adds one, and adds a column to a_small, which was
+// copied already. The next run makes b_big again as the source now has it,
+// copies it and builds its key and index on it; a_small gets its column
+// from the stream. The target ends with the source's columns, key and
+// index, row for row. (Before, the next start refused: "the target's
+// tables cannot take the source's rows".)
+func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
+	e := newEnv(t)
+	tables := []string{"a_small", "b_big"}
+	e.srcExec(`CREATE TABLE a_small (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE TABLE b_big (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE INDEX b_big_pad ON b_big (pad)`)
+	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
+	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
+	cfg := e.config("public.a_small", "public.b_big")
+	cfg.SnapshotWorkers = 1 // a_small, then b_big
+	cfg.CreateTables = true
+
+	stopLoad := e.writeLoad(tables, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a_small was not copied within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	t.Logf("first run ended with: %v", <-done)
+	if s, _ := e.tableSync("b_big"); s.state == "ready" {
+		t.Fatalf("b_big was copied before the first run stopped: the test interrupts nothing (make it larger)")
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl WHERE table_name = 'b_big'"); n != 2 {
+		t.Fatalf("%d statements deferred for b_big, want 2 (its primary key and index)", n)
+	}
+
+	// Between the runs, under the same load (it writes columns by position).
+	e.srcExec(`ALTER TABLE b_big RENAME COLUMN pad TO filler`)
+	e.srcExec(`ALTER TABLE b_big ADD COLUMN extra int NOT NULL DEFAULT 7`)
+	e.srcExec(`ALTER TABLE a_small ADD COLUMN note text DEFAULT 'x'`) // copied already: the stream brings it
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan error, 1)
+	go func() { done2 <- engine.New(cfg, testLogger(t), nil).Run(ctx2) }()
+	stop := func() error {
+		cancel2()
+		return <-done2
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if s, ok := e.tableSync("b_big"); ok && s.state == "ready" {
+			break
+		}
+		select {
+		case err := <-done2:
+			t.Fatalf("second run ended before b_big was copied: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b_big was not copied within 2 minutes")
+		}
+	}
+	time.Sleep(time.Second)
+	stopLoad()
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	var cols string
+	if err := e.Tgt.QueryRow(context.Background(), `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'b_big'::regclass AND attnum > 0 AND NOT attisdropped`).Scan(&cols); err != nil || cols != "id,v,filler,extra" {
+		t.Errorf("target b_big columns %q (%v), want id,v,filler,extra", cols, err)
+	}
+	if err := e.Tgt.QueryRow(context.Background(), `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'a_small'::regclass AND attnum > 0 AND NOT attisdropped`).Scan(&cols); err != nil || cols != "id,v,pad,note" {
+		t.Errorf("target a_small columns %q (%v), want id,v,pad,note", cols, err)
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM pg_index WHERE indrelid = 'b_big'::regclass AND indisprimary`); n != 1 {
+		t.Errorf("target b_big has %d primary keys, want 1", n)
+	}
+	var def string
+	if err := e.Tgt.QueryRow(context.Background(), `SELECT pg_get_indexdef('b_big_pad'::regclass)`).Scan(&def); err != nil || !strings.Contains(def, "(filler)") {
+		t.Errorf("target index b_big_pad: %q (%v), want it on filler", def, err)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl"); n != 0 {
+		t.Errorf("%d statements still deferred after the copy", n)
+	}
+	for _, tb := range tables {
+		e.assertSame(tb, "id")
+	}
+}

@@ -189,7 +189,7 @@ func TestPerfWalsender(t *testing.T) {
 			}
 		}
 		t.Logf("%-12s %-40s %8s  walsender CPU %.2f s, context switches %d voluntary, %d not; this process %.2f s, target cluster %.2f s", c, clientEnv[i], d.Round(time.Millisecond), float64(cpu.Load())/100, vol.Load(), invol.Load(),
-			(selfCPU1-selfCPU0).Seconds(), float64(tgtCPU1-tgtCPU0)/100)
+			(selfCPU1 - selfCPU0).Seconds(), float64(tgtCPU1-tgtCPU0)/100)
 	}
 }
 

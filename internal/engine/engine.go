@@ -73,6 +73,11 @@ type Engine struct {
 	// until the stream's pending schema changes are applied.
 	ddl          ddlMode
 	schemaMayLag bool
+	// copyResumed: this start resumes an initial copy an earlier run began
+	// (progress says the snapshot is running). Its ready tables were copied
+	// at the slot's consistent point, so schema changes since are still in
+	// the stream; its other tables are copied again whole.
+	copyResumed bool
 }
 
 // New prepares a run; Run does the work.
@@ -192,6 +197,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
 	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
+	e.copyResumed = prog.Exists && prog.Snapshot == "running"
 	// A keyless table that repstream itself would publish is refused: once
 	// published, the source refuses its UPDATEs and DELETEs — the run
 	// would break the application writing it.
@@ -598,7 +604,26 @@ func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create, refuseKeyless bool, undo *undoList) (noBinary string, err error) {
 	log := e.log
 	var missing []*schema.Table
-	var problems, keyless []string
+	var again []schema.TableName
+	var problems, lagging, keyless []string
+	// With a resumed initial copy: the tables copied already, and those a
+	// start made bare (--create-tables) whose copy did not complete.
+	ready, remake := map[schema.TableName]bool{}, map[schema.TableName]bool{}
+	if e.copyResumed {
+		syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+		if err != nil {
+			return "", err
+		}
+		deferred, err := target.DeferredTables(ctx, tgt, e.cfg.Slot)
+		if err != nil {
+			return "", err
+		}
+		for _, s := range syncs {
+			t := schema.TableName{Schema: s.Schema, Name: s.Name}
+			ready[t] = s.State == target.TableReady
+			remake[t] = create && !ready[t] && deferred[t]
+		}
+	}
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
@@ -612,9 +637,25 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			}
 		}
 		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
+		if err == nil && remake[t] {
+			// Made bare by an earlier start, its copy not complete: the
+			// copy starts it again from empty, so it is made again from
+			// the source's definition as it is now — which may have
+			// changed since — with what is built after its copy.
+			again = append(again, t)
+			missing = append(missing, st)
+			if noBinary == "" {
+				noBinary = binaryProblem(st, st)
+			}
+			continue
+		}
 		if err == nil {
 			for _, p := range schema.Incompatible(st, tt) {
-				problems = append(problems, t.String()+": "+p)
+				if e.schemaMayLag || e.copyResumed && ready[t] && e.ddl != ddlOff {
+					lagging = append(lagging, t.String()+": "+p)
+				} else {
+					problems = append(problems, t.String()+": "+p)
+				}
 			}
 			if noBinary == "" {
 				noBinary = binaryProblem(st, tt)
@@ -635,16 +676,17 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	if len(keyless) > 0 {
 		return "", fmt.Errorf("tables repstream would publish cannot be replicated as they are:\n  %s", strings.Join(keyless, "\n  "))
 	}
-	if len(problems) > 0 && e.schemaMayLag {
-		// Apply stops at the change that cannot be applied, if any.
-		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
-			"differences", strings.Join(problems, "; "))
-	} else if len(problems) > 0 {
+	if len(problems) > 0 {
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}
+	if len(lagging) > 0 {
+		// Apply stops at the change that cannot be applied, if any.
+		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
+			"differences", strings.Join(lagging, "; "))
+	}
 	if len(missing) > 0 {
-		made, err := createTargetTables(ctx, src, tgt, missing, e.cfg.Slot, log)
+		made, err := createTargetTables(ctx, src, tgt, missing, again, e.cfg.Slot, log)
 		if err != nil {
 			return "", err
 		}
@@ -664,6 +706,8 @@ func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableNam
 // the user-defined types they need, in one transaction. A type the target
 // already has must be compatible (schema.UserType.Incompatible); a type of
 // an extension needs the extension on the target. It returns what it made.
+// The tables in again exist and are dropped first, in the same transaction:
+// bare tables of this slot whose copy did not complete, made again.
 //
 // With a slot (a start: nothing streams before its copies are done and
 // built), a table is made bare — no primary key, no other index, the
@@ -672,7 +716,7 @@ func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableNam
 // (target.BuildDeferred). Without (`tables add`: a running engine applies
 // schema changes to a pending table before its copy), it is made with its
 // primary key and replica identity, and the caller builds its other indexes.
-func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, slot string, log *slog.Logger) (made createdObjects, err error) {
+func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, again []schema.TableName, slot string, log *slog.Logger) (made createdObjects, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
 		return made, fmt.Errorf("--create-tables: %w", err)
@@ -692,6 +736,12 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		return made, fmt.Errorf("--create-tables: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	for _, t := range again {
+		if _, err := tx.Exec(ctx, "DROP TABLE "+t.Quoted()); err != nil {
+			return made, fmt.Errorf("--create-tables: make %s again (made bare by an earlier start, its copy did not complete, and it is copied again from empty): drop it: %w", t, err)
+		}
+		log.Info("making the table again from the source's definition: its copy did not complete", "table", t)
+	}
 	schemas := map[string]bool{}
 	ensureSchema := func(s string) error {
 		if schemas[s] {

@@ -197,7 +197,7 @@ func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Table
 		// Made whole, not bare (createTargetTables with no slot): a running
 		// engine applies schema changes to a pending table before its copy,
 		// which would leave deferred statements naming old columns.
-		if _, err := createTargetTables(ctx, src, tgt, missing, "", log); err != nil {
+		if _, err := createTargetTables(ctx, src, tgt, missing, nil, "", log); err != nil {
 			return err
 		}
 		for _, st := range missing {

@@ -58,6 +58,28 @@ SELECT $1, $2, $3, n - 1, s FROM unnest($4::text[]) WITH ORDINALITY AS u(s, n)`,
 	return nil
 }
 
+// DeferredTables returns the tables of slot with something deferred: made
+// bare by a start, their copy not yet complete (or its build not yet run).
+func DeferredTables(ctx context.Context, conn *pgx.Conn, slot string) (map[schema.TableName]bool, error) {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1`, slot)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
+	}
+	out := map[schema.TableName]bool{}
+	for rows.Next() {
+		var t schema.TableName
+		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
+		}
+		out[t] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
+	}
+	return out, nil
+}
+
 // ForgetDeferred deletes what is deferred on table t of slot, in tx.
 func ForgetDeferred(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName) error {
 	_, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`, slot, t.Schema, t.Name)
