@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/cli"
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
@@ -419,65 +420,15 @@ func TestTablesAddDuringEagerTransaction(t *testing.T) {
 // index, row for row. (Before, the next start refused: "the target's
 // tables cannot take the source's rows".)
 func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
-	e := newEnv(t)
+	e, cfg, stopLoad := interruptBareCopy(t)
 	tables := []string{"a_small", "b_big"}
-	e.srcExec(`CREATE TABLE a_small (id int PRIMARY KEY, v int NOT NULL, pad text);
-		CREATE TABLE b_big (id int PRIMARY KEY, v int NOT NULL, pad text);
-		CREATE INDEX b_big_pad ON b_big (pad)`)
-	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
-	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
-	cfg := e.config("public.a_small", "public.b_big")
-	cfg.SnapshotWorkers = 1 // a_small, then b_big
-	cfg.CreateTables = true
-
-	stopLoad := e.writeLoad(tables, 2000)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a_small was not copied within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	t.Logf("first run ended with: %v", <-done)
-	if s, _ := e.tableSync("b_big"); s.state == "ready" {
-		t.Fatalf("b_big was copied before the first run stopped: the test interrupts nothing (make it larger)")
-	}
-	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl WHERE table_name = 'b_big'"); n != 2 {
-		t.Fatalf("%d statements deferred for b_big, want 2 (its primary key and index)", n)
-	}
 
 	// Between the runs, under the same load (it writes columns by position).
 	e.srcExec(`ALTER TABLE b_big RENAME COLUMN pad TO filler`)
 	e.srcExec(`ALTER TABLE b_big ADD COLUMN extra int NOT NULL DEFAULT 7`)
 	e.srcExec(`ALTER TABLE a_small ADD COLUMN note text DEFAULT 'x'`) // copied already: the stream brings it
 
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	done2 := make(chan error, 1)
-	go func() { done2 <- engine.New(cfg, testLogger(t), nil).Run(ctx2) }()
-	stop := func() error {
-		cancel2()
-		return <-done2
-	}
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if s, ok := e.tableSync("b_big"); ok && s.state == "ready" {
-			break
-		}
-		select {
-		case err := <-done2:
-			t.Fatalf("second run ended before b_big was copied: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("b_big was not copied within 2 minutes")
-		}
-	}
+	stop := e.startUntilReady(cfg, "b_big")
 	time.Sleep(time.Second)
 	stopLoad()
 	e.waitCaughtUp(cfg.Slot, time.Minute)
@@ -506,4 +457,104 @@ func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
 	for _, tb := range tables {
 		e.assertSame(tb, "id")
 	}
+}
+
+// interruptBareCopy runs a first start with --create-tables over a_small
+// and b_big (400,000 rows, an index on pad) under a write load, and stops
+// it once a_small is copied: b_big is left bare, its copy incomplete, with
+// its key and index deferred. The load goes on.
+func interruptBareCopy(t *testing.T) (*env, config.Config, func()) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE a_small (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE TABLE b_big (id int PRIMARY KEY, v int NOT NULL, pad text);
+		CREATE INDEX b_big_pad ON b_big (pad)`)
+	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
+	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
+	cfg := e.config("public.a_small", "public.b_big")
+	cfg.SnapshotWorkers = 1 // a_small, then b_big
+	cfg.CreateTables = true
+
+	stopLoad := e.writeLoad([]string{"a_small", "b_big"}, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a_small was not copied within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	t.Logf("first run ended with: %v", <-done)
+	if s, _ := e.tableSync("b_big"); s.state == "ready" {
+		t.Fatalf("b_big was copied before the first run stopped: the test interrupts nothing (make it larger)")
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl WHERE table_name = 'b_big'"); n != 2 {
+		t.Fatalf("%d statements deferred for b_big, want 2 (its primary key and index)", n)
+	}
+	return e, cfg, stopLoad
+}
+
+// startUntilReady starts the engine and waits for table to be ready; it
+// fails the test if the run ends first.
+func (e *env) startUntilReady(cfg config.Config, table string) (stop func() error) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(e.t), nil).Run(ctx) }()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if s, ok := e.tableSync(table); ok && s.state == "ready" {
+			break
+		}
+		select {
+		case err := <-done:
+			e.t.Fatalf("the run ended before %s was copied: %v", table, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			e.t.Fatalf("%s was not copied within 2 minutes", table)
+		}
+	}
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// TestResumeInitialCopyAfterTableRename: as above, but between the runs the
+// source renames b_big, whose copy did not complete, to b_huge. The next run
+// copies b_huge; the target ends with b_huge, whole, and no b_big.
+func TestResumeInitialCopyAfterTableRename(t *testing.T) {
+	e, cfg, stopLoad := interruptBareCopy(t)
+	stopLoad()
+	e.srcExec(`ALTER TABLE b_big RENAME TO b_huge`)
+	cfg.Tables = []string{"public.a_small", "public.b_huge"} // as a user would: b_big is no more
+
+	stop := e.startUntilReady(cfg, "b_huge")
+	e.srcExec(`INSERT INTO b_huge SELECT g, 5, 'late' FROM generate_series(20000001, 20001000) g;
+		UPDATE b_huge SET v = v + 1 WHERE id <= 1000;
+		DELETE FROM b_huge WHERE id BETWEEN 1001 AND 1100`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = 'b_big'"); n != 0 {
+		t.Errorf("target still has b_big, half copied")
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE table_name = 'b_big' AND state = 'ready'"); n != 0 {
+		t.Errorf("b_big is marked ready")
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM pg_index WHERE indrelid = 'b_huge'::regclass`); n != 2 {
+		t.Errorf("target b_huge has %d indexes, want 2 (its primary key and index)", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.deferred_ddl"); n != 0 {
+		t.Errorf("%d statements still deferred after the copy", n)
+	}
+	e.assertSame("a_small", "id")
+	e.assertSame("b_huge", "id")
 }

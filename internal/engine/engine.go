@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -608,7 +609,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	var problems, lagging, keyless []string
 	// With a resumed initial copy: the tables copied already, and those a
 	// start made bare (--create-tables) whose copy did not complete.
-	ready, remake := map[schema.TableName]bool{}, map[schema.TableName]bool{}
+	ready, bare := map[schema.TableName]bool{}, map[schema.TableName]bool{}
 	if e.copyResumed {
 		syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 		if err != nil {
@@ -621,7 +622,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		for _, s := range syncs {
 			t := schema.TableName{Schema: s.Schema, Name: s.Name}
 			ready[t] = s.State == target.TableReady
-			remake[t] = create && !ready[t] && deferred[t]
+			bare[t] = !ready[t] && deferred[t]
 		}
 	}
 	for _, t := range tables {
@@ -637,7 +638,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			}
 		}
 		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
-		if err == nil && remake[t] {
+		if err == nil && create && bare[t] {
 			// Made bare by an earlier start, its copy not complete: the
 			// copy starts it again from empty, so it is made again from
 			// the source's definition as it is now — which may have
@@ -680,6 +681,18 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}
+	// A table made bare whose copy did not complete and that the source
+	// no longer publishes (renamed or dropped there, or taken out of the
+	// publication) would be left half copied: it is dropped.
+	var abandoned []schema.TableName
+	for t, ok := range bare {
+		if ok && !slices.Contains(tables, t) {
+			abandoned = append(abandoned, t)
+		}
+	}
+	if err := dropAbandonedCopies(ctx, tgt, e.cfg.Slot, abandoned, log); err != nil {
+		return "", err
+	}
 	if len(lagging) > 0 {
 		// Apply stops at the change that cannot be applied, if any.
 		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
@@ -693,6 +706,41 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		undo.createdTables(tgt, e.cfg.Slot, made)
 	}
 	return noBinary, nil
+}
+
+// dropAbandonedCopies drops tables a start made bare whose copy did not
+// complete and that are no longer published, with their deferred keys, in
+// one target transaction. Their copy state stays as it is (not ready), so
+// that apply skips the changes the stream still has for them (those before
+// a rename, say); were they published again, they would be copied then.
+func dropAbandonedCopies(ctx context.Context, tgt *pgx.Conn, slot string, tables []schema.TableName, log *slog.Logger) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	slices.SortFunc(tables, func(a, b schema.TableName) int { return strings.Compare(a.String(), b.String()) })
+	tx, err := tgt.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	for _, t := range tables {
+		fail := func(err error) error {
+			return fmt.Errorf("drop %s, which an earlier start made and began to copy and the source no longer publishes: %w", t, err)
+		}
+		if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+t.Quoted()); err != nil {
+			return fail(err)
+		}
+		if err := target.ForgetDeferred(ctx, tx, slot, t); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		log.Info("dropped a table whose copy did not complete: the source no longer publishes it (renamed or dropped there, or taken out of the publication); its changes are skipped", "table", t)
+	}
+	return nil
 }
 
 // afterCopy builds the keys and indexes of a table --create-tables made
