@@ -9,6 +9,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -114,6 +115,31 @@ func skipRel(m map[TableName]TableState, rel *change.Relation, end change.LSN) b
 	return !s.Ready || end != 0 && end <= s.SyncLSN
 }
 
+// skipDDL reports whether the schema change c, in a transaction ending at
+// end, is skipped: its table — under its name after the change, or before
+// it if the filter does not know that one — is ready and was copied at or
+// after end, so the copy has the change already. Replayed, a change is
+// diffed against a table that has it: most are no-ops, but not all (a
+// column dropped and added again would lose the copied values). A change to
+// a table not ready is applied: the table is made before its copy
+// (`tables add`) and must follow the source until then.
+func skipDDL(m map[TableName]TableState, c *change.Change, end change.LSN) bool {
+	if end == 0 {
+		return false
+	}
+	msg, err := schema.ParseDDLMessage(c.DDLContent())
+	if err != nil {
+		return false // the writer reports it
+	}
+	n := msg.TableName()
+	s, ok := m[TableName{n.Schema, n.Name}]
+	if !ok && msg.Old != nil {
+		o := msg.Old.TableName()
+		s, ok = m[TableName{o.Schema, o.Name}]
+	}
+	return ok && s.Ready && end <= s.SyncLSN
+}
+
 // Keep returns the part of c to write in a transaction ending at end (end 0:
 // in progress), and false when nothing of it is. A TRUNCATE keeps the
 // relations that are not skipped.
@@ -121,6 +147,9 @@ func (f *TableFilter) Keep(c *change.Change, end change.LSN) (*change.Change, bo
 	m := f.states()
 	if len(m) == 0 {
 		return c, true
+	}
+	if c.Op == change.OpDDL {
+		return c, !skipDDL(m, c, end)
 	}
 	if c.Op != change.OpTruncate {
 		return c, !skipRel(m, c.Rel, end)

@@ -69,6 +69,37 @@ func TestTableFilterKeep(t *testing.T) {
 		t.Fatal("truncate of skipped tables only was kept")
 	}
 
+	// A schema change is skipped when its table — by its new name, or its
+	// old one — was copied at or after its end; a pending table gets it.
+	ddl := func(name, old string) *change.Change {
+		j := `{"tag":"ALTER TABLE","schema":"public","name":"` + name + `"`
+		if old != "" {
+			j += `,"old":{"schema":"public","name":"` + old + `"}`
+		}
+		return change.NewDDL(1, 1, []byte(j+"}"))
+	}
+	ddlCases := []struct {
+		name string
+		c    *change.Change
+		end  change.LSN
+		keep bool
+	}{
+		{"ready table, before its copy", ddl("a", ""), 0xff, false},
+		{"ready table, at its copy", ddl("a", ""), 0x100, false},
+		{"ready table, after its copy", ddl("a", ""), 0x101, true},
+		{"ready table, in progress", ddl("a", ""), 0, true},
+		{"renamed from a ready table, before its copy", ddl("a_new", "a"), 0xff, false},
+		{"renamed to a ready table, before its copy", ddl("a", "zz"), 0xff, false},
+		{"pending table", ddl("b", ""), 0x10, true},
+		{"unknown table", ddl("c", ""), 0x10, true},
+		{"unreadable message: left to the writer", change.NewDDL(1, 1, []byte("{")), 0x10, true},
+	}
+	for _, tc := range ddlCases {
+		if _, keep := f.Keep(tc.c, tc.end); keep != tc.keep {
+			t.Errorf("schema change, %s: keep = %v, want %v", tc.name, keep, tc.keep)
+		}
+	}
+
 	// Put makes a pending table ready; a nil filter keeps everything.
 	f.Put(TableName{"public", "b"}, TableState{Ready: true, SyncLSN: 0x300})
 	if _, keep := f.Keep(ins(b), 0x300); keep {

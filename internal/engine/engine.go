@@ -13,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -75,7 +74,8 @@ type Engine struct {
 	ddl          ddlMode
 	schemaMayLag bool
 	// copyResumed: this start resumes an initial copy an earlier run began
-	// (progress says the snapshot is running). Its ready tables were copied
+	// (progress says the snapshot is running, and the slot is there). Its
+	// ready tables were copied
 	// at the slot's consistent point, so schema changes since are still in
 	// the stream; its other tables are copied again whole.
 	copyResumed bool
@@ -198,7 +198,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
 	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
-	e.copyResumed = prog.Exists && prog.Snapshot == "running"
+	e.copyResumed = prog.Exists && prog.Snapshot == "running" && !firstStart
 	// A keyless table that repstream itself would publish is refused: once
 	// published, the source refuses its UPDATEs and DELETEs — the run
 	// would break the application writing it.
@@ -638,7 +638,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			}
 		}
 		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
-		if err == nil && create && bare[t] {
+		if err == nil && create && bare[t] && stillBare(tt) {
 			// Made bare by an earlier start, its copy not complete: the
 			// copy starts it again from empty, so it is made again from
 			// the source's definition as it is now — which may have
@@ -681,18 +681,6 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}
-	// A table made bare whose copy did not complete and that the source
-	// no longer publishes (renamed or dropped there, or taken out of the
-	// publication) would be left half copied: it is dropped.
-	var abandoned []schema.TableName
-	for t, ok := range bare {
-		if ok && !slices.Contains(tables, t) {
-			abandoned = append(abandoned, t)
-		}
-	}
-	if err := dropAbandonedCopies(ctx, tgt, e.cfg.Slot, abandoned, log); err != nil {
-		return "", err
-	}
 	if len(lagging) > 0 {
 		// Apply stops at the change that cannot be applied, if any.
 		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
@@ -708,39 +696,11 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	return noBinary, nil
 }
 
-// dropAbandonedCopies drops tables a start made bare whose copy did not
-// complete and that are no longer published, with their deferred keys, in
-// one target transaction. Their copy state stays as it is (not ready), so
-// that apply skips the changes the stream still has for them (those before
-// a rename, say); were they published again, they would be copied then.
-func dropAbandonedCopies(ctx context.Context, tgt *pgx.Conn, slot string, tables []schema.TableName, log *slog.Logger) error {
-	if len(tables) == 0 {
-		return nil
-	}
-	slices.SortFunc(tables, func(a, b schema.TableName) int { return strings.Compare(a.String(), b.String()) })
-	tx, err := tgt.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	for _, t := range tables {
-		fail := func(err error) error {
-			return fmt.Errorf("drop %s, which an earlier start made and began to copy and the source no longer publishes: %w", t, err)
-		}
-		if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+t.Quoted()); err != nil {
-			return fail(err)
-		}
-		if err := target.ForgetDeferred(ctx, tx, slot, t); err != nil {
-			return fail(err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	for _, t := range tables {
-		log.Info("dropped a table whose copy did not complete: the source no longer publishes it (renamed or dropped there, or taken out of the publication); its changes are skipped", "table", t)
-	}
-	return nil
+// stillBare reports whether a target table is as a start made it for its
+// copy: an ordinary table with no primary key. (A table by that name that
+// has one is not the one the record was made for: made again by hand.)
+func stillBare(t *schema.Table) bool {
+	return !t.Partitioned && len(t.PrimaryKey) == 0
 }
 
 // afterCopy builds the keys and indexes of a table --create-tables made
@@ -784,6 +744,11 @@ func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schem
 		return made, fmt.Errorf("--create-tables: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	if len(again) > 0 {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '30s'"); err != nil {
+			return made, fmt.Errorf("--create-tables: %w", err)
+		}
+	}
 	for _, t := range again {
 		if _, err := tx.Exec(ctx, "DROP TABLE "+t.Quoted()); err != nil {
 			return made, fmt.Errorf("--create-tables: make %s again (made bare by an earlier start, its copy did not complete, and it is copied again from empty): drop it: %w", t, err)
