@@ -143,22 +143,8 @@ func testResumeInitialCopy(t *testing.T, create bool) {
 	cfg.CreateTables = create
 
 	stopLoad := e.writeLoad(tables, 2000)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
 	// Stop the first run as soon as a_small is copied (b_big takes seconds).
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a_small was not copied within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "initial copy") {
+	if err := e.runUntilReady(cfg, "a_small"); err == nil || !strings.Contains(err.Error(), "initial copy") {
 		t.Logf("first run ended with: %v", err)
 	}
 	kept, _ := e.tableSync("a_small")
@@ -482,21 +468,7 @@ func interruptBareCopy(t *testing.T) (*env, config.Config, func()) {
 	cfg.CreateTables = true
 
 	stopLoad := e.writeLoad([]string{"a_small", "b_big"}, 2000)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if s, ok := e.tableSync("a_small"); ok && s.state == "ready" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a_small was not copied within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	t.Logf("first run ended with: %v", <-done)
+	t.Logf("first run ended with: %v", e.runUntilReady(cfg, "a_small"))
 	if s, _ := e.tableSync("b_big"); s.state == "ready" {
 		t.Fatalf("b_big was copied before the first run stopped: the test interrupts nothing (make it larger)")
 	}
@@ -504,6 +476,28 @@ func interruptBareCopy(t *testing.T) (*env, config.Config, func()) {
 		t.Fatalf("%d statements deferred for b_big, want 2 (its primary key and index)", n)
 	}
 	return e, cfg, stopLoad
+}
+
+// runUntilReady runs the engine until table is ready, stops it and returns
+// how the run ended.
+func (e *env) runUntilReady(cfg config.Config, table string) error {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(e.t), nil).Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if s, ok := e.tableSync(table); ok && s.state == "ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s was not copied within a minute", table)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	return <-done
 }
 
 // startUntilReady starts the engine and waits for table to be ready; it
