@@ -75,9 +75,9 @@ type Engine struct {
 	schemaMayLag bool
 	// copyResumed: this start resumes an initial copy an earlier run began
 	// (progress says the snapshot is running, and the slot is there). Its
-	// ready tables were copied
-	// at the slot's consistent point, so schema changes since are still in
-	// the stream; its other tables are copied again whole.
+	// ready tables were copied at the slot's consistent point, so schema
+	// changes since are still in the stream; its other tables are copied
+	// again whole.
 	copyResumed bool
 }
 
