@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -622,7 +623,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		for _, s := range syncs {
 			t := schema.TableName{Schema: s.Schema, Name: s.Name}
 			ready[t] = s.State == target.TableReady
-			bare[t] = !ready[t] && deferred[t]
+			bare[t] = !ready[t] && slices.Contains(deferred, t)
 		}
 	}
 	for _, t := range tables {

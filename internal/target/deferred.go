@@ -58,26 +58,23 @@ SELECT $1, $2, $3, n - 1, s FROM unnest($4::text[]) WITH ORDINALITY AS u(s, n)`,
 	return nil
 }
 
-// DeferredTables returns the tables of slot with something deferred: made
-// bare by a start, their copy not yet complete (or its build not yet run).
-func DeferredTables(ctx context.Context, conn *pgx.Conn, slot string) (map[schema.TableName]bool, error) {
-	rows, err := conn.Query(ctx, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1`, slot)
+// DeferredTables returns the tables of slot with something deferred, by
+// name: made bare by a start, their copy not yet complete (or its build not
+// yet run).
+func DeferredTables(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
 	if err != nil {
-		return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
+		return nil, fmt.Errorf("read what to build on the target's tables: %w", err)
 	}
-	out := map[schema.TableName]bool{}
-	for rows.Next() {
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schema.TableName, error) {
 		var t schema.TableName
-		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
-		}
-		out[t] = true
+		err := r.Scan(&t.Schema, &t.Name)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read what to build on the target's tables: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list the tables whose keys are built after their copy: %w", err)
-	}
-	return out, nil
+	return tables, nil
 }
 
 // ForgetDeferred deletes what is deferred on table t of slot, in tx.
@@ -143,17 +140,9 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 // (BuildDeferred): before streaming, for the tables no copy built (a start
 // with --snapshot=false copies none).
 func BuildAllDeferred(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
-	rows, err := conn.Query(ctx, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
+	tables, err := DeferredTables(ctx, conn, slot)
 	if err != nil {
-		return fmt.Errorf("read what to build on the target's tables: %w", err)
-	}
-	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schema.TableName, error) {
-		var t schema.TableName
-		err := r.Scan(&t.Schema, &t.Name)
-		return t, err
-	})
-	if err != nil {
-		return fmt.Errorf("read what to build on the target's tables: %w", err)
+		return err
 	}
 	for _, t := range tables {
 		if err := BuildDeferred(ctx, conn, slot, t, log); err != nil {
