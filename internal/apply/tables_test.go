@@ -93,6 +93,8 @@ func TestTableFilterKeep(t *testing.T) {
 		{"pending table", ddl("b", ""), 0x10, true},
 		{"unknown table", ddl("c", ""), 0x10, true},
 		{"unreadable message: left to the writer", change.NewDDL(1, 1, []byte("{")), 0x10, true},
+		{"undescribed change to a ready table before its copy: left to the writer", change.NewDDL(1, 1,
+			[]byte(`{"tag":"ALTER TABLE","schema":"public","name":"a","error":"permission denied"}`)), 0xff, true},
 	}
 	for _, tc := range ddlCases {
 		if _, keep := f.Keep(tc.c, tc.end); keep != tc.keep {
