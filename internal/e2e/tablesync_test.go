@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -504,9 +505,15 @@ func (e *env) runUntilReady(cfg config.Config, table string) error {
 // fails the test if the run ends first.
 func (e *env) startUntilReady(cfg config.Config, table string) (stop func() error) {
 	e.t.Helper()
+	return e.startUntilReadyLog(cfg, table, testLogger(e.t))
+}
+
+// startUntilReadyLog is startUntilReady with the engine logging to log.
+func (e *env) startUntilReadyLog(cfg config.Config, table string, log *slog.Logger) (stop func() error) {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- engine.New(cfg, testLogger(e.t), nil).Run(ctx) }()
+	go func() { done <- engine.New(cfg, log, nil).Run(ctx) }()
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if s, ok := e.tableSync(table); ok && s.state == "ready" {
 			break
@@ -530,15 +537,17 @@ func (e *env) startUntilReady(cfg config.Config, table string) (stop func() erro
 // TestResumeInitialCopyAfterTableRename: as above, but between the runs the
 // source renames b_big, whose copy did not complete, to b_huge. The next run
 // makes and copies b_huge, and skips the rename in the stream (the copy has
-// it); the target ends with b_huge, whole. (The half-copied b_big is left on
-// the target, its copy state pending: not handled yet.)
+// it); the target ends with b_huge, whole. The part-copied b_big is left on
+// the target, its copy state still copying (so that apply skips what the
+// stream has for it), and the start says so in a warning naming it.
 func TestResumeInitialCopyAfterTableRename(t *testing.T) {
 	e, cfg, stopLoad := interruptBareCopy(t)
 	stopLoad()
 	e.srcExec(`ALTER TABLE b_big RENAME TO b_huge`)
 	cfg.Tables = []string{"public.a_small", "public.b_huge"} // as a user would: b_big is no more
 
-	stop := e.startUntilReady(cfg, "b_huge")
+	var logs syncBuffer
+	stop := e.startUntilReadyLog(cfg, "b_huge", capturingLogger(&logs))
 	e.srcExec(`INSERT INTO b_huge SELECT g, 5, 'late' FROM generate_series(20000001, 20001000) g;
 		UPDATE b_huge SET v = v + 1 WHERE id <= 1000;
 		DELETE FROM b_huge WHERE id BETWEEN 1001 AND 1100`)
@@ -554,4 +563,15 @@ func TestResumeInitialCopyAfterTableRename(t *testing.T) {
 	}
 	e.assertSame("a_small", "id")
 	e.assertSame("b_huge", "id")
+	if s, _ := e.tableSync("b_big"); s.state != "copying" {
+		t.Errorf("b_big's copy state is %q, want copying (left, its changes skipped)", s.state)
+	}
+	warned := false
+	for line := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(line, "level=WARN") && strings.Contains(line, "no longer published by the source") &&
+			strings.Contains(line, "table=public.b_big")
+	}
+	if !warned {
+		t.Errorf("no warning names the part-copied b_big the source no longer publishes:\n%s", logs.tail(30))
+	}
 }

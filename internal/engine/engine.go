@@ -611,6 +611,7 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	// With a resumed initial copy: the tables copied already, and those a
 	// start made bare (--create-tables) whose copy did not complete.
 	ready, bare := map[schema.TableName]bool{}, map[schema.TableName]bool{}
+	var copying []schema.TableName
 	if e.copyResumed {
 		syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 		if err != nil {
@@ -624,6 +625,9 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 			t := schema.TableName{Schema: s.Schema, Name: s.Name}
 			ready[t] = s.State == target.TableReady
 			bare[t] = !ready[t] && slices.Contains(deferred, t)
+			if s.State == target.TableCopying {
+				copying = append(copying, t)
+			}
 		}
 	}
 	for _, t := range tables {
@@ -681,6 +685,16 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	if len(problems) > 0 {
 		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
+	}
+	// A table whose copy did not complete and that the source no longer
+	// publishes (renamed or dropped there, or taken out of the
+	// publication) is left as it is: its copy state stays pending, so that
+	// apply skips what the stream still has for it. Said once, here.
+	for _, t := range copying {
+		if !slices.Contains(tables, t) {
+			log.Warn("a table whose copy did not complete is no longer published by the source (renamed or dropped there, or taken out of the publication): it is left on the target part copied and gets no changes; drop it when you no longer need it",
+				"table", t.String())
+		}
 	}
 	if len(lagging) > 0 {
 		// Apply stops at the change that cannot be applied, if any.

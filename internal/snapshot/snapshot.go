@@ -374,6 +374,19 @@ func planTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, opts
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %s: target: %w", t, err)
 	}
+	// The target table was made or checked before this snapshot was taken.
+	// A schema change on the source in between is in the rows copied here,
+	// and apply skips it for a table copied after it (apply.skipDDL): so
+	// the target must take the source's columns as they are in the
+	// snapshot, by the start's own rule (schema.Incompatible), or the copy
+	// stops here, before a row of the table is written.
+	published := *st
+	published.Columns = slices.DeleteFunc(slices.Clone(st.Columns), func(c schema.Column) bool { return !shape.includes(c.Name) })
+	if problems := schema.Incompatible(&published, tt); len(problems) > 0 {
+		return nil, fmt.Errorf("snapshot of %s: the target table cannot take the source's rows as they are at the copy's snapshot "+
+			"(the source's table changed after the target's was made or checked): %s; make the target table match the source's, "+
+			"or drop it and run with --create-tables, then run again", t, strings.Join(problems, "; "))
+	}
 	binary := opts.Binary
 	var cols []string
 	for _, c := range st.Columns {

@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/snapshot"
+)
+
+// TestCopyRefusesSchemaDrift: a copy whose snapshot sees a source table
+// changed after the target's was made or checked — here a numeric column
+// widened to four decimals, which the target's two would round away — stops
+// before writing a row of it, naming the table and the column, instead of
+// copying rounded values (apply skips the change for a table copied after
+// it: nothing would ever put the digits back). A column dropped and added
+// again with its type, in the same window, is copied as it is.
+func TestCopyRefusesSchemaDrift(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE drift (id int PRIMARY KEY, amount numeric(12,2), note text)`)
+	e.both(`CREATE TABLE readded (id int PRIMARY KEY, note text)`)
+	e.srcExec(`INSERT INTO drift SELECT g, g / 100.0, 'n' || g FROM generate_series(1, 1000) g`)
+	e.srcExec(`INSERT INTO readded SELECT g, 'old' FROM generate_series(1, 1000) g`)
+	// After the target tables were made, before the snapshot.
+	e.srcExec(`ALTER TABLE drift ALTER COLUMN amount TYPE numeric(12,4)`)
+	e.srcExec(`UPDATE drift SET amount = amount + 0.0001`)
+	e.srcExec(`ALTER TABLE readded DROP COLUMN note`)
+	e.srcExec(`ALTER TABLE readded ADD COLUMN note text`)
+	e.srcExec(`UPDATE readded SET note = 'new ' || id`)
+
+	ctx := context.Background()
+	copyAt := func(table string) error {
+		src, err := e.srcConn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close(ctx)
+		var snap string
+		if _, err := src.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snap); err != nil {
+			t.Fatal(err)
+		}
+		_, err = snapshot.Copy(ctx, snapshot.Options{
+			SourceDSN: e.src.DSN(e.srcDB), TargetDSN: e.tgt.DSN(e.tgtDB), SnapshotName: snap, Workers: 2, Binary: true,
+			Tables: []schema.TableName{{Schema: "public", Name: table}}, Logger: testLogger(t),
+		})
+		return err
+	}
+	err := copyAt("drift")
+	if err == nil {
+		t.Fatal("the copy of a table whose source column was widened after the target's was made succeeded (its values rounded)")
+	}
+	for _, want := range []string{"public.drift", `"amount"`, "numeric(12,4)", "rounded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the copy's error does not name %s: %v", want, err)
+		}
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM drift`); n != 0 {
+		t.Errorf("the refused copy wrote %d rows of drift", n)
+	}
+	if err := copyAt("readded"); err != nil {
+		t.Fatalf("copy of a table with a column dropped and added again: %v", err)
+	}
+	e.assertSame("readded", "id")
+}
