@@ -688,8 +688,9 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 	}
 	// A table whose copy did not complete and that the source no longer
 	// publishes (renamed or dropped there, or taken out of the
-	// publication) is left as it is: its copy state stays pending, so that
-	// apply skips what the stream still has for it. Said once, here.
+	// publication) is left as it is: its copy state stays "copying" (not
+	// ready), so that apply skips what the stream still has for it. Said
+	// once, here.
 	for _, t := range copying {
 		if !slices.Contains(tables, t) {
 			log.Warn("a table whose copy did not complete is no longer published by the source (renamed or dropped there, or taken out of the publication): it is left on the target part copied and gets no changes; drop it when you no longer need it",
