@@ -31,20 +31,8 @@ func TestCopyRefusesSchemaDrift(t *testing.T) {
 
 	ctx := context.Background()
 	copyAt := func(table string) error {
-		src, err := e.srcConn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close(ctx)
-		var snap string
-		if _, err := src.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`); err != nil {
-			t.Fatal(err)
-		}
-		if err := src.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snap); err != nil {
-			t.Fatal(err)
-		}
-		_, err = snapshot.Copy(ctx, snapshot.Options{
-			SourceDSN: e.src.DSN(e.srcDB), TargetDSN: e.tgt.DSN(e.tgtDB), SnapshotName: snap, Workers: 2, Binary: true,
+		_, err := snapshot.Copy(ctx, snapshot.Options{
+			SourceDSN: e.src.DSN(e.srcDB), TargetDSN: e.tgt.DSN(e.tgtDB), SnapshotName: e.exportSnapshot(ctx), Workers: 2, Binary: true,
 			Tables: []schema.TableName{{Schema: "public", Name: table}}, Logger: testLogger(t),
 		})
 		return err
@@ -65,4 +53,23 @@ func TestCopyRefusesSchemaDrift(t *testing.T) {
 		t.Fatalf("copy of a table with a column dropped and added again: %v", err)
 	}
 	e.assertSame("readded", "id")
+}
+
+// exportSnapshot exports a snapshot of the source from a transaction kept
+// open until the test ends, and returns its name (for snapshot.Copy).
+func (e *env) exportSnapshot(ctx context.Context) string {
+	e.t.Helper()
+	src, err := e.srcConn(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { src.Close(context.Background()) })
+	var snap string
+	if _, err := src.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := src.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snap); err != nil {
+		e.t.Fatal(err)
+	}
+	return snap
 }

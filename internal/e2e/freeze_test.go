@@ -212,18 +212,7 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 	e.tgtExec(`GRANT SELECT, INSERT, TRUNCATE ON hasrows TO ` + r.tgt)
 
 	ctx := context.Background()
-	src, err := e.srcConn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close(ctx)
-	var snap string
-	if _, err := src.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snap); err != nil {
-		t.Fatal(err)
-	}
+	snap := e.exportSnapshot(ctx)
 	var logs syncBuffer
 	res, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: e.src.DSN(e.srcDB), SnapshotName: snap, Workers: 2, Binary: true,
