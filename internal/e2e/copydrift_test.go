@@ -73,3 +73,33 @@ func (e *env) exportSnapshot(ctx context.Context) string {
 	}
 	return snap
 }
+
+// TestRestartStopsWhereTargetWouldRound: a restart takes a target table that
+// differs from the source for a schema change still in the stream (a
+// warning, with --ddl on). When none comes — here the target's column was
+// narrowed by hand between the runs — the first row the stream describes
+// with the source's type stops the run, naming the column and both types,
+// instead of rounding its digits away; nothing of it is applied.
+func TestRestartStopsWhereTargetWouldRound(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE money (id int PRIMARY KEY, amount numeric(12,4))`)
+	e.srcExec(`INSERT INTO money VALUES (1, 1.2345)`)
+	cfg := e.config("public.money")
+	e.catchUp(cfg)
+	e.assertSame("money", "id")
+
+	e.tgtExec(`ALTER TABLE money ALTER COLUMN amount TYPE numeric(12,2)`)
+	e.srcExec(`INSERT INTO money VALUES (2, 2.3456)`)
+	_, err := e.tryCatchUp(cfg)
+	if err == nil {
+		t.Fatal("the run applied rows of numeric(12,4) into a numeric(12,2) column (rounded)")
+	}
+	for _, want := range []string{`"amount"`, "numeric(12,4)", "numeric(12,2)", "rounded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %s: %v", want, err)
+		}
+	}
+	if n := e.count(e.Tgt, `SELECT count(*) FROM money WHERE id = 2`); n != 0 {
+		t.Errorf("the row the run stopped at was applied")
+	}
+}

@@ -214,7 +214,7 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFoun
 // Incompatible lists, one line each, why target cannot take the rows of
 // source, a table of the same name: a source column the target lacks, a
 // column whose target type would change values without an error (see
-// silentConversion) or that is of another kind (type category) than the
+// SilentConversion) or that is of another kind (type category) than the
 // source's — a text column takes any value — and a target NOT NULL column
 // the source does not fill (no default, not generated, not an identity
 // column). Nil when there is nothing. Other differences within a kind
@@ -232,7 +232,7 @@ func Incompatible(source, target *Table) []string {
 			continue
 		}
 		tc := &target.Columns[i]
-		why := silentConversion(c.Type, tc.Type)
+		why := SilentConversion(c.Type, tc.Type)
 		if why == "" && c.Category != tc.Category && tc.Category != 'S' && c.Category != 0 && tc.Category != 0 {
 			why = "a different kind of type (only a text column takes any value)"
 		}
@@ -251,11 +251,11 @@ func Incompatible(source, target *Table) []string {
 	return out
 }
 
-// silentConversion says how storing a value of type from in a column of
+// SilentConversion says how storing a value of type from in a column of
 // type to changes it without an error ("" if it does not, or if the target
 // rejects what it cannot hold): a time zone dropped or assumed, digits
 // rounded away. Types are format_type's text, modifiers included.
-func silentConversion(from, to string) string {
+func SilentConversion(from, to string) string {
 	base := func(t string) string {
 		if i := strings.IndexByte(t, '('); i >= 0 && !strings.HasSuffix(t, "]") {
 			return t[:i]

@@ -77,8 +77,8 @@ func TestSilentConversion(t *testing.T) {
 		{"character varying(20)", "character varying(10)", false},
 		{"integer[]", "integer[]", false},
 	} {
-		if got := silentConversion(tc.from, tc.to) != ""; got != tc.silent {
-			t.Errorf("silentConversion(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.silent)
+		if got := SilentConversion(tc.from, tc.to) != ""; got != tc.silent {
+			t.Errorf("SilentConversion(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.silent)
 		}
 	}
 }

@@ -30,6 +30,9 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 			return nil, err
 		}
 	}
+	if err := w.checkStreamTypes(ctx, rel, tab); err != nil {
+		return nil, err
+	}
 	var textEq map[string]bool
 	if !rel.HasKey() {
 		textEq, err = w.textEqColumns(ctx, tab)
@@ -46,6 +49,33 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	}
 	w.plans[rel] = p
 	return p, nil
+}
+
+// checkStreamTypes refuses a relation whose columns, as the stream
+// describes them (type and modifier, for the rows that follow), the target
+// table would store changed without an error (schema.SilentConversion:
+// digits rounded away, a time zone dropped or assumed). A start checks the
+// tables against the source's catalog, but on a restart it takes a
+// difference for a schema change still in the stream (a warning); the
+// stream's own description is where that is found true or not: had the
+// change come, the target would have it before these rows.
+func (w *Writer) checkStreamTypes(ctx context.Context, rel *change.Relation, tab *schema.Table) error {
+	cols, err := w.relColumns(ctx, rel)
+	if err != nil {
+		return err
+	}
+	for _, c := range cols {
+		ti := tab.Column(c.Name)
+		if c.Type == "" || ti < 0 || tab.Columns[ti].Generated {
+			continue // not built in, or newPlan reports it
+		}
+		if why := schema.SilentConversion(c.Type, tab.Columns[ti].Type); why != "" {
+			return fmt.Errorf("column %q of %s is %s in the source's stream but %s on the target table %s: %s "+
+				"(a schema change the target did not get, or a column changed on the target): make the target column match the source's, then restart",
+				c.Name, rel.String(), c.Type, tab.Columns[ti].Type, tab.TableName(), why)
+		}
+	}
+	return nil
 }
 
 // collapsibleQuery reads, for one target table (oid $1), what makes folding
