@@ -132,7 +132,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DDL, "ddl", c.DDL, "schema changes: true (event trigger on the source; relation without superuser), relation (from pgoutput's Relation messages), false")
 	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")
 	fs.BoolVar(&c.SyncSequences, "sync-sequences", false, "copy the replicated tables' sequence positions to the target when the run ends caught up or is stopped (see `sequences sync`)")
-	fs.StringVar(&c.HTTP, "http", "", "serve the live page (/), /status (JSON), /metrics (Prometheus) and /healthz on exactly this address, from the start of the run, e.g. 127.0.0.1:9187")
+	fs.StringVar(&c.HTTP, "http", "", "serve the live page (/), /status (JSON), /metrics (Prometheus) and /healthz on this address, from the start of the run: 127.0.0.1:9187, or :9187 (a port alone binds 127.0.0.1); 0.0.0.0:9187 for every interface")
 	fs.DurationVar(&c.HealthzMaxLag, "healthz-max-lag", c.HealthzMaxLag, "/healthz answers 503 when the apply lag passes this (0: never)")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "log one progress line at this interval (0: off)")
 	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "standby status updates to the source at least this often")

@@ -93,16 +93,18 @@ func (e *Engine) watermark() *apply.Watermark {
 }
 
 // start listens (an --http address that cannot be bound fails the run at
-// once), then starts the monitor's goroutines. The returned context is
-// ctx, cancelled also when the HTTP server fails; stop ends the goroutines
-// and returns that failure, if any.
+// once), then starts the monitor's goroutines; the server bounds its
+// connections and their timeouts (stats.DefaultServerOptions). The
+// returned context is ctx, cancelled also when the HTTP server fails; stop
+// ends the goroutines and returns that failure, if any.
 func (m *monitor) start(ctx context.Context) (context.Context, func() error, error) {
 	cfg := m.e.cfg
 	var ln net.Listener
 	if cfg.HTTP != "" {
 		var lc net.ListenConfig
 		var err error
-		if ln, err = lc.Listen(ctx, "tcp", cfg.HTTP); err != nil {
+		// A port alone binds 127.0.0.1 (stats.ListenAddr).
+		if ln, err = lc.Listen(ctx, "tcp", stats.ListenAddr(cfg.HTTP)); err != nil {
 			return nil, nil, fmt.Errorf("--http %s: %w", cfg.HTTP, err)
 		}
 	}

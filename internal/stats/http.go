@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -114,13 +116,92 @@ func allowGet(w http.ResponseWriter, req *http.Request) bool {
 	return false
 }
 
-// Serve listens on addr (host:port; ":0" picks a free port) and serves h
-// until ctx is done, then shuts down gracefully (in-flight requests get 5 s).
-// It returns nil after a shutdown caused by ctx, or the listen/serve error.
-// logger may be nil.
+// ServerOptions bound what clients of the endpoint can hold: every
+// connection is closed once it has been idle, slow to send its request or
+// slow to read its response for longer than these timeouts, and no more than
+// MaxConns are open at once. A zero field takes its DefaultServerOptions
+// value. The endpoint has no streaming response (the live page polls
+// /status), so WriteTimeout bounds every request.
+type ServerOptions struct {
+	// ReadHeaderTimeout is how long a client may take to send a request's
+	// headers, from the first byte (or from accept, for the first request).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of its response.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int
+	// MaxConns bounds the open connections. A connection accepted at the
+	// bound closes the one that has waited longest for a request (idle, or
+	// new and not yet sending), so idle clients never lock out a new
+	// request such as a liveness probe's; only when all MaxConns are
+	// serving a request is the new one closed at once.
+	MaxConns int
+}
+
+// DefaultServerOptions are the bounds of Serve and ServeListener: a
+// read-only endpoint whose answers take milliseconds.
+func DefaultServerOptions() ServerOptions {
+	return ServerOptions{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		MaxConns:          64,
+	}
+}
+
+func (o ServerOptions) withDefaults() ServerOptions {
+	d := DefaultServerOptions()
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = d.ReadTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = d.WriteTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = d.IdleTimeout
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = d.MaxConns
+	}
+	return o
+}
+
+// ListenAddr is the address the endpoint binds for addr: a port alone
+// (":9187" or "9187") is 127.0.0.1's, so that only this host reaches it;
+// every other address is bound as given ("0.0.0.0:9187" or "[::]:9187" for
+// every interface).
+func ListenAddr(addr string) string {
+	if addr != "" && strings.Trim(addr, "0123456789") == "" {
+		return net.JoinHostPort("127.0.0.1", addr)
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+// Serve listens on addr (host:port; a port alone binds 127.0.0.1, see
+// ListenAddr; ":0" picks a free port) and serves h until ctx is done, then
+// shuts down gracefully (in-flight requests get 5 s), with the
+// DefaultServerOptions. It returns nil after a shutdown caused by ctx, or
+// the listen/serve error. logger may be nil.
 func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	ln, err := lc.Listen(ctx, "tcp", ListenAddr(addr))
 	if err != nil {
 		return fmt.Errorf("listen stats endpoint on %s: %w", addr, err)
 	}
@@ -130,13 +211,26 @@ func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 // ServeListener is Serve on an existing listener (which it closes); use it
 // when the caller needs to know the bound address before serving.
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	return ServeListenerOptions(ctx, ln, h, logger, ServerOptions{})
+}
+
+// ServeListenerOptions is ServeListener with other bounds than the
+// defaults.
+func ServeListenerOptions(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger, opts ServerOptions) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With(slog.String("component", "stats.http"))
+	opts = opts.withDefaults()
+	cc := newConnCap(opts.MaxConns, logger)
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		ReadTimeout:       opts.ReadTimeout,
+		WriteTimeout:      opts.WriteTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    opts.MaxHeaderBytes,
+		ConnState:         cc.track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -161,4 +255,87 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, logger 
 	}
 	logger.Info("stats endpoint stopped")
 	return nil
+}
+
+// connCap is the server's ConnState hook that keeps at most max
+// connections open. Accept calls it with StateNew before serving the
+// connection, so a connection over the bound is never served.
+//
+// Invariant: conns holds every connection accepted and neither closed by
+// the server nor closed here; len(conns) <= max.
+type connCap struct {
+	max int
+	log *slog.Logger
+
+	mu      sync.Mutex
+	seq     uint64 // orders the entries' since
+	conns   map[net.Conn]*connEntry
+	evicted uint64 // closed here to make room
+	refused uint64 // closed here at accept: all max were serving
+	logged  time.Time
+}
+
+type connEntry struct {
+	state http.ConnState
+	since uint64 // seq when the connection became new or idle
+}
+
+func newConnCap(n int, log *slog.Logger) *connCap {
+	return &connCap{max: n, log: log, conns: make(map[net.Conn]*connEntry)}
+}
+
+func (c *connCap) track(conn net.Conn, state http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		if len(c.conns) >= c.max && !c.evictLocked() {
+			c.refused++
+			c.logLocked()
+			_ = conn.Close()
+			return
+		}
+		c.seq++
+		c.conns[conn] = &connEntry{state: state, since: c.seq}
+	case http.StateActive:
+		if e := c.conns[conn]; e != nil {
+			e.state = state
+		}
+	case http.StateIdle:
+		if e := c.conns[conn]; e != nil {
+			c.seq++
+			e.state, e.since = state, c.seq
+		}
+	case http.StateHijacked, http.StateClosed:
+		delete(c.conns, conn)
+	}
+}
+
+// evictLocked closes the connection that has waited longest for a request
+// and reports whether there was one (none while all are serving one).
+func (c *connCap) evictLocked() bool {
+	var oldest net.Conn
+	var since uint64
+	for conn, e := range c.conns {
+		if e.state != http.StateActive && (oldest == nil || e.since < since) {
+			oldest, since = conn, e.since
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	delete(c.conns, oldest)
+	_ = oldest.Close()
+	c.evicted++
+	c.logLocked()
+	return true
+}
+
+// logLocked warns, at most once a minute, that the bound was reached.
+func (c *connCap) logLocked() {
+	if now := time.Now(); now.Sub(c.logged) >= time.Minute {
+		c.logged = now
+		c.log.Warn("stats endpoint at its connection bound: closing waiting connections",
+			slog.Int("max_conns", c.max), slog.Uint64("evicted", c.evicted), slog.Uint64("refused", c.refused))
+	}
 }
