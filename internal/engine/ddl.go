@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/provision"
 )
 
 // Schema changes on the source (--ddl).
@@ -30,11 +32,23 @@ import (
 //     the previous definition ("old", from ddl_state) — or, for a drop, the
 //     names and "dropped": true.
 //
+//   - repstream.replications: the slots whose runs use the trigger, one row
+//     per slot from its first start with the trigger to its drop.
+//
 // The functions are SECURITY DEFINER (the installing superuser's), so any
-// role's DDL is reported. CREATE EVENT TRIGGER needs a superuser; without
-// one, or with --ddl=relation, schema changes are followed from pgoutput's
-// Relation messages instead (target/ddl.go). `repstream drop` removes all of
-// it (dropDDLTrigger).
+// role's DDL is reported; each pins search_path to pg_catalog, pg_temp and
+// names repstream's own objects with their schema, and none is executable
+// by PUBLIC (the event trigger calls them without that check). The schema
+// is created and checked by provision.EnsureSchema: a schema repstream that
+// another role owns or may write to is refused, since the trigger runs its
+// functions in every DDL of every role. CREATE EVENT TRIGGER needs a
+// superuser; without one, or with --ddl=relation, schema changes are
+// followed from pgoutput's Relation messages instead (target/ddl.go).
+//
+// The trigger belongs to every repstream replication of the database:
+// `repstream drop` and a failed first start's undo (releaseDDL) remove the
+// slot's registration, and the trigger, its functions and the schema only
+// with the last one.
 
 // ddlMode is how a run follows schema changes.
 type ddlMode int
@@ -54,7 +68,6 @@ func (m ddlMode) String() string {
 // publications of a table are read from the catalogs directly (not
 // pg_publication_tables, which expands every publication's tables).
 const ddlTriggerSQL = `
-CREATE SCHEMA IF NOT EXISTS repstream;
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, def jsonb NOT NULL);
 
 CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
@@ -183,7 +196,14 @@ ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
 // (PostgreSQL 15+).
 const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)`
 
-// dropDDLTriggerSQL removes what ddlTriggerSQL installs.
+// registrySQL creates repstream.replications on the source.
+const registrySQL = `
+CREATE TABLE IF NOT EXISTS repstream.replications (
+  slot text PRIMARY KEY,
+  registered_at timestamptz NOT NULL DEFAULT now()
+);`
+
+// dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
 const dropDDLTriggerSQL = `
 DROP EVENT TRIGGER IF EXISTS repstream_ddl;
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
@@ -191,11 +211,12 @@ DROP FUNCTION IF EXISTS repstream.ddl_end();
 DROP FUNCTION IF EXISTS repstream.ddl_drop();
 DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
 DROP TABLE IF EXISTS repstream.ddl_state;
+DROP TABLE IF EXISTS repstream.replications;
 `
 
 // setUpDDL decides how this run follows schema changes and, for the event
 // trigger, installs it on the source (in one transaction).
-func setUpDDL(ctx context.Context, src *pgx.Conn, setting string, log *slog.Logger) (ddlMode, error) {
+func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot string, log *slog.Logger) (ddlMode, error) {
 	switch setting {
 	case "false":
 		return ddlOff, nil
@@ -215,41 +236,111 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting string, log *slog.Logg
 		log.Warn("schema changes are followed from pgoutput's Relation messages: the source role is not a superuser and cannot create the event trigger (a RENAME COLUMN will stop the run)", "ddl", "relation")
 		return ddlRelation, nil
 	}
-	tx, err := src.Begin(ctx)
-	if err != nil {
-		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
 	install := strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", "")
 	if version >= 150000 {
 		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
 	}
-	if _, err := tx.Exec(ctx, install); err != nil {
-		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := installDDL(ctx, src, install, slot); err != nil {
 		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}
 	log.Info("schema changes are captured by the event trigger repstream_ddl on the source")
 	return ddlTrigger, nil
 }
 
-// dropDDLTrigger removes the event trigger and its functions from the
-// source, if they are there (the schema repstream stays if anything else is
-// in it).
-func dropDDLTrigger(ctx context.Context, src *pgx.Conn) (bool, error) {
-	var have bool
-	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('repstream_ddl', 'repstream_ddl_drop')) OR to_regprocedure('repstream.ddl_end()') IS NOT NULL").Scan(&have); err != nil {
-		return false, fmt.Errorf("look up repstream's event trigger on the source: %w", err)
+// installDDL installs (or replaces) the event trigger and registers slot as
+// one of its users, in one transaction under provision.Lock. A trigger
+// installed before the registry existed may serve other slots already: the
+// registry is then seeded with every pgoutput slot of the database, so that
+// none loses the trigger to another's drop.
+func installDDL(ctx context.Context, src *pgx.Conn, install, slot string) error {
+	tx, err := src.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	if !have {
-		return false, nil
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := provision.Lock(ctx, tx); err != nil {
+		return err
 	}
-	if _, err := src.Exec(ctx, dropDDLTriggerSQL); err != nil {
-		return false, fmt.Errorf("drop repstream's event trigger on the source: %w", err)
+	if _, err := provision.EnsureSchema(ctx, tx, "source"); err != nil {
+		return err
 	}
-	if _, err := src.Exec(ctx, "DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE relnamespace = 'repstream'::regnamespace) AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE pronamespace = 'repstream'::regnamespace) THEN DROP SCHEMA repstream; END IF; END$$"); err != nil {
-		return false, fmt.Errorf("drop the schema repstream on the source: %w", err)
+	var hadTrigger, hadRegistry bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl'),
+       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&hadTrigger, &hadRegistry); err != nil {
+		return err
 	}
-	return true, nil
+	if _, err := tx.Exec(ctx, install); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, registrySQL); err != nil {
+		return err
+	}
+	if hadTrigger && !hadRegistry {
+		if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot)
+SELECT slot_name FROM pg_catalog.pg_replication_slots WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput'
+ON CONFLICT (slot) DO NOTHING`); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, slot); err != nil {
+		return err
+	}
+	if err := provision.RevokeFunctions(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// releaseDDL removes slot's registration as a user of the event trigger
+// and, when it was the last, the trigger, its functions, its tables and the
+// schema repstream on the source (if nothing else is in it). It reports
+// whether it removed the trigger, and the slots that keep it. An untrusted
+// schema repstream is refused before anything is touched.
+func releaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) (dropped bool, kept []string, err error) {
+	tx, err := src.Begin(ctx)
+	if err != nil {
+		return false, nil, fmt.Errorf("remove repstream's event trigger on the source: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := provision.Lock(ctx, tx); err != nil {
+		return false, nil, err
+	}
+	exists, err := provision.CheckSchema(ctx, tx, "source")
+	if err != nil || !exists {
+		return false, nil, err
+	}
+	var haveTrigger, haveRegistry bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('repstream_ddl', 'repstream_ddl_drop'))
+         OR pg_catalog.to_regprocedure('repstream.ddl_end()') IS NOT NULL,
+       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&haveTrigger, &haveRegistry); err != nil {
+		return false, nil, fmt.Errorf("look up repstream's event trigger on the source: %w", err)
+	}
+	if haveRegistry {
+		if _, err := tx.Exec(ctx, "DELETE FROM repstream.replications WHERE slot = $1", slot); err != nil {
+			return false, nil, fmt.Errorf("unregister slot %q on the source: %w", slot, err)
+		}
+		err = tx.QueryRow(ctx, "SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM repstream.replications").Scan(&kept)
+	} else if haveTrigger {
+		// Installed by a version without the registry: any other pgoutput
+		// slot of the database may be a repstream run that needs it.
+		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_catalog.pg_replication_slots
+WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_name <> $1`, slot).Scan(&kept)
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("look up the other users of repstream's event trigger on the source: %w", err)
+	}
+	if len(kept) > 0 {
+		return false, kept, tx.Commit(ctx)
+	}
+	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
+		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", err)
+	}
+	left, err := provision.DropSchemaIfEmpty(ctx, tx)
+	if err != nil {
+		return false, nil, err
+	}
+	if left != "" {
+		log.Warn("the schema repstream on the source is kept: something else is in it", "left", left)
+	}
+	return haveTrigger, nil, tx.Commit(ctx)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
@@ -129,6 +130,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err := checkReplicationAttribute(ctx, src, cfg.Source); err != nil {
 		return err
 	}
+	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
+		return err
+	}
 	// Both servers answered and passed the checks: from here on a lost
 	// connection is a fault to ride through, not a wrong configuration.
 	e.reachedOnce = true
@@ -145,10 +149,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			undo.run(ctx, e.log)
 		}
 	}()
-	if err := undo.stateSchema(ctx, tgt, cfg.Slot, e.log); err != nil {
+	if err := undo.state(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return err
 	}
-	if err := target.EnsureState(ctx, tgt); err != nil {
+	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
 	}
 	// Another engine streaming from the slot makes it active; so does, for a
@@ -185,11 +189,11 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if err := undo.ddlTrigger(ctx, src); err != nil {
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, e.log); err != nil {
 		return err
 	}
-	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, e.log); err != nil {
-		return err
+	if e.ddl == ddlTrigger {
+		undo.ddlTrigger(src, cfg.Slot, e.log)
 	}
 	tables, err := publicationTables(ctx, src, cfg.Publication)
 	if err != nil {

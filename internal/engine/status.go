@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -217,7 +218,11 @@ func (s SlotStatus) Format(w io.Writer) {
 }
 
 // Drop removes the slot, the publication if repstream created it, and
-// repstream's state for the slot on the target.
+// repstream's state for the slot on the target. What all of repstream's
+// replications of a database share (the event trigger on the source, the
+// schema repstream on either side) is removed with the last of them only;
+// the log names the replications it is kept for. A schema repstream that
+// another role could use is refused before anything is touched.
 func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -227,18 +232,27 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 		return err
 	}
 	defer tgt.Close(context.Background())
-	if err := target.EnsureState(ctx, tgt); err != nil {
-		return err
-	}
-	prog, err := target.LoadProgress(ctx, tgt, slot)
+	var prog target.Progress
+	exists, err := provision.CheckSchema(ctx, tgt, "target")
 	if err != nil {
 		return err
+	}
+	if exists {
+		if err := target.EnsureState(ctx, tgt); err != nil {
+			return err
+		}
+		if prog, err = target.LoadProgress(ctx, tgt, slot); err != nil {
+			return err
+		}
 	}
 	src, err := connectSource(ctx, sourceDSN)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
+	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
+		return err
+	}
 	s, err := lookupSlot(ctx, src, slot)
 	if err != nil {
 		return err
@@ -254,10 +268,13 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 	} else {
 		log.Info("no replication slot to drop", "slot", slot)
 	}
-	if dropped, err := dropDDLTrigger(ctx, src); err != nil {
+	switch dropped, kept, err := releaseDDL(ctx, src, slot, log); {
+	case err != nil:
 		return err
-	} else if dropped {
-		log.Info("dropped the schema-change event trigger on the source")
+	case len(kept) > 0:
+		log.Info("kept the schema-change event trigger and the schema repstream on the source: other replications use them", "slots", kept)
+	case dropped:
+		log.Info("dropped the schema-change event trigger and the schema repstream on the source")
 	}
 	if prog.CreatedPublication {
 		if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
@@ -265,10 +282,15 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 		}
 		log.Info("dropped publication", "publication", publication)
 	}
-	if err := target.DropState(ctx, tgt, slot, log); err != nil {
+	kept, err := target.Release(ctx, tgt, slot, log)
+	if err != nil {
 		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
 	}
-	log.Info("dropped progress state on the target", "slot", slot)
+	if len(kept) > 0 {
+		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
+	} else if exists {
+		log.Info("dropped the schema repstream on the target", "slot", slot)
+	}
 	return nil
 }
 

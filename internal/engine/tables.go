@@ -13,6 +13,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/target"
@@ -67,6 +68,9 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 		return nil, err
 	}
 	defer closeBoth()
+	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
+		return nil, err
+	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return nil, err
 	}

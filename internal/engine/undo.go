@@ -19,6 +19,10 @@ import (
 // publication, the schema-change event trigger — so that a start that
 // fails then (a missing or incompatible target table, a keyless table, a
 // missing privilege, no free slot) leaves the servers as it found them.
+// Shared objects (the state schema, the event trigger) are released, not
+// dropped: they go only with the last replication that uses them, so a
+// failed start never removes what another start, even a concurrent one,
+// needs.
 // Once the slot exists the run is committed: an interrupted initial copy is
 // resumed by the next run, which needs all of it.
 //
@@ -47,9 +51,11 @@ func (u undoList) run(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// stateSchema records how to remove the target's state for slot: the
-// schema if it does not exist yet, else the slot's rows if it has none.
-func (u *undoList) stateSchema(ctx context.Context, tgt *pgx.Conn, slot string, log *slog.Logger) error {
+// state records how to remove the target's state for slot, if it has none
+// yet: its rows and registration and, when no other replication uses the
+// target, the schema repstream with it (target.Release). Another slot's
+// state, even one made by a start running at the same instant, is kept.
+func (u *undoList) state(ctx context.Context, tgt *pgx.Conn, slot string, log *slog.Logger) error {
 	var schemaExists, slotKnown bool
 	err := tgt.QueryRow(ctx, `SELECT to_regclass('repstream.progress') IS NOT NULL`).Scan(&schemaExists)
 	if err != nil {
@@ -60,21 +66,16 @@ func (u *undoList) stateSchema(ctx context.Context, tgt *pgx.Conn, slot string, 
 			return fmt.Errorf("look for repstream's state on the target: %w", err)
 		}
 	}
-	switch {
-	case !schemaExists:
-		*u = append(*u, undoStep{"the state schema repstream on the target", func(ctx context.Context) error {
-			// Tables left in place by createdTables get what they lack first.
-			if err := target.BuildAllDeferred(ctx, tgt, slot, log); err != nil {
-				log.Warn("a table --create-tables made keeps going without its keys or indexes", "err", err)
-			}
-			_, err := tgt.Exec(ctx, "DROP SCHEMA IF EXISTS repstream CASCADE")
-			return err
-		}})
-	case !slotKnown:
-		*u = append(*u, undoStep{fmt.Sprintf("the state of slot %q on the target", slot), func(ctx context.Context) error {
-			return target.DropState(ctx, tgt, slot, log)
-		}})
+	if slotKnown {
+		return nil
 	}
+	*u = append(*u, undoStep{fmt.Sprintf("the state of slot %q on the target", slot), func(ctx context.Context) error {
+		kept, err := target.Release(ctx, tgt, slot, log)
+		if len(kept) > 0 {
+			log.Info("the schema repstream on the target is kept for the other replications", "slots", kept)
+		}
+		return err
+	}})
 	return nil
 }
 
@@ -86,21 +87,16 @@ func (u *undoList) publication(src *pgx.Conn, name string) {
 	}})
 }
 
-// ddlTrigger records how to remove the schema-change event trigger, if it
-// is not installed yet (another slot's run may share one that is).
-func (u *undoList) ddlTrigger(ctx context.Context, src *pgx.Conn) error {
-	var have bool
-	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl')").Scan(&have); err != nil {
-		return fmt.Errorf("look up repstream's event trigger on the source: %w", err)
-	}
-	if have {
-		return nil
-	}
-	*u = append(*u, undoStep{"the schema-change event trigger on the source", func(ctx context.Context) error {
-		_, err := dropDDLTrigger(ctx, src)
+// ddlTrigger records how to remove this slot's registration as a user of
+// the schema-change event trigger, and the trigger with the last one.
+func (u *undoList) ddlTrigger(src *pgx.Conn, slot string, log *slog.Logger) {
+	*u = append(*u, undoStep{"the schema-change event trigger's registration on the source", func(ctx context.Context) error {
+		_, kept, err := releaseDDL(ctx, src, slot, log)
+		if len(kept) > 0 {
+			log.Info("the schema-change event trigger is kept for the other replications", "slots", kept)
+		}
 		return err
 	}})
-	return nil
 }
 
 // createdObjects is what createTargetTables made on the target, in the

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -78,7 +79,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if c.src != nil {
 			c.targetTables(ctx, tables)
 		}
-		c.stateSchema(ctx)
+		if c.src != nil {
+			c.sameDatabase(ctx)
+			c.trustedSchema(ctx, "source", c.src)
+		}
+		if c.trustedSchema(ctx, "target", c.tgt) {
+			c.stateSchema(ctx)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return &c.r, fmt.Errorf("check: %w", err)
@@ -469,6 +476,24 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 		}
 		c.r.add(OK, side, check, "", "exists, columns compatible with the source")
 	}
+}
+
+// sameDatabase fails when the source and the target are one database.
+func (c *checker) sameDatabase(ctx context.Context) {
+	if err := provision.SameDatabase(ctx, c.src, c.tgt); err != nil {
+		c.r.add(Fail, "target", "not the source", "point --target at another database", "%v", err)
+	}
+}
+
+// trustedSchema fails when a schema repstream exists on side that another
+// role could use to run its code with repstream's privileges (nothing in it
+// is read then); it reports whether the schema may be used.
+func (c *checker) trustedSchema(ctx context.Context, side string, conn *pgx.Conn) bool {
+	if _, err := provision.CheckSchema(ctx, conn, side); err != nil {
+		c.r.add(Fail, side, "schema repstream", "drop it, or give it and its objects to repstream's role", "%v", err)
+		return false
+	}
+	return true
 }
 
 // stateSchema reports repstream's own state on the target.

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/provision"
 )
 
 // Connect opens an apply connection to the target. The session runs with
@@ -17,7 +18,8 @@ import (
 //
 // Setting session_replication_role needs a superuser (or, on PostgreSQL 15+,
 // a role granted SET on it); a refusal is reported as such. Error messages
-// name host, port and database, never the password.
+// name host, port and database, never the password. A schema repstream that
+// another role could use (provision.CheckSchema) is refused.
 func Connect(ctx context.Context, dsn, appName string) (*pgx.Conn, error) {
 	return ConnectWatched(ctx, dsn, appName, nil)
 }
@@ -44,6 +46,12 @@ func ConnectWatched(ctx context.Context, dsn, appName string, watch *LinkWatch) 
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("connect to target %s: set session_replication_role: %w", where, pgerr.ReplicationRolePrivilege(cfg.User).Explain(err))
+	}
+	// Every session checks, before it reads or calls anything there, that
+	// no other role could have put its code into the schema repstream.
+	if _, err := provision.CheckSchema(ctx, conn, "target"); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("connect to target %s: %w", where, err)
 	}
 	if watch != nil {
 		watch.register(conn)

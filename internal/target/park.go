@@ -37,7 +37,6 @@ import (
 // on the target fails the statement (and the target transaction) on the
 // server.
 const errorQueueSchema = `
-CREATE SCHEMA IF NOT EXISTS repstream;
 CREATE TABLE IF NOT EXISTS repstream.errors (
 	id bigserial PRIMARY KEY,
 	slot text NOT NULL,

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/provision"
 )
 
 // stateSchema creates the progress state. repstream.progress holds, per slot,
@@ -30,7 +32,6 @@ import (
 //     pruned in the same transaction that raises low_lsn;
 //   - low_lsn never decreases.
 const stateSchema = `
-CREATE SCHEMA IF NOT EXISTS repstream;
 CREATE TABLE IF NOT EXISTS repstream.progress (
 	slot text PRIMARY KEY,
 	low_lsn pg_lsn NOT NULL,
@@ -77,34 +78,128 @@ func (p Progress) IsApplied(end change.LSN) bool {
 	return from <= end
 }
 
-// EnsureState creates the repstream schema and its tables if missing.
-func EnsureState(ctx context.Context, conn *pgx.Conn) error {
+// EnsureState creates the repstream schema and its tables if missing, after
+// checking that a schema repstream already there cannot be used by another
+// role (provision.CheckSchema).
+func EnsureState(ctx context.Context, conn *pgx.Conn) error { return ensureState(ctx, conn, "") }
+
+// Register is EnsureState for a replication's run: in the same transaction
+// it records slot in repstream.replications, so that a Release of another
+// slot, which drops the schema with the last replication, sees this one
+// from now on (even before it has any progress).
+func Register(ctx context.Context, conn *pgx.Conn, slot string) error {
+	return ensureState(ctx, conn, slot)
+}
+
+// replicationsSchema lists the replications that use the target's state:
+// one row per slot, from its first start (Register) to its drop (Release).
+const replicationsSchema = `
+CREATE TABLE IF NOT EXISTS repstream.replications (
+	slot text PRIMARY KEY,
+	registered_at timestamptz NOT NULL DEFAULT now()
+);`
+
+func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// A concurrent CREATE ... IF NOT EXISTS can still fail on the catalog's
-	// unique index; an advisory lock serialises repstream processes.
+	// unique index; the advisory lock serialises repstream processes.
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('repstream.state'))"); err != nil {
+	if err := provision.Lock(ctx, tx); err != nil {
+		return err
+	}
+	if _, err := provision.EnsureSchema(ctx, tx, "target"); err != nil {
+		return err
+	}
+	for _, step := range []struct{ what, sql string }{
+		{"error queue", errorQueueSchema},
+		{"progress state", stateSchema},
+		{"table sync state", tablesSchema},
+		{"deferred DDL state", deferredSchema},
+		{"replications", replicationsSchema},
+	} {
+		if _, err := tx.Exec(ctx, step.sql); err != nil {
+			return fmt.Errorf("create %s: %w", step.what, err)
+		}
+	}
+	if err := provision.RevokeFunctions(ctx, tx); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
-	if _, err := tx.Exec(ctx, errorQueueSchema); err != nil {
-		return fmt.Errorf("create error queue: %w", err)
-	}
-	if _, err := tx.Exec(ctx, stateSchema); err != nil {
-		return fmt.Errorf("create progress state: %w", err)
-	}
-	if _, err := tx.Exec(ctx, tablesSchema); err != nil {
-		return fmt.Errorf("create table sync state: %w", err)
-	}
-	if _, err := tx.Exec(ctx, deferredSchema); err != nil {
-		return fmt.Errorf("create deferred DDL state: %w", err)
+	if slot != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, slot); err != nil {
+			return fmt.Errorf("register slot %q on the target: %w", slot, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("create progress state: %w", err)
 	}
 	return nil
+}
+
+// stateTables are the tables of the target's state, each with a slot
+// column.
+var stateTables = []string{"errors", "skip_requests", "applied", "progress", "tables", "deferred_ddl", "replications"}
+
+// Release removes slot's state from the target (DropState) and its
+// registration and, when no other replication has state or a registration
+// left, everything repstream made on the target: its tables, its function
+// and the schema repstream. It returns the slots that keep the schema (none
+// once it is gone). A missing schema is nothing to release; an untrusted
+// one is refused before anything is touched.
+func Release(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) (kept []string, err error) {
+	exists, err := provision.CheckSchema(ctx, conn, "target")
+	if err != nil || !exists {
+		return nil, err
+	}
+	if err := EnsureState(ctx, conn); err != nil {
+		return nil, err
+	}
+	if err := DropState(ctx, conn, slot, log); err != nil {
+		return nil, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("release the target's state of slot %q: %w", slot, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if err := provision.Lock(ctx, tx); err != nil {
+		return nil, err
+	}
+	var q strings.Builder
+	q.WriteString("SELECT COALESCE(array_agg(DISTINCT slot ORDER BY slot), '{}') FROM (")
+	for i, t := range stateTables {
+		if i > 0 {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString("SELECT slot FROM repstream." + t + " WHERE slot <> $1")
+	}
+	q.WriteString(") s")
+	if err := tx.QueryRow(ctx, q.String(), slot).Scan(&kept); err != nil {
+		return nil, fmt.Errorf("look up the other replications on the target: %w", err)
+	}
+	if len(kept) > 0 {
+		return kept, tx.Commit(ctx)
+	}
+	drops := "DROP FUNCTION IF EXISTS repstream.expect_row(bigint); DROP TABLE IF EXISTS "
+	for i, t := range stateTables {
+		if i > 0 {
+			drops += ", "
+		}
+		drops += "repstream." + t
+	}
+	if _, err := tx.Exec(ctx, drops); err != nil {
+		return nil, fmt.Errorf("drop repstream's state on the target: %w", err)
+	}
+	left, err := provision.DropSchemaIfEmpty(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	if left != "" {
+		log.Warn("the schema repstream on the target is kept: something else is in it", "left", left)
+	}
+	return nil, tx.Commit(ctx)
 }
 
 // LoadProgress reads the slot's progress. A slot without a progress row
@@ -258,6 +353,7 @@ func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logge
 	b.Queue(`DELETE FROM repstream.progress WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.tables WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.deferred_ddl WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.replications WHERE slot = $1`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("drop progress state of slot %q: %w", slot, err)
 	}

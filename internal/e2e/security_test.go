@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/healthcheck"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/provision"
+)
+
+// hostileRole creates a login role without privileges beyond CREATE on the
+// database (what "an ordinary database user" of the issue has), on the
+// cluster of conn, dropped at the end of the test. It returns the role's
+// name and a connection as that role.
+func (e *env) hostileRole(side string) (string, *pgx.Conn) {
+	e.t.Helper()
+	ctx := context.Background()
+	admin, db := e.Src, e.srcDB
+	dsn := e.src.DSN(e.srcDB)
+	if side == "target" {
+		admin, db, dsn = e.Tgt, e.tgtDB, e.tgt.DSN(e.tgtDB)
+	}
+	role := "mallory_" + strings.TrimPrefix(db, "t_")
+	if len(role) > 63 {
+		role = role[:63]
+	}
+	for _, sql := range []string{
+		"CREATE ROLE " + role + " LOGIN NOSUPERUSER",
+		"GRANT CREATE ON DATABASE " + db + " TO " + role,
+		"GRANT CREATE, USAGE ON SCHEMA public TO " + role,
+	} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			e.t.Fatalf("%s: %s: %v", side, sql, err)
+		}
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.User = role
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		e.t.Fatalf("connect as %s: %v", role, err)
+	}
+	e.t.Cleanup(func() {
+		conn.Close(ctx)
+		c, err := pgx.ConnectConfig(ctx, admin.Config())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role+" CASCADE")
+		_, _ = c.Exec(ctx, "DROP ROLE "+role)
+	})
+	return role, conn
+}
+
+// superuser reports whether role is a superuser on conn's cluster.
+func superuser(t *testing.T, conn *pgx.Conn, role string) bool {
+	t.Helper()
+	var super bool
+	if err := conn.QueryRow(context.Background(), "SELECT rolsuper FROM pg_roles WHERE rolname = $1", role).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	return super
+}
+
+// trap is what a hostile role puts into a schema repstream it made first:
+// every function repstream calls there, each making the role a superuser
+// when a superuser runs it.
+func trap(role string) string {
+	grab := "EXECUTE 'ALTER ROLE " + role + " SUPERUSER'"
+	return `CREATE SCHEMA repstream;
+CREATE FUNCTION repstream.expect_row(n bigint) RETURNS bigint LANGUAGE plpgsql AS $f$BEGIN ` + grab + `; RETURN n; END$f$;
+CREATE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb LANGUAGE plpgsql AS $f$BEGIN ` + grab + `; RETURN '{}'; END$f$;
+CREATE FUNCTION repstream.ddl_end() RETURNS event_trigger LANGUAGE plpgsql AS $f$BEGIN ` + grab + `; END$f$;
+CREATE FUNCTION repstream.ddl_drop() RETURNS event_trigger LANGUAGE plpgsql AS $f$BEGIN ` + grab + `; END$f$;
+CREATE FUNCTION repstream.grab() RETURNS bool LANGUAGE plpgsql AS $f$BEGIN ` + grab + `; RETURN true; END$f$;
+CREATE VIEW repstream.progress AS SELECT ''::text AS slot, '0/0'::pg_lsn AS low_lsn, ''::text AS snapshot,
+  false AS created_publication, now() AS updated_at WHERE repstream.grab();
+CREATE VIEW repstream.errors AS SELECT ''::text AS slot WHERE repstream.grab();
+CREATE VIEW repstream.ddl_state AS SELECT 0::oid AS relid, '{}'::jsonb AS def WHERE repstream.grab();
+CREATE VIEW repstream.replications AS SELECT ''::text AS slot WHERE repstream.grab();
+GRANT ALL ON SCHEMA repstream TO PUBLIC;`
+}
+
+// TestHostileSchemaRefused: a role with CREATE on the database that makes
+// the schema repstream first, on either side, with every function
+// repstream calls there replaced by its own, does not become a superuser:
+// run, check and drop refuse the schema, naming its owner, and touch
+// nothing.
+func TestHostileSchemaRefused(t *testing.T) {
+	for _, side := range []string{"source", "target"} {
+		t.Run(side, func(t *testing.T) {
+			e := newEnv(t)
+			e.both(`CREATE TABLE h (id int PRIMARY KEY, v text)`)
+			e.srcExec(`INSERT INTO h VALUES (1, 'a')`)
+			role, conn := e.hostileRole(side)
+			if _, err := conn.Exec(context.Background(), trap(role)); err != nil {
+				t.Fatalf("%s: the hostile role's schema: %v", side, err)
+			}
+			admin := e.Src
+			if side == "target" {
+				admin = e.Tgt
+			}
+			cfg := e.config("public.h")
+			_, err := e.tryCatchUp(cfg)
+			if err == nil || !errors.Is(err, provision.ErrUntrusted) || !strings.Contains(err.Error(), "owned by role "+role) {
+				t.Fatalf("run with a schema repstream owned by %s on the %s: %v, want a refusal naming the owner", role, side, err)
+			}
+			if superuser(t, admin, role) {
+				t.Fatalf("%s became a superuser through the schema repstream on the %s", role, side)
+			}
+			if n := e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"'"); n != 0 {
+				t.Errorf("the refused run left its slot")
+			}
+			if n := e.count(e.Src, "SELECT count(*) FROM pg_publication WHERE pubname = '"+cfg.Slot+"'"); n != 0 {
+				t.Errorf("the refused run left its publication")
+			}
+			rep, err := healthcheck.Run(t.Context(), healthcheck.Options{Source: cfg.Source, Target: cfg.Target, Slot: cfg.Slot, Tables: cfg.Tables})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reportFails(rep, side, "schema repstream") {
+				t.Errorf("check does not fail the %s's schema repstream owned by %s", side, role)
+			}
+			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, testLogger(t)); !errors.Is(err, provision.ErrUntrusted) {
+				t.Errorf("drop with a hostile schema repstream on the %s: %v, want a refusal", side, err)
+			}
+			if superuser(t, admin, role) {
+				t.Fatalf("%s became a superuser through the schema repstream on the %s", role, side)
+			}
+		})
+	}
+}
+
+// reportFails reports whether rep has a FAIL on side whose check name
+// contains what.
+func reportFails(rep *healthcheck.Report, side, what string) bool {
+	for _, it := range rep.Items {
+		if it.Level == healthcheck.Fail && it.Side == side && strings.Contains(it.Check, what) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestInstalledSchemaLocked: once repstream has installed its schema on
+// both sides, an ordinary role with CREATE on the database can neither add
+// nor replace anything in it, nor call its functions, nor write its state.
+func TestInstalledSchemaLocked(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE l (id int PRIMARY KEY, v text); INSERT INTO l VALUES (1, 'a')`)
+	cfg := e.config("public.l")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	for _, side := range []string{"source", "target"} {
+		role, conn := e.hostileRole(side)
+		attempts := []string{
+			"CREATE FUNCTION repstream.x() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+			"CREATE TABLE repstream.x (a int)",
+			"CREATE OR REPLACE FUNCTION repstream.expect_row(n bigint) RETURNS bigint LANGUAGE sql AS 'SELECT n'",
+			"CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'",
+			"ALTER FUNCTION repstream.ddl_def(oid) OWNER TO " + role,
+			"DROP SCHEMA repstream CASCADE",
+			"INSERT INTO repstream.replications VALUES ('x')",
+		}
+		if side == "target" {
+			attempts = append(attempts, "SELECT repstream.expect_row(1)", "UPDATE repstream.progress SET low_lsn = 'FF/0'")
+		} else {
+			attempts = append(attempts, "SELECT repstream.ddl_def('l'::regclass)", "DELETE FROM repstream.ddl_state")
+		}
+		for _, sql := range attempts {
+			if _, err := conn.Exec(context.Background(), sql); err == nil {
+				t.Errorf("%s: an ordinary role could run %q", side, sql)
+			}
+		}
+	}
+	// The source's functions pin their search_path and none is callable by
+	// PUBLIC.
+	var loose int
+	if err := e.Src.QueryRow(t.Context(), `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'repstream'::regnamespace
+		AND (p.prosecdef AND NOT COALESCE(p.proconfig @> '{"search_path=pg_catalog, pg_temp"}', false)
+		     OR has_function_privilege('public', p.oid, 'EXECUTE'))`).Scan(&loose); err != nil {
+		t.Fatal(err)
+	}
+	if loose != 0 {
+		t.Errorf("%d functions in the source's schema repstream are callable by PUBLIC or run without a pinned search_path", loose)
+	}
+}
+
+// TestSameDatabaseRefused: with the target the source's own database, run
+// (with --truncate), check and tables add refuse before touching anything.
+func TestSameDatabaseRefused(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE same (id int PRIMARY KEY, v text); INSERT INTO same SELECT g, 'v' FROM generate_series(1, 10) g`)
+	cfg := e.config("public.same")
+	cfg.Target = cfg.Source
+	cfg.Truncate = true
+	_, err := e.tryCatchUp(cfg)
+	if err == nil || !strings.Contains(err.Error(), "the source and the target are the same database") {
+		t.Fatalf("run with source = target: %v, want a refusal", err)
+	}
+	if n := e.count(e.Src, "SELECT count(*) FROM same"); n != 10 {
+		t.Fatalf("the refused run left %d of the source's 10 rows", n)
+	}
+	for what, q := range map[string]string{
+		"slot":            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + cfg.Slot + "'",
+		"publication":     "SELECT count(*) FROM pg_publication WHERE pubname = '" + cfg.Slot + "'",
+		"schema":          "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'",
+		"event triggers ": "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'",
+	} {
+		if n := e.count(e.Src, q); n != 0 {
+			t.Errorf("the refused run left its %s", what)
+		}
+	}
+	rep, err := healthcheck.Run(t.Context(), healthcheck.Options{Source: cfg.Source, Target: cfg.Target, Slot: cfg.Slot, Tables: cfg.Tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reportFails(rep, "target", "not the source") {
+		t.Errorf("check does not fail source = target")
+	}
+	if _, err := engine.AddTables(t.Context(), cfg, engine.AddOptions{Tables: []string{"public.same"}}, testLogger(t)); err == nil ||
+		!strings.Contains(err.Error(), "same database") {
+		t.Errorf("tables add with source = target: %v, want a refusal", err)
+	}
+	// Another database of the same cluster is a different database.
+	other := pgtest.NewDB(t, e.src)
+	cfg.Target = e.src.DSN(other)
+	cfg.Truncate = false
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+}
+
+// TestDropKeepsOtherReplication: two replications of one source database
+// (two slots, two targets) share the event trigger; dropping one keeps the
+// other following schema changes, and dropping the last leaves nothing of
+// repstream on either side.
+func TestDropKeepsOtherReplication(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE k (id int PRIMARY KEY, v text); INSERT INTO k VALUES (1, 'a')`)
+	a := e.config("public.k")
+	a.CreateTables = true
+	b := a
+	b.Slot = a.Slot + "_b"
+	if len(b.Slot) > 63 {
+		b.Slot = "rsb_" + b.Slot[len(b.Slot)-50:]
+	}
+	b.Publication = b.Slot
+	a.Publication = a.Slot
+	otherDB := pgtest.NewDB(t, e.tgt)
+	b.Target = e.tgt.DSN(otherDB)
+	e.catchUp(a)
+	e.catchUp(b)
+	e.waitSlotReleased(a.Slot)
+	e.waitSlotReleased(b.Slot)
+	stop := e.start(b)
+	if err := engine.Drop(t.Context(), a.Source, a.Target, a.Slot, a.Publication, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'"); n != 0 {
+		t.Errorf("drop of the target's only replication left the schema repstream there")
+	}
+	e.srcExec(`ALTER TABLE k ADD COLUMN w int; INSERT INTO k VALUES (2, 'b', 2)`)
+	tb, err := pgx.Connect(t.Context(), b.Target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close(context.Background())
+	pgtest.WaitFor(t, "the kept replication to follow ADD COLUMN", time.Minute, func() (bool, error) {
+		var n int
+		err := tb.QueryRow(context.Background(), "SELECT count(*) FROM k WHERE w = 2").Scan(&n)
+		if err != nil {
+			return false, nil // the column is not there yet
+		}
+		return n == 1, nil
+	})
+	if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the kept replication: %v", err)
+	}
+	e.waitSlotReleased(b.Slot)
+	if err := engine.Drop(t.Context(), b.Source, b.Target, b.Slot, b.Publication, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	for what, q := range map[string]string{
+		"schema":         "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'",
+		"event triggers": "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'",
+		"functions":      "SELECT count(*) FROM pg_proc WHERE proname IN ('ddl_def', 'ddl_end', 'ddl_drop', 'expect_row')",
+	} {
+		if n := e.count(e.Src, q); n != 0 {
+			t.Errorf("the last drop left repstream's %s on the source", what)
+		}
+		if n := e.count(tb, q); n != 0 {
+			t.Errorf("the last drop left repstream's %s on the target", what)
+		}
+	}
+}
+
+// TestConcurrentFirstStarts: two first starts of different slots into the
+// same target database at the same instant both run; neither's failure
+// handling removes the other's state.
+func TestConcurrentFirstStarts(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE c1 (id int PRIMARY KEY); CREATE TABLE c2 (id int PRIMARY KEY);
+		INSERT INTO c1 SELECT generate_series(1, 1000); INSERT INTO c2 SELECT generate_series(1, 1000)`)
+	a := e.config("public.c1")
+	a.CreateTables = true
+	b := e.config("public.c2")
+	b.CreateTables = true
+	b.Slot = a.Slot + "2"
+	if len(b.Slot) > 63 {
+		b.Slot = "rs2_" + b.Slot[len(b.Slot)-50:]
+	}
+	b.Publication, a.Publication = b.Slot, a.Slot
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	start := make(chan struct{})
+	for i, c := range []config.Config{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = e.tryCatchUp(c)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("first start %d: %v", i+1, err)
+		}
+	}
+	e.assertSame("c1", "id")
+	e.assertSame("c2", "id")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.progress"); n != 2 {
+		t.Errorf("%d progress rows on the target, want 2", n)
+	}
+}
