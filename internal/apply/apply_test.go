@@ -408,7 +408,7 @@ type applierRun struct {
 // fakeWriters recording into f.
 func startApplier(t *testing.T, f *fakeApply, opts Options) *applierRun {
 	t.Helper()
-	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+	q, err := queue.New(queue.Options{Budget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

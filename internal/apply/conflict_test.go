@@ -55,7 +55,7 @@ func (w *conflictWriter) Park(_ context.Context, p target.Parked, applied []chan
 
 func startConflictApplier(t *testing.T, f *fakeApply, opts Options, bad map[change.LSN]bool, parked *[]target.Parked) *applierRun {
 	t.Helper()
-	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+	q, err := queue.New(queue.Options{Budget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestApplierQuiesceAndTableFilter(t *testing.T) {
 	}
 	wm := NewWatermark(0)
 	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(5, 6)), full: true, wm: wm, done: map[change.LSN]bool{}}
-	q, err := queue.New(queue.Options{Budget: 1 << 20, SpillDir: t.TempDir()})
+	q, err := queue.New(queue.Options{Budget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Truncate, "truncate", false, "empty non-empty target tables before the initial copy")
 	fs.BoolVar(&c.CreateTables, "create-tables", false, "create missing target tables from the source's definition")
 	fs.Var(&c.Memory, "memory", "queue memory budget; larger transactions spill to --spill-dir")
-	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions (default: $TMPDIR/repstream-spill-<slot>)")
+	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions, private to repstream's user: created 0700, refused if it exists as a symlink, another user's, or with group/other permissions (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
 	fs.IntVar(&c.ApplyParallelism, "apply-parallelism", c.ApplyParallelism, "apply workers (target connections)")
 	fs.Var(&c.CommitOrder, "commit-order", "full: commit on the target in source order; dependent: only dependent transactions ordered")
 	fs.Var(&c.OnError, "on-error", "a data conflict (duplicate key, missing row, constraint, bad value): stop the run, or park the transaction in the target's error queue (see repstream errors)")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/queue"
 )
 
 // Config is everything `repstream run` needs. The YAML keys are the flag names
@@ -189,7 +189,10 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--memory %s: at least 1MiB", c.Memory))
 	}
 	if c.SpillDir == "" {
-		c.SpillDir = filepath.Join(os.TempDir(), "repstream-spill-"+c.Slot)
+		// Private to this user and stable per slot (stale files of a
+		// crashed run are found): $TMPDIR/repstream-<euid>/spill-<slot>,
+		// both levels created 0700 or checked (queue/dir.go).
+		c.SpillDir = queue.DefaultSpillDir(c.Slot)
 	}
 	if c.ApplyParallelism < 1 || c.ApplyParallelism > 64 {
 		errs = append(errs, fmt.Errorf("--apply-parallelism %d: between 1 and 64", c.ApplyParallelism))

@@ -100,7 +100,7 @@ func (e *env) config(tables ...string) config.Config {
 		c.Slot = c.Slot[:63]
 	}
 	c.Tables = tables
-	c.SpillDir = e.t.TempDir()
+	c.SpillDir = filepath.Join(e.t.TempDir(), "spill") // created 0700 by the queue (t.TempDir is 0755)
 	c.StatusInterval = time.Second
 	c.Memory = 64 << 20
 	return c

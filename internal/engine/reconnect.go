@@ -11,6 +11,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/target"
 )
 
@@ -54,7 +55,8 @@ const healthyRun = 2 * time.Minute
 // counted (the reconnects counter of the "source" or "target" component).
 // Fatal causes — authentication, privileges, a missing, dropped or
 // invalidated slot, a missing publication or table, a schema mismatch, a
-// full disk, bad data — end the run at once, as does ctx.
+// full disk, a spill file that cannot be written or read (a local fault:
+// see transient), bad data — end the run at once, as does ctx.
 //
 // What is not kept: the queue's committed but unapplied transactions are
 // read again from the slot (which still holds them: it was acknowledged
@@ -68,8 +70,8 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 		started := time.Now()
 		err := e.streamOnce(ctx, prog, initialFlush)
 		for {
-			if err == nil || ctx.Err() != nil || !pgerr.Transient(err) {
-				return err
+			if err == nil || ctx.Err() != nil || !transient(err) {
+				return explainLocal(err, cfg.SpillDir)
 			}
 			if time.Since(started) > healthyRun {
 				bo.Reset()
@@ -86,6 +88,38 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 		}
 		e.log.Info("reconnected: resuming from the target's record", "applied_low", prog.Low, "from", initialFlush, "attempt", attempt)
 	}
+}
+
+// transient reports whether a reconnect can cure err: pgerr.Transient,
+// except for a fault of the spill directory or its files (queue.ErrSpill: a
+// full or read-only file system, a quota, permissions, an I/O error, a
+// refused directory), which is local to this host. Such a fault ends the run
+// with its cause; retried as a lost connection it would loop for ever, the
+// slot's WAL piling up, while /healthz said ok.
+func transient(err error) bool {
+	return !errors.Is(err, queue.ErrSpill) && pgerr.Transient(err)
+}
+
+// spillFault is a spill fault as the run ends on it: local, not retried.
+type spillFault struct {
+	dir string
+	err error
+}
+
+func (f *spillFault) Error() string {
+	return fmt.Sprintf("spill directory %s: a local file fault, not a connection problem: not retried "+
+		"(free space or fix the file system, or choose another --spill-dir; a restart resumes from the target's record): %v", f.dir, f.err)
+}
+func (f *spillFault) Unwrap() error { return f.err }
+
+// explainLocal says of a spill fault (queue.ErrSpill) that it is local and
+// not retried, and what to do; other errors are returned as they are.
+func explainLocal(err error, spillDir string) error {
+	var done *spillFault
+	if !errors.Is(err, queue.ErrSpill) || errors.As(err, &done) {
+		return err
+	}
+	return &spillFault{dir: spillDir, err: err}
 }
 
 // reconnectBackoff waits first about initial, doubling with ±30% jitter up
@@ -110,8 +144,8 @@ func (e *Engine) runResilient(ctx context.Context) error {
 	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
 	for attempt := 1; ; attempt++ {
 		err := e.run(ctx)
-		if err == nil || ctx.Err() != nil || !e.reachedOnce || !pgerr.Transient(err) {
-			return err
+		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) {
+			return explainLocal(err, e.cfg.SpillDir)
 		}
 		if !e.waitToReconnect(ctx, bo, err, attempt, "connection lost before streaming: starting over") {
 			return nil

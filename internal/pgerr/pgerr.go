@@ -13,6 +13,7 @@ package pgerr
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"strconv"
 	"strings"
@@ -121,7 +122,10 @@ func TruncateRefused(err error) bool {
 // error, an administrator or crash shutdown, a server starting up or in
 // recovery, too many connections, or a network error below the protocol
 // (pgconn's own classification). Authentication, privilege and missing
-// objects are not among them.
+// objects are not among them, nor is a local file error (an *fs.PathError:
+// a full disk, a read-only file system, permissions, EIO), which a bare
+// syscall.Errno would otherwise pass for a network error (Errno has the
+// Timeout and Temporary methods of net.Error).
 func ConnectionLost(err error) bool {
 	if err == nil {
 		return false
@@ -144,8 +148,17 @@ func ConnectionLost(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
+	var pathErr *fs.PathError
+	if errors.As(err, &pathErr) {
+		return false
+	}
 	var netErr net.Error
-	return errors.As(err, &netErr) || pgconn.SafeToRetry(err)
+	if errors.As(err, &netErr) {
+		if _, bare := netErr.(syscall.Errno); !bare {
+			return true
+		}
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 // Where returns the context (Where) lines of err's server error, or nil.
@@ -223,7 +236,8 @@ var ErrSilentLink = errors.New("connection open but silent")
 // (ConnectionLost), a silent one (ErrSilentLink), or a replication slot
 // still held by a walsender that has not yet noticed its client is gone.
 // Everything else — authentication, privileges, missing or invalidated
-// slots, publications and tables, schema mismatches, a full disk, bad
+// slots, publications and tables, schema mismatches, a full disk (the
+// server's, or a local file error such as a spill file's ENOSPC), bad
 // data — is fatal: a retry would fail the same way.
 func Transient(err error) bool {
 	if err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -175,6 +176,17 @@ func TestTransient(t *testing.T) {
 		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, true},
 		{"eof", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), true},
 		{"disk full", pg(DiskFull), false},
+		// Local file errors (a spill file's): a syscall.Errno has the methods
+		// of net.Error, and was once taken for a lost connection, retried
+		// forever on a full spill disk.
+		{"local disk full", fmt.Errorf("write spill file /s/txn-1-1.spill at offset 0: %w", &os.PathError{Op: "write", Path: "/s/txn-1-1.spill", Err: syscall.ENOSPC}), false},
+		{"local quota", &os.PathError{Op: "write", Path: "/s/f", Err: syscall.EDQUOT}, false},
+		{"local read-only", &os.PathError{Op: "openat", Path: "f", Err: syscall.EROFS}, false},
+		{"local permission", &os.PathError{Op: "openat", Path: "f", Err: syscall.EACCES}, false},
+		{"local i/o error", &os.PathError{Op: "read", Path: "/s/f", Err: syscall.EIO}, false},
+		{"bare errno", fmt.Errorf("x: %w", syscall.ENOSPC), false},
+		{"network timeout", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ETIMEDOUT)}, true},
+		{"network unreachable", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}, true},
 		{"auth", pg(InvalidPassword), false},
 		{"privilege", pg(InsufficientPrivilege), false},
 		{"missing slot or publication", pg(UndefinedObject), false},

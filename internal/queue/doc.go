@@ -63,8 +63,20 @@
 // [change.ChangeOverhead] accounted bytes, so a spill file is never larger
 // than the accounted bytes of the changes it holds. Files live only as long as
 // their transaction: [Txn.Release], [Queue.Abort] and [Queue.Close] delete
-// them, and [New] deletes *.spill files left in the directory by a previous
-// run (the directory belongs to one Queue).
+// them, and [New] deletes the spill files (txn-<xid>-<seq>.spill, regular
+// files) left in the directory by a previous run (the directory belongs to
+// one Queue).
+//
+// # Spill directory
+//
+// The spill directory must be private to the process's user: created 0700
+// when missing, refused when it exists as a symbolic link, another user's,
+// or with any group or other permission. It is opened once and used through
+// that descriptor; a spill file is created O_EXCL, mode 0600, and read back
+// through the descriptor it was written with, never reopened by name. Every
+// error of the directory or its files matches [ErrSpill]: a local fault,
+// which the engine does not retry. See dir.go for the rules and
+// [DefaultSpillDir] for the default.
 //
 // # Statistics
 //

@@ -172,17 +172,33 @@ func spillFiles(t testing.TB, q *Queue) []string {
 	return files
 }
 
-// fullDisk wraps real files and fails writes past a shared byte limit with
-// ENOSPC, writing the part that fits, as a full file system does.
+// fullDisk wraps the files a queue creates and fails writes past a shared
+// byte limit with ENOSPC, writing the part that fits, as a full file system
+// does.
 type fullDisk struct {
-	mu    sync.Mutex
-	limit int64 // total bytes that may be written past the previous end of files
-	used  int64
+	mu     sync.Mutex
+	limit  int64 // total bytes that may be written past the previous end of files
+	used   int64
+	create func(name string) (spillHandle, error) // the queue's
 }
 
 type fullDiskFile struct {
-	*os.File
-	d *fullDisk
+	spillHandle
+	name string
+	d    *fullDisk
+}
+
+// newFullDisk makes q create its spill files on a disk of limit bytes.
+func newFullDisk(q *Queue, limit int64) *fullDisk {
+	d := &fullDisk{limit: limit, create: q.create}
+	q.create = func(name string) (spillHandle, error) {
+		h, err := d.create(name)
+		if err != nil {
+			return nil, err
+		}
+		return fullDiskFile{h, name, d}, nil
+	}
+	return d
 }
 
 func (d *fullDisk) setLimit(n int64) {
@@ -191,25 +207,17 @@ func (d *fullDisk) setLimit(n int64) {
 	d.mu.Unlock()
 }
 
-func (d *fullDisk) create(path string) (spillHandle, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	return fullDiskFile{f, d}, nil
-}
-
 func (f fullDiskFile) WriteAt(p []byte, off int64) (int, error) {
 	f.d.mu.Lock()
 	room := f.d.limit - f.d.used
 	n := int64(len(p))
 	var err error
 	if n > room {
-		n, err = max(room, 0), &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+		n, err = max(room, 0), &os.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
 	}
 	f.d.used += n
 	f.d.mu.Unlock()
-	w, werr := f.File.WriteAt(p[:n], off)
+	w, werr := f.spillHandle.WriteAt(p[:n], off)
 	if werr != nil {
 		return w, werr
 	}

@@ -21,10 +21,13 @@ type Options struct {
 	// Budget is the number of bytes of changes (the sum of
 	// change.Change.Size) held in memory. Required, > 0.
 	Budget int64
-	// SpillDir holds the spill files; it is created if missing, and *.spill
-	// files left in it by a previous run are deleted by New. The directory
-	// belongs to this Queue alone. Default (""): a new temporary directory,
-	// deleted by Close.
+	// SpillDir holds the spill files. It must be private to the process's
+	// user: created with mode 0700 if missing, and refused if it exists but
+	// is a symbolic link, another user's, or open to group or others (see
+	// dir.go). The spill files left in it by a previous run are deleted by
+	// New. The directory belongs to this Queue alone. Default (""): a new
+	// temporary directory, deleted by Close. DefaultSpillDir is the
+	// engine's default.
 	SpillDir string
 	// Stats receives the components "queue" and "spill". Default: a private
 	// registry.
@@ -81,7 +84,9 @@ type Queue struct {
 	dir       string
 	ownDir    bool
 	log       *slog.Logger
-	create    func(path string) (spillHandle, error) // opens a new spill file
+	create    func(name string) (spillHandle, error) // creates a new spill file in root
+	rootMu    sync.RWMutex                           // root is closed (set nil) under the write lock
+	root      *os.Root                               // the spill directory, opened and checked once
 	bufPool   sync.Pool                              // *[]byte of spillBufSize capacity
 	chunkPool sync.Pool                              // *[]change.Change of chunkLen capacity
 	readPool  sync.Pool                              // *bufio.Reader of spillBufSize
@@ -142,28 +147,30 @@ func New(opts Options) (*Queue, error) {
 	if q.dir == "" {
 		d, err := os.MkdirTemp("", "repstream-spill-")
 		if err != nil {
-			return nil, fmt.Errorf("new queue: create spill directory: %w", err)
+			return nil, spillErrorf("new queue: create spill directory: %w", err)
 		}
 		q.dir, q.ownDir = d, true
+		if q.root, err = privateDir(d); err != nil {
+			os.RemoveAll(d)
+			return nil, fmt.Errorf("new queue: %w", err)
+		}
 	} else {
-		if err := os.MkdirAll(q.dir, 0o700); err != nil {
-			return nil, fmt.Errorf("new queue: create spill directory %s: %w", q.dir, err)
+		var err error
+		if q.root, err = openSpillDir(q.dir); err != nil {
+			return nil, fmt.Errorf("new queue: %w", err)
 		}
-		stale, err := filepath.Glob(filepath.Join(q.dir, "*.spill"))
+		n, err := removeStale(q.root, q.dir, q.log)
 		if err != nil {
-			return nil, fmt.Errorf("new queue: list spill directory %s: %w", q.dir, err)
+			q.root.Close()
+			return nil, fmt.Errorf("new queue: %w", err)
 		}
-		for _, f := range stale {
-			if err := os.Remove(f); err != nil {
-				return nil, fmt.Errorf("new queue: remove stale spill file %s: %w", f, err)
-			}
-		}
-		if len(stale) > 0 {
-			q.log.Info("removed stale spill files", slog.Int("files", len(stale)), slog.String("dir", q.dir))
+		if n > 0 {
+			q.log.Info("removed stale spill files", slog.Int("files", n), slog.String("dir", q.dir))
 		}
 	}
-	q.create = func(path string) (spillHandle, error) {
-		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	root := q.root
+	q.create = func(name string) (spillHandle, error) {
+		return root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	}
 	q.bufPool.New = func() any { b := make([]byte, 0, spillBufSize); return &b }
 	q.chunkPool.New = func() any { c := make([]change.Change, 0, chunkLen); return &c }
@@ -355,13 +362,14 @@ func (q *Queue) spillUntilFits(t *Txn, c *change.Change, size int64) error {
 // spill file; from then on its changes go to the file. On error t is as it was.
 func (q *Queue) spillTxn(t *Txn) error {
 	q.seq++
-	path := filepath.Join(q.dir, fmt.Sprintf("txn-%d-%d.spill", t.xid, q.seq))
-	h, err := q.create(path)
+	name := fmt.Sprintf("txn-%d-%d.spill", t.xid, q.seq)
+	path := filepath.Join(q.dir, name)
+	h, err := q.create(name)
 	if err != nil {
-		return fmt.Errorf("spill txn %d: create %s: %w", t.xid, path, err)
+		return spillErrorf("spill txn %d: create %s: %w", t.xid, path, err)
 	}
 	q.spFiles.Add(1)
-	w := newSpillWriter(path, h, &q.rels, &q.bufPool)
+	w := newSpillWriter(path, h, q.removeFile, &q.rels, &q.bufPool)
 	written := 0
 	t.changes.all(func(c *change.Change) bool {
 		var n int
@@ -583,10 +591,21 @@ func (q *Queue) release(t *Txn) {
 	}
 	if hasFile {
 		q.spFiles.Add(-1)
-		if err := os.Remove(t.spill.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			q.log.Error("remove spill file", slog.String("file", t.spill.path), slog.Any("err", err))
+		if err := t.spill.discard(); err != nil {
+			q.log.Error("discard spill file", slog.String("file", t.spill.path), slog.Any("err", err))
 		}
 	}
+}
+
+// removeFile deletes the spill file name from the spill directory, through
+// the directory's descriptor.
+func (q *Queue) removeFile(name string) error {
+	q.rootMu.RLock()
+	defer q.rootMu.RUnlock()
+	if q.root == nil {
+		return ErrClosed
+	}
+	return q.root.Remove(name)
 }
 
 // Close deletes the spill files of every transaction still held (open,
@@ -609,13 +628,19 @@ func (q *Queue) Close() error {
 	q.pmu.Unlock()
 	q.mu.Lock()
 	for t := range q.heldFiles {
-		if err := os.Remove(t.spill.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove spill file %s: %w", t.spill.path, err))
+		if err := t.spill.discard(); err != nil {
+			errs = append(errs, err)
 		}
 		q.spFiles.Add(-1)
 	}
 	clear(q.heldFiles)
 	q.mu.Unlock()
+	q.rootMu.Lock()
+	if err := q.root.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close spill directory %s: %w", q.dir, err))
+	}
+	q.root = nil
+	q.rootMu.Unlock()
 	if q.ownDir {
 		if err := os.RemoveAll(q.dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove spill directory %s: %w", q.dir, err))

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 )
 
 func TestNewValidatesAndCleansStaleFiles(t *testing.T) {
 	if _, err := New(Options{Budget: 0}); err == nil {
 		t.Fatal("budget 0 accepted")
 	}
-	dir := t.TempDir()
+	dir := privateTempDir(t)
 	stale := filepath.Join(dir, "txn-7-1.spill")
 	other := filepath.Join(dir, "keep.txt")
 	for _, f := range []string{stale, other} {
@@ -491,11 +492,13 @@ func TestSpillDirUnwritable(t *testing.T) {
 }
 
 // A full disk surfaces as errors from Add and Commit naming the file; nothing
-// is lost, and once there is room again the same calls succeed.
+// is lost, and once there is room again the same calls succeed. The errors
+// are local faults (ErrSpill) that the engine must not take for a lost
+// connection (pgerr.Transient): checking only that Add failed let a full
+// spill disk become an endless reconnect loop unnoticed.
 func TestDiskFull(t *testing.T) {
 	q := newTestQueue(t, 2000)
-	disk := &fullDisk{limit: 1 << 30}
-	q.create = disk.create
+	disk := newFullDisk(q.Queue, 1<<30)
 	var want []*change.Change
 	add := func(c *change.Change) error {
 		err := q.Add(context.Background(), 1, c)
@@ -517,19 +520,20 @@ func TestDiskFull(t *testing.T) {
 	for i := uint64(21); err == nil && i < 5000; i++ {
 		err = add(insert(relA, 1, i, 100))
 	}
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "txn-1-") {
-		t.Fatalf("Add on a full disk: %v", err)
+	localFault := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrSpill) || pgerr.Transient(err) ||
+			!strings.Contains(err.Error(), filepath.Join(q.SpillDir(), "txn-1-")) {
+			t.Fatalf("%s on a full disk: %v (spill error %v, transient %v)", what, err, errors.Is(err, ErrSpill), pgerr.Transient(err))
+		}
 	}
-	if err := q.Commit(change.TxnInfo{Xid: 1}); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Commit on a full disk: %v", err)
-	}
+	localFault("Add", err)
+	localFault("Commit", q.Commit(change.TxnInfo{Xid: 1}))
 	if q.open[1].Len() != len(want) {
 		t.Fatalf("len %d, want %d", q.open[1].Len(), len(want))
 	}
 	// A large change fails too, without corrupting the file.
-	if err := add(insert(relA, 1, 9000, spillBufSize*2)); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("large Add on a full disk: %v", err)
-	}
+	localFault("large Add", add(insert(relA, 1, 9000, spillBufSize*2)))
 	disk.setLimit(1 << 30)
 	if err := add(insert(relA, 1, 9001, 10)); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/repstream/repstream/internal/change"
@@ -77,10 +78,13 @@ func (rt *relTable) snapshot() []*change.Relation {
 	return rt.list[:len(rt.list):len(rt.list)]
 }
 
-// spillHandle is the part of *os.File a spill writer uses; tests inject
-// failing implementations (a full disk).
+// spillHandle is the part of *os.File a spill file's writer and readers use;
+// tests inject failing implementations (a full disk). The records are read
+// back through the handle they were written with: the file is never reopened
+// by name, so what is read is what was written, whatever happens to the name.
 type spillHandle interface {
 	io.WriterAt
+	io.ReaderAt // safe for concurrent use, as *os.File's
 	Truncate(size int64) error
 	Close() error
 }
@@ -92,22 +96,31 @@ type subStat struct {
 	bytes int64
 }
 
-// spillWriter appends the records of one transaction to its spill file.
+// spillWriter appends the records of one transaction to its spill file, and
+// keeps the file's handle, through which its readers read it back, until the
+// file is released or discarded.
 //
 // Invariants: the file holds complete records in [0, off); buf holds the
 // complete records that follow them, not yet written. Writes go to explicit
 // offsets (WriteAt), so a failed write changes neither off nor buf and can be
 // retried; bytes a failed write left past off are overwritten by the next
 // write or cut off by finish (failed is set). Nothing is ever dropped from buf
-// unless it was written: an error never loses a change silently.
+// unless it was written: an error never loses a change silently. h is set
+// once, at creation, and never reassigned (readers use it while the queue may
+// close it: *os.File allows that); done and closed belong to the producer
+// until finish, and closed to whoever holds the file after.
 type spillWriter struct {
-	path   string
-	h      spillHandle // nil after finish or discard
+	path   string      // for messages
+	name   string      // in the spill directory
+	h      spillHandle // open until closeFile
+	remove func(name string) error
 	buf    []byte
 	bufp   *[]byte // pooled backing array of buf
 	pool   *sync.Pool
 	off    int64
 	failed bool
+	done   bool // finished: no more appends
+	closed bool // h closed
 	rels   *relTable
 
 	lastRel *change.Relation // cache of the last relation reference
@@ -116,14 +129,15 @@ type spillWriter struct {
 	subs    map[uint32]*subStat
 	lastSub uint32
 	lastSt  *subStat
-
-	closeErr error // sticky: a failed Close may have lost data
 }
 
-func newSpillWriter(path string, h spillHandle, rels *relTable, pool *sync.Pool) *spillWriter {
+// newSpillWriter returns the writer of the new file h, path, which remove
+// (nil: nothing to remove) deletes.
+func newSpillWriter(path string, h spillHandle, remove func(name string) error, rels *relTable, pool *sync.Pool) *spillWriter {
 	bp := pool.Get().(*[]byte)
 	return &spillWriter{
-		path: path, h: h, buf: (*bp)[:0], bufp: bp, pool: pool, rels: rels,
+		path: path, name: filepath.Base(path), h: h, remove: remove,
+		buf: (*bp)[:0], bufp: bp, pool: pool, rels: rels,
 		subs: make(map[uint32]*subStat),
 	}
 }
@@ -141,8 +155,8 @@ func (w *spillWriter) relRef(r *change.Relation) uint32 {
 // append adds the record of c, accounted size bytes, and returns its encoded
 // size. On error nothing of c was added and earlier records are kept.
 func (w *spillWriter) append(c *change.Change, size int64) (int, error) {
-	if w.h == nil {
-		return 0, fmt.Errorf("append to spill file %s: already closed", w.path)
+	if w.done || w.closed {
+		return 0, fmt.Errorf("append to spill file %s: already finished", w.path)
 	}
 	n := encodedSize(c)
 	if n-frameHeaderSize > math.MaxUint32 {
@@ -228,7 +242,7 @@ func (w *spillWriter) writeLarge(c *change.Change, n int) error {
 		}
 		if _, err := w.h.WriteAt(piece, off); err != nil {
 			w.failed = true
-			return fmt.Errorf("write spill file %s at offset %d: %w", w.path, off, err)
+			return spillErrorf("write spill file %s at offset %d: %w", w.path, off, err)
 		}
 		off += int64(len(piece))
 	}
@@ -243,38 +257,34 @@ func (w *spillWriter) flush() error {
 	}
 	if _, err := w.h.WriteAt(w.buf, w.off); err != nil {
 		w.failed = true
-		return fmt.Errorf("write spill file %s at offset %d: %w", w.path, w.off, err)
+		return spillErrorf("write spill file %s at offset %d: %w", w.path, w.off, err)
 	}
 	w.off += int64(len(w.buf))
 	w.buf = w.buf[:0]
 	return nil
 }
 
-// finish writes what is buffered and closes the file, which then holds
-// exactly size() bytes. It can be retried after an error.
+// finish writes what is buffered; the file then holds exactly off bytes and
+// takes no more appends. It stays open: it is read back through h. It can be
+// retried after an error.
 func (w *spillWriter) finish() error {
-	if w.closeErr != nil {
-		return w.closeErr
-	}
-	if w.h == nil {
+	if w.done {
 		return nil
+	}
+	if w.closed {
+		return fmt.Errorf("finish spill file %s: already closed", w.path)
 	}
 	if err := w.flush(); err != nil {
 		return err
 	}
 	if w.failed {
 		if err := w.h.Truncate(w.off); err != nil {
-			return fmt.Errorf("truncate spill file %s to %d: %w", w.path, w.off, err)
+			return spillErrorf("truncate spill file %s to %d: %w", w.path, w.off, err)
 		}
 		w.failed = false
 	}
-	err := w.h.Close()
-	w.h = nil
+	w.done = true
 	w.releaseBuf()
-	if err != nil {
-		w.closeErr = fmt.Errorf("close spill file %s: %w", w.path, err)
-		return w.closeErr
-	}
 	return nil
 }
 
@@ -286,18 +296,21 @@ func (w *spillWriter) releaseBuf() {
 	}
 }
 
-// discard closes and deletes the file.
+// discard closes and deletes the file (once: later calls do nothing).
 func (w *spillWriter) discard() error {
+	if w.closed {
+		return nil
+	}
 	var errs []error
-	if w.h != nil {
-		if err := w.h.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close spill file %s: %w", w.path, err))
-		}
-		w.h = nil
+	w.closed = true
+	if err := w.h.Close(); err != nil {
+		errs = append(errs, spillErrorf("close spill file %s: %w", w.path, err))
 	}
 	w.releaseBuf()
-	if err := os.Remove(w.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("remove spill file %s: %w", w.path, err))
+	if w.remove != nil {
+		if err := w.remove(w.name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, spillErrorf("remove spill file %s: %w", w.path, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -318,7 +331,7 @@ type spillReader struct {
 }
 
 func (r *spillReader) corrupt(off int64, format string, args ...any) error {
-	return fmt.Errorf("spill file %s: record at offset %d: %s: %w", r.name, off, fmt.Sprintf(format, args...), ErrCorrupt)
+	return spillErrorf("spill file %s: record at offset %d: %s: %w", r.name, off, fmt.Sprintf(format, args...), ErrCorrupt)
 }
 
 // next returns the next change and the bytes its record took, or io.EOF
@@ -364,7 +377,7 @@ func (r *spillReader) readErr(off int64, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return r.corrupt(off, "file shorter than expected")
 	}
-	return fmt.Errorf("read spill file %s at offset %d: %w", r.name, off, err)
+	return spillErrorf("read spill file %s at offset %d: %w", r.name, off, err)
 }
 
 // decodePayload decodes one record payload into c; its tuples alias p. The

@@ -27,6 +27,16 @@ func (m *memHandle) WriteAt(p []byte, off int64) (int, error) {
 	}
 	return copy(m.b[off:], p), nil
 }
+func (m *memHandle) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
 func (m *memHandle) Truncate(n int64) error { m.b = m.b[:n]; return nil }
 func (m *memHandle) Close() error           { return nil }
 
@@ -60,7 +70,7 @@ func goldenChanges() []*change.Change {
 func encodeAll(t testing.TB, rt *relTable, cs []*change.Change) []byte {
 	t.Helper()
 	h := &memHandle{}
-	w := newSpillWriter("mem", h, rt, newBufPool())
+	w := newSpillWriter("mem", h, nil, rt, newBufPool())
 	for _, c := range cs {
 		if _, err := w.append(c, int64(c.Size())); err != nil {
 			t.Fatal(err)

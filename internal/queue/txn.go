@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"os"
 
 	"github.com/repstream/repstream/internal/change"
 )
@@ -76,16 +75,13 @@ func (t *Txn) Changes() iter.Seq2[*change.Change, error] {
 	}
 }
 
+// readSpill reads the spill file back through the handle it was written
+// with (never reopened by name: what is read is what was written), from
+// offset 0 with ReadAt, so that iterations may run concurrently.
 func (t *Txn) readSpill(yield func(*change.Change, error) bool) {
 	q := t.q
 	path := t.spill.path
-	f, err := os.Open(path)
-	if err != nil {
-		yield(nil, fmt.Errorf("read txn %d: open spill file: %w", t.Info.Xid, err))
-		return
-	}
-	defer f.Close()
-	br := newBufReader(&q.readPool, f)
+	br := newBufReader(&q.readPool, io.NewSectionReader(t.spill.h, 0, t.size))
 	defer func() { br.Reset(nil); q.readPool.Put(br) }()
 	r := spillReader{name: path, r: br, remain: t.size, rels: q.rels.snapshot()}
 	var read int64
