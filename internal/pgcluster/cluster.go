@@ -95,6 +95,11 @@ type Options struct {
 	// cluster; default BinDir(). Clusters of different majors run side by
 	// side (the version matrix: scripts/fetch-postgres.sh).
 	BinDir string
+	// HBA are pg_hba.conf lines placed before initdb's, which trust every
+	// connection (the first matching line wins): "host all app 127.0.0.1/32
+	// scram-sha-256" has role app log in over TCP with its password. DSN and
+	// the other helpers connect as Superuser: leave it to the trust lines.
+	HBA []string
 }
 
 // Cluster is a running (or stopped) throwaway PostgreSQL cluster.
@@ -191,6 +196,9 @@ func (c *Cluster) create(ctx context.Context, opts Options) error {
 	if err := appendFile(filepath.Join(c.dataDir, "postgresql.conf"), "\ninclude 'repstream.conf'\n"); err != nil {
 		return fmt.Errorf("configure cluster %s: %w", c.name, err)
 	}
+	if err := c.prependHBA(opts.HBA); err != nil {
+		return fmt.Errorf("configure cluster %s: %w", c.name, err)
+	}
 
 	// A port chosen in Settings is used as is, without retries.
 	fixedPort := 0
@@ -271,6 +279,21 @@ func (c *Cluster) writeConf(port int, opts Options) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return c.chown(path)
+}
+
+// prependHBA puts lines at the top of <data>/pg_hba.conf (the file keeps
+// its owner).
+func (c *Cluster) prependHBA(lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	path := filepath.Join(c.dataDir, "pg_hba.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	head := "# written by repstream pgcluster.Start (Options.HBA)\n" + strings.Join(lines, "\n") + "\n\n"
+	return os.WriteFile(path, append([]byte(head), old...), 0o600)
 }
 
 // start runs pg_ctl start on the configured port. Caller holds mu or owns c.
