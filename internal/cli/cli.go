@@ -101,8 +101,8 @@ type settings struct {
 
 func (s *settings) bindConnection(fs *pflag.FlagSet) {
 	fs.StringVarP(&s.file, "config", "c", "", "YAML file with the same keys as the flags (flags and REPSTREAM_* variables take precedence)")
-	fs.StringVar(&s.cfg.Source, "source", "", "source database (URL or key=value DSN)")
-	fs.StringVar(&s.cfg.Target, "target", "", "target database (URL or key=value DSN)")
+	fs.StringVar(&s.cfg.Source, "source", "", "source database (URL or key=value DSN); keep its password off the command line (ps shows it): REPSTREAM_SOURCE, PGPASSWORD, PGPASSFILE, ~/.pgpass or passfile=")
+	fs.StringVar(&s.cfg.Target, "target", "", "target database (URL or key=value DSN); keep its password off the command line (ps shows it): REPSTREAM_TARGET, PGPASSWORD, PGPASSFILE, ~/.pgpass or passfile=")
 	fs.StringVar(&s.cfg.Slot, "slot", s.cfg.Slot, "replication slot name")
 	fs.StringVar(&s.cfg.Publication, "publication", "", "publication name (default: the slot's name; created from --tables when missing)")
 	fs.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
