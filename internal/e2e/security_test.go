@@ -346,3 +346,28 @@ func TestConcurrentFirstStarts(t *testing.T) {
 		t.Errorf("%d progress rows on the target, want 2", n)
 	}
 }
+
+// TestOperatorHijack: a role that may create in a schema on the apply
+// session's search_path makes an "=" for varchar, an exact match where
+// pg_catalog compares varchar through text; apply's key matches use
+// pg_catalog's, so replicated UPDATEs and DELETEs never run it.
+func TestOperatorHijack(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE v (id varchar(20) PRIMARY KEY, n int)`)
+	e.srcExec(`INSERT INTO v SELECT 'k' || g, g FROM generate_series(1, 10) g`)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(context.Background(), `
+CREATE FUNCTION public.grab_eq(a varchar, b varchar) RETURNS bool LANGUAGE plpgsql AS $f$
+BEGIN EXECUTE 'ALTER ROLE `+role+` SUPERUSER'; RETURN a::text = b::text; END$f$;
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.grab_eq)`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config("public.v")
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE v SET n = n + 1 WHERE n <= 5; DELETE FROM v WHERE n > 8`)
+	e.catchUp(cfg)
+	e.assertSame("v", "id")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through an operator the apply session ran", role)
+	}
+}

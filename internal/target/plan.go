@@ -46,6 +46,12 @@ type relPlan struct {
 	// none): a composite's, which the server would otherwise take for an
 	// anonymous record it cannot read.
 	castTo []string
+	// eq is the equality a key column is matched with: for a built-in type,
+	// pg_catalog's, named with its schema, so that an operator another role
+	// made in a schema on the search_path (an exact match for a type that
+	// pg_catalog compares through a cast, such as varchar) is never run by
+	// the apply session; for other types, the type's own "=".
+	eq []string
 	// identAlways marks GENERATED ALWAYS identity columns on the target:
 	// INSERTs say OVERRIDING SYSTEM VALUE, and an UPDATE may not assign
 	// them (modify leaves them out when their value is unchanged).
@@ -94,6 +100,10 @@ type paramRef struct {
 	col int  // source column index
 }
 
+// firstNormalOID is FirstNormalObjectId: objects with a lower OID are
+// built into the server (pg_catalog's types among them).
+const firstNormalOID = 16384
+
 // newPlan matches the source relation's columns to the target table by name.
 // textEqCols names target columns whose type has no equality operator.
 // binary plans check that every written column has the same built-in type
@@ -111,6 +121,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		write:       make([]bool, len(rel.Columns)),
 		textEq:      make([]bool, len(rel.Columns)),
 		castTo:      make([]string, len(rel.Columns)),
+		eq:          make([]string, len(rel.Columns)),
 		identAlways: make([]bool, len(rel.Columns)),
 		stmts:       make(map[string]*stmt),
 	}
@@ -136,6 +147,10 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 			p.castTo[i] = tc.TypeName
 		}
 		p.identAlways[i] = tab.Columns[ti].IdentityAlways()
+		p.eq[i] = " = "
+		if tab.Columns[ti].TypeOID < firstNormalOID {
+			p.eq[i] = " OPERATOR(pg_catalog.=) "
+		}
 		if c.Key {
 			p.keyCols = append(p.keyCols, i)
 		}
@@ -234,7 +249,7 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 				b.WriteString(" AND ")
 			}
 			b.WriteString(p.quoted[i])
-			b.WriteString(" = ")
+			b.WriteString(p.eq[i])
 			param(mode == whereOldKey, i)
 			p.cast(&b, i)
 		}
@@ -255,6 +270,20 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 				b.WriteString(" AND ")
 			}
 			first = false
+			if !p.textEq[i] && p.eq[i] != " = " {
+				// IS NOT DISTINCT FROM would look "=" up on the search
+				// path: pg_catalog's, named, with NULL matching NULL.
+				b.WriteString("(")
+				b.WriteString(p.quoted[i])
+				b.WriteString(p.eq[i])
+				param(true, i)
+				b.WriteString(" OR ")
+				b.WriteString(p.quoted[i])
+				b.WriteString(" IS NULL AND $")
+				b.WriteString(strconv.Itoa(n))
+				b.WriteString(" IS NULL)")
+				continue
+			}
 			b.WriteString(p.quoted[i])
 			if p.textEq[i] {
 				b.WriteString("::text")
