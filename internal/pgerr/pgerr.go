@@ -117,6 +117,17 @@ func TruncateRefused(err error) bool {
 	return Is(err, FeatureNotSupported, InsufficientPrivilege, LockNotAvailable)
 }
 
+// Detail returns the server's DETAIL of err ("" for none), which names
+// what the message does not: for a TRUNCATE refused by a foreign key, the
+// referencing table.
+func Detail(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Detail
+	}
+	return ""
+}
+
 // ConnectionLost reports whether err means the connection is gone or the
 // server cannot serve it now — the causes a reconnect can cure: a class 08
 // error, an administrator or crash shutdown, a server starting up or in

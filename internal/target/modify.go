@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 )
 
 // Row modification: updates and deletes become prepared statements (one per
@@ -231,6 +232,11 @@ func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 		return nil
 	}
 	if err := w.txExec(ctx, truncateSQL(names, c.TruncateOpts)); err != nil {
+		if d := pgerr.Detail(err); d != "" && pgerr.Is(err, pgerr.FeatureNotSupported) {
+			// A table of the target references one truncated by a foreign
+			// key: the source's CASCADE, if any, is not repeated here.
+			return fmt.Errorf("apply truncate to %s at %s: %w (%s; the source's TRUNCATE does not cascade on the target: truncate or detach that table there, then restart)", desc, c.LSN, err, d)
+		}
 		return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
 	}
 	w.statements.Add(1)

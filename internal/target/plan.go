@@ -385,14 +385,16 @@ func (p *relPlan) buildInsertRows(n int) *stmt {
 	return s
 }
 
-// truncateSQL returns TRUNCATE for the quoted table names and pgoutput options.
+// truncateSQL returns TRUNCATE for the quoted table names and pgoutput
+// options. A CASCADE on the source is not repeated, as native replication
+// does not repeat it: pgoutput lists every published table the cascade
+// reached, and a cascade on the target would also empty tables that exist
+// only there. A target table that references one of them by a foreign key
+// makes the TRUNCATE fail, which stops (or parks) the transaction.
 func truncateSQL(tables []string, opts uint8) string {
 	var b strings.Builder
 	b.WriteString("TRUNCATE ")
 	b.WriteString(strings.Join(tables, ", "))
-	if opts&change.TruncateCascade != 0 {
-		b.WriteString(" CASCADE")
-	}
 	if opts&change.TruncateRestartIdentity != 0 {
 		b.WriteString(" RESTART IDENTITY")
 	}

@@ -37,5 +37,5 @@ INSERT INTO "public"."Items" ("id", "name", "body", "doc") VALUES ($1, $2, $3, $
 
 -- truncate
 TRUNCATE "public"."a";
-TRUNCATE "public"."a", "s"."b" CASCADE;
-TRUNCATE "public"."a" CASCADE RESTART IDENTITY;
+TRUNCATE "public"."a", "s"."b";
+TRUNCATE "public"."a" RESTART IDENTITY;
