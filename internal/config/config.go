@@ -32,6 +32,16 @@ type Config struct {
 	Truncate        bool `yaml:"truncate"`
 	CreateTables    bool `yaml:"create_tables"`
 
+	// AdoptSlot: an existing slot for which the target has no state is
+	// used from its confirmed position, without an initial copy (the user
+	// says the target already holds the data up to there). Without it such
+	// a start is refused: the target may be another's, or rebuilt.
+	AdoptSlot bool `yaml:"adopt_slot"`
+	// PartialPublication: run with a publication that leaves out inserts,
+	// updates, deletes or truncates (those changes never reach the
+	// target). Without it such a publication is refused.
+	PartialPublication bool `yaml:"partial_publication"`
+
 	// SnapshotRangeSize: the initial copy splits a table larger than this
 	// into ranges copied in parallel; 0 chooses from the total size.
 	SnapshotRangeSize Size `yaml:"snapshot_range_size"`

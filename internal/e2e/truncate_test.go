@@ -3,6 +3,8 @@ package e2e
 import (
 	"strings"
 	"testing"
+
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // TestTruncateCascadeRestartIdentity: TRUNCATE ... RESTART IDENTITY
@@ -43,4 +45,44 @@ func TestTruncateCascadeRestartIdentity(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM local_notes"); n != 1 {
 		t.Fatalf("the target-only table lost its rows: %d left", n)
 	}
+}
+
+// TestSlotWithoutTargetState: a slot that exists with a target that has no
+// state for it (a wrong --target, a rebuilt target) is refused, naming the
+// way out, instead of reporting caught up with nothing copied; with
+// --adopt-slot it streams from the slot's position.
+func TestSlotWithoutTargetState(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE w (id int PRIMARY KEY)`)
+	e.srcExec(`INSERT INTO w SELECT generate_series(1, 10)`)
+	cfg := e.config("public.w")
+	e.catchUp(cfg)
+	e.waitSlotReleased(cfg.Slot)
+	// The same slot, another (empty) target.
+	other := pgtest.NewDB(t, e.tgt)
+	cfg.Target = e.tgt.DSN(other)
+	if err := e.tgt.Exec(t.Context(), other, `CREATE TABLE w (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	e.mustFail(cfg, "exists on the source", "no state for it", "--adopt-slot", "repstream drop")
+	cfg.AdoptSlot = true
+	e.srcExec(`INSERT INTO w VALUES (11)`)
+	e.catchUp(cfg)
+}
+
+// TestPartialPublicationRefused: a publication that leaves out deletes (or
+// truncates) is refused by run, naming the fix; --partial-publication runs
+// it.
+func TestPartialPublicationRefused(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE pp (id int PRIMARY KEY)`)
+	cfg := e.config()
+	cfg.Publication = "pp_pub"
+	e.srcExec(`CREATE PUBLICATION pp_pub FOR TABLE pp WITH (publish = 'insert, update')`)
+	e.mustFail(cfg, `publication "pp_pub" does not publish delete, truncate`, "ALTER PUBLICATION", "--partial-publication")
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"'"); n != 0 {
+		t.Errorf("the refused run left its slot")
+	}
+	cfg.PartialPublication = true
+	e.catchUp(cfg)
 }

@@ -199,6 +199,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
+		return err
+	}
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
@@ -259,7 +262,13 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			prog.Snapshot = "done"
 		}
 		if !prog.Exists {
-			e.log.Warn("slot exists but the target has no progress for it: applying from the slot's confirmed position", "slot", cfg.Slot, "confirmed", slot.confirmed)
+			if !cfg.AdoptSlot {
+				return fmt.Errorf("replication slot %q exists on the source (confirmed up to %s) but the target has no state for it: "+
+					"the target may be another one than the slot's (a wrong --target) or rebuilt, and the changes before %s would be missing on it; "+
+					"run `repstream drop --slot %s` and start again for a new initial copy, or pass --adopt-slot if the target holds the data up to %s",
+					cfg.Slot, slot.confirmed, slot.confirmed, cfg.Slot, slot.confirmed)
+			}
+			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", slot.confirmed)
 			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.confirmed, "none", false); err != nil {
 				return err
 			}

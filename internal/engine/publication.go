@@ -75,3 +75,33 @@ func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []s
 	}
 	return names, "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR " + strings.Join(parts, ", "), nil
 }
+
+// checkPublishes refuses a publication that leaves out inserts, updates,
+// deletes or truncates: those changes would never reach the target, without
+// a word. With partial (--partial-publication) it only warns.
+func checkPublishes(ctx context.Context, src *pgx.Conn, pub string, partial bool, log *slog.Logger) error {
+	var ins, upd, del, trunc bool
+	if err := src.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = $1", pub).
+		Scan(&ins, &upd, &del, &trunc); err != nil {
+		return fmt.Errorf("read what publication %q publishes: %w", pub, err)
+	}
+	var missing []string
+	for _, a := range []struct {
+		on   bool
+		name string
+	}{{ins, "insert"}, {upd, "update"}, {del, "delete"}, {trunc, "truncate"}} {
+		if !a.on {
+			missing = append(missing, a.name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if partial {
+		log.Warn("--partial-publication: the publication leaves out some changes; they never reach the target", "publication", pub, "not_published", strings.Join(missing, ", "))
+		return nil
+	}
+	return fmt.Errorf("publication %q does not publish %s: those changes would never reach the target; "+
+		"run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or pass --partial-publication if that is meant",
+		pub, strings.Join(missing, ", "), change.QuoteIdent(pub))
+}
