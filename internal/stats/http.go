@@ -142,6 +142,10 @@ type ServerOptions struct {
 	// request such as a liveness probe's; only when all MaxConns are
 	// serving a request is the new one closed at once.
 	MaxConns int
+
+	// connState, when set, is called after each state change the bound
+	// has seen (tests).
+	connState func(net.Conn, http.ConnState)
 }
 
 // DefaultServerOptions are the bounds of Serve and ServeListener: a
@@ -230,9 +234,14 @@ func ServeListenerOptions(ctx context.Context, ln net.Listener, h http.Handler, 
 		WriteTimeout:      opts.WriteTimeout,
 		IdleTimeout:       opts.IdleTimeout,
 		MaxHeaderBytes:    opts.MaxHeaderBytes,
-		ConnState:         cc.track,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ConnState: func(c net.Conn, state http.ConnState) {
+			cc.track(c, state)
+			if opts.connState != nil {
+				opts.connState(c, state)
+			}
+		},
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

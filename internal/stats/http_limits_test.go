@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -266,6 +267,9 @@ func TestServeTimeouts(t *testing.T) {
 func TestServeConnCapKeepsServing(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}, 2), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
@@ -273,7 +277,22 @@ func TestServeConnCapKeepsServing(t *testing.T) {
 		_, _ = io.WriteString(w, "released")
 	})
 	mux.Handle("/", Handler(NewRegistry(), nil))
-	addr := serveForTest(t, mux, ServerOptions{MaxConns: 2})
+	// A client reads its answer before the server marks the connection
+	// idle: wait for the server's StateIdle before the next connection.
+	idled := make(chan struct{}, 16)
+	addr := serveForTest(t, mux, ServerOptions{MaxConns: 2, connState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateIdle {
+			idled <- struct{}{}
+		}
+	}})
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s within 5 s", what)
+		}
+	}
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -288,15 +307,17 @@ func TestServeConnCapKeepsServing(t *testing.T) {
 	if _, err := io.WriteString(busy, "GET /block HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	<-entered
+	wait(entered, "blocking request served")
 	if err := keepAliveGet(idle, "/healthz"); err != nil {
 		t.Fatal(err)
 	}
+	wait(idled, "connection became idle")
 	// A third connection closes idle, not busy.
 	third := dial()
 	if err := keepAliveGet(third, "/healthz"); err != nil {
 		t.Fatalf("a new request at the bound: %v", err)
 	}
+	wait(idled, "connection became idle")
 	if err := closedWithin(idle, 5*time.Second); err != nil {
 		t.Errorf("the idle connection at the bound: %v", err)
 	}
@@ -306,7 +327,7 @@ func TestServeConnCapKeepsServing(t *testing.T) {
 	if _, err := io.WriteString(fourth, "GET /block HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	<-entered
+	wait(entered, "blocking request served")
 	if err := closedWithin(third, 5*time.Second); err != nil {
 		t.Errorf("the idle connection at the bound: %v", err)
 	}
@@ -320,7 +341,7 @@ func TestServeConnCapKeepsServing(t *testing.T) {
 	}); msg != "" {
 		t.Error(msg)
 	}
-	close(release)
+	unblock()
 	for name, c := range map[string]net.Conn{"first": busy, "fourth": fourth} {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
