@@ -286,7 +286,7 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 	s := &settings{cfg: config.Default()}
 	cmd := &cobra.Command{
 		Use:   "drop",
-		Short: "Remove the slot, the publication if repstream created it, and repstream's state on the target",
+		Short: "Remove the slot, the publication if repstream created it, its state on the target and its spill directory; what other replications share goes with the last",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.resolveBoth(cmd); err != nil {
@@ -296,10 +296,11 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 			if pub == "" {
 				pub = s.cfg.Slot
 			}
-			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, pub, s.logger(stderr))
+			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, pub, s.cfg.SpillDir, s.logger(stderr))
 		},
 	}
 	s.bindConnection(cmd.Flags())
+	cmd.Flags().StringVar(&s.cfg.SpillDir, "spill-dir", "", "the run's --spill-dir, if it had one: removed with its spill files (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
 	return cmd
 }
 

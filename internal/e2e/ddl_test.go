@@ -284,7 +284,7 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		t.Fatalf("after run: %d of the 2 event triggers, 3 functions and the schema on the source, want 6", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
-	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 0 {

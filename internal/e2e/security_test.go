@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +136,7 @@ func TestHostileSchemaRefused(t *testing.T) {
 			if !reportFails(rep, side, "schema repstream") {
 				t.Errorf("check does not fail the %s's schema repstream owned by %s", side, role)
 			}
-			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, testLogger(t)); !errors.Is(err, provision.ErrUntrusted) {
+			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); !errors.Is(err, provision.ErrUntrusted) {
 				t.Errorf("drop with a hostile schema repstream on the %s: %v, want a refusal", side, err)
 			}
 			if superuser(t, admin, role) {
@@ -258,18 +261,28 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 	}
 	b.Publication = b.Slot
 	a.Publication = a.Slot
+	b.SpillDir = filepath.Join(t.TempDir(), "spill-b")
 	otherDB := pgtest.NewDB(t, e.tgt)
 	b.Target = e.tgt.DSN(otherDB)
 	e.catchUp(a)
 	e.catchUp(b)
 	e.waitSlotReleased(a.Slot)
 	e.waitSlotReleased(b.Slot)
+	if _, err := os.Stat(a.SpillDir); err != nil {
+		t.Fatalf("the run made no spill directory: %v", err)
+	}
 	stop := e.start(b)
-	if err := engine.Drop(t.Context(), a.Source, a.Target, a.Slot, a.Publication, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), a.Source, a.Target, a.Slot, a.Publication, a.SpillDir, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'"); n != 0 {
 		t.Errorf("drop of the target's only replication left the schema repstream there")
+	}
+	if _, err := os.Stat(a.SpillDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("drop left the slot's spill directory %s: %v", a.SpillDir, err)
+	}
+	if _, err := os.Stat(b.SpillDir); err != nil {
+		t.Errorf("drop of one slot touched the other's spill directory: %v", err)
 	}
 	e.srcExec(`ALTER TABLE k ADD COLUMN w int; INSERT INTO k VALUES (2, 'b', 2)`)
 	tb, err := pgx.Connect(t.Context(), b.Target)
@@ -289,8 +302,11 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 		t.Fatalf("the kept replication: %v", err)
 	}
 	e.waitSlotReleased(b.Slot)
-	if err := engine.Drop(t.Context(), b.Source, b.Target, b.Slot, b.Publication, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), b.Source, b.Target, b.Slot, b.Publication, b.SpillDir, testLogger(t)); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(b.SpillDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the last drop left the slot's spill directory %s: %v", b.SpillDir, err)
 	}
 	for what, q := range map[string]string{
 		"schema":         "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/provision"
+	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -223,7 +224,10 @@ func (s SlotStatus) Format(w io.Writer) {
 // schema repstream on either side) is removed with the last of them only;
 // the log names the replications it is kept for. A schema repstream that
 // another role could use is refused before anything is touched.
-func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, log *slog.Logger) error {
+//
+// spillDir is the slot's spill directory ("" for the default one): it is
+// removed with the spill files in it (queue.RemoveSpillDir).
+func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -290,6 +294,12 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication string, l
 		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
 	} else if exists {
 		log.Info("dropped the schema repstream on the target", "slot", slot)
+	}
+	if spillDir == "" {
+		spillDir = queue.DefaultSpillDir(slot)
+	}
+	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
+		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
 	}
 	return nil
 }

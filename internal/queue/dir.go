@@ -196,3 +196,39 @@ func removeStale(root *os.Root, dir string, log *slog.Logger) (int, error) {
 	}
 	return n, nil
 }
+
+// RemoveSpillDir removes a slot's spill directory, for `repstream drop`:
+// the spill files in it (only those named as repstream names them), then
+// the directory if nothing else is in it, then the per-user directory of
+// the defaults if it is left empty. A missing directory is nothing to do; a
+// directory that is not repstream's (see checkPrivate) is left alone and
+// reported. It reports whether the directory is gone.
+func RemoveSpillDir(dir string, log *slog.Logger) (bool, error) {
+	dir = filepath.Clean(dir)
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, spillErrorf("spill directory %s: %w", dir, err)
+	}
+	if err := checkPrivate(dir, fi); err != nil {
+		return false, err
+	}
+	root, err := privateDir(dir)
+	if err != nil {
+		return false, err
+	}
+	_, err = removeStale(root, dir, log)
+	root.Close()
+	if err != nil {
+		return false, err
+	}
+	if err := os.Remove(dir); err != nil {
+		return false, spillErrorf("remove spill directory %s (something other than spill files is in it): %w", dir, err)
+	}
+	if parent := filepath.Dir(dir); parent == userSpillRoot() {
+		_ = os.Remove(parent) // only if empty: other slots' directories stay
+	}
+	return true, nil
+}
