@@ -19,6 +19,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -111,7 +112,7 @@ func (s *settings) bindConnection(fs *pflag.FlagSet) {
 
 func (s *settings) bindRun(fs *pflag.FlagSet) {
 	c := &s.cfg
-	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to publish (when the publication is created)")
+	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to publish (when the publication is created); double-quote a name with a comma, dot, quote (\"\"), space or capitals: '\"a,b\".\"t,1\"'")
 	fs.BoolVar(&c.Snapshot, "snapshot", c.Snapshot, "copy existing rows when the slot is first created")
 	fs.IntVar(&c.SnapshotWorkers, "snapshot-workers", c.SnapshotWorkers, "tables, or ranges of a large table, copied at once by the initial copy")
 	fs.Var(&c.SnapshotRangeSize, "snapshot-range-size", "the initial copy splits tables larger than this into ranges of this size copied in parallel (0: the total size / (2 × --snapshot-workers), at least 32MiB)")
@@ -154,9 +155,9 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 			return err
 		}
 		s.cfg = fileCfg
-		if len(fileCfg.Tables) > 0 {
-			s.tables = strings.Join(fileCfg.Tables, ",")
-		}
+		// The file's tables stay a list, entry by entry (an entry may
+		// hold a comma in a quoted name); --tables or REPSTREAM_TABLES
+		// replaces it.
 		if fileCfg.LogLevel != "" {
 			s.logLevel = fileCfg.LogLevel
 		}
@@ -180,10 +181,7 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 		}
 	})
 	if s.tables != "" {
-		s.cfg.Tables = nil
-		for _, t := range strings.Split(s.tables, ",") {
-			s.cfg.Tables = append(s.cfg.Tables, strings.TrimSpace(t))
-		}
+		s.cfg.Tables = schema.SplitTableList(s.tables)
 	}
 	s.cfg.LogLevel, s.cfg.LogFormat = s.logLevel, s.logFormat
 	if _, err := config.NewLogger(io.Discard, s.logLevel, s.logFormat); err != nil {
