@@ -86,3 +86,27 @@ func TestPartialPublicationRefused(t *testing.T) {
 	cfg.PartialPublication = true
 	e.catchUp(cfg)
 }
+
+// TestKeylessTableInPublishedSchema: with --tables 'public.*' (FOR TABLES
+// IN SCHEMA), a table without a key created later in the schema, or one
+// whose primary key is dropped, does not make the source refuse its
+// application's UPDATEs and DELETEs: the event trigger gives it REPLICA
+// IDENTITY FULL, and it is replicated.
+func TestKeylessTableInPublishedSchema(t *testing.T) {
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE kt (id int PRIMARY KEY, v text); INSERT INTO kt VALUES (1, 'a')`)
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	// The application's writes, which the source refused before.
+	e.srcExec(`CREATE TABLE later (a int, b text)`)
+	e.srcExec(`INSERT INTO later SELECT g, 'x' || g FROM generate_series(1, 10) g`)
+	e.srcExec(`UPDATE later SET b = 'y' WHERE a <= 3`)
+	e.srcExec(`DELETE FROM later WHERE a > 8`)
+	e.srcExec(`ALTER TABLE kt DROP CONSTRAINT kt_pkey`)
+	e.srcExec(`UPDATE kt SET v = 'b'`)
+	e.srcExec(`DELETE FROM kt WHERE id = 1`)
+	e.catchUp(cfg)
+	e.assertSame("later", "a")
+	e.assertSame("kt", "id")
+}

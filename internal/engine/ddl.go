@@ -30,10 +30,24 @@ import (
 //     transaction, pg_logical_emit_message(true, 'repstream.ddl', json) per
 //     ordinary or partitioned table: the new definition, the command tag and
 //     the previous definition ("old", from ddl_state) — or, for a drop, the
-//     names and "dropped": true.
+//     names and "dropped": true — and "xid", the (sub)transaction that
+//     emitted it (the xmin of the ddl_state row it wrote: SQL has no
+//     function for a subtransaction's xid). Decoding files the message
+//     under that xid, but pgoutput sends a streamed transaction's messages
+//     with the top-level xid: capture files it under "xid" again, so that
+//     the STREAM ABORT of a rolled-back savepoint drops the schema changes
+//     made in it as it drops its rows.
 //
-//   - repstream.replications: the slots whose runs use the trigger, one row
-//     per slot from its first start with the trigger to its drop.
+//   - repstream.replications: the slots whose runs use the trigger, with
+//     their publications, one row per slot from its first start with the
+//     trigger to its drop.
+//
+// A table that one of those publications publishes and that has no key
+// (created later in a FOR TABLES IN SCHEMA schema, or its primary key
+// dropped) would make the source refuse its UPDATEs and DELETEs: ddl_end
+// gives it REPLICA IDENTITY FULL in the same transaction (and reports that
+// ALTER TABLE too), so that the application's writes keep working and the
+// table is replicated with FULL identity.
 //
 // The functions are SECURITY DEFINER (the installing superuser's), so any
 // role's DDL is reported; each pins search_path to pg_catalog, pg_temp and
@@ -125,6 +139,19 @@ BEGIN
         ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
       PERFORM pg_logical_emit_message(true, 'repstream.ddl',
         (d || jsonb_build_object('tag', r.command_tag, 'old', o))::text);
+      -- A table without a key that a repstream publication publishes
+      -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
+      -- whose primary key was dropped) would make the source refuse its
+      -- UPDATEs and DELETEs: the application's writes must never break.
+      -- It gets REPLICA IDENTITY FULL (its own ALTER TABLE, which this
+      -- trigger reports next).
+      IF d->>'kind' = 'r' AND d->>'ident' = 'd' AND jsonb_array_length(d->'pkey') = 0
+         AND NOT (SELECT c.relispartition FROM pg_class c WHERE c.oid = r.objid)
+         AND EXISTS (SELECT 1 FROM repstream.replications g JOIN pg_publication p ON p.pubname = g.publication
+                      WHERE (p.pubupdate OR p.pubdelete) AND d->'pubs' ? g.publication) THEN
+        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
+        RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', r.objid::regclass;
+      END IF;
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.
       RAISE WARNING 'repstream: cannot describe table %: %', r.objid::regclass, SQLERRM;
@@ -200,6 +227,7 @@ const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE
 const registrySQL = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
   slot text PRIMARY KEY,
+  publication text NOT NULL DEFAULT '',
   registered_at timestamptz NOT NULL DEFAULT now()
 );`
 
@@ -216,7 +244,7 @@ DROP TABLE IF EXISTS repstream.replications;
 
 // setUpDDL decides how this run follows schema changes and, for the event
 // trigger, installs it on the source (in one transaction).
-func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot string, log *slog.Logger) (ddlMode, error) {
+func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log *slog.Logger) (ddlMode, error) {
 	switch setting {
 	case "false":
 		return ddlOff, nil
@@ -240,7 +268,7 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot string, log *slo
 	if version >= 150000 {
 		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
 	}
-	if err := installDDL(ctx, src, install, slot); err != nil {
+	if err := installDDL(ctx, src, install, slot, pub); err != nil {
 		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}
 	log.Info("schema changes are captured by the event trigger repstream_ddl on the source")
@@ -252,7 +280,7 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot string, log *slo
 // installed before the registry existed may serve other slots already: the
 // registry is then seeded with every pgoutput slot of the database, so that
 // none loses the trigger to another's drop.
-func installDDL(ctx context.Context, src *pgx.Conn, install, slot string) error {
+func installDDL(ctx context.Context, src *pgx.Conn, install, slot, pub string) error {
 	tx, err := src.Begin(ctx)
 	if err != nil {
 		return err
@@ -282,7 +310,8 @@ ON CONFLICT (slot) DO NOTHING`); err != nil {
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, slot); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot, publication) VALUES ($1, $2)
+ON CONFLICT (slot) DO UPDATE SET publication = EXCLUDED.publication`, slot, pub); err != nil {
 		return err
 	}
 	if err := provision.RevokeFunctions(ctx, tx); err != nil {

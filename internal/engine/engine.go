@@ -170,7 +170,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		return fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
 	}
 
-	createdPub, err := ensurePublication(ctx, src, cfg.Publication, cfg.Tables, e.log)
+	createdPub, err := ensurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, e.log); err != nil {
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, cfg.Publication, e.log); err != nil {
 		return err
 	}
 	if e.ddl == ddlTrigger {
@@ -549,7 +549,7 @@ func checkSource(ctx context.Context, src *pgx.Conn) error {
 
 // ensurePublication creates the publication from the table patterns when it
 // does not exist. It reports whether it created it.
-func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) (bool, error) {
+func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, guarded bool, log *slog.Logger) (bool, error) {
 	var exists bool
 	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
 		return false, fmt.Errorf("look up publication %q: %w", pub, err)
@@ -563,7 +563,7 @@ func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	if len(patterns) == 0 {
 		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
 	}
-	names, sql, err := publicationSQL(ctx, src, pub, patterns, log)
+	names, sql, err := publicationSQL(ctx, src, pub, patterns, guarded, log)
 	if err != nil {
 		return false, err
 	}

@@ -19,8 +19,12 @@ import (
 // replicated, their CREATE TABLE reaching the target through the schema
 // change messages; named tables stay FOR TABLE. Otherwise (PostgreSQL 14,
 // or no superuser) every pattern becomes a FOR TABLE list, as the tables
-// are now: a table created later needs adding to the publication.
-func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) ([]schema.TableName, string, error) {
+// are now: a table created later needs adding to the publication. So does
+// a run without the schema-change event trigger (guarded false: --ddl
+// other than true): a keyless table created later in a published schema
+// would make the source refuse its UPDATEs and DELETEs, and only the
+// trigger gives such a table a replica identity in time (ddlTriggerSQL).
+func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []string, guarded bool, log *slog.Logger) ([]schema.TableName, string, error) {
 	schemas, tablePatterns, err := schema.SplitSchemaPatterns(patterns)
 	if err != nil {
 		return nil, "", fmt.Errorf("--tables: %w", err)
@@ -30,9 +34,9 @@ func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []s
 	if err := src.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&version, &super); err != nil {
 		return nil, "", fmt.Errorf("create publication %q: look up the source's version and role: %w", pub, err)
 	}
-	if len(schemas) == 0 || version < 150000 || !super {
+	if len(schemas) == 0 || version < 150000 || !super || !guarded {
 		if len(schemas) > 0 {
-			log.Warn("--tables: schema patterns become a list of the tables there now (FOR TABLES IN SCHEMA needs PostgreSQL 15 and a superuser): a table created later is not replicated until it is added to the publication",
+			log.Warn("--tables: schema patterns become a list of the tables there now (FOR TABLES IN SCHEMA needs PostgreSQL 15, a superuser and --ddl=true, whose event trigger keeps a keyless table created later from breaking the source's UPDATEs and DELETEs): a table created later is not replicated until it is added to the publication",
 				"publication", pub, "schemas", strings.Join(schemas, ","))
 		}
 		names, err := schema.ResolveTables(ctx, src, patterns)
