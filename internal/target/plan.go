@@ -100,10 +100,6 @@ type paramRef struct {
 	col int  // source column index
 }
 
-// firstNormalOID is FirstNormalObjectId: objects with a lower OID are
-// built into the server (pg_catalog's types among them).
-const firstNormalOID = 16384
-
 // newPlan matches the source relation's columns to the target table by name.
 // textEqCols names target columns whose type has no equality operator.
 // binary plans check that every written column has the same built-in type
@@ -148,7 +144,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		}
 		p.identAlways[i] = tab.Columns[ti].IdentityAlways()
 		p.eq[i] = " = "
-		if tab.Columns[ti].TypeOID < firstNormalOID {
+		if tab.Columns[ti].TypeOID < FirstNormalOID {
 			p.eq[i] = " OPERATOR(pg_catalog.=) "
 		}
 		if c.Key {
@@ -299,6 +295,13 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 		if first {
 			b.WriteString("true")
 		}
+		// Rows that are equal but not the same (1.0 and 1.00, -0 and 0,
+		// 'A' and 'a' under a case-insensitive collation): the one whose
+		// every value has the same text as the old row's, if there is one.
+		if !first {
+			b.WriteString(" ORDER BY ")
+			b.WriteString(p.exactOrder(oldKinds, s))
+		}
 		b.WriteString(" LIMIT 1)")
 	}
 	// A row that is not there is a conflict (update_missing,
@@ -312,6 +315,36 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 	}
 	s.sql = "WITH m AS (" + b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"
 	return s
+}
+
+// exactOrder is the ORDER BY that puts first the row matching the old row
+// exactly, as text, column by column; the parameters are those the WHERE of
+// s already has, in the same order.
+func (p *relPlan) exactOrder(oldKinds []byte, s *stmt) string {
+	var b strings.Builder
+	b.WriteString("(")
+	first := true
+	k := len(s.params)
+	var n []int
+	for i := range p.rel.Columns {
+		if p.inFullWhere(i, oldKinds) {
+			n = append(n, i)
+		}
+	}
+	// The WHERE's parameters are the last len(n) of s.params.
+	base := k - len(n)
+	for j, i := range n {
+		if !first {
+			b.WriteString(" AND ")
+		}
+		first = false
+		b.WriteString(p.quoted[i])
+		b.WriteString("::text IS NOT DISTINCT FROM $")
+		b.WriteString(strconv.Itoa(base + j + 1))
+		b.WriteString("::text")
+	}
+	b.WriteString(") DESC")
+	return b.String()
 }
 
 // cast writes column i's explicit parameter cast, if it needs one.
@@ -401,18 +434,29 @@ func truncateSQL(tables []string, opts uint8) string {
 	return b.String()
 }
 
-// textEqQuery lists the columns of a table whose type (through one domain
-// level, and the element type of arrays) has no usable equality: json, xml
-// and the geometric types (whose "=" compares areas). FULL-identity matching
-// compares those columns as text.
+// textEqQuery lists the columns of a table whose type has no usable
+// equality: json, xml and the geometric types (whose "=" compares areas),
+// through domains and arrays, and composite types with such a field (whose
+// record comparison fails on it, at the first UPDATE). FULL-identity
+// matching compares those columns as text.
 const textEqQuery = `
-SELECT a.attname::text
-FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typlen = -1 AND bt.typelem <> 0
-WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-  AND (bt.typcategory = 'G' OR bt.oid IN (114, 142) OR et.typcategory = 'G' OR et.oid IN (114, 142))`
+WITH RECURSIVE ty(col, oid, depth) AS (
+  SELECT a.attname::text, a.atttypid, 0
+  FROM pg_catalog.pg_attribute a
+  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT ty.col, n.oid, ty.depth + 1
+  FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.oid
+  CROSS JOIN LATERAL (
+    SELECT t.typbasetype AS oid WHERE t.typtype = 'd'
+    UNION ALL SELECT t.typelem WHERE t.typlen = -1 AND t.typelem <> 0
+    UNION ALL SELECT ca.atttypid FROM pg_catalog.pg_attribute ca
+      WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped
+  ) n
+  WHERE ty.depth < 8
+)
+SELECT DISTINCT ty.col FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.oid
+WHERE t.typcategory = 'G' OR t.oid IN (114, 142)`
 
 // FirstNormalOID is PostgreSQL's FirstNormalObjectId: types below it are
 // built in, with the same OID and binary format in every database.
