@@ -110,3 +110,29 @@ func TestKeylessTableInPublishedSchema(t *testing.T) {
 	e.assertSame("later", "a")
 	e.assertSame("kt", "id")
 }
+
+// TestRestoredTargetRefused: a target whose recorded position is behind the
+// slot's confirmed position (restored from an older copy, a standby
+// promoted before it had everything) is refused with the way out, instead
+// of being skipped forward to the slot and reported caught up with the
+// changes in between missing; --adopt-slot takes it as it is.
+func TestRestoredTargetRefused(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE rt (id int PRIMARY KEY)`)
+	cfg := e.config("public.rt")
+	e.catchUp(cfg)
+	var old string
+	if err := e.Tgt.QueryRow(t.Context(), "SELECT low_lsn::text FROM repstream.progress WHERE slot = $1", cfg.Slot).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`INSERT INTO rt SELECT generate_series(1, 100)`)
+	e.catchUp(cfg)
+	e.waitSlotReleased(cfg.Slot)
+	// The target as an older copy of it was: its record of what it has.
+	e.tgtExec(`UPDATE repstream.progress SET low_lsn = $1::pg_lsn WHERE slot = $2`, old, cfg.Slot)
+	e.tgtExec(`DELETE FROM repstream.applied WHERE slot = $1`, cfg.Slot)
+	e.tgtExec(`DELETE FROM rt`)
+	e.mustFail(cfg, "the target has recorded the changes of slot", "but the slot has confirmed", "repstream drop --slot "+cfg.Slot)
+	cfg.AdoptSlot = true
+	e.catchUp(cfg)
+}

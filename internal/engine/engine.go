@@ -261,6 +261,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			}
 			prog.Snapshot = "done"
 		}
+		if err := checkRestoredTarget(cfg, prog, slot.confirmed); err != nil {
+			return err
+		}
 		if !prog.Exists {
 			if !cfg.AdoptSlot {
 				return fmt.Errorf("replication slot %q exists on the source (confirmed up to %s) but the target has no state for it: "+
@@ -316,13 +319,14 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
 	e.watchWatermark(e.wm)
+	acker := newRecordedAcker(e.wm, prog.Low)
 	e.setPhase("streaming")
 	capOpts := capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
 		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
-		Queue: q, Acker: e.wm, Stats: e.stats, Logger: e.log,
+		Queue: q, Acker: acker, Stats: e.stats, Logger: e.log,
 	}
 	capOpts.DDLMessages = e.ddl == ddlTrigger
 	apOpts := apply.Options{
@@ -389,20 +393,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	}
 	g.Go(func() error { return e.watchTables(gctx, e.tables, ap, eager) })
 	persisted := prog.Low
-	g.Go(func() error {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-				if err := e.persist(gctx, tgt, &persisted); err != nil {
-					return onSide("target", err)
-				}
-			}
-		}
-	})
+	g.Go(func() error { return onSide("target", e.persistLoop(gctx, tgt, acker, &persisted)) })
 	err = g.Wait()
 	caughtUp := errors.Is(err, capture.ErrCaughtUp)
 	// Persist the final watermark with a fresh context: the run's may be done.
