@@ -29,6 +29,7 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 	var msg struct {
 		Tag, Schema, Name string
 		Pubs              []string
+		Xid               uint32 // the (sub)transaction that emitted it (0: not said)
 	}
 	if err := json.Unmarshal(m.Content, &msg); err != nil {
 		return fmt.Errorf("schema change at %s: decode the message: %w", walStart, err)
@@ -38,10 +39,19 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 		c.log.Debug("schema change of a table the publication does not publish", "table", table, "command", msg.Tag, "lsn", walStart)
 		return nil
 	}
-	c.log.Info("schema change captured", "table", table, "command", msg.Tag, "lsn", walStart)
+	c.log.Info("schema change captured", "table", table, "command", msg.Tag, "lsn", walStart, "xid", msg.Xid)
 	var xid uint32
 	if c.inStream {
+		// pgoutput sends a streamed transaction's messages with the
+		// top-level xid, whichever subtransaction emitted them; a STREAM
+		// ABORT names the subtransaction. Filed under the emitting one, the
+		// schema change goes with the savepoint rolled back (the queue drops
+		// the subtransaction's changes, eager apply rolls back to its
+		// savepoint), as its rows do.
 		xid = m.Xid
+		if msg.Xid != 0 {
+			xid = msg.Xid
+		}
 	}
 	return c.add(ctx, change.NewDDL(walStart, xid, m.Content))
 }

@@ -125,6 +125,7 @@ DECLARE
   r record;
   d jsonb;
   o jsonb;
+  x bigint;
 BEGIN
   FOR r IN SELECT DISTINCT e.objid, e.command_tag
              FROM pg_event_trigger_ddl_commands() e
@@ -135,10 +136,13 @@ BEGIN
     BEGIN
       d := repstream.ddl_def(r.objid);
       SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
+      -- The row's xmin is this (sub)transaction's xid, the one decoding
+      -- files the message under (its STREAM ABORT names it).
       INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
-        ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
+        ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
+        RETURNING s.xmin::text::bigint INTO x;
       PERFORM pg_logical_emit_message(true, 'repstream.ddl',
-        (d || jsonb_build_object('tag', r.command_tag, 'old', o))::text);
+        (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x))::text);
       -- A table without a key that a repstream publication publishes
       -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
       -- whose primary key was dropped) would make the source refuse its
@@ -177,11 +181,17 @@ DECLARE
   o jsonb;
   pubs jsonb;
   more jsonb;
+  x bigint;
 BEGIN
   FOR r IN SELECT * FROM pg_event_trigger_dropped_objects()
             WHERE object_type = 'table' AND NOT is_temporary AND schema_name <> 'repstream'
   LOOP
-    DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid RETURNING s.def INTO o;
+    -- The definition last recorded (a JSON null if none), and this
+    -- (sub)transaction's xid as the written row's xmin (see ddl_end).
+    INSERT INTO repstream.ddl_state AS s VALUES (r.objid, 'null'::jsonb)
+      ON CONFLICT (relid) DO UPDATE SET def = s.def
+      RETURNING s.def, s.xmin::text::bigint INTO o, x;
+    DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
     -- The table's publications as last recorded, and those that publish
     -- its whole schema or every table.
     pubs := COALESCE(o->'pubs', '[]'::jsonb);
@@ -195,7 +205,7 @@ BEGIN
       pubs := pubs || more;
     END IF;
     PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
-      'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint,
+      'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint, 'xid', x,
       'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);
   END LOOP;
   PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// TestDDLStreamedSubxactAbort replays PostgreSQL's
+// src/test/subscription/t/019_stream_subxact_ddl_abort.pl: a large
+// transaction, streamed while in progress, adds columns inside savepoints
+// that are then rolled back. pgoutput sends the event trigger's messages
+// of a streamed transaction with the top-level xid, so a subtransaction's
+// STREAM ABORT did not cover them: the target got the rolled-back columns
+// d and e. A second transaction, run statement by statement so that each
+// savepoint's schema changes reach repstream before it is rolled back,
+// drops a column holding data, drops a table and creates one, then renames
+// a table and a column, in savepoints it rolls back: none of it may reach
+// the target (the dropped column's and table's data stay). With and without
+// eager apply.
+func TestDDLStreamedSubxactAbort(t *testing.T) {
+	for _, eager := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b text);
+				INSERT INTO test_tab VALUES (1, 'foo'), (2, 'bar');
+				CREATE TABLE keep_me (id int PRIMARY KEY, v text);
+				INSERT INTO keep_me SELECT g, 'k' || g FROM generate_series(1, 100) g`)
+			cfg := e.config("public.*")
+			cfg.CreateTables = true
+			cfg.Eager = eager
+			cfg.DecodingWorkMem = "64kB"
+			e.catchUp(cfg)
+			e.waitSlotReleased(cfg.Slot)
+			reg := stats.NewRegistry()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
+			stopped := false
+			stop := func() error {
+				if stopped {
+					return nil
+				}
+				stopped = true
+				cancel()
+				return <-done
+			}
+			defer func() {
+				if err := stop(); err != nil {
+					t.Errorf("engine: %v", err)
+				}
+			}()
+			e.waitStreaming(cfg.Slot)
+
+			e.srcExec(`BEGIN;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(3, 500) s(i);
+				ALTER TABLE test_tab ADD COLUMN c INT;
+				SAVEPOINT s1;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), -i FROM generate_series(501, 1000) s(i);
+				ALTER TABLE test_tab ADD COLUMN d INT;
+				SAVEPOINT s2;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), -i, 2*i FROM generate_series(1001, 1500) s(i);
+				ALTER TABLE test_tab ADD COLUMN e INT;
+				SAVEPOINT s3;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), -i, 2*i, -3*i FROM generate_series(1501, 2000) s(i);
+				ALTER TABLE test_tab DROP COLUMN c;
+				ROLLBACK TO s1;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), i FROM generate_series(501, 1000) s(i);
+				COMMIT`)
+
+			conn, err := pgx.Connect(ctx, e.src.DSN(e.srcDB))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			exec := func(sql string) {
+				t.Helper()
+				if _, err := conn.Exec(ctx, sql); err != nil {
+					t.Fatalf("%s: %v", firstLine(sql), err)
+				}
+			}
+			captured := func() int64 {
+				c, _ := reg.Snapshot().Component("capture")
+				return c.Items
+			}
+			// streamed waits until capture has at least n more changes
+			// than at mark: the savepoint's schema changes, which come
+			// before those rows, have reached repstream.
+			streamed := func(mark, n int64) {
+				t.Helper()
+				pgtest.WaitFor(t, "the savepoint's changes to be streamed", 30*time.Second, func() (bool, error) {
+					return captured() >= mark+n, nil
+				})
+			}
+			exec(`BEGIN`)
+			exec(`INSERT INTO test_tab SELECT i, repeat('x', 100), i FROM generate_series(2001, 3500) s(i)`)
+			exec(`SAVEPOINT x`)
+			mark := captured()
+			exec(`ALTER TABLE test_tab DROP COLUMN c`)
+			exec(`INSERT INTO test_tab SELECT i, repeat('y', 100) FROM generate_series(3501, 6000) s(i)`)
+			exec(`DROP TABLE keep_me`)
+			exec(`CREATE TABLE ghost (id int PRIMARY KEY, v text)`)
+			exec(`INSERT INTO ghost SELECT i, repeat('g', 100) FROM generate_series(1, 3000) s(i)`)
+			streamed(mark, 4000)
+			exec(`ROLLBACK TO x`)
+			exec(`SAVEPOINT y`)
+			mark = captured()
+			exec(`ALTER TABLE keep_me RENAME TO kept`)
+			exec(`ALTER TABLE test_tab RENAME COLUMN b TO bb`)
+			exec(`INSERT INTO test_tab SELECT i, repeat('z', 100), i FROM generate_series(3501, 6000) s(i)`)
+			streamed(mark, 1500)
+			exec(`ROLLBACK TO y`)
+			exec(`UPDATE test_tab SET c = c + 1 WHERE a % 2 = 0`)
+			exec(`INSERT INTO keep_me VALUES (101, 'after')`)
+			exec(`COMMIT`)
+
+			e.waitCaughtUp(cfg.Slot, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatalf("engine: %v", err)
+			}
+			e.assertSameTable("test_tab", "a")
+			e.assertSameTable("keep_me", "id")
+			if n := e.count(e.Tgt, "SELECT count(*) FROM test_tab WHERE c IS NOT NULL"); n != 2000 {
+				t.Errorf("%d target rows with c set, want 2000", n)
+			}
+			for _, table := range []string{"ghost", "kept"} {
+				if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = '"+table+"'"); n != 0 {
+					t.Errorf("table %s, made in a rolled-back savepoint, is on the target", table)
+				}
+			}
+			if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 2 {
+				t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
+			}
+		})
+	}
+}
