@@ -23,7 +23,8 @@ walsenders, max_slot_wal_keep_size, wal_sender_timeout,
 logical_decoding_work_mem, the source role's REPLICATION attribute, each
 table's SELECT privilege and replica identity, the publication and its tables,
 the slot (active, wal_status, retained WAL); on the target each table (exists
-or would be created with --create-tables, columns compatible), whether the role
+or would be created with --create-tables, columns compatible, and, unless
+--ddl=false, owned by the role, as schema changes need), whether the role
 may SET session_replication_role, max_connections against --apply-parallelism,
 and repstream's state schema.
 
@@ -39,7 +40,7 @@ Exits 1 when any item is FAIL.`,
 			rep, err := healthcheck.Run(cmd.Context(), healthcheck.Options{
 				Source: s.cfg.Source, Target: s.cfg.Target, Tables: s.cfg.Tables,
 				Publication: s.cfg.Publication, Slot: s.cfg.Slot, CreateTables: s.cfg.CreateTables,
-				ApplyParallelism: s.cfg.ApplyParallelism, Logger: s.logger(stderr),
+				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Logger: s.logger(stderr),
 			})
 			if err != nil {
 				return err
@@ -64,6 +65,7 @@ Exits 1 when any item is FAIL.`,
 	fs.StringVar(&s.tables, "tables", "", "comma-separated schema.table or schema.* to check (default: the publication's tables)")
 	fs.BoolVar(&s.cfg.CreateTables, "create-tables", false, "a table missing on the target will be created by the run (not a failure)")
 	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
+	fs.StringVar(&s.cfg.DDL, "ddl", s.cfg.DDL, "the run's --ddl: with true or relation, schema changes are applied to the target tables, which needs their ownership")
 	fs.StringVar(&format, "format", "text", "text or json")
 	return cmd
 }

@@ -28,7 +28,11 @@ type Options struct {
 	CreateTables bool
 	// ApplyParallelism is the number of apply connections the run opens.
 	ApplyParallelism int
-	Logger           *slog.Logger
+	// DDL is the run's --ddl ("" is the default, true): unless "false",
+	// schema changes are applied to the target tables, which needs their
+	// owner's privileges.
+	DDL    string
+	Logger *slog.Logger
 }
 
 // minServer is the oldest PostgreSQL repstream supports on either side.
@@ -473,6 +477,16 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 			AND has_table_privilege($1::oid, 'UPDATE') AND has_table_privilege($1::oid, 'DELETE') AND has_table_privilege($1::oid, 'TRUNCATE')`, tt.OID).Scan(&may); err != nil || !may {
 			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", n.Quoted(), c.tgtRole), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
 			continue
+		}
+		if c.opts.DDL != "false" {
+			var owns bool
+			var owner string
+			if err := c.tgt.QueryRow(ctx, `SELECT pg_has_role(current_user, c.relowner, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
+				quote_ident(c.relowner::regrole::text) FROM pg_class c WHERE c.oid = $1::oid`, tt.OID).Scan(&owns, &owner); err == nil && !owns {
+				c.r.add(Warn, side, check, fmt.Sprintf("ALTER TABLE %s OWNER TO %s (or GRANT %s TO %s), or run with --ddl=false", n.Quoted(), c.tgtRole, owner, c.tgtRole),
+					"owned by %s: the target role cannot apply the source's schema changes to it (ALTER TABLE needs the owner): the run would stop at the first", owner)
+				continue
+			}
 		}
 		c.r.add(OK, side, check, "", "exists, columns compatible with the source")
 	}
