@@ -84,6 +84,9 @@ type Options struct {
 	// AddedColumn goes to the writers with RelationDDL
 	// (target.WriterOptions.AddedColumn).
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
+	// Publication and Resync go to the writers (target.WriterOptions).
+	Publication string
+	Resync      func(schema.TableName)
 
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
@@ -170,6 +173,7 @@ func New(opts Options) (*Applier, error) {
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
 				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
 					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn,
+					Publication: opts.Publication, Resync: opts.Resync,
 					DeferPosition: true, MultiRowInserts: true}, // the position is read by durability's poll (durable.go)
 			})
 		}

@@ -265,30 +265,34 @@ func TestDDLRelationFallback(t *testing.T) {
 }
 
 // TestDDLDropRemovesTrigger: `repstream drop` removes the event trigger,
-// its functions and state from the source.
+// its functions and state from the source, and the partitions' TRUNCATE
+// triggers.
 func TestDDLDropRemovesTrigger(t *testing.T) {
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE dr (id int PRIMARY KEY)`)
+	// A partitioned table: its leaf gets the TRUNCATE trigger repstream_truncate.
+	e.srcExec(`CREATE TABLE drp (id int PRIMARY KEY) PARTITION BY RANGE (id); CREATE TABLE drp_1 PARTITION OF drp FOR VALUES FROM (0) TO (10)`)
 	cfg := e.config("public.dr")
 	cfg.CreateTables = true
 	e.catchUp(cfg)
 	count := func() (n int) {
 		if err := e.Src.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%')
 			+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'ddl\_%' AND pronamespace = to_regnamespace('repstream'))
-			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')`).Scan(&n); err != nil {
+			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')
+			+ (SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	if n := count(); n != 6 {
-		t.Fatalf("after run: %d of the 2 event triggers, 3 functions and the schema on the source, want 6", n)
+	if n := count(); n != 10 {
+		t.Fatalf("after run: %d of the 3 event triggers, 5 functions, the schema and the partition's TRUNCATE trigger on the source, want 10", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
 	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 0 {
-		t.Errorf("after drop: %d event triggers, functions or schema left on the source", n)
+		t.Errorf("after drop: %d event triggers, functions, triggers or schema left on the source", n)
 	}
 	e.srcExec(`ALTER TABLE dr ADD COLUMN x int`) // no trigger left to fail
 }

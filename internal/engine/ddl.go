@@ -242,7 +242,7 @@ CREATE TABLE IF NOT EXISTS repstream.replications (
 );`
 
 // dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
-const dropDDLTriggerSQL = `
+const dropDDLTriggerSQL = dropPartitionsSQL + `
 DROP EVENT TRIGGER IF EXISTS repstream_ddl;
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 DROP FUNCTION IF EXISTS repstream.ddl_end();
@@ -278,6 +278,7 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 	if version >= 150000 {
 		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
 	}
+	install += partitionsInstallSQL(version)
 	if err := installDDL(ctx, src, install, slot, pub); err != nil {
 		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}

@@ -342,6 +342,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 		LinkWatch:         e.watch,
 		Tables:            e.tables, Quiesce: true,
+		Publication: cfg.Publication, Resync: e.resync,
 	}
 	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
 	if err != nil {
@@ -361,7 +362,8 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
 					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary,
-						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, true)},
+						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, true),
+						Publication: cfg.Publication, Resync: e.resync},
 				})
 			},
 		})
@@ -403,6 +405,9 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	e.logSummary()
 	switch {
 	case caughtUp:
+		if err := e.copyPendingAtEnd(ctx, tgt); err != nil {
+			return errors.Join(perr, err)
+		}
 		if err := e.checkTablesReady(tgt); err != nil {
 			return errors.Join(perr, err)
 		}

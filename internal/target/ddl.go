@@ -52,6 +52,11 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.ensureBegun(ctx); err != nil {
 		return fail(err)
 	}
+	if pc, err := schema.ParsePartitionChange(c.DDLContent()); err != nil {
+		return fail(err)
+	} else if pc != nil {
+		return w.partition(ctx, c, msg, pc)
+	}
 	defer w.forget(tn)
 	if msg.Dropped {
 		if err := w.exec(ctx, "DROP TABLE IF EXISTS "+tn.Quoted()); err != nil {

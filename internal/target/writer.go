@@ -65,6 +65,12 @@ type WriterOptions struct {
 	// transaction again (apply's conflict isolation) names the row.
 	MultiRowInserts bool
 
+	// Publication is the run's publication; Resync (nil: none) is told of
+	// a table the writer records pending again, to be copied anew
+	// (partition.go: a table holding rows attached as a partition).
+	Publication string
+	Resync      func(schema.TableName)
+
 	// DeferPosition: CommitLSN does not read the target's WAL position and
 	// returns UnreadPosition (position.go); the caller reads it later.
 	DeferPosition bool

@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"testing"
+)
+
+// Partition changes under a root publication (publish_via_partition_root,
+// what repstream makes for a partitioned table): pgoutput sends a TRUNCATE
+// of one leaf to nobody and nothing of an ATTACH or DETACH PARTITION, each
+// of which changes the rows of the root. repstream's partition triggers on
+// the source report them (--ddl=true, a PostgreSQL 14+ source).
+
+// partitionEnv is an env with partitionedSQL on the source, filled, and on
+// the target as well when partitioned (else --create-tables makes an
+// ordinary m), replicated with --tables public.m and caught up.
+func partitionEnv(t *testing.T, partitioned bool) (*env, func()) {
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	e.srcExec(partitionedSQL)
+	if partitioned {
+		e.tgtExec(partitionedSQL)
+	}
+	e.fillPartitions()
+	cfg := e.config("public.m")
+	cfg.CreateTables = !partitioned
+	e.catchUp(cfg)
+	return e, func() {
+		t.Helper()
+		e.catchUp(cfg)
+		e.assertSame("m", "id, at")
+	}
+}
+
+func TestPartitionTruncateLeaf(t *testing.T) {
+	for _, partitioned := range []bool{true, false} {
+		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
+		t.Run(name, func(t *testing.T) {
+			e, sync := partitionEnv(t, partitioned)
+			e.srcExec(`TRUNCATE m_2025`)
+			sync()
+			if n := e.count(e.Tgt, "SELECT count(*) FROM m"); n == 0 {
+				t.Fatal("the target's root is empty")
+			}
+			// The root's TRUNCATE (sent by pgoutput) and a leaf's in the same
+			// transaction, rows written in between.
+			e.srcExec(`BEGIN; INSERT INTO m VALUES (90001, '2024-03-03', 'x'), (90002, '2025-03-03', 'y');
+				TRUNCATE m_2024; INSERT INTO m VALUES (90003, '2024-04-04', 'z'); COMMIT`)
+			sync()
+			e.srcExec(`TRUNCATE m`)
+			sync()
+			// A default partition.
+			e.srcExec(`CREATE TABLE m_def PARTITION OF m DEFAULT`)
+			if partitioned {
+				e.tgtExec(`CREATE TABLE m_def PARTITION OF m DEFAULT`)
+			}
+			e.srcExec(`INSERT INTO m SELECT g, date '2020-01-01' + g, 'd' FROM generate_series(1, 50) g;
+				INSERT INTO m SELECT g, date '2026-01-01' + g, 'k' FROM generate_series(51, 80) g`)
+			sync()
+			e.srcExec(`TRUNCATE m_def`)
+			sync()
+			if n := e.count(e.Tgt, "SELECT count(*) FROM m"); n != 30 {
+				t.Fatalf("the target's root has %d rows, want the 30 outside the default partition", n)
+			}
+		})
+	}
+}
+
+// TestPartitionTruncateHashStops: a hash partition's rows cannot be told
+// apart on a target partitioned otherwise: the run stops, naming it.
+func TestPartitionTruncateHashStops(t *testing.T) {
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	e.srcExec(`CREATE TABLE h (id int PRIMARY KEY, v text) PARTITION BY HASH (id);
+		CREATE TABLE h_0 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+		CREATE TABLE h_1 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+		INSERT INTO h SELECT g, 'v' FROM generate_series(1, 100) g`)
+	cfg := e.config("public.h")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`TRUNCATE h_0`)
+	e.mustFail(cfg, "TRUNCATE PARTITION", "public.h_0", "public.h", "hash partition", "partition the target's table as the source's")
+	// The way out: the target partitioned as the source.
+	e.tgtExec(`ALTER TABLE h RENAME TO h_old;
+		CREATE TABLE h (id int PRIMARY KEY, v text) PARTITION BY HASH (id);
+		CREATE TABLE h_0 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+		CREATE TABLE h_1 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+		INSERT INTO h SELECT * FROM h_old; DROP TABLE h_old`)
+	e.catchUp(cfg)
+	e.assertSame("h", "id")
+}
+
+func TestPartitionAttachPopulated(t *testing.T) {
+	for _, partitioned := range []bool{true, false} {
+		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
+		t.Run(name, func(t *testing.T) {
+			e, sync := partitionEnv(t, partitioned)
+			// Not published (the publication lists m): its rows never
+			// travelled.
+			e.srcExec(`CREATE TABLE m_2030 (id int NOT NULL, at date NOT NULL, v text, PRIMARY KEY (id, at));
+				INSERT INTO m_2030 SELECT g, date '2030-02-02', 'old ' || g FROM generate_series(50001, 50100) g`)
+			if partitioned {
+				e.tgtExec(`CREATE TABLE m_2030 PARTITION OF m FOR VALUES FROM ('2030-01-01') TO ('2031-01-01')`)
+			}
+			e.srcExec(`ALTER TABLE m ATTACH PARTITION m_2030 FOR VALUES FROM ('2030-01-01') TO ('2031-01-01')`)
+			e.srcExec(`UPDATE m SET v = 'after attach' WHERE id IN (50001, 1, 2)`)
+			e.srcExec(`DELETE FROM m WHERE id = 50002`)
+			sync()
+			e.srcExec(`UPDATE m SET v = 'later' WHERE id = 50003`)
+			sync()
+			if partitioned && e.count(e.Tgt, "SELECT count(*) FROM m_2030") != 99 {
+				t.Fatal("the target's partition m_2030 does not hold the attached rows")
+			}
+		})
+	}
+}
+
+func TestPartitionDetach(t *testing.T) {
+	for _, partitioned := range []bool{true, false} {
+		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
+		t.Run(name, func(t *testing.T) {
+			e, sync := partitionEnv(t, partitioned)
+			e.srcExec(`ALTER TABLE m DETACH PARTITION m_2024`)
+			e.srcExec(`INSERT INTO m_2024 VALUES (70000, '2024-05-05', 'not replicated')`)
+			sync()
+			if partitioned {
+				if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = 'm_2024' AND NOT relispartition"); n != 1 {
+					t.Fatal("m_2024 is not detached on the target")
+				}
+			}
+			// DETACH ... CONCURRENTLY (two transactions).
+			e.srcExec(`ALTER TABLE m DETACH PARTITION m_2025 CONCURRENTLY`)
+			sync()
+		})
+	}
+}
+
+// TestPartitionSchemaPublication: with FOR TABLES IN SCHEMA (a table of its
+// own published under its name until attached, and again once detached),
+// an attached table's rows on the target move into the root, and a
+// detached partition's rows out of it into a table of its own that is
+// replicated from then on.
+func TestPartitionSchemaPublication(t *testing.T) {
+	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("FOR TABLES IN SCHEMA needs a PostgreSQL 15+ source")
+	}
+	e.srcExec(partitionedSQL)
+	e.srcExec(`CREATE TABLE m_2030 (id int NOT NULL, at date NOT NULL, v text, PRIMARY KEY (id, at));
+		INSERT INTO m_2030 SELECT g, date '2030-02-02', 'old ' || g FROM generate_series(50001, 50100) g`)
+	e.fillPartitions()
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.assertSame("m_2030", "id, at")
+	e.srcExec(`INSERT INTO m_2030 VALUES (50200, '2030-03-03', 'streamed')`)
+	e.srcExec(`ALTER TABLE m ATTACH PARTITION m_2030 FOR VALUES FROM ('2030-01-01') TO ('2031-01-01')`)
+	e.srcExec(`UPDATE m SET v = 'after attach' WHERE id IN (50001, 50200)`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = 'm_2030'"); n != 0 {
+		t.Errorf("the target keeps a stray m_2030 after the attach")
+	}
+	e.srcExec(`ALTER TABLE m DETACH PARTITION m_2025`)
+	e.srcExec(`UPDATE m_2025 SET v = 'detached' WHERE id % 3 = 0`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
+	e.assertSame("m_2025", "id, at")
+}
+
+// TestPartitionCreatedAndFilled: a partition created and filled in one
+// transaction, and a partitioned table attached as a partition (its rows in
+// its own partitions).
+func TestPartitionCreatedAndFilled(t *testing.T) {
+	e, sync := partitionEnv(t, false)
+	e.srcExec(`BEGIN; CREATE TABLE m_2027 PARTITION OF m FOR VALUES FROM ('2027-01-01') TO ('2028-01-01');
+		INSERT INTO m SELECT g, date '2027-02-02', 'new' FROM generate_series(80001, 80050) g; COMMIT`)
+	sync()
+	e.srcExec(`CREATE TABLE m_2028 (id int NOT NULL, at date NOT NULL, v text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+		CREATE TABLE m_2028_a PARTITION OF m_2028 FOR VALUES FROM ('2028-01-01') TO ('2028-07-01');
+		CREATE TABLE m_2028_b PARTITION OF m_2028 FOR VALUES FROM ('2028-07-01') TO ('2029-01-01');
+		INSERT INTO m_2028 SELECT g, date '2028-01-01' + g, 'sub' FROM generate_series(1, 300) g`)
+	e.srcExec(`ALTER TABLE m ATTACH PARTITION m_2028 FOR VALUES FROM ('2028-01-01') TO ('2029-01-01')`)
+	sync()
+	e.srcExec(`TRUNCATE m_2028_b`)
+	sync()
+	e.srcExec(`TRUNCATE m_2028`)
+	sync()
+}

@@ -1,0 +1,267 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Partitions of a table published through its root
+// (publish_via_partition_root): what pgoutput does not send, the source's
+// partition triggers report (engine/partitions.go), and the writer carries
+// here, in the transaction of the source's change:
+//
+//   - TRUNCATE of a partition: the target's partition of the same name, if
+//     it is one of the root's holding the same rows (same partition
+//     constraint and key), is truncated; otherwise the root's rows in the
+//     source partition's constraint are deleted. A hash partition's
+//     constraint names its parent by OID and cannot be evaluated on the
+//     target: unless the target's root is empty, the run stops.
+//   - ATTACH PARTITION: the target's table of that name, when the target's
+//     parent is partitioned, is attached there as well. The rows the
+//     attached table held: if the publication replicated it under its own
+//     name, the target's copy of it has them (attached, or moved into the
+//     root and the table dropped); otherwise the root is copied again
+//     (pending, as `tables add` does: emptied, copied from a new snapshot,
+//     its changes up to then skipped).
+//   - DETACH PARTITION: the target's partition of the same name holding the
+//     same rows is detached; otherwise the root's rows in its constraint
+//     are deleted — or, when the publication publishes the detached table
+//     under its own name from then on, moved into the target's table of
+//     that name (created if missing).
+//
+// Anything else stops the run, naming the table, the partition and the LSN.
+
+// targetPart is what the target has under a partition's name.
+type targetPart struct {
+	exists      bool
+	kind        string // relkind
+	partition   bool   // a partition of some table
+	ofRoot      bool   // a partition in the tree of the root (same name as the source's)
+	parent      string // its parent, when a partition
+	constraint  string
+	parentKey   string
+	partitioned bool
+}
+
+func (w *Writer) loadTargetPart(ctx context.Context, root, part schema.TableName) (targetPart, error) {
+	var p targetPart
+	err := w.conn.QueryRow(ctx, `
+SELECT c.relkind::text, c.relispartition,
+       COALESCE(c.relispartition AND pg_catalog.pg_partition_root(c.oid) = pg_catalog.to_regclass($2), false),
+       COALESCE((SELECT i.inhparent::regclass::text FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid), ''),
+       COALESCE(pg_catalog.pg_get_partition_constraintdef(c.oid), ''),
+       COALESCE((SELECT pg_catalog.pg_get_partkeydef(i.inhparent) FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid), '')
+FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, part.Quoted(), root.Quoted()).
+		Scan(&p.kind, &p.partition, &p.ofRoot, &p.parent, &p.constraint, &p.parentKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, nil
+	}
+	if err != nil {
+		return p, fmt.Errorf("look up %s on the target: %w", part, err)
+	}
+	p.exists, p.partitioned = true, p.kind == "p"
+	return p, nil
+}
+
+// holdsSame: the target's partition of that name holds the rows the
+// source's does.
+func (p targetPart) holdsSame(pc *schema.PartitionChange) bool {
+	return p.exists && p.ofRoot && p.parentKey == pc.PartKey && schema.SamePartitionConstraint(p.constraint, pc.Constraint)
+}
+
+// partition applies a partition message (everything buffered is sent and
+// the transaction begun).
+func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DDLMessage, pc *schema.PartitionChange) error {
+	root, part := msg.TableName(), pc.TableName()
+	fail := func(err error) error {
+		return fmt.Errorf("apply %s of partition %s of %s at %s: %w", msg.Tag, part, root, c.LSN, err)
+	}
+	defer w.forget(root)
+	defer w.forget(part)
+	var rootKind string
+	if err := w.conn.QueryRow(ctx, "SELECT COALESCE((SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)), '')", root.Quoted()).Scan(&rootKind); err != nil {
+		return fail(err)
+	}
+	if rootKind == "" {
+		return fail(fmt.Errorf("the target has no table %s: create it there as on the source, then restart", root))
+	}
+	tp, err := w.loadTargetPart(ctx, root, part)
+	if err != nil {
+		return fail(err)
+	}
+	inPart := "(" + pc.Constraint + ") IS NOT FALSE"
+	switch msg.Tag {
+	case schema.TagTruncatePartition:
+		if tp.holdsSame(pc) {
+			if err := w.exec(ctx, "TRUNCATE "+part.Quoted()); err != nil {
+				return fail(err)
+			}
+			w.log.Info("truncated partition on the target, as on the source", "table", root, "partition", part, "lsn", c.LSN)
+			return nil
+		}
+		if schema.HashPartition(pc.Constraint) {
+			return w.hashPartitionStop(ctx, root, part, fail)
+		}
+		n, err := w.execCount(ctx, "DELETE FROM "+root.Quoted()+" WHERE "+inPart)
+		if err != nil {
+			return fail(err)
+		}
+		w.log.Info("deleted the rows of a partition truncated on the source", "table", root, "partition", part, "rows", n, "lsn", c.LSN)
+		return nil
+
+	case schema.TagAttachPartition:
+		alone := pc.PublishedAlone(w.opts.Publication)
+		if tp.exists && !tp.partition && pc.Parent != "" {
+			var parentKind string
+			if err := w.conn.QueryRow(ctx, "SELECT COALESCE((SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)), '')", pc.Parent).Scan(&parentKind); err != nil {
+				return fail(err)
+			}
+			if parentKind == "p" {
+				if err := w.exec(ctx, "ALTER TABLE "+pc.Parent+" ATTACH PARTITION "+part.Quoted()+" "+pc.Bound); err != nil {
+					return fail(fmt.Errorf("attach it on the target as on the source: %w", err))
+				}
+				w.log.Info("attached partition on the target, as on the source", "table", root, "partition", part, "lsn", c.LSN)
+				if alone || !pc.Rows {
+					return nil // the target's table was the source's, rows and all
+				}
+				return w.resync(ctx, root, part, c.LSN, fail)
+			}
+		}
+		switch {
+		case alone && tp.exists && !tp.partition:
+			// The publication replicated the table under its own name: the
+			// target's copy holds its rows. They are the root's now.
+			cols := insertableColumns(msg)
+			n, err := w.execCount(ctx, "INSERT INTO "+root.Quoted()+" ("+cols+") SELECT "+cols+" FROM "+part.Quoted())
+			if err != nil {
+				return fail(fmt.Errorf("move its rows into %s on the target: %w", root, err))
+			}
+			if err := w.exec(ctx, "DROP TABLE "+part.Quoted()); err != nil {
+				return fail(err)
+			}
+			w.log.Info("attached on the source: moved the table's rows into its root on the target and dropped the table (the source publishes it through the root now)",
+				"table", root, "partition", part, "rows", n, "lsn", c.LSN)
+			return nil
+		case pc.Rows:
+			return w.resync(ctx, root, part, c.LSN, fail)
+		}
+		w.log.Info("partition attached on the source, without rows", "table", root, "partition", part, "lsn", c.LSN)
+		return nil
+
+	case schema.TagDetachPartition:
+		alone := pc.PublishedAlone(w.opts.Publication)
+		if tp.holdsSame(pc) {
+			if err := w.exec(ctx, "ALTER TABLE "+tp.parent+" DETACH PARTITION "+part.Quoted()); err != nil {
+				return fail(err)
+			}
+			if alone {
+				w.log.Info("detached partition on the target, as on the source; replicated as a table of its own", "table", root, "partition", part, "lsn", c.LSN)
+			} else {
+				w.log.Warn("detached partition on the target, as on the source; the publication does not publish it: it is no longer replicated", "table", root, "partition", part, "lsn", c.LSN)
+			}
+			return nil
+		}
+		if schema.HashPartition(pc.Constraint) {
+			return w.hashPartitionStop(ctx, root, part, fail)
+		}
+		if !alone {
+			n, err := w.execCount(ctx, "DELETE FROM "+root.Quoted()+" WHERE "+inPart)
+			if err != nil {
+				return fail(err)
+			}
+			w.log.Warn("deleted the rows of a partition detached on the source from the target's root; the publication does not publish the detached table: it is not replicated",
+				"table", root, "partition", part, "rows", n, "lsn", c.LSN)
+			return nil
+		}
+		if tp.exists {
+			var empty bool
+			if err := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+part.Quoted()+")").Scan(&empty); err != nil {
+				return fail(err)
+			}
+			if tp.partition || !empty {
+				return fail(fmt.Errorf("the source publishes the detached table %s from now on, and the target's table of that name is not an empty table of its own: move or empty it on the target, then restart", part))
+			}
+		} else {
+			t := msg.DDLTable
+			t.Schema, t.Name, t.Kind = part.Schema, part.Name, "r"
+			t.Columns = make([]schema.DDLColumn, len(msg.Columns))
+			for i, col := range msg.Columns {
+				col.Sequence = nil // the root owns it
+				t.Columns[i] = col
+			}
+			for _, sql := range t.CreateSQL() {
+				if err := w.exec(ctx, sql); err != nil {
+					return fail(fmt.Errorf("create the detached table on the target (%s): %w", sql, err))
+				}
+			}
+		}
+		cols := insertableColumns(msg)
+		n, err := w.execCount(ctx, "WITH d AS (DELETE FROM "+root.Quoted()+" WHERE "+inPart+" RETURNING "+cols+") INSERT INTO "+part.Quoted()+" ("+cols+") SELECT "+cols+" FROM d")
+		if err != nil {
+			return fail(fmt.Errorf("move its rows out of %s on the target: %w", root, err))
+		}
+		w.log.Info("detached on the source: moved the partition's rows out of the target's root into a table of its own, replicated from now on",
+			"table", root, "partition", part, "rows", n, "lsn", c.LSN)
+		return nil
+	}
+	return fail(fmt.Errorf("unknown partition change"))
+}
+
+// resync records the root as pending in the transaction (the copy of
+// `tables add`: emptied, copied from a new snapshot) and tells the engine.
+func (w *Writer) resync(ctx context.Context, root, part schema.TableName, lsn change.LSN, fail func(error) error) error {
+	if err := SetTableState(ctx, w.conn, w.opts.Slot, root.Schema, root.Name, TablePending); err != nil {
+		return fail(err)
+	}
+	if w.opts.Resync != nil {
+		w.opts.Resync(root)
+	}
+	w.log.Warn("a table holding rows was attached on the source as a partition: the target's root is copied again (emptied, copied from a new snapshot)",
+		"table", root, "partition", part, "lsn", lsn)
+	return nil
+}
+
+// hashPartitionStop: a hash partition's rows cannot be told apart on a
+// target partitioned otherwise; nothing to do if the root is empty.
+func (w *Writer) hashPartitionStop(ctx context.Context, root, part schema.TableName, fail func(error) error) error {
+	var empty bool
+	if err := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+root.Quoted()+")").Scan(&empty); err != nil {
+		return fail(err)
+	}
+	if empty {
+		return nil
+	}
+	return fail(fmt.Errorf("%s is a hash partition and the target's %s has no partition %s with the same bound: its rows cannot be told apart there; "+
+		"partition the target's table as the source's (the same hash partitions, by the same names), then restart", part, root, part))
+}
+
+// execCount runs sql in the transaction and returns the rows it affected.
+func (w *Writer) execCount(ctx context.Context, sql string) (int64, error) {
+	res, err := w.conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) == 0 {
+		return 0, nil
+	}
+	return res[len(res)-1].CommandTag.RowsAffected(), nil
+}
+
+// insertableColumns lists the root's columns a row can be written to (not
+// generated), quoted.
+func insertableColumns(msg *schema.DDLMessage) string {
+	var cols []string
+	for _, c := range msg.Columns {
+		if c.Generated == nil {
+			cols = append(cols, change.QuoteIdent(c.Name))
+		}
+	}
+	return strings.Join(cols, ", ")
+}
