@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"testing"
+	"time"
 )
 
 // Partition changes under a root publication (publish_via_partition_root,
@@ -188,5 +189,29 @@ func TestPartitionCreatedAndFilled(t *testing.T) {
 	e.srcExec(`TRUNCATE m_2028_b`)
 	sync()
 	e.srcExec(`TRUNCATE m_2028`)
+	sync()
+}
+
+// TestPartitionAttachWhileRunning: the root copied again by a running
+// engine (watchTables), its changes held until then.
+func TestPartitionAttachWhileRunning(t *testing.T) {
+	e, sync := partitionEnv(t, false)
+	cfg := e.config("public.m")
+	cfg.CreateTables = true
+	stop := e.start(cfg)
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`CREATE TABLE m_2030 (id int NOT NULL, at date NOT NULL, v text, PRIMARY KEY (id, at));
+		INSERT INTO m_2030 SELECT g, date '2030-02-02', 'old ' || g FROM generate_series(50001, 50100) g`)
+	e.srcExec(`ALTER TABLE m ATTACH PARTITION m_2030 FOR VALUES FROM ('2030-01-01') TO ('2031-01-01')`)
+	e.srcExec(`UPDATE m SET v = 'after attach' WHERE id IN (50001, 1)`)
+	waitFor(t, "the root copied again", time.Minute, func() bool {
+		return e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE table_name = 'm' AND state = 'ready' AND copied_at IS NOT NULL AND sync_lsn IS NOT NULL") == 1 &&
+			e.count(e.Tgt, "SELECT count(*) FROM m WHERE id >= 50001") == 100
+	})
+	e.srcExec(`UPDATE m SET v = 'later' WHERE id = 50002`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
 	sync()
 }
