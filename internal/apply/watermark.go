@@ -162,8 +162,9 @@ func (w *Watermark) find(end change.LSN) (int, bool) {
 	return w.head + i, found
 }
 
-// Observe records a WAL position the source has sent everything up to, seen
-// while capture had no transaction open.
+// Observe records a WAL position the source has sent everything committed
+// before, seen by capture between transactions (a streamed transaction may
+// be open: it commits later).
 func (w *Watermark) Observe(walEnd change.LSN) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

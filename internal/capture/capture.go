@@ -424,7 +424,16 @@ func (c *Capture) loop(ctx context.Context) error {
 				c.cKeepalives.Add(1)
 				c.keepaliveNano.Store(c.clock().UnixNano())
 				c.advanceReceived(change.LSN(ka.ServerWALEnd))
-				if c.idle() {
+				// Between transactions, everything committed before the
+				// walsender's position has been sent. A transaction still
+				// being streamed commits after it, and is sent again in
+				// full after a restart from a position past its start (the
+				// slot's restart_lsn holds its WAL): so, as native's
+				// worker does, it does not hold the acknowledgement back,
+				// and a walsender shutting down (which waits for it) is
+				// never held up by a large or prepared transaction
+				// repstream has open.
+				if !c.inTxn {
 					c.opts.Acker.Observe(change.LSN(ka.ServerWALEnd))
 				}
 				if ka.ReplyRequested {

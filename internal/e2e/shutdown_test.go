@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// TestSourceFastShutdownNotHeldUp: `pg_ctl restart -m fast` of the source
+// while repstream streams from it and a large transaction it has received
+// in part is prepared but not committed: the walsender, which waits at
+// shutdown for its client to acknowledge everything sent, is answered at
+// once (as native's worker answers it), not after wal_sender_timeout. The
+// prepared transaction is then committed and replicated whole.
+func TestSourceFastShutdownNotHeldUp(t *testing.T) {
+	src := pgtest.Cluster(t, pgcluster.Options{Name: "shutsrc", Fast: true, Settings: map[string]string{
+		"max_prepared_transactions": "5", "wal_sender_timeout": "60s",
+	}})
+	tgt := pgtest.Shared(t, "target")
+	e := newEnvOn(t, src, tgt)
+	e.both(`CREATE TABLE sd (id int PRIMARY KEY, v text)`)
+	cfg := e.config("public.sd")
+	cfg.DecodingWorkMem = "64kB"
+	cfg.ReconnectMaxWait = time.Second
+	e.catchUp(cfg)
+	reg := stats.NewRegistry()
+	log := &syncBuffer{}
+	stop, exited := e.runEngine(cfg, reg, log)
+	ctx := context.Background()
+	conn, err := e.srcConn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`BEGIN`,
+		`INSERT INTO sd SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g`,
+		`PREPARE TRANSACTION 'sd_big'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close(ctx)
+	// The transaction has been streamed to repstream, in part at least.
+	pgtest.WaitFor(t, "the prepared transaction to be streamed", 30*time.Second, func() (bool, error) {
+		var n int64
+		err := e.Src.QueryRow(ctx, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1`, cfg.Slot).Scan(&n)
+		return err == nil && n > 0, nil
+	})
+	e.Src.Close(ctx)
+	start := time.Now()
+	if err := src.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("fast restart of the source took %s", took.Round(time.Millisecond))
+	if took > 15*time.Second {
+		t.Fatalf("the source's fast restart took %s: its walsender waited for repstream (wal_sender_timeout 60s)", took.Round(time.Millisecond))
+	}
+	if e.Src, err = e.srcConn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`COMMIT PREPARED 'sd_big'`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := exited(); err != nil {
+		t.Fatalf("the engine exited: %v\n%s", err, log.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	e.assertSame("sd", "id")
+}
