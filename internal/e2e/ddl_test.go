@@ -217,8 +217,15 @@ func TestDDLRelationFallback(t *testing.T) {
 	cfg := e.config("public.*")
 	cfg.CreateTables = true
 	cfg.DDL = "relation"
+	// New tables are published by a FOR TABLES IN SCHEMA publication
+	// (PostgreSQL 15+), which repstream makes only with its event trigger
+	// (a keyless table created later would break the source's UPDATEs and
+	// DELETEs): the user's own publication here.
+	schemaPubs := e.srcMajor() >= 15
+	if schemaPubs {
+		e.srcExec(`CREATE PUBLICATION ` + cfg.Slot + ` FOR TABLES IN SCHEMA public`)
+	}
 	e.catchUp(cfg)
-	schemaPubs := e.srcMajor() >= 15 // new tables are published (FOR TABLES IN SCHEMA)
 	var triggers int
 	if err := e.Src.QueryRow(t.Context(), "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'").Scan(&triggers); err != nil || triggers != 0 {
 		t.Fatalf("--ddl=relation installed %d event triggers (%v)", triggers, err)
