@@ -87,7 +87,7 @@ Without a running engine, the next run does the same before it streams.`,
 // by a repstream that kept no per-table state).
 func formatTables(w io.Writer, rows []engine.TableRow) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tPUBLISHED\tSTATE\tSYNC LSN\tROWS\tCOPIED AT")
+	fmt.Fprintln(tw, "TABLE\tPUBLISHED\tSTATE\tSYNC LSN\tROWS\tCOPIED AT\tINDEXES NOT BUILT")
 	for _, r := range rows {
 		state, lsn, n, at := r.State, "-", "-", "-"
 		if state == "" {
@@ -106,7 +106,21 @@ func formatTables(w io.Writer, rows []engine.TableRow) {
 		if r.Published {
 			pub = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Table, pub, state, lsn, n, at)
+		notBuilt := "-"
+		if len(r.IndexesNotBuilt) > 0 {
+			notBuilt = fmt.Sprint(len(r.IndexesNotBuilt))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Table, pub, state, lsn, n, at, notBuilt)
 	}
 	tw.Flush()
+	first := true
+	for _, r := range rows {
+		for _, u := range r.IndexesNotBuilt {
+			if first {
+				fmt.Fprintln(w, "\nIndexes of the source not built on the target (the tables replicate without them; make what each needs on the target, then run its statement):")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s: index %s: %s\n    %s\n", r.Table, u.Index, u.Error, u.SQL)
+		}
+	}
 }

@@ -19,8 +19,10 @@ import (
 //   - repstream.ddl_def(oid): a table's definition as JSON (columns with
 //     attribute number, name, format_type, type OID and modifier, NOT NULL,
 //     default, generation expression, identity, the value rows existing at
-//     ADD COLUMN got (attmissingval), owned sequence; primary key, replica
-//     identity, the publications that publish it);
+//     ADD COLUMN got (attmissingval), owned sequence; primary key (its key
+//     columns, the first indnkeyatts of indkey; its INCLUDE columns apart;
+//     whether it is deferrable), replica identity, the publications that
+//     publish it);
 //   - repstream.ddl_state: the definition last emitted per table (UNLOGGED:
 //     never published, not WAL-logged; a crash empties it, which only costs
 //     the rename detection of the next change of each table);
@@ -97,7 +99,14 @@ SELECT jsonb_build_object(
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                     WHERE i.indrelid = c.oid AND i.indisprimary), '[]'::jsonb),
+                     WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts), '[]'::jsonb),
+  'pkeyinclude', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
+                      FROM pg_index i
+                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                     WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord > i.indnkeyatts), '[]'::jsonb),
+  'pkeydeferrable', COALESCE((SELECT CASE WHEN con.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN con.condeferrable THEN 'DEFERRABLE' ELSE '' END
+                      FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = 'p'), ''),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
       'num', a.attnum, 'name', a.attname,
       'type', format_type(a.atttypid, a.atttypmod), 'typeoid', a.atttypid::bigint, 'typmod', a.atttypmod,

@@ -116,7 +116,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if len(todo) == 0 {
 		return res, nil
 	}
-	if err := checkAddable(ctx, src, tgt, todo, opts, log); err != nil {
+	if err := checkAddable(ctx, src, tgt, cfg.Slot, todo, opts, log); err != nil {
 		return res, err
 	}
 	if !slot.exists {
@@ -166,7 +166,7 @@ func isPending(syncs []target.TableSync, n schema.TableName) bool {
 // checkAddable checks the tables to add: a key or replica identity on the
 // source, a compatible target table (created with CreateTables), empty
 // unless Truncate.
-func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, opts AddOptions, log *slog.Logger) error {
+func checkAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables []schema.TableName, opts AddOptions, log *slog.Logger) error {
 	var missing []*schema.Table
 	var problems []string
 	for _, n := range tables {
@@ -209,10 +209,8 @@ func checkAddable(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Table
 			if err != nil {
 				return err
 			}
-			for _, sql := range defs {
-				if _, err := tgt.Exec(ctx, sql); err != nil {
-					return fmt.Errorf("--create-tables: build an index on the target (%s): %w", sql, err)
-				}
+			if err := target.BuildIndexes(ctx, tgt, slot, st.TableName(), defs, log); err != nil {
+				return fmt.Errorf("--create-tables: %w", err)
 			}
 		}
 	}
@@ -299,7 +297,7 @@ func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error
 		e.log.Info("--tables matches tables the publication lacks: adding them", "component", "tablesync", "tables", tableNames(add))
 		return publish(ctx, src, cfg.Publication, add, published)
 	}
-	if err := checkAddable(ctx, src, tgt, add, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
+	if err := checkAddable(ctx, src, tgt, cfg.Slot, add, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
 		return fmt.Errorf("--tables matches tables the publication lacks: %w", err)
 	}
 	for _, n := range add {
@@ -368,6 +366,10 @@ type TableRow struct {
 	Rows      int64     `json:"rows"`
 	Bytes     int64     `json:"bytes"`
 	CopiedAt  time.Time `json:"copied_at"`
+	// IndexesNotBuilt are the source's indexes of the table that
+	// --create-tables could not build on the target (and that are still
+	// missing there): the table replicates without them.
+	IndexesNotBuilt []target.UnbuiltIndex `json:"indexes_not_built,omitempty"`
 }
 
 // ListTables returns the publication's tables and every table with a sync
@@ -409,6 +411,14 @@ func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
 		if s.SyncLSN != 0 {
 			r.SyncLSN = s.SyncLSN.String()
 		}
+	}
+	unbuilt, err := target.UnbuiltIndexes(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range unbuilt {
+		r := get(u.Table.String())
+		r.IndexesNotBuilt = append(r.IndexesNotBuilt, u)
 	}
 	slices.Sort(order)
 	out := make([]TableRow, len(order))

@@ -14,6 +14,7 @@ import (
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/target"
 )
 
 // Options say what to check.
@@ -536,6 +537,14 @@ func (c *checker) stateSchema(ctx context.Context) {
 		c.r.add(Fail, side, "state schema repstream", "", "cannot read repstream.progress: %v", err)
 	default:
 		c.r.add(OK, side, "state schema repstream", "", "slot %s applied up to %s", c.opts.Slot, low)
+	}
+	unbuilt, err := target.UnbuiltIndexes(ctx, c.tgt, c.opts.Slot)
+	if err != nil {
+		c.r.add(Warn, side, "indexes not built", "", "%v", err)
+	}
+	for _, u := range unbuilt {
+		c.r.add(Warn, side, "index "+u.Index+" of "+u.Table.String(), "make what it needs on the target, then run: "+u.SQL,
+			"the source's index could not be built on the target (the table replicates without it): %s", u.Error)
 	}
 }
 

@@ -74,17 +74,33 @@ func CreateTableSQL(t *Table) string {
 	}
 	if len(t.PrimaryKey) > 0 {
 		sep()
-		b.WriteString("PRIMARY KEY (")
-		for i, k := range t.PrimaryKey {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(change.QuoteIdent(k))
-		}
-		b.WriteString(")")
+		b.WriteString(primaryKeyClause(t))
 	}
 	b.WriteString("\n)")
 	return b.String()
+}
+
+// primaryKeyClause is t's primary key as the source has it: its key
+// columns, its INCLUDE columns (stored in the index, not part of the key:
+// PRIMARY KEY (a, b) would be another key, and b could not be NULL) and
+// when it is checked (DEFERRABLE ...).
+func primaryKeyClause(t *Table) string {
+	s := "PRIMARY KEY (" + quoteIdents(t.PrimaryKey) + ")"
+	if len(t.PrimaryKeyInclude) > 0 {
+		s += " INCLUDE (" + quoteIdents(t.PrimaryKeyInclude) + ")"
+	}
+	if t.PrimaryKeyDeferrable != "" {
+		s += " " + t.PrimaryKeyDeferrable
+	}
+	return s
+}
+
+func quoteIdents(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = change.QuoteIdent(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // PrimaryKeySQL returns the statement that adds t's primary key to a table
@@ -93,11 +109,7 @@ func PrimaryKeySQL(t *Table) string {
 	if len(t.PrimaryKey) == 0 {
 		return ""
 	}
-	cols := make([]string, len(t.PrimaryKey))
-	for i, k := range t.PrimaryKey {
-		cols[i] = change.QuoteIdent(k)
-	}
-	return "ALTER TABLE " + t.TableName().Quoted() + " ADD PRIMARY KEY (" + strings.Join(cols, ", ") + ")"
+	return "ALTER TABLE " + t.TableName().Quoted() + " ADD " + primaryKeyClause(t)
 }
 
 // CreateSchemaSQL returns CREATE SCHEMA IF NOT EXISTS for the named schema.
@@ -125,43 +137,68 @@ func ReplicaIdentitySQL(t *Table) []string {
 		if len(name) > 63 {
 			name = name[:63]
 		}
-		cols := make([]string, len(t.IdentityKey))
-		for i, c := range t.IdentityKey {
-			cols[i] = change.QuoteIdent(c)
+		include := ""
+		if len(t.IdentityInclude) > 0 {
+			include = " INCLUDE (" + quoteIdents(t.IdentityInclude) + ")"
 		}
 		return []string{
-			"CREATE UNIQUE INDEX " + change.QuoteIdent(name) + " ON " + q + " (" + strings.Join(cols, ", ") + ")",
+			"CREATE UNIQUE INDEX " + change.QuoteIdent(name) + " ON " + q + " (" + quoteIdents(t.IdentityKey) + ")" + include,
 			"ALTER TABLE " + q + " REPLICA IDENTITY USING INDEX " + change.QuoteIdent(name),
 		}
 	}
 	return nil
 }
 
-// indexesQuery lists the definitions of a table's indexes other than the
-// primary key's and the replica identity's (those come with the table).
+// indexesQuery lists a table's indexes other than the primary key's and
+// the replica identity's (those come with the table): each one's name and
+// the statement that makes it. An index that backs a unique or exclusion
+// constraint is made as that constraint (ADD CONSTRAINT, from
+// pg_get_constraintdef: DEFERRABLE, NULLS NOT DISTINCT, INCLUDE, the
+// exclusion operators, its WHERE), so that the target checks what the
+// source checks, when the source checks it; pg_get_indexdef would give a
+// plain index, never deferred. The index's tablespace is left out, as
+// pg_get_indexdef leaves it out: the target may not have it. $2 is the
+// target table's quoted name.
 const indexesQuery = `
-SELECT pg_catalog.pg_get_indexdef(i.indexrelid)
+SELECT ic.relname::text,
+       CASE WHEN con.oid IS NULL THEN pg_catalog.pg_get_indexdef(i.indexrelid)
+            ELSE 'ALTER TABLE ' || $2 || ' ADD CONSTRAINT ' || pg_catalog.quote_ident(con.conname) || ' ' ||
+                 CASE WHEN ts.spcname IS NULL THEN pg_catalog.pg_get_constraintdef(con.oid)
+                      ELSE pg_catalog.replace(pg_catalog.pg_get_constraintdef(con.oid), ' USING INDEX TABLESPACE ' || pg_catalog.quote_ident(ts.spcname), '') END
+       END
 FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('u', 'x')
+LEFT JOIN pg_catalog.pg_tablespace ts ON ts.oid = ic.reltablespace
 WHERE i.indrelid = $1 AND NOT i.indisprimary AND NOT i.indisreplident
 ORDER BY i.indexrelid`
 
+// Index is one secondary index of a source table, as IndexesSQL makes it
+// on the target.
+type Index struct {
+	Name string // the index's name (a constraint's index has the constraint's)
+	SQL  string // CREATE [UNIQUE] INDEX IF NOT EXISTS ..., or ALTER TABLE ... ADD CONSTRAINT ...
+}
+
 // IndexesSQL returns the statements that recreate t's other indexes
-// (unique ones included) on a target table of the same name: built after
-// the initial copy, which is faster than maintaining them row by row.
-// t.OID must be the source's.
-func IndexesSQL(ctx context.Context, q Querier, t *Table) ([]string, error) {
-	rows, err := q.Query(ctx, indexesQuery, t.OID)
+// (unique ones and those of unique and exclusion constraints included) on
+// a target table of the same name: built after the initial copy, which is
+// faster than maintaining them row by row. t.OID must be the source's.
+func IndexesSQL(ctx context.Context, q Querier, t *Table) ([]Index, error) {
+	rows, err := q.Query(ctx, indexesQuery, t.OID, t.TableName().Quoted())
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", t.TableName(), err)
 	}
-	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	defs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Index])
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", t.TableName(), err)
 	}
 	for i, d := range defs {
 		// "CREATE [UNIQUE] INDEX name ON ..." → "... INDEX IF NOT EXISTS name ON ...":
 		// a run that stopped after some of them were built builds the rest.
-		defs[i] = strings.Replace(d, " INDEX ", " INDEX IF NOT EXISTS ", 1)
+		if strings.HasPrefix(d.SQL, "CREATE ") {
+			defs[i].SQL = strings.Replace(d.SQL, " INDEX ", " INDEX IF NOT EXISTS ", 1)
+		}
 	}
 	return defs, nil
 }

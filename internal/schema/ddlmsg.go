@@ -49,8 +49,12 @@ type DDLTable struct {
 	Kind       string      `json:"kind"`  // relkind: "r" or "p"
 	Ident      string      `json:"ident"` // relreplident
 	Pubs       []string    `json:"pubs"`  // the publications that publish it
-	PrimaryKey []string    `json:"pkey"`
+	PrimaryKey []string    `json:"pkey"`  // key columns only
 	Columns    []DDLColumn `json:"columns"`
+	// PrimaryKeyInclude are the primary key's INCLUDE columns, and
+	// PrimaryKeyDeferrable when it is checked (schema.Table's fields).
+	PrimaryKeyInclude    []string `json:"pkeyinclude"`
+	PrimaryKeyDeferrable string   `json:"pkeydeferrable"`
 }
 
 // TableName returns the table's schema-qualified name.
@@ -107,7 +111,8 @@ func (m *DDLMessage) Creates() bool {
 // Table returns the definition as a Table, for CreateTableSQL and
 // ReplicaIdentitySQL.
 func (t *DDLTable) Table() *Table {
-	tab := &Table{Schema: t.Schema, Name: t.Name, PrimaryKey: t.PrimaryKey, Partitioned: t.Kind == "p"}
+	tab := &Table{Schema: t.Schema, Name: t.Name, PrimaryKey: t.PrimaryKey, Partitioned: t.Kind == "p",
+		PrimaryKeyInclude: t.PrimaryKeyInclude, PrimaryKeyDeferrable: t.PrimaryKeyDeferrable}
 	if t.Ident != "" {
 		tab.ReplicaIdentity = t.Ident[0]
 	}

@@ -32,6 +32,16 @@ type Table struct {
 	PrimaryKey      []string // primary-key columns in key order; nil if none
 	ReplicaIdentity byte     // pg_class.relreplident
 
+	// PrimaryKeyInclude are the INCLUDE columns of the primary key's index
+	// (PRIMARY KEY (a) INCLUDE (b)): stored in it, not part of the key.
+	PrimaryKeyInclude []string
+	// PrimaryKeyDeferrable is "", "DEFERRABLE" or "DEFERRABLE INITIALLY
+	// DEFERRED": when the primary key is checked.
+	PrimaryKeyDeferrable string
+	// IdentityInclude are the INCLUDE columns of the replica identity
+	// index (USING INDEX), not part of IdentityKey.
+	IdentityInclude []string
+
 	// IdentityKey is the replica-identity key: the primary key for
 	// REPLICA IDENTITY DEFAULT, the index columns for USING INDEX, nil for
 	// FULL and NOTHING (and for DEFAULT without a primary key).
@@ -116,9 +126,13 @@ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
 // keysQuery returns the primary key ('p') and the replica identity index
-// ('i') columns in key order.
+// ('i') columns in index order, each with whether it is a key column (the
+// first indnkeyatts; the rest are INCLUDE columns), and how the primary
+// key is deferred ("", "DEFERRABLE", "DEFERRABLE INITIALLY DEFERRED").
 const keysQuery = `
-SELECT CASE WHEN i.indisprimary THEN 'p' ELSE 'i' END, a.attname::text
+SELECT CASE WHEN i.indisprimary THEN 'p' ELSE 'i' END, a.attname::text, k.ord <= i.indnkeyatts,
+       COALESCE((SELECT CASE WHEN c.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN c.condeferrable THEN 'DEFERRABLE' ELSE '' END
+                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype = 'p'), '')
 FROM pg_catalog.pg_index i
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -176,15 +190,22 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	}
 	var identIndex []string
 	for rows.Next() {
-		var kind, col string
-		if err := rows.Scan(&kind, &col); err != nil {
+		var kind, col, deferrable string
+		var key bool
+		if err := rows.Scan(&kind, &col, &key, &deferrable); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load keys of %s: %w", tn.Quoted(), err)
 		}
-		if kind == "p" {
+		switch {
+		case kind == "p" && key:
 			t.PrimaryKey = append(t.PrimaryKey, col)
-		} else {
+			t.PrimaryKeyDeferrable = deferrable
+		case kind == "p":
+			t.PrimaryKeyInclude = append(t.PrimaryKeyInclude, col)
+		case key:
 			identIndex = append(identIndex, col)
+		default:
+			t.IdentityInclude = append(t.IdentityInclude, col)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -196,7 +217,7 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	case 'i':
 		t.IdentityKey = identIndex
 		if len(identIndex) == 0 { // the index is the primary key itself
-			t.IdentityKey = t.PrimaryKey
+			t.IdentityKey, t.IdentityInclude = t.PrimaryKey, t.PrimaryKeyInclude
 		}
 	}
 	return t, nil

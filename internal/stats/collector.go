@@ -127,11 +127,12 @@ var (
 	dCopyRowsEst = desc("copy_rows_estimate", "Estimated rows of the table (pg_class.reltuples) when its copy started.", "table")
 	dCopyByteEst = desc("copy_bytes_estimate", "Estimated size of the table on disk (relpages) when its copy started.", "table")
 	dCopyDone    = desc("copy_done", "1 once the table's initial copy is complete.", "table")
+	dUnbuilt     = desc("indexes_not_built", "Indexes of the source that --create-tables could not build on the target and that are still missing there (`repstream tables list` names them); the tables replicate without them.")
 
 	allDescs = []*prometheus.Desc{dBuild, dUptime, dPhase, dHealthy, dBusy, dIdle, dFlow, dState, dItems, dBytes, dTxns,
 		dCounter, dGauge, dInfo, dCapChanges, dCapBytes, dCapTxns, dAppChanges, dAppBytes, dAppTxns, dQueueMem, dQueueTxns,
 		dSpillBytes, dSpillFiles, dReceived, dAcked, dSourceWAL, dSourceLag, dApplyLag, dRetained, dWALStatus, dSlotActive,
-		dUp, dReconnects, dConflicts, dCopyRows, dCopyBytes, dCopyRowsEst, dCopyByteEst, dCopyDone}
+		dUp, dReconnects, dConflicts, dCopyRows, dCopyBytes, dCopyRowsEst, dCopyByteEst, dCopyDone, dUnbuilt}
 
 	phases      = []string{"starting", "copying", "streaming", "stopping"}
 	walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
@@ -231,8 +232,9 @@ func (c *Collector) collectEngine(e *emitter, s Snapshot) {
 			}
 		}
 	}
-	if _, ok := s.Component(CompEngine); ok {
+	if eng, ok := s.Component(CompEngine); ok {
 		e.gauge(dApplyLag, ApplyLag(s).Seconds())
+		e.gauge(dUnbuilt, float64(eng.Gauges[GaugeIndexesNotBuilt]))
 	}
 	reconnects := map[string]int64{}
 	for _, cs := range s.Components {

@@ -39,6 +39,10 @@ const (
 
 	// Info of CompEngine.
 	InfoPhase = "phase" // "starting", "copying", "streaming", "stopping"
+	// GaugeIndexesNotBuilt (CompEngine): the source's indexes that
+	// --create-tables could not build on the target and that are still
+	// missing there.
+	GaugeIndexesNotBuilt = "indexes_not_built"
 
 	// Gauges of a copy component.
 	GaugeRowsEstimate  = "rows_estimate"  // pg_class.reltuples (summed over partitions)

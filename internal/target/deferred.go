@@ -2,11 +2,16 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/repstream/repstream/internal/pgerr"
 
 	"github.com/repstream/repstream/internal/schema"
 )
@@ -41,18 +46,47 @@ CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 	seq int NOT NULL,
 	sql text NOT NULL,
 	PRIMARY KEY (slot, schema_name, table_name, seq)
+);
+ALTER TABLE repstream.deferred_ddl ADD COLUMN IF NOT EXISTS index_name text;
+CREATE TABLE IF NOT EXISTS repstream.unbuilt_indexes (
+	slot text NOT NULL,
+	schema_name text NOT NULL,
+	table_name text NOT NULL,
+	index_name text NOT NULL,
+	sql text NOT NULL,
+	error text NOT NULL,
+	failed_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (slot, schema_name, table_name, index_name)
 );`
 
-// DeferDDL records stmts, to be run on table t of slot once its rows are
-// copied, in the caller's transaction (the one that creates t).
-func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, stmts []string) error {
+// A secondary index of the source (deferred_ddl.index_name set; NULL for
+// the keys) that the target cannot build — an expression calling a
+// function only the source has, an operator class or collation the target
+// lacks — is not needed to replicate: the build goes on without it,
+// logging a warning that names it and the error, and records it in
+// repstream.unbuilt_indexes, which `tables list`, `repstream check` and
+// the repstream_indexes_not_built gauge report until the index exists on
+// the target (made by hand from the recorded statement) or the slot is
+// dropped. A key (primary key, replica identity index) that cannot be
+// built stops the build: updates and deletes find their rows by it.
+
+// DeferDDL records what to build on table t of slot once its rows are
+// copied, in the caller's transaction (the one that creates t): keys, the
+// statements that make its primary key and replica identity, in order,
+// then its secondary indexes.
+func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, keys []string, indexes []schema.Index) error {
 	// A record left by a table of that name that is gone (dropped by hand,
 	// or by a failed start's undo) is replaced.
 	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
 		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql)
-SELECT $1, $2, $3, n - 1, s FROM unnest($4::text[]) WITH ORDINALITY AS u(s, n)`, slot, t.Schema, t.Name, stmts); err != nil {
+	stmts, names := slices.Clone(keys), make([]*string, len(keys), len(keys)+len(indexes))
+	for _, ix := range indexes {
+		stmts = append(stmts, ix.SQL)
+		names = append(names, &ix.Name)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql, index_name)
+SELECT $1, $2, $3, n - 1, s, x FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS u(s, x, n)`, slot, t.Schema, t.Name, stmts, names); err != nil {
 		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
 	return nil
@@ -84,7 +118,9 @@ func ForgetDeferred(ctx context.Context, tx pgx.Tx, slot string, t schema.TableN
 }
 
 // BuildDeferred runs what is deferred on table t of slot, and forgets it,
-// in one transaction on conn: all of it or none. A table that no longer
+// in one transaction on conn. A key that cannot be built fails it all; a
+// secondary index that cannot be built is left out (each is tried under a
+// savepoint), logged and recorded (RecordUnbuilt). A table that no longer
 // exists on the target is forgotten. Nothing deferred: nothing done.
 func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, log *slog.Logger) error {
 	tx, err := conn.Begin(ctx)
@@ -92,12 +128,16 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	rows, err := tx.Query(ctx, `SELECT sql FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3 ORDER BY seq`,
+	rows, err := tx.Query(ctx, `SELECT sql, index_name FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3 ORDER BY seq`,
 		slot, t.Schema, t.Name)
 	if err != nil {
 		return fmt.Errorf("read what to build on %s: %w", t, err)
 	}
-	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type stmt struct {
+		SQL   string
+		Index *string
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stmt])
 	if err != nil {
 		return fmt.Errorf("read what to build on %s: %w", t, err)
 	}
@@ -109,13 +149,30 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 		return fmt.Errorf("look up %s on the target: %w", t, err)
 	}
 	took := make([]time.Duration, len(stmts))
+	failed := make([]error, len(stmts))
 	if exists {
-		for i, sql := range stmts {
+		for i, st := range stmts {
 			began := time.Now()
-			log.Info("building on the target after the copy", "table", t.String(), "sql", sql) // an index of a large table takes a while
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("build on %s after its copy (%s): %w; fix what the statement needs on the target and run again "+
-					"(or, to go without it, delete it from repstream.deferred_ddl)", t, sql, err)
+			log.Info("building on the target after the copy", "table", t.String(), "sql", st.SQL) // an index of a large table takes a while
+			if st.Index == nil {
+				if _, err := tx.Exec(ctx, st.SQL); err != nil {
+					return fmt.Errorf("build the key of %s after its copy (%s): %w; replication needs it to find the rows of updates and deletes: "+
+						"fix what the statement needs on the target and run again", t, st.SQL, err)
+				}
+				took[i] = time.Since(began)
+				continue
+			}
+			if failed[i], err = tryIndex(ctx, tx, st.SQL); err != nil {
+				return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
+			}
+			if failed[i] != nil {
+				err = RecordUnbuilt(ctx, tx, slot, t, schema.Index{Name: *st.Index, SQL: st.SQL}, failed[i])
+			} else {
+				_, err = tx.Exec(ctx, `DELETE FROM repstream.unbuilt_indexes WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND index_name = $4`,
+					slot, t.Schema, t.Name, *st.Index)
+			}
+			if err != nil {
+				return fmt.Errorf("record index %s of %s: %w", *st.Index, t, err)
 			}
 			took[i] = time.Since(began)
 		}
@@ -129,11 +186,136 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
 	}
 	if exists {
-		for i, sql := range stmts {
-			log.Info("built on the target after the copy", "table", t.String(), "sql", sql, "elapsed", took[i].Round(time.Millisecond))
+		for i, st := range stmts {
+			if failed[i] != nil {
+				warnUnbuilt(log, t, *st.Index, st.SQL, failed[i])
+				continue
+			}
+			log.Info("built on the target after the copy", "table", t.String(), "sql", st.SQL, "elapsed", took[i].Round(time.Millisecond))
 		}
 	}
 	return nil
+}
+
+// tryIndex runs the statement that builds a secondary index under a
+// savepoint of tx. An error of the statement itself (the target lacks
+// what the definition needs, or its data or collation break a unique
+// index) is returned as failed, the savepoint rolled back, tx still
+// usable; any other error (the connection, a cancel, a lock or resource
+// limit: nothing said about the index) as err.
+func tryIndex(ctx context.Context, tx pgx.Tx, sql string) (failed, err error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT repstream_index"); err != nil {
+		return nil, err
+	}
+	_, xerr := tx.Exec(ctx, sql)
+	if xerr == nil {
+		_, err := tx.Exec(ctx, "RELEASE SAVEPOINT repstream_index")
+		return nil, err
+	}
+	if !indexDefinitionError(xerr) {
+		return nil, xerr
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT repstream_index"); err != nil {
+		return nil, err
+	}
+	return xerr, nil
+}
+
+// indexDefinitionError reports whether a failed index build says that the
+// index cannot be built on the target as it is, rather than that the
+// session or the server is in trouble: a server error outside the classes
+// of connections (08), transaction rollbacks (40), resources (53: disk
+// full, out of memory), operator intervention (57: a cancel, a shutdown),
+// system (58) and internal errors (XX), or of a lock timeout (55P03).
+func indexDefinitionError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "08", "40", "53", "57", "58", "XX":
+		return false
+	}
+	return pe.Code != "55P03"
+}
+
+func warnUnbuilt(log *slog.Logger, t schema.TableName, index, sql string, err error) {
+	log.Warn("an index of the source cannot be built on the target: the table is replicated without it; "+
+		"make what it needs on the target and create it (`tables list` and `repstream check` list it until it exists)",
+		"table", t.String(), "index", index, "err", err, "sql", sql)
+}
+
+// RecordUnbuilt records, in q (a transaction or a connection), that index
+// of table t could not be built on the target for slot, with why.
+func RecordUnbuilt(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, slot string, t schema.TableName, index schema.Index, why error) error {
+	_, err := q.Exec(ctx, `INSERT INTO repstream.unbuilt_indexes (slot, schema_name, table_name, index_name, sql, error)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (slot, schema_name, table_name, index_name) DO UPDATE SET sql = excluded.sql, error = excluded.error, failed_at = now()`,
+		slot, t.Schema, t.Name, index.Name, index.SQL, why.Error())
+	return err
+}
+
+// BuildIndexes builds the secondary indexes of table t on conn, outside
+// any deferred build (`tables add --create-tables`): one that cannot be
+// built is logged, recorded for slot (RecordUnbuilt) and left out.
+func BuildIndexes(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, indexes []schema.Index, log *slog.Logger) error {
+	for _, ix := range indexes {
+		_, err := conn.Exec(ctx, ix.SQL)
+		if err == nil {
+			continue
+		}
+		if !indexDefinitionError(err) {
+			return fmt.Errorf("build index %s of %s on the target (%s): %w", ix.Name, t, ix.SQL, err)
+		}
+		if rerr := RecordUnbuilt(ctx, conn, slot, t, ix, err); rerr != nil {
+			return fmt.Errorf("record index %s of %s: %w", ix.Name, t, rerr)
+		}
+		warnUnbuilt(log, t, ix.Name, ix.SQL, err)
+	}
+	return nil
+}
+
+// UnbuiltIndex is an index of the source that could not be built on the
+// target (RecordUnbuilt) and does not exist there now.
+type UnbuiltIndex struct {
+	Table    schema.TableName `json:"-"`
+	Index    string           `json:"index"`
+	SQL      string           `json:"sql"`
+	Error    string           `json:"error"`
+	FailedAt time.Time        `json:"failed_at"`
+}
+
+// UnbuiltIndexes lists the indexes recorded for slot as not built whose
+// table is still on the target and that are still missing there (one made
+// by hand since is no longer listed). No state on the target: none.
+func UnbuiltIndexes(ctx context.Context, conn *pgx.Conn, slot string) ([]UnbuiltIndex, error) {
+	rows, err := conn.Query(ctx, `
+SELECT u.schema_name, u.table_name, u.index_name, u.sql, u.error, u.failed_at
+FROM repstream.unbuilt_indexes u
+WHERE u.slot = $1
+  AND pg_catalog.to_regclass(pg_catalog.quote_ident(u.schema_name) || '.' || pg_catalog.quote_ident(u.table_name)) IS NOT NULL
+  AND pg_catalog.to_regclass(pg_catalog.quote_ident(u.schema_name) || '.' || pg_catalog.quote_ident(u.index_name)) IS NULL
+ORDER BY 1, 2, 3`, slot)
+	if err != nil {
+		if pgerr.Is(err, pgerr.UndefinedTable, "3F000") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the indexes not built on the target: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnbuiltIndex, error) {
+		var u UnbuiltIndex
+		err := r.Scan(&u.Table.Schema, &u.Table.Name, &u.Index, &u.SQL, &u.Error, &u.FailedAt)
+		return u, err
+	})
+	if err != nil {
+		if pgerr.Is(err, pgerr.UndefinedTable, "3F000") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the indexes not built on the target: %w", err)
+	}
+	return out, nil
 }
 
 // BuildAllDeferred builds what is deferred on every table of slot
