@@ -302,6 +302,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err := target.BuildAllDeferred(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return fmt.Errorf("--create-tables: %w", err)
 	}
+	e.noteUnbuiltIndexes(ctx, tgt)
 	// The admin connections are not needed while streaming; each streaming
 	// attempt opens its own to persist the watermark.
 	src.Close(ctx)
@@ -732,7 +733,11 @@ func stillBare(t *schema.Table) bool {
 // (target.BuildDeferred) once its copy has all of its rows: the copy's
 // snapshot.Options.AfterCopy.
 func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableName) error {
-	return target.BuildDeferred(ctx, dst, e.cfg.Slot, t, e.log.With("component", "snapshot"))
+	if err := target.BuildDeferred(ctx, dst, e.cfg.Slot, t, e.log.With("component", "snapshot")); err != nil {
+		return err
+	}
+	e.noteUnbuiltIndexes(ctx, dst)
+	return nil
 }
 
 // createTargetTables creates tables on the target, with their schemas and
@@ -882,16 +887,16 @@ func createBare(ctx context.Context, src *pgx.Conn, tx pgx.Tx, st *schema.Table,
 	if _, err := tx.Exec(ctx, schema.CreateTableSQL(&bare)); err != nil {
 		return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
 	}
-	var later []string
+	var keys []string
 	if pk := schema.PrimaryKeySQL(st); pk != "" {
-		later = append(later, pk)
+		keys = append(keys, pk)
 	}
-	later = append(later, schema.ReplicaIdentitySQL(st)...)
+	keys = append(keys, schema.ReplicaIdentitySQL(st)...)
 	indexes, err := schema.IndexesSQL(ctx, src, st)
 	if err != nil {
 		return err
 	}
-	return target.DeferDDL(ctx, tx, slot, st.TableName(), append(later, indexes...))
+	return target.DeferDDL(ctx, tx, slot, st.TableName(), keys, indexes)
 }
 
 func binaryProblem(st, tt *schema.Table) string {
