@@ -22,6 +22,11 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 		return p, nil
 	}
 	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
+	if !w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound) {
+		// CREATE TABLE AS, SELECT INTO: the rows come before the
+		// table's schema-change message (ctas.go).
+		tab, err = w.createAhead(ctx, rel)
+	}
 	if err != nil && !(w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound)) {
 		return nil, fmt.Errorf("%w on target", err)
 	}

@@ -58,6 +58,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		return w.partition(ctx, c, msg, pc)
 	}
 	defer w.forget(tn)
+	if msg.Creates() {
+		w.ahead.created(tn) // made from its rows' description (ctas.go): reconciled below
+	}
 	if msg.Dropped {
 		if err := w.exec(ctx, "DROP TABLE IF EXISTS "+tn.Quoted()); err != nil {
 			return fail(err)
@@ -128,30 +131,11 @@ func (w *Writer) forget(tn schema.TableName) {
 func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *schema.Table, loadErr error) (*schema.Table, error) {
 	tn := schema.TableName{Schema: rel.Namespace, Name: rel.Name}
 	if errors.Is(loadErr, schema.ErrTableNotFound) && w.opts.CreateTables {
-		next, err := w.relColumns(ctx, rel)
-		if err != nil {
-			return nil, err
+		tab, err := w.createFromRelation(ctx, rel)
+		if err == nil {
+			w.log.Info("created table on the target from its first description in the stream (--create-tables)", "table", tn)
 		}
-		nt := &schema.Table{Schema: tn.Schema, Name: tn.Name, ReplicaIdentity: rel.ReplicaIdentity}
-		for i, c := range next {
-			if c.Type == "" {
-				return nil, fmt.Errorf("create %s on the target from its description: column %q has a type that is not built in: create the table on the target yourself", tn, c.Name)
-			}
-			key := rel.Columns[i].Key
-			nt.Columns = append(nt.Columns, schema.Column{Name: c.Name, Type: c.Type, NotNull: key})
-			if key {
-				nt.IdentityKey = append(nt.IdentityKey, c.Name)
-			}
-		}
-		if rel.ReplicaIdentity == change.IdentityDefault {
-			nt.PrimaryKey = nt.IdentityKey
-		}
-		stmts := append([]string{schema.CreateSchemaSQL(tn.Schema), schema.CreateTableSQL(nt)}, schema.ReplicaIdentitySQL(nt)...)
-		if err := w.execDDL(ctx, tn, stmts); err != nil {
-			return nil, err
-		}
-		w.log.Info("created table on the target from its first description in the stream (--create-tables)", "table", tn)
-		return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+		return tab, err
 	}
 	if loadErr != nil {
 		return nil, fmt.Errorf("%w on target", loadErr)

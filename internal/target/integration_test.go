@@ -14,7 +14,6 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
-	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -356,9 +355,11 @@ func TestWriterErrors(t *testing.T) {
 	r := rel("public", "k", change.IdentityDefault, "*id", "v")
 
 	t.Run("missing table", func(t *testing.T) {
+		// Created from the description (CREATE TABLE AS, ctas.go), which
+		// this one's unknown type (OID 0) prevents.
 		c := e.ins(rel("public", "nope", change.IdentityDefault, "*id"), "1")
 		err := e.apply(w, nil, c)
-		if !errors.Is(err, schema.ErrTableNotFound) || !strings.Contains(err.Error(), `table "public"."nope" not found on target`) ||
+		if err == nil || !strings.Contains(err.Error(), `rows of public.nope, which the target lacks`) ||
 			!strings.Contains(err.Error(), "apply insert to public.nope at "+c.LSN.String()) {
 			t.Fatalf("error = %v", err)
 		}

@@ -14,7 +14,11 @@ import (
 
 // Savepoint flushes buffered changes and sets a savepoint.
 func (w *Writer) Savepoint(ctx context.Context, name string) error {
-	return w.flushThen(ctx, "savepoint "+name, "SAVEPOINT "+change.QuoteIdent(name))
+	if err := w.flushThen(ctx, "savepoint "+name, "SAVEPOINT "+change.QuoteIdent(name)); err != nil {
+		return err
+	}
+	w.ahead.savepoint(name)
+	return nil
 }
 
 // flushThen sends everything buffered, then sql inside the transaction;
@@ -46,5 +50,6 @@ func (w *Writer) RollbackToSavepoint(ctx context.Context, name string) error {
 		return fmt.Errorf("roll back to savepoint %s: %w", name, err)
 	}
 	w.state = txnOpen
+	w.ahead.rollbackTo(name)
 	return nil
 }

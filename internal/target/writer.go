@@ -114,6 +114,7 @@ type Writer struct {
 
 	state  txnState
 	plans  map[*change.Relation]*relPlan // cached per relation (catalog.go)
+	ahead  aheadTables                   // tables created from their rows' description, awaiting their CREATE message (ctas.go)
 	copies copyBufs
 	pipe   pipeline
 	nstmt  int // prepared statements so far (their names' suffixes)
@@ -188,6 +189,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 		return errors.New("begin target transaction: already in a transaction")
 	}
 	w.discard()
+	w.ahead.reset()
 	w.tagCheck = false
 	// Once per session: every transaction runs these, and a prepared
 	// statement spares the server parsing and planning them each time.
@@ -279,6 +281,10 @@ func (w *Writer) CommitLSN(ctx context.Context, applied []change.LSN) (change.LS
 func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, error) {
 	if w.state.failed() {
 		return 0, errors.New("commit target transaction: a change failed earlier")
+	}
+	if err := w.ahead.check(); err != nil {
+		w.fail()
+		return 0, fmt.Errorf("commit target transaction: %w", err)
 	}
 	if err := w.queueSmallCopies(ctx); err != nil {
 		w.fail()
