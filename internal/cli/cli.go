@@ -120,6 +120,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.CreateTables, "create-tables", false, "create missing target tables from the source's definition")
 	fs.BoolVar(&c.AdoptSlot, "adopt-slot", false, "use an existing slot the target has no state for, or whose position is ahead of the target's record (a restored target), from the slot's confirmed position, without an initial copy (the target must already hold the data up to there)")
 	fs.BoolVar(&c.PartialPublication, "partial-publication", false, "run with a publication that leaves out inserts, updates, deletes or truncates (those changes never reach the target)")
+	fs.BoolVar(&c.AllowUntrackedPartitions, "allow-untracked-partitions", false, "run without the schema-change event trigger although a partitioned table is replicated through its root (a TRUNCATE of one partition, ATTACH and DETACH PARTITION then never reach the target)")
 	fs.Var(&c.Memory, "memory", "queue memory budget; larger transactions spill to --spill-dir")
 	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions, private to repstream's user: created 0700, refused if it exists as a symlink, another user's, or with group/other permissions (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
 	fs.IntVar(&c.ApplyParallelism, "apply-parallelism", c.ApplyParallelism, "apply workers (target connections)")

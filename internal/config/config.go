@@ -41,6 +41,11 @@ type Config struct {
 	// updates, deletes or truncates (those changes never reach the
 	// target). Without it such a publication is refused.
 	PartialPublication bool `yaml:"partial_publication"`
+	// AllowUntrackedPartitions: run without the schema-change event trigger
+	// although a partitioned table is replicated through its root (a
+	// TRUNCATE of one partition, ATTACH and DETACH PARTITION then never
+	// reach the target). Without it such a run is refused.
+	AllowUntrackedPartitions bool `yaml:"allow_untracked_partitions"`
 
 	// SnapshotRangeSize: the initial copy splits a table larger than this
 	// into ranges copied in parallel; 0 chooses from the total size.

@@ -136,3 +136,20 @@ func TestRestoredTargetRefused(t *testing.T) {
 	cfg.AdoptSlot = true
 	e.catchUp(cfg)
 }
+
+// TestUntrackedPartitionsRefused: a partitioned table replicated through
+// its root, without the event trigger that carries a partition's TRUNCATE,
+// ATTACH and DETACH, is refused at start, naming the table and the ways
+// out; --allow-untracked-partitions runs it.
+func TestUntrackedPartitionsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.both(`CREATE TABLE pr (id int PRIMARY KEY) PARTITION BY RANGE (id);
+		CREATE TABLE pr_1 PARTITION OF pr FOR VALUES FROM (0) TO (100)`)
+	e.srcExec(`INSERT INTO pr SELECT generate_series(1, 10)`)
+	cfg := e.config("public.pr")
+	cfg.DDL = "relation"
+	e.mustFail(cfg, "pr is partitioned and published through the root", "--ddl=true", "--allow-untracked-partitions")
+	cfg.AllowUntrackedPartitions = true
+	e.catchUp(cfg)
+	e.assertSame("pr", "id")
+}

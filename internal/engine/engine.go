@@ -202,6 +202,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err := checkPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
 		return err
 	}
+	if err := checkUntrackedPartitions(ctx, src, cfg, e.ddl, tables); err != nil {
+		return err
+	}
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
