@@ -268,6 +268,9 @@ error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 			if err := s.resolveBoth(cmd); err != nil {
 				return err
 			}
+			if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			if asJSON {
 				format = "json"
 			}
@@ -289,6 +292,9 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.resolveBoth(cmd); err != nil {
+				return err
+			}
+			if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), stderr); err != nil {
 				return err
 			}
 			pub := s.cfg.Publication

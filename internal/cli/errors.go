@@ -55,6 +55,9 @@ func (s *errorsSettings) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 	if s.cfg.Target == "" {
 		return nil, errors.New("--target is required")
 	}
+	if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
+		return nil, err
+	}
 	conn, err := target.Connect(cmd.Context(), s.cfg.Target, "repstream-errors")
 	if err != nil {
 		return nil, err

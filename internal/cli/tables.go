@@ -40,6 +40,9 @@ Without a running engine, the next run does the same before it streams.`,
 			if err := a.resolveBoth(cmd); err != nil {
 				return err
 			}
+			if err := a.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), stderr); err != nil {
+				return err
+			}
 			opts.Tables = args
 			res, err := engine.AddTables(cmd.Context(), a.cfg, opts, a.logger(stderr))
 			for _, r := range res {
@@ -61,6 +64,9 @@ Without a running engine, the next run does the same before it streams.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := l.resolveBoth(cmd); err != nil {
+				return err
+			}
+			if err := l.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			rows, err := engine.ListTables(cmd.Context(), l.cfg)
