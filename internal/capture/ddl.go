@@ -30,12 +30,19 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 		Tag, Schema, Name string
 		Pubs              []string
 		Xid               uint32 // the (sub)transaction that emitted it (0: not said)
+		OID               uint32 // the table's: pgoutput's relation ID
+		Old               *struct {
+			Schema, Name string
+			Pubs         []string
+		}
 	}
 	if err := json.Unmarshal(m.Content, &msg); err != nil {
 		return fmt.Errorf("schema change at %s: decode the message: %w", walStart, err)
 	}
 	table := msg.Schema + "." + msg.Name
-	if !slices.Contains(msg.Pubs, c.opts.Publication) {
+	// A table moved out of the publication's schemas (SET SCHEMA) is
+	// published no longer, but was: the target moves it too.
+	if !slices.Contains(msg.Pubs, c.opts.Publication) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, c.opts.Publication)) {
 		c.log.Debug("schema change of a table the publication does not publish", "table", table, "command", msg.Tag, "lsn", walStart)
 		return nil
 	}
@@ -53,7 +60,37 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 			xid = msg.Xid
 		}
 	}
-	return c.add(ctx, change.NewDDL(walStart, xid, m.Content))
+	if err := c.add(ctx, change.NewDDL(walStart, xid, m.Content)); err != nil {
+		return err
+	}
+	c.renamed(msg.OID, msg.Schema, msg.Name)
+	return nil
+}
+
+// renamed makes the relation id, if described before under another name,
+// go by schema.name from here on. pgoutput describes a table again after
+// its own RENAME or SET SCHEMA, but not after ALTER SCHEMA ... RENAME of
+// its schema: its rows would keep coming under the old schema's name.
+func (c *Capture) renamed(id uint32, schema, name string) {
+	rel, err := c.relation(id)
+	if err != nil || rel.Namespace == schema && rel.Name == name {
+		return
+	}
+	cp := *rel
+	cp.Namespace, cp.Name = schema, name
+	prev := *rel
+	prev.Previous = nil
+	cp.Previous = &prev
+	if c.inStream {
+		rs := c.streamRels[c.streamXid]
+		if rs == nil {
+			rs = map[uint32]*change.Relation{}
+			c.streamRels[c.streamXid] = rs
+		}
+		rs[id] = &cp
+		return
+	}
+	c.rels[id] = &cp
 }
 
 // linkPrevious sets r.Previous to a copy of the version of the relation r

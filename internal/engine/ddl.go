@@ -136,10 +136,14 @@ DECLARE
   o jsonb;
   x bigint;
 BEGIN
-  FOR r IN SELECT DISTINCT e.objid, e.command_tag
+  -- The tables a command changed; for ALTER SCHEMA (RENAME), every
+  -- table of the schema: pgoutput does not describe them again under
+  -- their new names, and each message moves one on the target.
+  FOR r IN SELECT DISTINCT c.oid AS objid, e.command_tag
              FROM pg_event_trigger_ddl_commands() e
-             JOIN pg_class c ON c.oid = e.objid
-            WHERE e.classid = 'pg_class'::regclass AND c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
+             JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
+                             OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
+            WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
               AND c.relnamespace <> 'repstream'::regnamespace
   LOOP
     BEGIN
@@ -223,7 +227,7 @@ $fn$;
 
 DROP EVENT TRIGGER IF EXISTS repstream_ddl;
 CREATE EVENT TRIGGER repstream_ddl ON ddl_command_end
-  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE TABLE AS', 'SELECT INTO')
+  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER SCHEMA')
   EXECUTE FUNCTION repstream.ddl_end();
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 CREATE EVENT TRIGGER repstream_ddl_drop ON sql_drop EXECUTE FUNCTION repstream.ddl_drop();

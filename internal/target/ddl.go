@@ -88,6 +88,13 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	case err != nil:
 		return fail(err)
 	}
+	if cur.Schema != tn.Schema {
+		// SET SCHEMA, ALTER SCHEMA ... RENAME: the schema may be new to
+		// the target.
+		if err := w.exec(ctx, schema.CreateSchemaSQL(tn.Schema)); err != nil {
+			return fail(err)
+		}
+	}
 	stmts, err := schema.AlterSQL(cur, msg, false)
 	if errors.Is(err, schema.ErrVolatileDefault) {
 		var empty bool
