@@ -242,12 +242,26 @@ func (e *Eager) Run(ctx context.Context) error {
 		}
 		return eagerConflictHint(err)
 	}
+	// Every eagerFlushEvery, rows buffered for a while are sent: a source
+	// that streams slowly would otherwise keep them (up to the writer's
+	// COPY flush size) out of the target and out of the counts.
+	flushTick := time.NewTicker(eagerFlushEvery)
+	defer flushTick.Stop()
+	flusher, _ := w.(interface{ FlushBuffered(context.Context) error })
 	for {
 		e.st.SetState(stats.Idle)
 		var it eagerItem
 		select {
 		case <-ctx.Done():
 			return fail(ctx.Err())
+		case <-flushTick.C:
+			if active && flusher != nil {
+				e.st.SetState(stats.Busy)
+				if err := flusher.FlushBuffered(ctx); err != nil {
+					return fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", xid, err))
+				}
+			}
+			continue
 		case it = <-e.in:
 		}
 		e.st.SetState(stats.Busy)
@@ -309,6 +323,10 @@ func (e *Eager) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// eagerFlushEvery: how often Run sends what the writer has buffered of the
+// open transaction.
+const eagerFlushEvery = time.Second
 
 // TryTake waits for the transactions before a streamed one to be applied
 // while apply makes progress towards them: it gives up once the visible

@@ -20,7 +20,7 @@ import (
 // benchWriter returns a Writer without a connection whose plan for rel is
 // cached and whose update statement is marked prepared, so modify and insert
 // run their in-memory part only.
-func benchWriter(b *testing.B, c *change.Change) *Writer {
+func benchWriter(b testing.TB, c *change.Change) *Writer {
 	rel := c.Rel
 	tab := &schema.Table{Schema: rel.Namespace, Name: rel.Name}
 	for _, col := range rel.Columns {

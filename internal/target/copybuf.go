@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/schema"
@@ -13,7 +15,10 @@ import (
 // tableBuf is the pending work for one target table.
 //
 // Invariants: rows all follow the COPY header of plan (text or binary), and
-// lsns[i] is the LSN of row i+1 (COPY line numbers start at 1); dirty is
+// lsns[i] is the LSN of row i+1 (COPY line numbers start at 1); size is the
+// accounted size (change.Change.Size) of the changes of rows, not yet
+// counted in the Writer's stats (copyOut counts them as they are sent), and
+// ends[i] is the offset in rows where row i+1 ends; dirty is
 // set exactly when rows is not empty, and then the table is in
 // copyBufs.dirty; inBatch is set exactly when a queued statement of the
 // pipeline touches the table. A table never has both buffered rows and
@@ -24,6 +29,8 @@ type tableBuf struct {
 	plan    *relPlan
 	rows    []byte
 	lsns    []change.LSN
+	ends    []int
+	size    int64
 	dirty   bool
 	inBatch bool
 }
@@ -65,7 +72,7 @@ func (b *copyBufs) added(tb *tableBuf, n int) {
 func (b *copyBufs) take(tb *tableBuf) (rows []byte, lsns []change.LSN) {
 	rows, lsns = tb.rows, tb.lsns
 	b.bytes -= len(rows)
-	tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+	tb.rows, tb.lsns, tb.ends, tb.size, tb.dirty = tb.rows[:0], tb.lsns[:0], tb.ends[:0], 0, false
 	return rows, lsns
 }
 
@@ -93,7 +100,7 @@ func (b *copyBufs) pop() *tableBuf {
 // discard drops every buffered row.
 func (b *copyBufs) discard() {
 	for _, tb := range b.dirty {
-		tb.rows, tb.lsns, tb.dirty = tb.rows[:0], tb.lsns[:0], false
+		tb.rows, tb.lsns, tb.ends, tb.size, tb.dirty = tb.rows[:0], tb.lsns[:0], tb.ends[:0], 0, false
 	}
 	b.dirty = b.dirty[:0]
 	b.bytes = 0
@@ -113,6 +120,7 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 		if _, err := w.queueInsertRow(ctx, p, w.rowBuf, c.LSN); err != nil {
 			return err
 		}
+		w.st.Add(1, int64(c.Size())) // queued
 		return w.batchFull(ctx)
 	}
 	if tb.dirty && tb.plan != p {
@@ -129,6 +137,8 @@ func (w *Writer) insert(ctx context.Context, c *change.Change) error {
 	}
 	tb.rows = rows
 	tb.lsns = append(tb.lsns, c.LSN)
+	tb.ends = append(tb.ends, len(rows))
+	tb.size += int64(c.Size()) // counted as its COPY completes (copyOut)
 	w.copies.added(tb, len(rows)-before)
 	switch {
 	case len(tb.rows) >= w.opts.CopyFlushBytes:
@@ -203,6 +213,8 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 		}
 		// tb is emptied first, so that an error leaves no rows behind for
 		// the next transaction; nothing appends to it while rows is read.
+		// The rows count as sent once queued, as statements do.
+		w.st.Add(int64(len(tb.lsns)), tb.size)
 		rows, lsns := w.copies.take(tb)
 		if multi {
 			if err := w.queueInsertRows(ctx, tb.plan, rows, lsns); err != nil {
@@ -222,6 +234,16 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 
 // copyOut runs the COPY of tb's rows and empties tb (tb is already removed
 // from the dirty list).
+//
+// The rows go in COPY statements of at most w.copyChunk bytes each (whole
+// rows; at least one), counted in the stats as each completes: a target
+// that takes long over a COPY (triggers, indexes, a lock, a slow link)
+// would otherwise show no rows for as long as one COPY of CopyFlushBytes
+// takes it — 10 s and more — and then all of them at once, so that a busy
+// apply looked like a stalled one (nothing counts in a COPY that does not
+// complete; the kernel's socket buffers take megabytes of rows at once, so
+// counting them as sent would not show the target's pace). adaptChunk
+// keeps each COPY near copyChunkTime.
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 	sql := tb.plan.copyHeader
 	if w.state == txnPending {
@@ -233,27 +255,86 @@ func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
 		return err
 	}
 	n := len(tb.lsns)
-	w.reader.Reset(tb.rows)
-	var data io.Reader = &w.reader
-	if tb.plan.binary {
-		data = io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer))
+	size, ends := tb.size, tb.ends
+	rows, lsns := w.copies.take(tb)
+	var err error
+	from, start := 0, 0
+	for from < n {
+		// Rows [from, to): as many as fit in the chunk, at least one.
+		to := from + 1
+		if limit := start + w.copyChunk; ends[from] < limit {
+			to, _ = slices.BinarySearch(ends[from:n], limit+1)
+			to += from
+		}
+		end := ends[to-1]
+		w.reader.Reset(rows[start:end])
+		var data io.Reader = &w.reader
+		if tb.plan.binary {
+			data = io.MultiReader(bytes.NewReader(binaryCopyHeader), &w.reader, bytes.NewReader(binaryCopyTrailer))
+		}
+		began := time.Now()
+		if _, err = w.conn.PgConn().CopyFrom(ctx, data, sql); err != nil {
+			break
+		}
+		w.adaptChunk(end-start, time.Since(began))
+		w.st.Add(int64(to-from), size*int64(to)/int64(n)-size*int64(from)/int64(n))
+		w.copyRows.Add(int64(to - from))
+		w.flushes.Add(1)
+		sql = tb.plan.copyHeader
+		from, start = to, end
 	}
-	_, err := w.conn.PgConn().CopyFrom(ctx, data, sql)
-	_, lsns := w.copies.take(tb)
 	if cap(tb.rows) > 2*w.opts.CopyFlushBytes {
 		tb.rows = nil // a huge row: do not keep its buffer
 	}
 	if err != nil {
-		if ce := copyConflict(err, tb.plan.rel, lsns[:n]); ce != nil {
+		lsns := lsns[from:n] // the failed COPY's rows: its line numbers count from 1
+		if ce := copyConflict(err, tb.plan.rel, lsns); ce != nil {
 			return ce
 		}
 		lsn := lsns[0]
-		if line := copyErrorLine(err); line >= 1 && line <= n {
+		if line := copyErrorLine(err); line >= 1 && line <= len(lsns) {
 			lsn = lsns[line-1]
 		}
 		return fmt.Errorf("apply insert to %s at %s%s: %w", tb.plan.rel, lsn, columnSuffix(err), w.explainDenied(tb.plan.rel.Namespace, tb.plan.rel.Name, err))
 	}
-	w.copyRows.Add(int64(n))
-	w.flushes.Add(1)
+	return nil
+}
+
+// copyChunkTime is what one COPY of a large flush should take the target at
+// most: long enough that a round trip per COPY costs little even on a
+// distant target, short enough that the rows' count moves every second
+// or so while a slow target works (copyOut).
+const copyChunkTime = time.Second
+
+// minCopyChunk bounds copyChunk from below.
+const minCopyChunk = 4 << 10
+
+// adaptChunk sets the next COPY's size from the last one's: a COPY of b
+// bytes that took longer than copyChunkTime shrinks the chunk to what the
+// target takes in copyChunkTime; a full one that took less than a quarter
+// of it doubles the chunk, up to CopyFlushBytes.
+func (w *Writer) adaptChunk(b int, d time.Duration) {
+	switch {
+	case d > copyChunkTime:
+		w.copyChunk = max(int(int64(b)*int64(copyChunkTime)/int64(d)), minCopyChunk)
+	case d < copyChunkTime/4 && 2*b >= w.copyChunk:
+		w.copyChunk = min(2*w.copyChunk, w.opts.CopyFlushBytes)
+	}
+}
+
+// FlushBuffered sends the rows buffered for COPY and the queued statements
+// of the open transaction, without committing; nothing to send (or no
+// usable transaction) is a no-op. Eager apply calls it every second while
+// a slow source feeds it, so that its rows reach the target, and count as
+// applied, without waiting for CopyFlushBytes of them. After an error the
+// transaction is failed.
+func (w *Writer) FlushBuffered(ctx context.Context) error {
+	if w.usable("flush") != nil || w.copies.bytes == 0 && w.pipe.changes() == 0 {
+		return nil
+	}
+	if err := w.flushAll(ctx); err != nil {
+		w.fail()
+		return err
+	}
 	return nil
 }

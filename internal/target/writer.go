@@ -25,6 +25,10 @@ const (
 	// and sets it up anew each time; for a few rows, prepared INSERTs in the
 	// commit's pipeline cost less (BenchmarkWriterSmallTxn).
 	DefaultInsertRowsMax = 8
+	// firstCopyChunk is a new Writer's largest COPY before it has measured
+	// the target (adaptChunk): small, for a target that takes seconds over
+	// a few rows; full COPYs that go fast double it.
+	firstCopyChunk = 16 << 10
 )
 
 // WriterOptions configures a Writer.
@@ -116,8 +120,10 @@ type Writer struct {
 	plans  map[*change.Relation]*relPlan // cached per relation (catalog.go)
 	ahead  aheadTables                   // tables created from their rows' description, awaiting their CREATE message (ctas.go)
 	copies copyBufs
-	pipe   pipeline
-	nstmt  int // prepared statements so far (their names' suffixes)
+	// copyChunk: the most bytes of rows one COPY sends (copyOut, adaptChunk).
+	copyChunk int
+	pipe      pipeline
+	nstmt     int // prepared statements so far (their names' suffixes)
 
 	appliedStmt string    // name of the prepared applied-record INSERT, "" until prepared
 	ctl         [3]string // names of the prepared control statements (controlSQL), "" until prepared
@@ -176,6 +182,7 @@ func NewWriter(conn *pgx.Conn, opts WriterOptions) *Writer {
 		pipe:       newPipeline(),
 		empty:      make([]byte, 0),
 		st:         st,
+		copyChunk:  min(opts.CopyFlushBytes, firstCopyChunk),
 		copyRows:   st.Counter("copy_rows"),
 		statements: st.Counter("statements"),
 		flushes:    st.Counter("flushes"),
@@ -244,7 +251,13 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 		w.fail()
 		return err
 	}
-	w.st.Add(1, int64(c.Size()))
+	if c.Op != change.OpInsert {
+		// Queued (a statement in the pipeline) or sent. An insert is
+		// counted when it is queued as a statement or once its COPY has
+		// completed (copyOut): a row buffered for COPY has not reached the
+		// target.
+		w.st.Add(1, int64(c.Size()))
+	}
 	return nil
 }
 
