@@ -47,6 +47,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 	e.mon = &monitor{e: e, log: e.log.With("component", "monitor"), phase: e.stats.Component(stats.CompEngine), kick: make(chan struct{}, 1)}
 	e.setPhase("starting")
+	e.declareSeries()
 	mctx, stop, err := e.mon.start(ctx)
 	if err != nil {
 		return err

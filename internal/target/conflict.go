@@ -27,6 +27,15 @@ const (
 	DataError           ConflictKind = "data_error" // a value the target's type or column refuses (SQLSTATE class 22)
 )
 
+// ConflictKinds are every kind a ConflictError can have: monitoring
+// exports a conflict counter per kind from the start of a run, at 0 until
+// a conflict of that kind is met (an alert on its increase then sees the
+// first one).
+func ConflictKinds() []ConflictKind {
+	return []ConflictKind{InsertExists, UpdateExists, UpdateMissing, DeleteMissing,
+		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError}
+}
+
 // ConflictError is a change the target refused because of its data — a
 // duplicate key, a missing row, a violated constraint, a value the column
 // refuses — as opposed to a lost connection or a lock conflict. Applying the

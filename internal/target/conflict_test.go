@@ -83,3 +83,23 @@ func TestSkipRequestsTake(t *testing.T) {
 		t.Errorf("request by commit LSN not taken, left %v", s)
 	}
 }
+
+// TestConflictKindsComplete: every kind conflictKind can return is listed
+// in ConflictKinds (monitoring declares their counters at start).
+func TestConflictKindsComplete(t *testing.T) {
+	listed := map[ConflictKind]bool{}
+	for _, k := range ConflictKinds() {
+		listed[k] = true
+	}
+	classes := []pgerr.DataClass{pgerr.Unique, pgerr.RowNotFound, pgerr.Check, pgerr.ForeignKey, pgerr.NotNull, pgerr.ValueProblems}
+	for _, class := range classes {
+		for _, op := range []change.Op{change.OpInsert, change.OpUpdate, change.OpDelete, change.OpTruncate, 0} {
+			if k, ok := conflictKind(class, op); ok && !listed[k] {
+				t.Errorf("conflictKind(%s, %s) = %s, not in ConflictKinds", class, op, k)
+			}
+		}
+	}
+	if len(listed) != len(ConflictKinds()) {
+		t.Errorf("ConflictKinds lists a kind twice: %v", ConflictKinds())
+	}
+}
