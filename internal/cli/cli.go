@@ -191,7 +191,8 @@ func (s *settings) resolve(cmd *cobra.Command) error {
 	return errors.Join(errs...)
 }
 
-// resolveBoth is resolve for commands that need both databases.
+// resolveBoth is resolve for commands that need both databases, then the
+// defaults (config.EnsureDefaults).
 func (s *settings) resolveBoth(cmd *cobra.Command) error {
 	if err := s.resolve(cmd); err != nil {
 		return err
@@ -199,6 +200,24 @@ func (s *settings) resolveBoth(cmd *cobra.Command) error {
 	if s.cfg.Source == "" || s.cfg.Target == "" {
 		return errors.New("--source and --target are required")
 	}
+	s.cfg.EnsureDefaults()
+	return nil
+}
+
+// resolveAdmin is resolveBoth for an admin command of one replication:
+// without a slot named, it finds the replication on the target (findSlot)
+// before the defaults that derive from the slot are filled.
+func (s *settings) resolveAdmin(cmd *cobra.Command, w io.Writer) error {
+	if err := s.resolve(cmd); err != nil {
+		return err
+	}
+	if s.cfg.Source == "" || s.cfg.Target == "" {
+		return errors.New("--source and --target are required")
+	}
+	if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), w); err != nil {
+		return err
+	}
+	s.cfg.EnsureDefaults()
 	return nil
 }
 
@@ -265,10 +284,7 @@ Exit code 2, with the reason on stderr, when the slot is missing, invalidated
 error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := s.resolveBoth(cmd); err != nil {
-				return err
-			}
-			if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
+			if err := s.resolveAdmin(cmd, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			if asJSON {
@@ -291,17 +307,10 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 		Short: "Remove the slot, the publication if repstream created it, its state on the target and its spill directory; what other replications share goes with the last",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := s.resolveBoth(cmd); err != nil {
+			if err := s.resolveAdmin(cmd, stderr); err != nil {
 				return err
 			}
-			if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), stderr); err != nil {
-				return err
-			}
-			pub := s.cfg.Publication
-			if pub == "" {
-				pub = s.cfg.Slot
-			}
-			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, pub, s.cfg.SpillDir, s.logger(stderr))
+			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, s.cfg.Publication, s.cfg.SpillDir, s.logger(stderr))
 		},
 	}
 	s.bindConnection(cmd.Flags())

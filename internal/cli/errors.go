@@ -58,6 +58,7 @@ func (s *errorsSettings) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 	if err := s.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
 		return nil, err
 	}
+	s.cfg.EnsureDefaults()
 	conn, err := target.Connect(cmd.Context(), s.cfg.Target, "repstream-errors")
 	if err != nil {
 		return nil, err

@@ -37,10 +37,7 @@ table's changes committed up to L are in the copy, later ones are applied.
 Without a running engine, the next run does the same before it streams.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.resolveBoth(cmd); err != nil {
-				return err
-			}
-			if err := a.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), stderr); err != nil {
+			if err := a.resolveAdmin(cmd, stderr); err != nil {
 				return err
 			}
 			opts.Tables = args
@@ -63,10 +60,7 @@ Without a running engine, the next run does the same before it streams.`,
 		Short: "List the replicated tables: published, copy state, sync LSN, rows copied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := l.resolveBoth(cmd); err != nil {
-				return err
-			}
-			if err := l.findSlot(cmd.Context(), cmd.Flags().Changed("slot"), cmd.ErrOrStderr()); err != nil {
+			if err := l.resolveAdmin(cmd, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			rows, err := engine.ListTables(cmd.Context(), l.cfg)

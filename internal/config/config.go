@@ -177,7 +177,42 @@ func Parse(b []byte, c *Config) error {
 	return nil
 }
 
-// Validate checks the configuration and fills derived defaults.
+// EnsureDefaults fills what is derived from other settings and clamps what
+// has a floor, in one place: every command calls it on the configuration it
+// resolved (cli), and so do the engine's entry points (New, AddTables, ...)
+// for a configuration built in code; Validate then only checks. It is
+// idempotent.
+//
+//   - the publication defaults to the slot's name;
+//   - --ddl defaults to true;
+//   - the spill directory defaults to queue.DefaultSpillDir(slot): private
+//     to this user and stable per slot, so that a crashed run's stale files
+//     are found ($TMPDIR/repstream-<euid>/spill-<slot>, queue/dir.go);
+//   - group limits and snapshot workers are at least 1; a status interval
+//     out of (0, 30s] is 10s.
+func (c *Config) EnsureDefaults() {
+	if c.Slot == "" {
+		c.Slot = Default().Slot
+	}
+	if c.Publication == "" {
+		c.Publication = c.Slot
+	}
+	if c.DDL == "" {
+		c.DDL = "true"
+	}
+	if c.SpillDir == "" {
+		c.SpillDir = queue.DefaultSpillDir(c.Slot)
+	}
+	c.GroupMaxTxns = max(c.GroupMaxTxns, 1)
+	c.GroupMaxBytes = max(c.GroupMaxBytes, 1)
+	c.SnapshotWorkers = max(c.SnapshotWorkers, 1)
+	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
+		c.StatusInterval = 10 * time.Second
+	}
+}
+
+// Validate checks the configuration (after EnsureDefaults); it changes
+// nothing.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Source == "" {
@@ -192,22 +227,11 @@ func (c *Config) Validate() error {
 	}
 	switch c.DDL {
 	case "true", "false", "relation":
-	case "":
-		c.DDL = "true"
 	default:
 		errs = append(errs, fmt.Errorf("--ddl %q: want true, false or relation", c.DDL))
 	}
-	if c.Publication == "" {
-		c.Publication = c.Slot
-	}
 	if c.Memory < 1<<20 {
 		errs = append(errs, fmt.Errorf("--memory %s: at least 1MiB", c.Memory))
-	}
-	if c.SpillDir == "" {
-		// Private to this user and stable per slot (stale files of a
-		// crashed run are found): $TMPDIR/repstream-<euid>/spill-<slot>,
-		// both levels created 0700 or checked (queue/dir.go).
-		c.SpillDir = queue.DefaultSpillDir(c.Slot)
 	}
 	if c.ApplyParallelism < 1 || c.ApplyParallelism > 64 {
 		errs = append(errs, fmt.Errorf("--apply-parallelism %d: between 1 and 64", c.ApplyParallelism))
@@ -218,20 +242,11 @@ func (c *Config) Validate() error {
 	if err := c.OnError.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--on-error: %w", err))
 	}
-	if c.GroupMaxTxns < 1 {
-		c.GroupMaxTxns = 1
-	}
-	if c.GroupMaxBytes < 1 {
-		c.GroupMaxBytes = 1
-	}
 	if c.GroupWait < 0 || c.GroupWait > 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--group-wait %s: between 0 (off) and 100ms", c.GroupWait))
 	}
 	if c.CatchUpWait < 0 || c.CatchUpWait > time.Second {
 		errs = append(errs, fmt.Errorf("--catch-up-wait %s: between 0 (off) and 1s", c.CatchUpWait))
-	}
-	if c.SnapshotWorkers < 1 {
-		c.SnapshotWorkers = 1
 	}
 	for _, d := range []struct {
 		flag string
@@ -243,9 +258,6 @@ func (c *Config) Validate() error {
 	}
 	if c.ReconnectMaxWait < time.Second {
 		errs = append(errs, fmt.Errorf("--reconnect-max-wait %s: at least 1s", c.ReconnectMaxWait))
-	}
-	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
-		c.StatusInterval = 10 * time.Second
 	}
 	errs = append(errs, c.validateLogging()...)
 	for _, t := range c.Tables {

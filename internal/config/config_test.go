@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -38,11 +39,27 @@ func TestParseYAML(t *testing.T) {
 	if c.Source != "host=a" || c.Memory != 64<<20 || len(c.Tables) != 2 || c.ApplyParallelism != 4 || c.Slot != "repstream" {
 		t.Fatalf("parsed %+v", c)
 	}
+	before := c
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Publication != "repstream" || c.SpillDir == "" {
+	if !reflect.DeepEqual(before, c) {
+		t.Fatalf("Validate changed the configuration: %+v -> %+v", before, c)
+	}
+	c.EnsureDefaults()
+	if c.Publication != "repstream" || c.SpillDir == "" || c.DDL != "true" {
 		t.Fatalf("derived defaults missing: %+v", c)
+	}
+	again := c
+	again.EnsureDefaults()
+	if !reflect.DeepEqual(again, c) {
+		t.Fatalf("EnsureDefaults is not idempotent: %+v -> %+v", c, again)
+	}
+	// The publication and the spill directory follow the slot.
+	d := Config{Slot: "other"}
+	d.EnsureDefaults()
+	if d.Publication != "other" || !strings.HasSuffix(d.SpillDir, "spill-other") {
+		t.Fatalf("defaults of slot other: %+v", d)
 	}
 	if err := Parse([]byte("sourc: x\n"), &c); err == nil {
 		t.Fatal("unknown key accepted")

@@ -91,6 +91,7 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 	if reg == nil {
 		reg = stats.NewRegistry()
 	}
+	cfg.EnsureDefaults()
 	return &Engine{cfg: cfg, log: logger, stats: reg}
 }
 

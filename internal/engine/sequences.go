@@ -31,6 +31,7 @@ func (e *Engine) syncSequencesAtEnd() error {
 // caught up. See package sequences for which ones and why a target sequence
 // is never moved backwards.
 func SyncSequences(ctx context.Context, cfg config.Config, log *slog.Logger) ([]sequences.Result, error) {
+	cfg.EnsureDefaults()
 	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-admin")
 	if err != nil {
 		return nil, err
@@ -43,9 +44,6 @@ func SyncSequences(ctx context.Context, cfg config.Config, log *slog.Logger) ([]
 		}
 	} else {
 		pub := cfg.Publication
-		if pub == "" {
-			pub = cfg.Slot
-		}
 		if tables, err = publicationTables(ctx, src, pub); err != nil {
 			return nil, err
 		}

@@ -59,10 +59,8 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if opts.NoticeWait <= 0 {
 		opts.NoticeWait = noticeWaitDefault
 	}
+	cfg.EnsureDefaults()
 	pub := cfg.Publication
-	if pub == "" {
-		pub = cfg.Slot
-	}
 	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-tables")
 	if err != nil {
 		return nil, err
@@ -375,10 +373,8 @@ type TableRow struct {
 // ListTables returns the publication's tables and every table with a sync
 // state for the slot, ordered by name.
 func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
+	cfg.EnsureDefaults()
 	pub := cfg.Publication
-	if pub == "" {
-		pub = cfg.Slot
-	}
 	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-tables")
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
@@ -58,12 +59,9 @@ type checker struct {
 // cancelled context; everything the servers answer (a refused connection,
 // a missing privilege) is an item of the report.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	if opts.Slot == "" {
-		opts.Slot = "repstream"
-	}
-	if opts.Publication == "" {
-		opts.Publication = opts.Slot
-	}
+	defaults := config.Config{Slot: opts.Slot, Publication: opts.Publication}
+	defaults.EnsureDefaults()
+	opts.Slot, opts.Publication = defaults.Slot, defaults.Publication
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
