@@ -228,7 +228,7 @@ func TestMonitoring(t *testing.T) {
 	}
 	status := m.get("/status")
 	var st struct {
-		Status engine.LiveStatus `json:"status"`
+		Status stats.LiveStatus `json:"status"`
 	}
 	if err := json.Unmarshal([]byte(status), &st); err != nil {
 		t.Fatal(err)

@@ -9,22 +9,9 @@ import (
 	"github.com/repstream/repstream/internal/stats"
 )
 
-// LiveMonitoring is what /status adds for monitoring: the run's phase, the
-// lags, the slot as last polled and the /healthz verdict.
-type LiveMonitoring struct {
-	Phase                string   `json:"phase,omitempty"`
-	SourceWALLSN         string   `json:"source_wal_lsn,omitempty"`
-	SourceLagBytes       *int64   `json:"source_lag_bytes,omitempty"` // absent until the source is polled
-	ApplyLagSeconds      float64  `json:"apply_lag_seconds"`
-	SlotRetainedWALBytes int64    `json:"slot_retained_wal_bytes"`
-	SlotWALStatus        string   `json:"slot_wal_status,omitempty"`
-	Healthy              bool     `json:"healthy"`
-	HealthReasons        []string `json:"health_reasons,omitempty"`
-}
-
-func (e *Engine) liveMonitoring() LiveMonitoring {
+func (e *Engine) liveMonitoring() stats.LiveMonitoring {
 	snap := e.stats.Snapshot()
-	var m LiveMonitoring
+	var m stats.LiveMonitoring
 	eng, _ := snap.Component(stats.CompEngine)
 	m.Phase = eng.Info[stats.InfoPhase]
 	src, _ := snap.Component(stats.CompSource)

@@ -18,23 +18,9 @@ import (
 	"github.com/repstream/repstream/internal/target"
 )
 
-// LiveStatus is what the running engine reports at /status next to its stats.
-type LiveStatus struct {
-	Slot          string  `json:"slot"`
-	ReceivedLSN   string  `json:"received_lsn"`
-	FlushedLSN    string  `json:"flushed_lsn"`
-	AppliedLow    string  `json:"applied_low"`
-	PendingTxns   int     `json:"pending_txns"`
-	StopAt        string  `json:"stop_at,omitempty"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-
-	// Monitoring (progress.go): phase, lags, slot, health.
-	LiveMonitoring
-}
-
 // Status reports the running engine's positions.
-func (e *Engine) Status() LiveStatus {
-	s := LiveStatus{Slot: e.cfg.Slot, UptimeSeconds: time.Since(e.start).Seconds()}
+func (e *Engine) Status() stats.LiveStatus {
+	s := stats.LiveStatus{Slot: e.cfg.Slot, UptimeSeconds: time.Since(e.start).Seconds()}
 	if wm := e.watermark(); wm != nil {
 		s.AppliedLow = wm.Low().String()
 		s.FlushedLSN = wm.Flush().String()

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/golden"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -174,7 +173,7 @@ func TestTopGolden(t *testing.T) {
 		comp{name: "coordinator", busy: 1, idle: 9}, worker("apply.0", 60000, 600, 9, 1, 0), worker("apply.1", 61000, 610, 9, 0.5, 0.5),
 		worker("apply.2", 0, 0, 0, 10, 0), worker("apply.3", 0, 0, 0, 10, 0))
 	ps := Sample{Stats: prev}
-	cs := Sample{Stats: cur, Status: engine.LiveStatus{Slot: "repstream", ReceivedLSN: "1/12345678", AppliedLow: "1/12000000"}}
+	cs := Sample{Stats: cur, Status: stats.LiveStatus{Slot: "repstream", ReceivedLSN: "1/12345678", AppliedLow: "1/12000000"}}
 	iv := Measure(ps, cs)
 	var out strings.Builder
 	out.WriteString(Header + "\n")

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -15,7 +14,7 @@ import (
 // positions (Status is the zero value when the endpoint reported none).
 type Sample struct {
 	Stats  stats.Snapshot    `json:"stats"`
-	Status engine.LiveStatus `json:"status"`
+	Status stats.LiveStatus `json:"status"`
 }
 
 // StatusURL turns what a user gives to --http (":9187", "host:9187",
