@@ -14,7 +14,6 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
-	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -27,8 +26,14 @@ type Source interface {
 
 // Options configure the apply stage.
 type Options struct {
-	TargetDSN   string
-	Slot        string
+	TargetDSN string
+	// Writer is every worker's target.WriterOptions (the slot, binary
+	// values, schema changes from Relation messages, ...); New sets the
+	// per-worker Stats and Logger, DeferPosition and MultiRowInserts.
+	// Apply itself reads its Slot (messages), Binary (the error queue's
+	// encoding) and RelationDDL (the first change of every relation is a
+	// barrier, deps.go).
+	Writer      target.WriterOptions
 	Parallelism int                // apply workers (connections to the target)
 	CommitOrder config.CommitOrder // full: target commits in source commit order; dependent: only dependencies ordered
 
@@ -63,10 +68,6 @@ type Options struct {
 	Stats     *stats.Registry
 	Logger    *slog.Logger
 
-	// Binary: values arrive in binary and the writers apply them so (see
-	// target.WriterOptions.Binary).
-	Binary bool
-
 	// OnError: a group the target refuses for its data is applied again one
 	// source transaction at a time, and the one that fails stops the run
 	// (stop) or is parked in the error queue (park); see conflict.go.
@@ -76,17 +77,6 @@ type Options struct {
 	// none. The coordinator calls it once per transaction not yet applied,
 	// in commit order, on its goroutine; it may consume the request.
 	SkipRequested func(change.TxnInfo) bool
-	// RelationDDL and CreateTables go to the writers (target.WriterOptions:
-	// schema changes followed from pgoutput's Relation messages); with
-	// RelationDDL the first change of every relation is a barrier too
-	// (deps.go).
-	RelationDDL, CreateTables bool
-	// AddedColumn goes to the writers with RelationDDL
-	// (target.WriterOptions.AddedColumn).
-	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
-	// Publication and Resync go to the writers (target.WriterOptions).
-	Publication string
-	Resync      func(schema.TableName)
 
 	// Eager, if set, applies large streamed transactions before they commit
 	// (*Eager); the coordinator commits them at their position in commit
@@ -112,6 +102,16 @@ type Options struct {
 	// LinkWatch, if set, watches the target connections apply opens for a
 	// silent link (target.LinkWatch); the engine runs it.
 	LinkWatch *target.LinkWatch
+}
+
+// workerWriter is worker id's writer options: the template, with the
+// worker's stats and logger, the position read by durability's poll
+// (durable.go), and multi-row INSERTs.
+func (opts *Options) workerWriter(id int, st *stats.Component) target.WriterOptions {
+	w := opts.Writer
+	w.Stats, w.Logger = st, opts.Logger.With("component", "apply", "worker", id)
+	w.DeferPosition, w.MultiRowInserts = true, true
+	return w
 }
 
 // EagerCommitter is what the coordinator and workers need of eager apply
@@ -171,10 +171,7 @@ func New(opts Options) (*Applier, error) {
 		opts.NewWriter = func(ctx context.Context, id int, st *stats.Component) (Writer, func(), error) {
 			return target.OpenSession(ctx, target.SessionOptions{
 				DSN: opts.TargetDSN, AppName: "repstream-apply." + strconv.Itoa(id), Watch: opts.LinkWatch,
-				Writer: target.WriterOptions{Slot: opts.Slot, Stats: st, Logger: opts.Logger.With("component", "apply", "worker", id), Binary: opts.Binary,
-					RelationDDL: opts.RelationDDL, CreateTables: opts.CreateTables, AddedColumn: opts.AddedColumn,
-					Publication: opts.Publication, Resync: opts.Resync,
-					DeferPosition: true, MultiRowInserts: true}, // the position is read by durability's poll (durable.go)
+				Writer: opts.workerWriter(id, st),
 			})
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
 )
 
 var (
@@ -199,7 +200,7 @@ func runOrdering(t *testing.T, seed uint64, parallelism int, order config.Commit
 	wm := NewWatermark(0)
 	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(seed, 9)), full: order == "full", wm: wm, done: map[change.LSN]bool{}, failRate: failRate}
 	opts := Options{
-		Slot: "test", Parallelism: parallelism, CommitOrder: order,
+		Writer: target.WriterOptions{Slot: "test"}, Parallelism: parallelism, CommitOrder: order,
 		GroupMaxTxns: 1 + r.IntN(8), GroupMaxBytes: 1 << 20, Watermark: wm, Stats: stats.NewRegistry(),
 	}
 	if seed%2 == 0 {
@@ -344,7 +345,7 @@ func TestApplierFillsGroupsWhileBehind(t *testing.T) {
 		f, wm := newSequentialFake(t, n)
 		txns := f.txns
 		ar := startApplier(t, f, Options{
-			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
+			Writer: target.WriterOptions{Slot: "test"}, Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
 			Behind: func() bool { return behind }, CatchUpWait: time.Second,
 			Watermark: wm, Stats: stats.NewRegistry(),
 		})

@@ -70,7 +70,7 @@ func (w *worker) isolate(ctx context.Context, g *group, cause error) (change.LSN
 			if w.a.opts.OnError != config.OnErrorPark {
 				return 0, fmt.Errorf("%w; the run stops (--on-error stop): mend the target and run again, run with --on-error park, "+
 					"or skip this source transaction with: repstream errors skip --slot %s --lsn %s (and the run's --target)",
-					ce, w.a.opts.Slot, ce.EndLSN)
+					ce, w.a.opts.Writer.Slot, ce.EndLSN)
 			}
 			if lsn, err = w.park(ctx, t, ce); err != nil {
 				return 0, err
@@ -154,14 +154,14 @@ func (w *worker) parkTxn(ctx context.Context, t *queue.Txn, p target.Parked) (in
 		if p.State != "skipped" {
 			return 0, 0, fmt.Errorf("source transaction %d (end %s) is too large to park (%d bytes of changes, at most %d): "+
 				"mend the target and run again, or skip it with repstream errors skip --slot %s --lsn %s",
-				t.Info.Xid, t.Info.EndLSN, t.Bytes(), maxParkBytes, w.a.opts.Slot, t.Info.EndLSN)
+				t.Info.Xid, t.Info.EndLSN, t.Bytes(), maxParkBytes, w.a.opts.Writer.Slot, t.Info.EndLSN)
 		}
 		p.Changes, p.Message = []byte(`{"version":1,"binary":false,"relations":[],"changes":[]}`), p.Message+"; its changes are not kept (too large)"
 		return pw.Park(ctx, p, nil)
 	}
 	// Through writeAll, with a recorder for a writer: exactly the changes
 	// apply would write are kept, whatever writeAll leaves out.
-	rec := &recorder{enc: errqueue.NewEncoder(w.a.opts.Binary)}
+	rec := &recorder{enc: errqueue.NewEncoder(w.a.opts.Writer.Binary)}
 	saved := w.w
 	w.w = rec
 	err := w.writeAll(ctx, &group{txns: []*queue.Txn{t}})

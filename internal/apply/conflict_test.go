@@ -108,7 +108,7 @@ func TestApplierConflicts(t *testing.T) {
 			wm := NewWatermark(0)
 			f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(3, 9)), full: mode.order == config.CommitFull, wm: wm, done: map[change.LSN]bool{}}
 			reg := stats.NewRegistry()
-			opts := Options{Slot: "test", Parallelism: 4, CommitOrder: mode.order, GroupMaxTxns: 6, GroupMaxBytes: 1 << 20,
+			opts := Options{Writer: target.WriterOptions{Slot: "test"}, Parallelism: 4, CommitOrder: mode.order, GroupMaxTxns: 6, GroupMaxBytes: 1 << 20,
 				Watermark: wm, Stats: reg, OnError: mode.onError,
 				SkipRequested: func(info change.TxnInfo) bool { return info.EndLSN == skip || info.CommitLSN == skip }}
 			var parked []target.Parked

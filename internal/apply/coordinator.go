@@ -66,7 +66,7 @@ type coordinator struct {
 
 func (a *Applier) newCoordinator(src Source, work chan<- *group) *coordinator {
 	return &coordinator{
-		a: a, src: src, work: work, hasher: newKeyHasher(a.opts.RelationDDL), tracker: newDepTracker(),
+		a: a, src: src, work: work, hasher: newKeyHasher(a.opts.Writer.RelationDDL), tracker: newDepTracker(),
 		skipped:  a.coord.Counter("skipped_txns"),
 		barriers: a.coord.Counter("barriers"),
 		fills:    a.coord.Counter("catch_up_fills"),

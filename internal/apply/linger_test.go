@@ -8,6 +8,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
 )
 
 // TestApplierGroupWait: transactions that come less than GroupWait apart
@@ -22,7 +23,7 @@ func TestApplierGroupWait(t *testing.T) {
 		f, wm := newSequentialFake(t, n)
 		txns := f.txns
 		ar := startApplier(t, f, Options{
-			Slot: "test", Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
+			Writer: target.WriterOptions{Slot: "test"}, Parallelism: 2, CommitOrder: "full", GroupMaxTxns: 1000, GroupMaxBytes: 1 << 20,
 			GroupWait: wait, Gathers: gathers, Watermark: wm, Stats: stats.NewRegistry(),
 		})
 		produced := make([]time.Time, n)

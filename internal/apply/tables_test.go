@@ -12,6 +12,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
 )
 
 func TestTableFilterKeep(t *testing.T) {
@@ -171,7 +172,7 @@ func TestApplierQuiesceAndTableFilter(t *testing.T) {
 	written := map[change.LSN]int{}
 	filter := NewTableFilter(map[TableName]TableState{{"public", "kv"}: {}}) // pending: nothing written
 	a, err := New(Options{
-		Slot: "test", Parallelism: 4, CommitOrder: config.CommitFull, GroupMaxTxns: 5, GroupMaxBytes: 1 << 20,
+		Writer: target.WriterOptions{Slot: "test"}, Parallelism: 4, CommitOrder: config.CommitFull, GroupMaxTxns: 5, GroupMaxBytes: 1 << 20,
 		Watermark: wm, Stats: stats.NewRegistry(), Tables: filter, Quiesce: true,
 		NewWriter: func(context.Context, int, *stats.Component) (Writer, func(), error) {
 			return &quiesceWriter{fakeWriter: fakeWriter{f: f}, inFlight: &inFlight, mu: &mu, written: written}, func() {}, nil

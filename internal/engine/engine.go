@@ -335,19 +335,16 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	}
 	capOpts.DDLMessages = e.ddl == ddlTrigger
 	apOpts := apply.Options{
-		TargetDSN: cfg.Target, Slot: cfg.Slot,
+		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
 		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
-		Binary:      e.binary,
-		RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, false),
 		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
 		// never hold more than an eighth of the queue's memory.
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 		LinkWatch:         e.watch,
 		Tables:            e.tables, Quiesce: true,
-		Publication: cfg.Publication, Resync: e.resync,
 	}
 	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
 	if err != nil {
@@ -366,9 +363,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
 				return target.OpenSession(ctx, target.SessionOptions{
 					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
-					Writer: target.WriterOptions{Slot: cfg.Slot, Stats: st, Logger: e.log.With("component", "eager"), Binary: e.binary,
-						RelationDDL: e.ddl == ddlRelation, CreateTables: cfg.CreateTables, AddedColumn: addedColumnOnSource(cfg.Source, true),
-						Publication: cfg.Publication, Resync: e.resync},
+					Writer: eagerWriter(e.writerOptions(true), st, e.log),
 				})
 			},
 		})
@@ -428,6 +423,25 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 		return e.syncSequencesAtEnd()
 	}
 	return err
+}
+
+// writerOptions is the template of the target writers' options this run
+// needs: what the writer must know of the slot, the value format and how
+// schema changes are followed. eager: for eager apply, whose added
+// columns are read as the source has them at the transaction's end.
+func (e *Engine) writerOptions(eager bool) target.WriterOptions {
+	return target.WriterOptions{
+		Slot: e.cfg.Slot, Binary: e.binary,
+		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager),
+		Publication: e.cfg.Publication, Resync: e.resync,
+	}
+}
+
+// eagerWriter is eager apply's writer options: the template with its stats
+// and logger.
+func eagerWriter(w target.WriterOptions, st *stats.Component, log *slog.Logger) target.WriterOptions {
+	w.Stats, w.Logger = st, log.With("component", "eager")
+	return w
 }
 
 // persist writes the low watermark to the target so that the applied set
