@@ -11,93 +11,23 @@ import (
 	"github.com/repstream/repstream/internal/rawsock"
 )
 
-// Waking the reader costs the walsender: every pgoutput message is a send()
-// of its own, and on a socket the client waits on (Go's netpoller keeps
-// every socket in its epoll set, so that is always), each one runs the
-// wake-up — the epoll callback, waking the poller thread — in the
-// walsender's context, which the woken reader then preempts. With one-row
-// transactions that is three wake-ups per transaction, a quarter of the
-// walsender's CPU (perf: sock_def_readable, finish_task_switch under send).
-//
-// lowWater stops that while the stream is busy: it raises the socket's
-// receive low-water mark (SO_RCVLOWAT), below which the kernel queues what
-// arrives without waking anybody, so that a reader that has caught up with
-// the walsender sleeps until the mark has gathered and then takes it in one
-// read. A read returns what is there at once whatever the mark (only
-// waiting is affected), so nothing that has arrived waits for the mark;
-// what could is the tail of a burst smaller than the mark: a wait with the
-// mark raised is bounded by lowWaterWait, after which the mark drops to one
-// byte and the read takes the tail — so a burst's last messages are at most
-// lowWaterWait late, and a quiet stream is never held back at all.
-//
-// Busy is measured over windows of at least busyWindow: busyReads reads
-// that returned data, or coalesceBig bytes (a reader that keeps up with a
-// walsender reads a message or two at a time, so no single read is large;
-// a live stream of 1,000 one-row transactions a second is 3 reads per
-// window). The mark is what the last window's rate brings in markSpan,
-// within [minMark, maxMark], so that a wait normally ends at the mark, not
-// at lowWaterWait, also when the walsender is slow (a loaded machine).
-//
-// A stream that is not busy — a steady 1,000 transactions a second — still
-// woke the reader for nearly every message: the walsender sends a
-// transaction's messages a few microseconds apart and the reader, on the
-// other CPU, wakes for the first and reads them one or two at a time (4.5
-// reads with data and 4 empty ones per ten-message transaction, measured
-// with strace on `repstream bench fly`), then once more for the keepalive
-// the walsender sends when it goes to wait — although a transaction cannot
-// be applied before its COMMIT. So lowWater also follows the transactions
-// (handled, from the capture loop) and hints a mark when a read would wait:
-//
-//   - between transactions, betweenMark: more than a keepalive (23 bytes
-//     on the wire) and less than any transaction (a BEGIN and a COMMIT
-//     alone are 107), so a keepalive alone wakes nobody and the next
-//     transaction's first messages do, however small it is;
-//   - inside a transaction, what is left of the smallest of the last
-//     txnRing transactions, at most minMark, so that the reader wakes once
-//     the rest of it is in, with the wait bounded by txnHintWait (its
-//     messages come microseconds apart): a transaction smaller than all of
-//     the last txnRing is at most txnHintWait late.
-//
-// A steady stream of small transactions — each COMMIT less than gatherWait
-// after the one before (Options.GatherWait, the engine's --group-wait) — is
-// gathered between transactions: the hint there is minMark, bounded by
-// gatherWait, so that the reader wakes once per gatherWait for the
-// transactions that came in it rather than once per transaction, and the
-// walsender is not preempted by a woken reader at each one; the
-// transactions of a read are then one target transaction. Measured on
-// `repstream bench fly --rate 1000`, the engine's, the walsender's and the
-// target backends' CPU all fell (total 1.59× native's without it to 1.14×);
-// the price is up to gatherWait (plus the timers' millisecond) more
-// latency: p50 commit → visible 2.5 ms instead of 1.2 (native 0.7). While
-// it gathers (Capture.Gathers) the apply side does not wait for more again
-// (apply/linger.go): both waiting doubled the latency for no CPU. A
-// transaction after a quiet spell (a gap longer than gatherWait) is not
-// held: the hint is betweenMark. Nor is a fast stream
-// gathered — one whose last window brought minMark or more in markSpan, as
-// a backlog of one-row transactions that is not busy by the read count
-// (they come whole, 80 bytes each): gathering it read 40% less often but
-// cost the walsender, which bounds that backlog, 7% more CPU on average
-// (five rounds against four).
-//
-// Hints are for a stream that is not busy: while the busy mark is raised
-// they are not used. (Used under it, with transactions of 100 rows, they
-// cost the walsender 15–30% more CPU on a conditions backlog: waits for a
-// large rest timed out and threw away the busy mark.) A wait for a hint
-// that times out turns hints off until the next BEGIN or COMMIT and leaves
-// the window alone.
-//
-// Invariants: the mark is the busy mark when that is raised (when a window
-// was busy, following the rate of each window while raised), else the hint,
-// else one byte; a wait with the busy mark that times out drops it to one
-// byte and clears it (a new window must be busy to raise it again); a wait
-// with a hint that times out drops the mark to one byte and turns hints
-// off until the next BEGIN or COMMIT; while the mark is raised the socket's
-// read deadline is the earlier of the capture loop's deadline (outer) and
-// the wait's bound (lowWaterWait, txnHintWait for a hint inside a
-// transaction, gatherWait for a gathering one) after the read began, and
-// outer otherwise; a gathering hint is only given between transactions, on
-// a slow stream whose last COMMIT came less than gatherWait after the one
-// before.
+// lowWater keeps the reader from being woken for every message the
+// walsender sends (each wake-up runs in the walsender's context). While the
+// stream is busy — a window of busyWindow saw busyReads reads with data or
+// coalesceBig bytes — it raises the socket's receive low-water mark
+// (SO_RCVLOWAT) to what the last window's rate brings in markSpan, within
+// [minMark, maxMark]; a read returns what is there at once, and a wait with
+// the mark raised is bounded by lowWaterWait, after which the mark drops to
+// one byte and clears. Otherwise it follows the transactions (handled) and
+// hints a mark for a read that would wait: betweenMark between transactions
+// (more than a keepalive's 23 bytes, less than any transaction's 107: a
+// keepalive alone wakes nobody), inside one what is left of the smallest
+// of the last txnRing transactions, bounded by txnHintWait; a hint that
+// times out turns hints off until the next BEGIN or COMMIT. A slow steady
+// stream (COMMITs less than gatherWait apart) is gathered: between
+// transactions the hint is minMark bounded by gatherWait. While the mark is
+// raised, the read deadline is the earlier of the capture loop's and the
+// wait's bound. Measurements: docs/performance.md.
 type lowWater struct {
 	conn   net.Conn
 	raw    syscall.RawConn

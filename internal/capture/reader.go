@@ -14,12 +14,7 @@ import (
 // walsender, the one process a backlog cannot go faster than — pays for it:
 // its socket lock is contended and each segment is delivered in its
 // context. A small read never naps, so a quiet stream gets no latency.
-//
-// Measured with TestPerfWalsender (session 6, alternated in one run): 1M
-// conditions rows, walsender CPU 2.43–2.50 s against 2.70–2.80 s with the
-// earlier reader (which napped 300 µs only after runs of small reads, with
-// the receive low-water mark raised meanwhile) and 2.90–3.21 s with both;
-// 300K one-row transactions, 1.68–1.91 s against 2.25–2.77 s.
+// What it saves the walsender, measured: docs/performance.md.
 type coalescingReader struct {
 	r   io.Reader
 	big bool // the last read was large: the sender is busy
