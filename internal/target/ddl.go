@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -83,6 +84,8 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 		w.log.Info("created table on the target, as on the source", "table", tn, "lsn", c.LSN)
 		return nil
+	case errors.Is(err, schema.ErrTableNotFound) && w.entersPublication(msg):
+		return w.takeUp(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound):
 		return fail(fmt.Errorf("%w on the target: create (or rename) it there as on the source, then restart", err))
 	case err != nil:
@@ -114,6 +117,46 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 	}
 	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", c.LSN)
+	if msg.Old != nil && w.entersPublication(msg) {
+		// Moved into a published schema: the target's table of that name
+		// was not the source's replicated one. Copied anew.
+		return w.takeUp(ctx, msg, c.LSN, fail)
+	}
+	return nil
+}
+
+// entersPublication: the message makes the run's publication publish a
+// table it did not publish before, with rows the stream never carried —
+// ALTER TABLE ... SET LOGGED of an unlogged table (the trigger never
+// recorded it: msg.Old is nil) or SET SCHEMA into a published schema.
+func (w *Writer) entersPublication(msg *schema.DDLMessage) bool {
+	pub := w.opts.Publication
+	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub))
+}
+
+// takeUp creates a table that enters the publication on the target (if
+// it lacks it) and records it pending in the transaction, as `tables add` does: apply
+// writes none of its changes until the engine has copied it from a new
+// snapshot (watchTables), and streams it from there.
+func (w *Writer) takeUp(ctx context.Context, msg *schema.DDLMessage, lsn change.LSN, fail func(error) error) error {
+	tn := msg.TableName()
+	if _, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name); errors.Is(err, schema.ErrTableNotFound) {
+		for _, sql := range msg.CreateSQL() {
+			if err := w.exec(ctx, sql); err != nil {
+				return fail(fmt.Errorf("create the table on the target (%s): %w", sql, err))
+			}
+		}
+	} else if err != nil {
+		return fail(err)
+	}
+	if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
+		return fail(err)
+	}
+	if w.opts.Resync != nil {
+		w.opts.Resync(tn)
+	}
+	w.log.Warn("a table enters the publication with rows the stream does not carry (SET LOGGED, SET SCHEMA into a published schema): created on the target, it is copied from a new snapshot, then streamed",
+		"table", tn, "command", msg.Tag, "lsn", lsn)
 	return nil
 }
 
