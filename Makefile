@@ -13,7 +13,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres monitoring-tools demo test lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
+.PHONY: all build postgres monitoring-tools kafka test-kafka demo test lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
 
 all: build
 
@@ -31,6 +31,18 @@ demo: postgres build
 # apt-get; without them those tests skip with a message).
 monitoring-tools:
 	@bash scripts/ensure-monitoring-tools.sh
+
+# Apache Kafka (KRaft) jars from Maven Central for the Kafka tests
+# (internal/kafkatest), cached in ~/.cache/repstream/kafka-<version>; needs
+# java 17+ and mvn. `make test` does not fetch it (yet): its `go test ./...`
+# runs the Kafka tests where the cache exists and skips them elsewhere.
+kafka:
+	@bash scripts/ensure-kafka.sh
+
+# The Kafka test brokers' own tests (one broker; three with a leader killed),
+# failing instead of skipping when Kafka cannot run.
+test-kafka: kafka
+	REPSTREAM_REQUIRE_KAFKA=1 $(GO) test -count=1 -timeout 10m ./internal/kafkatest/
 
 test: lint postgres monitoring-tools build unit integration versions-ci
 
