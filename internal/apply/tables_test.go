@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
@@ -150,7 +151,14 @@ func (w *quiesceWriter) CommitLSN(ctx context.Context, applied []change.LSN) (ch
 // target transaction is in flight, nothing is dispatched while it runs, and
 // the run goes on after it; a table made ready at L by the function has its
 // changes in transactions ending at or below L skipped, later ones written.
+// Time is virtual (synctest): the pause comes once a quarter of the stream
+// is produced, and while it lasts every other goroutine runs until it blocks
+// before the commits are counted again.
 func TestApplierQuiesceAndTableFilter(t *testing.T) {
+	synctest.Test(t, testApplierQuiesceAndTableFilter)
+}
+
+func testApplierQuiesceAndTableFilter(t *testing.T) {
 	const n = 400
 	txns := make([]simTxn, n)
 	index := map[change.LSN]int{}
@@ -185,17 +193,20 @@ func TestApplierQuiesceAndTableFilter(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- a.Run(ctx, q) }()
-	produced := make(chan struct{})
+	produced, quarter := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(produced)
 		for i, tx := range txns {
 			produce(ctx, t, q, wm, uint32(i+1), tx)
+			if i == n/4 {
+				close(quarter)
+			}
 			if i%10 == 0 {
 				time.Sleep(200 * time.Microsecond)
 			}
 		}
 	}()
-	time.Sleep(5 * time.Millisecond)
+	<-quarter
 	var syncLSN change.LSN
 	err = a.Quiesce(ctx, func(context.Context) error {
 		if k := inFlight.Load(); k != 0 {
@@ -204,7 +215,9 @@ func TestApplierQuiesceAndTableFilter(t *testing.T) {
 		f.mu.Lock()
 		before := len(f.commits)
 		f.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		// Everything else runs until it blocks: a dispatch while paused
+		// would show as a commit or a transaction in flight.
+		synctest.Wait()
 		f.mu.Lock()
 		after := len(f.commits)
 		f.mu.Unlock()

@@ -108,10 +108,7 @@ func TestLowWater(t *testing.T) {
 	// raised, then nothing. They arrive within about lowWaterWait (plus
 	// scheduling), long before outer, and drop the mark.
 	r.lw.want = maxMark // the next read raises the mark if the end of the busy stream dropped it
-	go func() {
-		time.Sleep(time.Millisecond)
-		_, _ = server.Write(bytes.Repeat(msg, 3))
-	}()
+	go writeAfter(t, server, time.Millisecond, bytes.Repeat(msg, 3))
 	start := time.Now()
 	readFull(t, r, 3*len(msg))
 	if d := time.Since(start); d > time.Second {
@@ -242,11 +239,9 @@ func TestLowWaterTxns(t *testing.T) {
 		}
 	}
 
-	// later writes n bytes after d, while the reader waits (data already
-	// there when a read starts is returned at once, whatever the mark).
+	// later writes n bytes after d, while the reader waits.
 	later := func(d time.Duration, n int) {
-		time.Sleep(d)
-		write(n)
+		writeAfter(t, server, d, bytes.Repeat([]byte("m"), n))
 	}
 
 	// A keepalive alone: held until the bound.
@@ -343,10 +338,7 @@ func TestLowWaterGather(t *testing.T) {
 	txn() // two COMMITs microseconds apart: steady
 	buf := make([]byte, 1<<20)
 	write := func(d time.Duration, n int) {
-		time.Sleep(d)
-		if _, err := server.Write(bytes.Repeat([]byte("m"), n)); err != nil {
-			t.Error(err)
-		}
+		writeAfter(t, server, d, bytes.Repeat([]byte("m"), n))
 	}
 
 	// Steady: two transactions 5 ms apart, one read.
@@ -415,6 +407,17 @@ func TestLowWaterGather(t *testing.T) {
 	}
 	if n, err := r.Read(buf); err != nil || n != txnLen {
 		t.Fatalf("gathering off: read %d bytes: %v", n, err)
+	}
+}
+
+// writeAfter writes b to c after d: the bytes come while the reader waits
+// (data already there when a read starts is returned at once, whatever the
+// mark), which is what these tests time. (A real socket's wake-ups are the
+// kernel's: these tests cannot run in virtual time.)
+func writeAfter(t *testing.T, c net.Conn, d time.Duration, b []byte) {
+	time.Sleep(d)
+	if _, err := c.Write(b); err != nil {
+		t.Error(err)
 	}
 }
 

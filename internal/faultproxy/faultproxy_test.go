@@ -219,23 +219,16 @@ func TestDelay(t *testing.T) {
 	if err := roundTrip(c, "slow", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// One chunk each way: at least 2d.
+	// One chunk each way: at least 2d (a lower bound: a loaded machine
+	// only adds to it).
 	if el := time.Since(t0); el < 2*d {
 		t.Fatalf("round trip with Delay(%v) took %v, want at least %v", d, el, 2*d)
 	}
+	// That Delay(0) removes the delay, and that the delay is exactly d,
+	// TestDelayExact checks in virtual time (no wall-clock bound here).
 	p.Delay(0)
-	// The fastest of a few round trips, so that a loaded machine's pause
-	// is not taken for a delay that stayed.
-	fastest := time.Hour
-	for range 3 {
-		t0 = time.Now()
-		if err := roundTrip(c, "fast", 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		fastest = min(fastest, time.Since(t0))
-	}
-	if fastest >= d {
-		t.Fatalf("round trips after Delay(0) took %v at least", fastest)
+	if err := roundTrip(c, "fast", 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -127,12 +127,10 @@ func TestFreezeHoldsUntilThaw(t *testing.T) {
 		p, c := pipeEcho(t)
 		p.Freeze()
 		got := send(t, c, "held")
-		time.Sleep(time.Hour) // an hour of silence
-		synctest.Wait()
-		select {
+		select { // an hour of silence
 		case s := <-got:
 			t.Fatalf("the echo %q came through a frozen proxy", s)
-		default:
+		case <-time.After(time.Hour):
 		}
 		p.Thaw()
 		synctest.Wait()

@@ -3,6 +3,7 @@ package pgcluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -214,9 +215,7 @@ func TestRemoveRunningKillsServer(t *testing.T) {
 	if err := c.Remove(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if processAlive(pid, 10*time.Second) {
-		t.Errorf("postmaster %d still alive after Remove", pid)
-	}
+	waitExited(t, pid, "the postmaster to be gone after Remove")
 }
 
 func TestReapStale(t *testing.T) {
@@ -249,33 +248,28 @@ func TestReapStale(t *testing.T) {
 	if _, err := os.Stat(c.Dir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale dir %s survived: %v", c.Dir(), err)
 	}
-	if processAlive(pid, 10*time.Second) {
-		t.Errorf("stale postmaster %d survived", pid)
-	}
+	waitExited(t, pid, "the stale postmaster to be gone")
 	if err := live.Exec(ctx, "", "SELECT 1"); err != nil {
 		t.Errorf("live cluster was harmed: %v", err)
 	}
 }
 
-// processAlive reports whether pid still runs (zombies count as dead) after
-// waiting up to wait for it to exit: the postmaster removes its pid file, which
-// ends pg_ctl's wait, a moment before it exits.
-func processAlive(pid int, wait time.Duration) bool {
-	deadline := time.Now().Add(wait)
-	for {
-		alive := syscall.Kill(pid, 0) == nil
-		if alive {
-			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
-				if i := strings.LastIndexByte(string(b), ')'); i >= 0 && len(b) > i+2 && b[i+2] == 'Z' {
-					alive = false
-				}
-			}
+// waitExited waits until pid no longer runs (zombies count as gone): the
+// postmaster removes its pid file, which ends pg_ctl's wait, a moment before
+// it exits.
+func waitExited(t *testing.T, pid int, what string) {
+	t.Helper()
+	pgtest.WaitFor(t, fmt.Sprintf("%s (pid %d)", what, pid), 10*time.Second, func() (bool, error) {
+		if syscall.Kill(pid, 0) != nil {
+			return true, nil
 		}
-		if !alive || time.Now().After(deadline) {
-			return alive
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true, nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		i := strings.LastIndexByte(string(b), ')')
+		return i >= 0 && len(b) > i+2 && b[i+2] == 'Z', nil
+	})
 }
 
 // deadPID returns the pid of a process that has exited.

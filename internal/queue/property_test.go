@@ -45,6 +45,7 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var delivered atomic.Int64
+	progress := make(chan struct{}, 1) // a token after each delivery
 	go func() {
 		defer close(consumerDone)
 		crng := rand.New(rand.NewPCG(seed, 7))
@@ -78,6 +79,10 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 				t.Errorf("consumer: memory %d over budget", m)
 			}
 			delivered.Add(1)
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
 			held, wants = append(held, txn), append(wants, want)
 			// Re-read what is held, then release it, sometimes after a pause
 			// (which makes the producer wait or spill).
@@ -234,9 +239,16 @@ func runRandomized(t *testing.T, seed uint64, steps int) {
 	for len(streamed) > 0 {
 		commit(streamed[0])
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for delivered.Load() < int64(commits) && time.Now().Before(deadline) && !t.Failed() {
-		time.Sleep(time.Millisecond)
+	timeout := time.After(20 * time.Second)
+wait:
+	for delivered.Load() < int64(commits) {
+		select {
+		case <-progress:
+		case <-consumerDone: // it failed
+			break wait
+		case <-timeout:
+			break wait
+		}
 	}
 	cancel()
 	<-consumerDone

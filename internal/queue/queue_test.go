@@ -339,12 +339,10 @@ func testFlowControl(t *testing.T) {
 	// Blocks until the consumer releases.
 	done := make(chan error, 1)
 	go func() { done <- q.Add(context.Background(), 9, c) }()
-	time.Sleep(time.Hour)
-	synctest.Wait()
-	select {
+	select { // an hour of virtual time
 	case err := <-done:
 		t.Fatalf("Add did not block: %v", err)
-	default:
+	case <-time.After(time.Hour):
 	}
 	txn := mustNext(t, q.Queue)
 	txn.Release()
@@ -412,6 +410,7 @@ func TestConcurrentConsumers(t *testing.T) {
 		mu   sync.Mutex
 		seen = make(map[uint32]int)
 		wg   sync.WaitGroup
+		all  = make(chan struct{}) // closed once every transaction was seen
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -438,6 +437,9 @@ func TestConcurrentConsumers(t *testing.T) {
 				txn.Release()
 				mu.Lock()
 				seen[txn.Info.Xid]++
+				if len(seen) == txns && seen[txn.Info.Xid] == 1 {
+					close(all)
+				}
 				mu.Unlock()
 			}
 		}()
@@ -448,15 +450,9 @@ func TestConcurrentConsumers(t *testing.T) {
 		}
 		mustCommit(t, q.Queue, xid)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(seen)
-		mu.Unlock()
-		if n == txns || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second): // the counts below say what is missing
 	}
 	cancel()
 	wg.Wait()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,48 +55,53 @@ func TestLinkWatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := NewLinkWatch("", timeout, nil, nil)
-				var probed atomic.Int64
+				probed := make(chan time.Time, 1) // when the first probe came
 				w.probe = func(context.Context, []uint32) (map[uint32]backendState, error) {
-					probed.Add(1)
+					select {
+					case probed <- time.Now():
+					default:
+					}
 					return tc.states, tc.probe
 				}
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan struct{})
+				start := time.Now()
 				go func() { _ = w.Run(ctx); close(done) }()
 				peer, readErr := watchPipe(w, 7)
 
-				// Before half the timeout nothing is asked.
-				time.Sleep(timeout/2 - time.Second)
-				synctest.Wait()
-				if n := probed.Load(); n != 0 {
-					t.Fatalf("probed %d times before half the timeout", n)
-				}
-				time.Sleep(timeout / 5)
-				synctest.Wait()
-				if probed.Load() == 0 {
+				// Nothing is asked before half the timeout; the first
+				// probe comes within a fifth of the timeout after.
+				early, late := timeout/2-time.Second, timeout/2-time.Second+timeout/5
+				select {
+				case at := <-probed:
+					if el := at.Sub(start); el <= early || el > late {
+						t.Fatalf("first probe after %v, want within (%v, %v]", el, early, late)
+					}
+				case <-time.After(2 * timeout):
 					t.Fatal("a call blocked past the timeout was never looked at")
 				}
+				// A late close comes after a whole timeout of silence, within
+				// another half timeout; the others with the probe.
+				closeBy := late
 				if tc.late {
-					select {
-					case err := <-readErr:
-						t.Fatalf("closed before a whole timeout of silence: %v", err)
-					default:
-					}
-					time.Sleep(timeout / 2)
-					synctest.Wait()
+					early, closeBy = late, late+timeout/2
 				}
 				select {
 				case err := <-readErr:
 					if !tc.killed {
 						t.Fatalf("closed a connection whose backend is working: %v", err)
 					}
+					if el := time.Since(start); (tc.late && el <= early) || el > closeBy {
+						t.Fatalf("closed after %v, want within (%v, %v]: %v", el, early, closeBy, err)
+					}
 					if !errors.Is(err, pgerr.ErrSilentLink) {
 						t.Fatalf("the blocked call failed with %v, want ErrSilentLink in its chain", err)
 					}
+					synctest.Wait() // the watcher counts after the close
 					if w.closed.Load() != 1 {
 						t.Fatalf("closed counter %d", w.closed.Load())
 					}
-				default:
+				case <-time.After(2 * timeout):
 					if tc.killed {
 						t.Fatal("a silent link was not closed")
 					}
@@ -136,20 +140,20 @@ func TestLinkWatchIdleAndMoving(t *testing.T) {
 		writer := make(chan struct{})
 		go func() { // a byte every 10 s: slow, but moving
 			defer close(writer)
+			tick := time.NewTicker(10 * time.Second)
+			defer tick.Stop()
 			for range 15 {
-				time.Sleep(10 * time.Second)
+				<-tick.C
 				if _, err := peer.Write([]byte{1}); err != nil {
 					return
 				}
 			}
 		}()
 		<-writer
-		time.Sleep(timeout / 4)
-		synctest.Wait()
 		select {
 		case err := <-readErr:
 			t.Fatalf("a moving connection was closed: %v", err)
-		default:
+		case <-time.After(timeout / 4):
 		}
 		if err := idle.Close(); err != nil {
 			t.Fatal(err)

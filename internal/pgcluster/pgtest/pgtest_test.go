@@ -13,7 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/repstream/repstream/internal/pgcluster"
 )
@@ -122,7 +121,8 @@ func TestMissingBinaries(t *testing.T) {
 const envSignalHelper = "PGTEST_SIGNAL_HELPER"
 
 // TestSignalHelper is run as a subprocess by TestSignalRemovesClusters: it
-// starts a shared and a per-test cluster, prints their dirs and waits.
+// starts a shared and a per-test cluster, prints their dirs and waits for
+// the signal (or, should its parent be gone, for its stdin to close).
 func TestSignalHelper(t *testing.T) {
 	if os.Getenv(envSignalHelper) != "1" {
 		t.Skip("helper process for TestSignalRemovesClusters")
@@ -130,7 +130,7 @@ func TestSignalHelper(t *testing.T) {
 	s := Shared(t, "signal")
 	c := Cluster(t, pgcluster.Options{Name: "signal", Fast: true})
 	fmt.Printf("DIRS %s %s\n", s.Dir(), c.Dir())
-	time.Sleep(time.Minute)
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 func TestSignalRemovesClusters(t *testing.T) {
@@ -141,6 +141,11 @@ func TestSignalRemovesClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := cmd.StdinPipe() // open while the helper should wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
