@@ -129,13 +129,14 @@ func skipRel(m map[TableName]TableState, rel *change.Relation, end change.LSN) b
 // (snapshot.planTable): a change that ended between the target table's
 // making and the copy's snapshot and that the target lacks stops the copy
 // instead of being skipped here. A message the event trigger could not
-// describe is never skipped: the writer stops on it.
+// describe, or one saying a table was set UNLOGGED, is never skipped: the
+// writer stops on it.
 func skipDDL(m map[TableName]TableState, c *change.Change, end change.LSN) bool {
 	if end == 0 {
 		return false
 	}
 	msg, err := schema.ParseDDLMessage(c.DDLContent())
-	if err != nil || msg.Error != "" {
+	if err != nil || msg.Error != "" || msg.Unlogged {
 		return false // the writer reports it
 	}
 	n := msg.TableName()

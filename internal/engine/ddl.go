@@ -143,9 +143,21 @@ BEGIN
              FROM pg_event_trigger_ddl_commands() e
              JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
                              OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
-            WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
-              AND c.relnamespace <> 'repstream'::regnamespace
+            WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
+              AND (c.relpersistence = 'p'
+                   OR c.relpersistence = 'u' AND EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid))
   LOOP
+    -- A table described before that is now UNLOGGED (SET UNLOGGED): its
+    -- changes are no longer in the WAL, and no replication can carry
+    -- them. Every repstream that replicates it stops at this message.
+    IF (SELECT c.relpersistence FROM pg_class c WHERE c.oid = r.objid) = 'u' THEN
+      -- The updated row's xmin is this (sub)transaction's xid (as below).
+      UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = r.objid RETURNING s.def, s.xmin::text::bigint INTO o, x;
+      DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
+      PERFORM pg_logical_emit_message(true, 'repstream.ddl', (o || jsonb_build_object(
+        'tag', r.command_tag, 'unlogged', true, 'old', o, 'xid', x))::text);
+      CONTINUE;
+    END IF;
     BEGIN
       d := repstream.ddl_def(r.objid);
       SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;

@@ -13,7 +13,7 @@ import (
 // Sample is one answer of GET /status: the stats registry and the engine's
 // positions (Status is the zero value when the endpoint reported none).
 type Sample struct {
-	Stats  stats.Snapshot    `json:"stats"`
+	Stats  stats.Snapshot   `json:"stats"`
 	Status stats.LiveStatus `json:"status"`
 }
 

@@ -71,6 +71,10 @@ type DDLMessage struct {
 	// Error: the event trigger could not describe the table (the user's
 	// DDL went through): the change cannot be replicated.
 	Error string `json:"error"`
+	// Unlogged: the table was set UNLOGGED on the source: its changes are
+	// no longer written to the WAL, so no replication can carry them.
+	// DDLTable is its definition before.
+	Unlogged bool `json:"unlogged"`
 	DDLTable
 	Old *DDLTable `json:"old"`
 }

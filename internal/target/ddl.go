@@ -47,6 +47,11 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if msg.Error != "" {
 		return fail(fmt.Errorf("the source's event trigger could not describe the table (%s): make the change on the target yourself, then restart", msg.Error))
 	}
+	if msg.Unlogged {
+		return fail(errors.New("the source set the table UNLOGGED: its changes are no longer written to the WAL, so they cannot be replicated " +
+			"and the target would fall behind without a word; set it LOGGED again on the source (repstream then copies it anew), " +
+			"or go on without it: `repstream errors skip --lsn` with this transaction's commit LSN (the target keeps the table as it is now)"))
+	}
 	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
