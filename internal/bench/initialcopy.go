@@ -157,8 +157,11 @@ func loadInitialCopy(ctx context.Context, env *LoadEnv) (LoadStats, error) {
 }
 
 // createsTables is true for the systems that create the target tables
-// themselves in the initial-copy workload.
-func createsTables(s System) bool { return s == SystemRepstream || s == SystemPgcopydb }
+// themselves in the initial-copy workload; with pre-made tables (--pre-made)
+// none does.
+func createsTables(s System, p Params) bool {
+	return !p.PreMade && (s == SystemRepstream || s == SystemPgcopydb)
+}
 
 // copySystem is a system run by the initial-copy workload.
 type copySystem interface {
@@ -186,7 +189,7 @@ func (s *systemRun) newCopySystem() (copySystem, error) {
 	switch s.sp.system {
 	case SystemRepstream:
 		rs := newRepstream(env, s.r.o.Binary, s.sp.flags)
-		rs.copyMode = true
+		rs.copyMode, rs.preMade = true, s.r.o.Params.PreMade
 		s.rsys = rs
 		return rs, nil
 	case SystemNative:
@@ -197,7 +200,7 @@ func (s *systemRun) newCopySystem() (copySystem, error) {
 	case SystemPglogical:
 		return newPglogical(env, qualifiedTables(s.r.wl), true), nil
 	case SystemPgcopydb:
-		return &pgcopydbSys{env: env, done: make(chan struct{})}, nil
+		return &pgcopydbSys{env: env, done: make(chan struct{}), preMade: s.r.o.Params.PreMade}, nil
 	}
 	return nil, fmt.Errorf("%s does not run the initial-copy workload", s.sp.system)
 }
@@ -219,7 +222,7 @@ func (r *runner) doCopyRun(ctx context.Context, sp runSpec, res *RunResult) erro
 	if err := execOn(ctx, run.srcDSN, r.wl.DDL+"\n"+ProbeDDL); err != nil {
 		return fmt.Errorf("create the workload's tables on the source: %w", err)
 	}
-	if !createsTables(sp.system) {
+	if !createsTables(sp.system, r.o.Params) {
 		if err := execOn(ctx, run.tgtDSN, r.wl.DDL+"\n"+ProbeDDL); err != nil {
 			return fmt.Errorf("create the workload's tables on the target: %w", err)
 		}
@@ -448,6 +451,10 @@ type pgcopydbSys struct {
 	done    chan struct{}
 	waitErr error
 	once    sync.Once
+	// preMade: the target's tables exist (--pre-made): clone drops them
+	// and makes them again from the source's (--drop-if-exists), its way
+	// with a made schema; the tables' keys and indexes come after the data.
+	preMade bool
 }
 
 func (p *pgcopydbSys) base() string {
@@ -471,6 +478,9 @@ func (p *pgcopydbSys) start(ctx context.Context) error {
 	_ = os.RemoveAll(dir)
 	args := append([]string{"clone", "--source", p.env.srcDSN, "--target", p.env.tgtDSN, "--dir", dir,
 		"--no-owner", "--no-acl", "--skip-extensions"}, PgcopydbJobs...)
+	if p.preMade {
+		args = append(args, "--drop-if-exists")
+	}
 	p.cmd = exec.Command("pgcopydb", args...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

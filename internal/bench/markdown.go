@@ -217,6 +217,9 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	}
 	if isCopyReport(rep) {
 		fmt.Fprintf(w, "\n\n%s\n\n", copyNote)
+		if rep.Settings.Params["pre_made"] == "true" {
+			fmt.Fprintf(w, "%s\n\n", preMadeNote)
+		}
 		writeCopyTablesMarkdown(w, runs)
 	} else {
 		fmt.Fprintf(w, "\n\nReplication time: live mode, first source commit → last change visible on the target; backlog mode, replication start → last change visible. ")

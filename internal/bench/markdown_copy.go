@@ -47,6 +47,11 @@ const copyNote = "Copy time: from the system's start (repstream `run --snapshot 
 	"its waited-for children (rusage); walsenders and other backends of the source database; every backend of the target database. " +
 	"A backend that lives less than a sample interval may be missed."
 
+const preMadeNote = "Pre-made tables (--pre-made): every system starts on a target whose tables were made beforehand with their " +
+	"primary keys and indexes, as pg_dump --schema-only makes them. repstream runs without --create-tables: it sets the empty " +
+	"tables' keys and indexes aside for the copy and makes them again after it. pgcopydb clone runs with --drop-if-exists: it " +
+	"drops the tables and makes them again from the source's definition, indexes after the data."
+
 // writeCopyTablesMarkdown renders when each table's rows were all on the
 // target, per run.
 func writeCopyTablesMarkdown(w io.Writer, runs []*RunResult) {

@@ -72,6 +72,9 @@ type repstreamSys struct {
 	// copyMode (initial-copy workload): `run --snapshot --create-tables
 	// --until-caught-up`, whose exit 0 is the end of the copy.
 	copyMode bool
+	// preMade (initial-copy --pre-made): the target's tables exist; run
+	// without --create-tables.
+	preMade bool
 
 	mu       sync.Mutex
 	snaps    []stats.Snapshot
@@ -85,6 +88,10 @@ func newRepstream(env sysEnv, binary string, flags []string) *repstreamSys {
 }
 
 func (r *repstreamSys) baseArgs() []string {
+	if r.copyMode && r.preMade {
+		return []string{"run", "--source", r.env.srcDSN, "--target", r.env.tgtDSN,
+			"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot", "--until-caught-up", "--log-level", "info"}
+	}
 	if r.copyMode {
 		return []string{"run", "--source", r.env.srcDSN, "--target", r.env.tgtDSN,
 			"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot", "--create-tables", "--until-caught-up", "--log-level", "info"}

@@ -32,6 +32,11 @@ type Params struct {
 	// Accounts is how many of fly's 1,000 accounts the transactions update,
 	// in turn (default all): fewer makes hot rows, updated again and again.
 	Accounts int
+	// PreMade (initial-copy): the target's tables are made, with their
+	// keys and indexes, before every system starts, as a user restoring
+	// pg_dump --schema-only would (repstream without --create-tables,
+	// pgcopydb clone with --drop-if-exists).
+	PreMade bool
 }
 
 // rows returns the row count for a workload whose seed size is seed rows.
@@ -69,6 +74,9 @@ func (p Params) Map() map[string]string {
 	}
 	if p.Accounts > 0 {
 		m["accounts"] = fmt.Sprint(p.Accounts)
+	}
+	if p.PreMade {
+		m["pre_made"] = "true"
 	}
 	return m
 }

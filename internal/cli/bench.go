@@ -111,6 +111,7 @@ missing one is skipped with the command that installs it.`,
 	fs.DurationVar(&o.Params.Delay, "delay", 0, "conditions: pause between transactions (seed: 0, 1ms, 10ms, 20ms, 30ms)")
 	fs.IntVar(&o.Params.Rate, "rate", 0, "fly: transactions per second (default 1000)")
 	fs.IntVar(&o.Params.Accounts, "accounts", 0, "fly: accounts the transactions update in turn, at most 1000 (default 1000; fewer: hot rows)")
+	fs.BoolVar(&o.Params.PreMade, "pre-made", false, "initial-copy: make the target's tables (keys and indexes included) before every system starts, as pg_dump --schema-only would (repstream without --create-tables; pgcopydb clone --drop-if-exists)")
 	fs.DurationVar(&o.Params.Duration, "duration", 0, "fly: duration at --scale 1 (default 60s)")
 	fs.IntVar(&o.Params.Jobs, "jobs", 0, "dbl: most parallel jobs (default 2×CPUs)")
 	fs.IntVar(&o.Repeat, "repeat", 1, "run every system this many rounds (alternating the order); the report gives each round's ratio and their median")

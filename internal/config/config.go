@@ -31,6 +31,12 @@ type Config struct {
 	SnapshotWorkers int  `yaml:"snapshot_workers"`
 	Truncate        bool `yaml:"truncate"`
 	CreateTables    bool `yaml:"create_tables"`
+	// KeepIndexes: the initial copy writes into the target's existing
+	// tables with their keys and indexes in place. Without it, a target
+	// table that is empty when its copy starts has its keys and indexes
+	// (and the foreign keys that reference it) set aside for the copy and
+	// rebuilt after it, as they were (target.SetAside).
+	KeepIndexes bool `yaml:"keep_indexes"`
 
 	// AdoptSlot: an existing slot for which the target has no state is
 	// used from its confirmed position, without an initial copy (the user

@@ -303,8 +303,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	}
 	// The tables --create-tables made that no copy has built (the copies
 	// above build theirs): before any change is applied to them.
+	// So are the foreign keys that reference tables set aside for the copy.
 	if err := target.BuildAllDeferred(ctx, tgt, cfg.Slot, e.log); err != nil {
-		return fmt.Errorf("--create-tables: %w", err)
+		return fmt.Errorf("keys and indexes after the copy: %w", err)
 	}
 	e.noteUnbuiltIndexes(ctx, tgt)
 	// The admin connections are not needed while streaming; each streaming
@@ -464,7 +465,7 @@ func (e *Engine) persist(ctx context.Context, tgt *pgx.Conn, persisted *change.L
 
 // createSlot creates the slot and, with --snapshot, copies the existing rows
 // from its exported snapshot. It returns the slot's consistent point.
-func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, createdPub bool) (change.LSN, error) {
+func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, createdPub bool) (_ change.LSN, err error) {
 	cfg := e.cfg
 	if cfg.Snapshot {
 		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
@@ -474,6 +475,17 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		if err := e.markCopying(ctx, tgt, tables); err != nil {
 			return 0, err
 		}
+		// The user's empty tables are copied as bare as those
+		// --create-tables makes; a copy that fails (or a slot that
+		// cannot be made) leaves them as they were.
+		if err := e.setAsideForCopy(ctx, tgt, tables); err != nil {
+			return 0, err
+		}
+		defer func() {
+			if err != nil {
+				e.restoreSetAside(ctx, tgt)
+			}
+		}()
 	}
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
@@ -649,6 +661,13 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		if err != nil {
 			return "", err
 		}
+		// The user's tables set aside for the copy are not bare tables
+		// a start made: never made again.
+		setAside, err := target.SetAsideTables(ctx, tgt, e.cfg.Slot)
+		if err != nil {
+			return "", err
+		}
+		deferred = slices.DeleteFunc(deferred, func(t schema.TableName) bool { return slices.Contains(setAside, t) })
 		for _, s := range syncs {
 			t := schema.TableName{Schema: s.Schema, Name: s.Name}
 			ready[t] = s.State == target.TableReady
@@ -738,6 +757,46 @@ func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, ta
 		undo.createdTables(tgt, e.cfg.Slot, made)
 	}
 	return noBinary, nil
+}
+
+// setAsideForCopy sets aside the keys and indexes of the target's empty
+// tables among tables for the copy (target.SetAside), unless
+// --keep-indexes; the tables the target role does not own are named once.
+func (e *Engine) setAsideForCopy(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	if e.cfg.KeepIndexes {
+		return nil
+	}
+	log := e.log.With("component", "snapshot")
+	notOwned, err := target.SetAside(ctx, tgt, e.cfg.Slot, tables, log)
+	if err != nil {
+		return err
+	}
+	if len(notOwned) > 0 {
+		log.Info("copying into target tables with their keys and indexes in place: the target role does not own them (or a table whose foreign key references them), "+
+			"and only an owner may drop and make again their keys and indexes; the copy is slower for it", "tables", tableList(notOwned), "role", tgt.Config().User)
+	}
+	return nil
+}
+
+// restoreSetAside makes again, as they were, the keys and indexes of the
+// tables set aside for a copy that failed or was stopped (emptying them:
+// the next run copies them again), with a context of its own (the run's
+// may be done). A failure is logged: the next run, or `repstream drop`,
+// makes them again.
+func (e *Engine) restoreSetAside(ctx context.Context, tgt *pgx.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if tgt.IsClosed() {
+		var err error
+		if tgt, err = target.Connect(rctx, e.cfg.Target, "repstream-admin"); err != nil {
+			e.log.Warn("the target tables set aside for the copy keep going without their keys and indexes until the next run or `repstream drop`", "err", err)
+			return
+		}
+		defer tgt.Close(context.WithoutCancel(ctx))
+	}
+	if err := target.RestoreSetAside(rctx, tgt, e.cfg.Slot, false, e.log.With("component", "snapshot")); err != nil {
+		e.log.Warn("the target tables set aside for the copy keep going without their keys and indexes until the next run or `repstream drop`", "err", err)
+	}
 }
 
 // stillBare reports whether a target table is as a start made it for its

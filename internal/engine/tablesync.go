@@ -37,7 +37,11 @@ const tablePollInterval = 2 * time.Second
 // records each table ready at the slot's consistent point L once its copy is
 // complete. ready (if set) is called with each table copied. The temporary
 // slot goes away with its connection.
-func (e *Engine) syncTables(ctx context.Context, tables []schema.TableName, ready func(t schema.TableName, l change.LSN)) (change.LSN, error) {
+//
+// atStart: a start copies them, before anything streams: the keys and
+// indexes of the user's empty tables are set aside for the copy
+// (setAsideForCopy), and made again as they were if it fails.
+func (e *Engine) syncTables(ctx context.Context, tables []schema.TableName, atStart bool, ready func(t schema.TableName, l change.LSN)) (_ change.LSN, err error) {
 	cfg := e.cfg
 	log := e.log.With("component", "tablesync")
 	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tablesync")
@@ -52,6 +56,16 @@ func (e *Engine) syncTables(ctx context.Context, tables []schema.TableName, read
 	}
 	if err := snapshot.CheckTargets(ctx, tgt, tables, true); err != nil {
 		return 0, err
+	}
+	if atStart {
+		if err := e.setAsideForCopy(ctx, tgt, tables); err != nil {
+			return 0, err
+		}
+		defer func() {
+			if err != nil {
+				e.restoreSetAside(ctx, tgt)
+			}
+		}()
 	}
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
@@ -166,7 +180,7 @@ func (e *Engine) resumeCopy(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		rest = append(rest, t)
 	}
 	if len(rest) > 0 {
-		if _, err := e.syncTables(ctx, rest, nil); err != nil {
+		if _, err := e.syncTables(ctx, rest, true, nil); err != nil {
 			return fmt.Errorf("resume the interrupted initial copy: %w", err)
 		}
 	}
@@ -196,7 +210,7 @@ func (e *Engine) syncPendingAtStart(ctx context.Context, tgt *pgx.Conn, publishe
 	if len(todo) == 0 {
 		return nil
 	}
-	_, err = e.syncTables(ctx, todo, nil)
+	_, err = e.syncTables(ctx, todo, true, nil)
 	return err
 }
 
@@ -305,7 +319,7 @@ func (e *Engine) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.Ta
 	start := time.Now()
 	err = ap.Quiesce(ctx, func(ctx context.Context) error {
 		log.Info("apply paused for the copy of added tables", "tables", tableList(todo))
-		_, err := e.syncTables(ctx, todo, func(t schema.TableName, l change.LSN) {
+		_, err := e.syncTables(ctx, todo, false, func(t schema.TableName, l change.LSN) {
 			filter.Put(apply.TableName{Schema: t.Schema, Name: t.Name}, apply.TableState{Ready: true, SyncLSN: l})
 		})
 		return err

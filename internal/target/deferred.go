@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,8 @@ CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 	PRIMARY KEY (slot, schema_name, table_name, seq)
 );
 ALTER TABLE repstream.deferred_ddl ADD COLUMN IF NOT EXISTS index_name text;
+ALTER TABLE repstream.deferred_ddl ADD COLUMN IF NOT EXISTS restore boolean NOT NULL DEFAULT false;
+ALTER TABLE repstream.deferred_ddl ADD COLUMN IF NOT EXISTS after_all boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS repstream.unbuilt_indexes (
 	slot text NOT NULL,
 	schema_name text NOT NULL,
@@ -94,9 +97,21 @@ SELECT $1, $2, $3, n - 1, s, x FROM unnest($4::text[], $5::text[]) WITH ORDINALI
 
 // DeferredTables returns the tables of slot with something deferred, by
 // name: made bare by a start, their copy not yet complete (or its build not
-// yet run).
+// yet run), and the user's tables set aside for the copy (SetAside) whose
+// keys and indexes are not yet rebuilt.
 func DeferredTables(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
-	rows, err := conn.Query(ctx, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
+	return deferredTables(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
+}
+
+// SetAsideTables returns the user's tables of slot whose keys and indexes
+// were set aside for the copy (SetAside) and are not rebuilt yet: not
+// tables a start made bare.
+func SetAsideTables(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
+	return deferredTables(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 AND restore ORDER BY 1, 2`, slot)
+}
+
+func deferredTables(ctx context.Context, conn *pgx.Conn, query, slot string) ([]schema.TableName, error) {
+	rows, err := conn.Query(ctx, query, slot)
 	if err != nil {
 		return nil, fmt.Errorf("read what to build on the target's tables: %w", err)
 	}
@@ -122,20 +137,49 @@ func ForgetDeferred(ctx context.Context, tx pgx.Tx, slot string, t schema.TableN
 // secondary index that cannot be built is left out (each is tried under a
 // savepoint), logged and recorded (RecordUnbuilt). A table that no longer
 // exists on the target is forgotten. Nothing deferred: nothing done.
+//
+// The foreign keys of other tables that reference a table set aside for
+// the copy (SetAside: after_all) are left for BuildAllDeferred, once every
+// table is copied: made now, they would wait on the copies of the tables
+// they are on.
 func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, log *slog.Logger) error {
+	return buildDeferred(ctx, conn, slot, t, buildOpts{own: true, lenient: true}, log)
+}
+
+// buildOpts says what buildDeferred builds, and how.
+type buildOpts struct {
+	// own: only the table's own keys and indexes (the foreign keys
+	// referencing it stay listed); fks: only those foreign keys; neither:
+	// both.
+	own, fks bool
+	// empty: the table is emptied first, in the same transaction (a table
+	// set aside whose copy did not complete, restored outside a copy:
+	// RestoreSetAside).
+	empty bool
+	// lenient: a foreign key the rows break is made NOT VALID (logged);
+	// else it stays listed, to be made by the run that completes the copy.
+	lenient bool
+}
+
+// buildDeferred is BuildDeferred, as o says.
+func buildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, o buildOpts, log *slog.Logger) error {
+	all := !o.own
+	onlyFKs := o.fks
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	rows, err := tx.Query(ctx, `SELECT sql, index_name FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3 ORDER BY seq`,
-		slot, t.Schema, t.Name)
+	rows, err := tx.Query(ctx, `SELECT sql, index_name, after_all FROM repstream.deferred_ddl
+WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND (NOT after_all OR $4) AND (after_all OR NOT $5) ORDER BY after_all, seq`,
+		slot, t.Schema, t.Name, all, onlyFKs)
 	if err != nil {
 		return fmt.Errorf("read what to build on %s: %w", t, err)
 	}
 	type stmt struct {
-		SQL   string
-		Index *string
+		SQL      string
+		Index    *string
+		AfterAll bool
 	}
 	stmts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stmt])
 	if err != nil {
@@ -148,8 +192,16 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
 		return fmt.Errorf("look up %s on the target: %w", t, err)
 	}
+	if exists && o.empty {
+		if _, err := tx.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
+			return fmt.Errorf("empty %s (its copy did not complete) before restoring its keys and indexes: %w", t, err)
+		}
+		log.Info("the copy of a table set aside did not complete: emptied (the next run copies it again) and its keys and indexes restored", "table", t.String())
+	}
 	took := make([]time.Duration, len(stmts))
 	failed := make([]error, len(stmts))
+	notValid := make([]bool, len(stmts))
+	kept := []string{} // foreign keys left listed (!o.lenient); not nil: ANY(NULL) matches nothing
 	if exists {
 		for i, st := range stmts {
 			began := time.Now()
@@ -165,6 +217,30 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 			if failed[i], err = tryIndex(ctx, tx, st.SQL); err != nil {
 				return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
 			}
+			if failed[i] != nil && st.AfterAll && pgerr.Is(failed[i], "23503") && !o.lenient {
+				log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target yet: left for the run that completes the copy",
+					"table", t.String(), "constraint", *st.Index, "err", failed[i])
+				kept = append(kept, *st.Index)
+				failed[i] = nil
+				notValid[i] = true
+				took[i] = time.Since(began)
+				continue
+			}
+			if failed[i] != nil && st.AfterAll && pgerr.Is(failed[i], "23503") && !strings.HasSuffix(st.SQL, " NOT VALID") {
+				// A foreign key the rows copied break (a row filter, a
+				// table of the target not copied): made NOT VALID, it
+				// still checks what is written from now on.
+				var again error
+				if again, err = tryIndex(ctx, tx, st.SQL+" NOT VALID"); err != nil {
+					return fmt.Errorf("make foreign key %s after the copy of %s (%s NOT VALID): %w", *st.Index, t, st.SQL, err)
+				}
+				if again == nil {
+					notValid[i] = true
+					log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target: made again NOT VALID; "+
+						"validate it once the rows are right (ALTER TABLE ... VALIDATE CONSTRAINT)", "table", t.String(), "constraint", *st.Index, "err", failed[i], "sql", st.SQL)
+					failed[i] = nil
+				}
+			}
 			if failed[i] != nil {
 				err = RecordUnbuilt(ctx, tx, slot, t, schema.Index{Name: *st.Index, SQL: st.SQL}, failed[i])
 			} else {
@@ -179,7 +255,9 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 	} else {
 		log.Warn("a table whose keys and indexes were to be built after its copy is gone from the target: nothing built", "table", t.String())
 	}
-	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3
+AND (NOT after_all OR $4) AND (after_all OR NOT $5) AND (index_name IS NULL OR NOT index_name = ANY($6))`,
+		slot, t.Schema, t.Name, all, onlyFKs, kept); err != nil {
 		return fmt.Errorf("record the keys and indexes of %s as built: %w", t, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -189,6 +267,9 @@ func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.Ta
 		for i, st := range stmts {
 			if failed[i] != nil {
 				warnUnbuilt(log, t, *st.Index, st.SQL, failed[i])
+				continue
+			}
+			if notValid[i] {
 				continue
 			}
 			log.Info("built on the target after the copy", "table", t.String(), "sql", st.SQL, "elapsed", took[i].Round(time.Millisecond))
@@ -297,6 +378,8 @@ FROM repstream.unbuilt_indexes u
 WHERE u.slot = $1
   AND pg_catalog.to_regclass(pg_catalog.quote_ident(u.schema_name) || '.' || pg_catalog.quote_ident(u.table_name)) IS NOT NULL
   AND pg_catalog.to_regclass(pg_catalog.quote_ident(u.schema_name) || '.' || pg_catalog.quote_ident(u.index_name)) IS NULL
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conname = u.index_name AND k.contype = 'f'
+    AND k.confrelid = pg_catalog.to_regclass(pg_catalog.quote_ident(u.schema_name) || '.' || pg_catalog.quote_ident(u.table_name)))
 ORDER BY 1, 2, 3`, slot)
 	if err != nil {
 		if pgerr.Is(err, pgerr.UndefinedTable, "3F000") {
@@ -319,15 +402,16 @@ ORDER BY 1, 2, 3`, slot)
 }
 
 // BuildAllDeferred builds what is deferred on every table of slot
-// (BuildDeferred): before streaming, for the tables no copy built (a start
-// with --snapshot=false copies none).
+// (BuildDeferred), the foreign keys left for the end included: before
+// streaming, for the tables no copy built (a start with --snapshot=false
+// copies none) and the foreign keys referencing tables set aside.
 func BuildAllDeferred(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
 	tables, err := DeferredTables(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
 	for _, t := range tables {
-		if err := BuildDeferred(ctx, conn, slot, t, log); err != nil {
+		if err := buildDeferred(ctx, conn, slot, t, buildOpts{lenient: true}, log); err != nil {
 			return err
 		}
 	}

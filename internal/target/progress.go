@@ -339,10 +339,15 @@ WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 }
 
 // DropState removes the slot's progress, applied rows and error queue
-// (EnsureState first). What is deferred on tables --create-tables made is
-// built first (BuildAllDeferred); a build that fails is logged, naming the
-// table, and the state is removed anyway.
+// (EnsureState first). The keys and indexes of the user's tables set aside
+// for a copy that did not complete are made again first, those tables
+// emptied (RestoreSetAside); what is deferred on tables --create-tables
+// made is built (BuildAllDeferred); a build that fails is logged, naming
+// the table, and the state is removed anyway.
 func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+	if err := RestoreSetAside(ctx, conn, slot, true, log); err != nil {
+		log.Warn("a target table set aside for the copy could not be restored as it was", "slot", slot, "err", err)
+	}
 	if err := BuildAllDeferred(ctx, conn, slot, log); err != nil {
 		log.Warn("a table --create-tables made keeps going without its keys or indexes", "slot", slot, "err", err)
 	}
