@@ -57,3 +57,25 @@ func TestDDLSetLoggedTakesTableUp(t *testing.T) {
 	e.assertSameTable("public.moved2", "id")
 	e.assertSameTable("public.base", "id")
 }
+
+// TestDDLSetLoggedTargetHasTable: SET LOGGED of an unlogged table whose
+// name the target already has (made by hand, or kept from before it was set
+// UNLOGGED): the target's rows are not the source's, so it is copied anew,
+// not left with different rows that then receive the stream.
+func TestDDLSetLoggedTargetHasTable(t *testing.T) {
+	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+	}
+	e.srcExec(`CREATE TABLE base2 (id int PRIMARY KEY);
+		CREATE UNLOGGED TABLE ul2 (id int PRIMARY KEY, v text);
+		INSERT INTO ul2 SELECT g, 'u' || g FROM generate_series(1, 300) g`)
+	e.tgtExec(`CREATE TABLE ul2 (id int PRIMARY KEY, v text); INSERT INTO ul2 VALUES (1, 'the target''s own'), (9999, 'stale')`)
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE ul2 SET LOGGED`)
+	e.srcExec(`UPDATE ul2 SET v = 'after' WHERE id <= 5`)
+	e.catchUp(cfg)
+	e.assertSameTable("public.ul2", "id")
+}

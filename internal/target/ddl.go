@@ -122,9 +122,13 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 	}
 	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", c.LSN)
-	if msg.Old != nil && w.entersPublication(msg) {
-		// Moved into a published schema: the target's table of that name
-		// was not the source's replicated one. Copied anew.
+	if w.entersPublication(msg) && !msg.Creates() {
+		// Moved into a published schema, or set LOGGED, with a table of
+		// that name on the target: it was not the source's replicated one
+		// (the stream never carried its rows). Copied anew. (A table
+		// whose previous definition the source's trigger lost, Old nil
+		// after a crash of the source, is copied anew too: costly, not
+		// wrong.)
 		return w.takeUp(ctx, msg, c.LSN, fail)
 	}
 	return nil
