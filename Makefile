@@ -13,7 +13,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres monitoring-tools kafka test-kafka demo test lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
+.PHONY: all build postgres monitoring-tools kafka test-kafka demo test test-steps lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
 
 all: build
 
@@ -44,7 +44,12 @@ kafka:
 test-kafka: kafka
 	REPSTREAM_REQUIRE_KAFKA=1 $(GO) test -count=1 -timeout 10m ./internal/kafkatest/
 
-test: lint postgres monitoring-tools build unit integration versions-ci
+# Says how long it took, also when it fails.
+test:
+	@start=$$(date +%s); $(MAKE) --no-print-directory test-steps; status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$status
+
+test-steps: lint postgres monitoring-tools build unit integration versions-ci
 
 # gofmt, go vet and staticcheck: clean, or the build fails.
 lint: vet

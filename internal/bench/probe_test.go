@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func TestProbeHeldBack(t *testing.T) {
 	p := runProbe(t, ctx, env.srcDSN, env.tgtDSN, 100*time.Millisecond)
 	epoch := time.Now()
 	p.SetTicking(true)
-	time.Sleep(time.Second) // flowing freely
+	waitSeen(t, p, epoch, 10) // flowing freely
 	id, _, err := p.Mark(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -153,18 +154,28 @@ func TestProbeResolution(t *testing.T) {
 	p := runProbe(t, ctx, src.DSN(db), src.DSN(db), 20*time.Millisecond)
 	epoch := time.Now()
 	p.SetTicking(true)
-	time.Sleep(time.Second)
+	waitSeen(t, p, epoch, 50) // a second's worth
 	if err := p.StopTicking(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, fig := p.Results(epoch, time.Time{}, time.Time{})
-	if fig.Seen < 20 {
-		t.Fatalf("only %d probes seen in a second at a 20 ms interval", fig.Seen)
+	if fig.Seen < 50 {
+		t.Fatalf("only %d probes seen, after 50 were", fig.Seen)
 	}
 	if fig.P50Ms > 3 {
 		t.Errorf("p50 of probes visible at once = %.2f ms, want ≤ 3 ms (the poller follows the probes)", fig.P50Ms)
 	}
 	t.Logf("%d probes: p50 %.3f ms, p99 %.3f ms", fig.Seen, fig.P50Ms, fig.P99Ms)
+}
+
+// waitSeen waits until n probes since epoch are seen on the target (at the
+// probe's interval: n intervals or so; the timeout only ends a hang).
+func waitSeen(t *testing.T, p *Probe, epoch time.Time, n int) {
+	t.Helper()
+	pgtest.WaitFor(t, fmt.Sprintf("%d probes seen", n), 30*time.Second, func() (bool, error) {
+		_, fig := p.Results(epoch, time.Time{}, time.Time{})
+		return fig.Seen >= n, nil
+	})
 }
 
 // runProbe runs a probe between srcDSN and tgtDSN until the test ends.

@@ -50,6 +50,15 @@ func startLoad(t *testing.T, dsn string) *load {
 				conn.Close(ctx)
 			}
 		}()
+		// pause waits d, or until halt (false).
+		pause := func(d time.Duration) bool {
+			select {
+			case <-l.stop:
+				return false
+			case <-time.After(d):
+				return true
+			}
+		}
 		for i := int64(1); ; {
 			select {
 			case <-l.stop:
@@ -59,7 +68,7 @@ func startLoad(t *testing.T, dsn string) *load {
 			if conn == nil || conn.IsClosed() {
 				c, err := pgx.Connect(ctx, dsn)
 				if err != nil {
-					time.Sleep(100 * time.Millisecond)
+					pause(100 * time.Millisecond)
 					continue
 				}
 				conn = c
@@ -78,12 +87,12 @@ func startLoad(t *testing.T, dsn string) *load {
 			if err != nil {
 				conn.Close(ctx)
 				conn = nil
-				time.Sleep(50 * time.Millisecond)
+				pause(50 * time.Millisecond)
 				continue
 			}
 			l.written.Add(1)
 			i++
-			time.Sleep(2 * time.Millisecond)
+			pause(2 * time.Millisecond) // the pace
 		}
 	}()
 	t.Cleanup(l.halt)

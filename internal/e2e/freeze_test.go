@@ -31,6 +31,33 @@ func (e *env) catchUpLogged(cfg config.Config, logs *syncBuffer) {
 	}
 }
 
+// killInCopy kills cmd (SIGKILL) as soon as the target runs a COPY whose
+// text is LIKE like. Should none come within a minute, the test fails and
+// cmd is killed then, its log shown.
+func (e *env) killInCopy(cmd *exec.Cmd, stderr *bytes.Buffer, like string) {
+	e.t.Helper()
+	killed := false
+	kill := func() {
+		killed = true
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	e.t.Cleanup(func() {
+		if !killed {
+			kill()
+			e.t.Logf("repstream's log:\n%s", tail(stderr.String(), 30))
+		}
+	})
+	// Often: the COPY must be caught before it completes.
+	pgtest.WaitForEvery(e.t, "a COPY like "+like+" on the target", time.Minute, 2*time.Millisecond, func() (bool, error) {
+		var copying bool
+		err := e.Tgt.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+			AND query LIKE $1 AND state = 'active')`, like).Scan(&copying)
+		return copying, err
+	})
+	kill()
+}
+
 // copiedFrozen returns the "frozen" attribute of the log's "copied table"
 // line for public.table ("" when there is none).
 func copiedFrozen(log, table string) string {
@@ -260,25 +287,7 @@ func TestKillDuringFreezeCopy(t *testing.T) {
 	}
 	// Kill it once the target runs the COPY FREEZE.
 	ctx := context.Background()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var copying bool
-		if err := e.Tgt.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
-			AND query LIKE 'COPY %killed%FREEZE%' AND state = 'active')`).Scan(&copying); err != nil {
-			t.Fatal(err)
-		}
-		if copying {
-			break
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("no COPY FREEZE of killed seen on the target:\n%s", tail(stderr.String(), 30))
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	e.killInCopy(cmd, &stderr, "COPY %killed%FREEZE%")
 	if strings.Contains(stderr.String(), `msg="copied table"`) {
 		t.Fatalf("the copy completed before the kill: the test interrupts nothing (make the table larger)")
 	}

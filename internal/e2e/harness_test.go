@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ type env struct {
 	srcDB    string
 	tgtDB    string
 	Src, Tgt *pgx.Conn
+	writes   *atomic.Int64 // statements writeLoad has run
 }
 
 func newEnv(t *testing.T) *env {

@@ -154,8 +154,7 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 			}
 			defer tgt.Close(ctx)
 			inserted := false
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			pgtest.WaitFor(t, "the copy, then a streamed row, on the target with the probes up", 20*time.Second, func() (bool, error) {
 				select {
 				case err := <-exited:
 					stopped = true
@@ -168,18 +167,15 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 				up := probesUp(httpAddr)
 				if n == srcCount && n > 0 && up {
 					if inserted {
-						break
+						return true, nil
 					}
 					if _, err := src.Exec(ctx, "INSERT INTO pw VALUES ($1, 'streamed')", streamedID); err != nil {
 						t.Fatal(err)
 					}
 					inserted = true
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("target has %d of %d rows (streamed row inserted: %v), probes up: %v, after 20 s:\n%s", n, srcCount, inserted, up, out.tail(30))
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return false, fmt.Errorf("target has %d of %d rows (streamed row inserted: %v), probes up: %v:\n%s", n, srcCount, inserted, up, out.tail(30))
+			})
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -152,25 +151,7 @@ func startKilledInCopy(t *testing.T, e *env, argv []string, table string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var copying bool
-		if err := e.Tgt.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
-			AND query LIKE 'COPY %`+table+`%' AND state = 'active')`).Scan(&copying); err != nil {
-			t.Fatal(err)
-		}
-		if copying {
-			break
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("no COPY of %s seen on the target:\n%s", table, tail(stderr.String(), 30))
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	e.killInCopy(cmd, &stderr, "COPY %"+table+"%")
 	if strings.Contains(stderr.String(), `msg="copied table" table=app.big`) {
 		t.Fatalf("the copy of app.big completed before the kill: the test interrupts nothing")
 	}

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // runStatusBinary runs the repstream binary and returns its exit code, stdout and
@@ -61,8 +64,16 @@ func TestStatusExitCodes(t *testing.T) {
 		t.Fatalf("status --format json of a healthy slot:\n%s", out)
 	}
 
-	// Inactive for longer than --max-inactive.
-	time.Sleep(1500 * time.Millisecond)
+	// Inactive for longer than --max-inactive: once status itself reports
+	// more than a second of inactivity.
+	pgtest.WaitFor(t, "status to report the slot inactive for over 1.2 s", time.Minute, func() (bool, error) {
+		code, out, stderr := runStatusBinary(t, append([]string{"status", "--format", "json", "--max-inactive", "1h"}, conn...)...)
+		v.InactiveSeconds = nil
+		if err := json.Unmarshal([]byte(out), &v); err != nil || code != 0 || v.InactiveSeconds == nil {
+			return false, fmt.Errorf("status --format json: exit %d, %v\n%s\n%s", code, err, out, stderr)
+		}
+		return *v.InactiveSeconds > 1.2, nil
+	})
 	code, _, stderr = runStatusBinary(t, append([]string{"status", "--max-inactive", "1s"}, conn...)...)
 	if code != 2 || !strings.Contains(stderr, "has been inactive for") || !strings.Contains(stderr, "--max-inactive 1s") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("status of a slot inactive for longer than --max-inactive: exit %d, stderr:\n%s", code, stderr)

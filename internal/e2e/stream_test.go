@@ -74,11 +74,17 @@ func TestStreamedTransactions(t *testing.T) {
 					return err
 				}
 				defer c.Close(ctx)
+				tick := time.NewTicker(10 * time.Millisecond) // the pace
+				defer tick.Stop()
 				for i := 0; i < 50; i++ {
 					if _, err := c.Exec(gctx, fmt.Sprintf(`UPDATE hot SET v = v + 1 WHERE k = %d`, 1+i%50)); err != nil {
 						return err
 					}
-					time.Sleep(10 * time.Millisecond)
+					select {
+					case <-gctx.Done():
+						return gctx.Err()
+					case <-tick.C:
+					}
 				}
 				return nil
 			})

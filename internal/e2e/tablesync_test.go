@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,10 +73,16 @@ func (e *env) writeLoad(tables []string, keys int) (stop func()) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if e.writes == nil {
+		e.writes = new(atomic.Int64)
+	}
+	writes := e.writes
 	var wg sync.WaitGroup
 	var werr error
 	wg.Go(func() {
 		defer conn.Close(context.Background())
+		tick := time.NewTicker(2 * time.Millisecond) // the pace
+		defer tick.Stop()
 		next := 10_000_000
 		for i := 0; ctx.Err() == nil; i++ {
 			t := tables[rand.IntN(len(tables))]
@@ -101,7 +108,11 @@ func (e *env) writeLoad(tables []string, keys int) (stop func()) {
 				werr = err
 				return
 			}
-			time.Sleep(2 * time.Millisecond)
+			writes.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
 		}
 	})
 	return func() {
@@ -111,6 +122,16 @@ func (e *env) writeLoad(tables []string, keys int) (stop func()) {
 			e.t.Fatalf("write load: %v", werr)
 		}
 	}
+}
+
+// waitLoadWrites waits until writeLoad has run n more statements from now:
+// changes that come after whatever the test just saw (a copy's snapshot).
+func (e *env) waitLoadWrites(n int64) {
+	e.t.Helper()
+	from := e.writes.Load()
+	pgtest.WaitFor(e.t, fmt.Sprintf("%d more statements of the write load", n), time.Minute, func() (bool, error) {
+		return e.writes.Load() >= from+n, nil
+	})
 }
 
 // TestTableSyncResumeInitialCopy: an initial copy stopped once its first
@@ -170,7 +191,7 @@ func testResumeInitialCopy(t *testing.T, create bool) {
 	stop := e.start(cfg)
 	b := e.waitTableReady("b_big", 2*time.Minute)
 	c := e.waitTableReady("c_small", time.Minute)
-	time.Sleep(time.Second) // changes after the recopy's snapshot, applied
+	e.waitLoadWrites(200) // changes after the recopy's snapshot, applied
 	stopLoad()
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
@@ -213,7 +234,7 @@ func TestTablesAddWhileRunning(t *testing.T) {
 	stopLoad := e.writeLoad([]string{"t1", "t2"}, 3000)
 	stop := e.start(cfg)
 	e.waitTableReady("t1", time.Minute)
-	time.Sleep(500 * time.Millisecond)
+	e.waitLoadWrites(100) // t2 changes before its copy
 
 	var out, errOut bytes.Buffer
 	code := cli.Run(context.Background(), []string{"tables", "add", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot, "public.t2"}, &out, &errOut)
@@ -221,7 +242,7 @@ func TestTablesAddWhileRunning(t *testing.T) {
 		t.Fatalf("tables add: exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}
 	s := e.waitTableReady("t2", 2*time.Minute)
-	time.Sleep(time.Second) // changes after L, applied
+	e.waitLoadWrites(200) // changes after L, applied
 	stopLoad()
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
@@ -423,7 +444,7 @@ func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
 	e.srcExec(`ALTER TABLE a_small ADD COLUMN note text DEFAULT 'x'`) // copied already: the stream brings it
 
 	stop := e.startUntilReady(cfg, "b_big")
-	time.Sleep(time.Second)
+	e.waitLoadWrites(200) // changes after the recopy's snapshot, applied
 	stopLoad()
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
@@ -487,16 +508,11 @@ func (e *env) runUntilReady(cfg config.Config, table string) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- engine.New(cfg, testLogger(e.t), nil).Run(ctx) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if s, ok := e.tableSync(table); ok && s.state == "ready" {
-			break
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s was not copied within a minute", table)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Often: the run must stop before the next table is copied whole.
+	pgtest.WaitForEvery(e.t, table+" copied", time.Minute, 5*time.Millisecond, func() (bool, error) {
+		s, ok := e.tableSync(table)
+		return ok && s.state == "ready", nil
+	})
 	cancel()
 	return <-done
 }

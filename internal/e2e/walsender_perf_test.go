@@ -94,10 +94,14 @@ func TestPerfWalsender(t *testing.T) {
 			defer close(done)
 			pid := 0
 			for {
+				final := false // stop: one last sample, then return
 				select {
 				case <-stop:
-					return
+					final = true
 				case <-time.After(20 * time.Millisecond):
+				}
+				if pid == 0 && final {
+					return
 				}
 				if pid == 0 {
 					var p *int
@@ -123,6 +127,9 @@ func TestPerfWalsender(t *testing.T) {
 					cpu.Store(ticks)
 					vol.Store(procStatus(pid, "voluntary_ctxt_switches"))
 					invol.Store(procStatus(pid, "nonvoluntary_ctxt_switches"))
+				}
+				if final {
+					return
 				}
 			}
 		}()
@@ -174,9 +181,8 @@ func TestPerfWalsender(t *testing.T) {
 		}
 		d := time.Since(start)
 		selfCPU1, tgtCPU1 := selfCPU(), clusterCPU(e.tgt.DataDir())
-		time.Sleep(50 * time.Millisecond)
 		close(stop)
-		<-done
+		<-done // after its last sample
 		if rec != nil && rec.Process != nil {
 			_ = rec.Process.Signal(os.Interrupt)
 			_ = rec.Wait()
@@ -221,19 +227,15 @@ func nativeCatchUp(t *testing.T, e *env, slot, pub, end string, binary bool) (in
 		return 0, err
 	}
 	defer src.Close(ctx)
-	for {
+	pgtest.WaitForEvery(t, "the subscription to confirm "+end, time.Hour, 20*time.Millisecond, func() (bool, error) {
 		var done bool
-		if err := src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`,
-			end, slot).Scan(&done); err != nil {
-			return 0, err
-		}
-		if done {
-			var n int64
-			err := conn.QueryRow(ctx, "SELECT count(*) FROM conditions").Scan(&n)
-			return n, err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		err := src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2`,
+			end, slot).Scan(&done)
+		return done, err
+	})
+	var n int64
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM conditions").Scan(&n)
+	return n, err
 }
 
 // withEnv runs f with the space-separated NAME=VALUE pairs of env set in

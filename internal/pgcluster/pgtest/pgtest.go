@@ -275,8 +275,19 @@ func (w tWriter) Write(p []byte) (int, error) {
 // (the condition may not be checkable yet); it is reported on timeout.
 func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()
+	waitFor(t, what, timeout, 10*time.Millisecond, 200*time.Millisecond, cond)
+}
+
+// WaitForEvery is WaitFor calling cond every pause: for a state that may
+// last only a moment (a copy caught half done).
+func WaitForEvery(t testing.TB, what string, timeout, pause time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	waitFor(t, what, timeout, pause, pause, cond)
+}
+
+func waitFor(t testing.TB, what string, timeout, pause, maxPause time.Duration, cond func() (bool, error)) {
+	t.Helper()
 	start := time.Now()
-	pause := 10 * time.Millisecond
 	var last error
 	for {
 		ok, err := cond()
@@ -293,6 +304,6 @@ func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(pause)
-		pause = min(2*pause, 200*time.Millisecond)
+		pause = min(2*pause, maxPause)
 	}
 }
