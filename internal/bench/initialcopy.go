@@ -100,7 +100,7 @@ func initialCopyWorkload() *Workload {
 	return &Workload{
 		Name: "initial-copy",
 		Description: "initial copy of a multi-table source (ic_orders 3,000,000 rows, ic_customers, ic_events and ic_stock " +
-			"500,000 each: ≈430 MB of row payload, ≈800 MB on disk with indexes at scale 1; a PK and secondary indexes on each, mixed types) into an empty target",
+			"500,000 each: ≈430 MB of row payload, ≈800 MB on disk with indexes at scale 1; a PK and secondary indexes on each, mixed types) into an empty target database, or with --pre-made into tables made beforehand with their keys and indexes",
 		Tables: initialCopyTables,
 		DDL:    initialCopyDDL,
 		Copy:   true,

@@ -624,7 +624,7 @@ func peerSettings(systems []System) map[string]string {
 			out[string(s)] = "pgstream " + PgstreamVersion + " postgres -> postgres (wal2json): `pgstream init` (slot, schema log) before the load, " +
 				"`pgstream run` at start; include filter = the workload's tables; " + strings.Join(kv, ", ")
 		case SystemPgcopydb:
-			out[string(s)] = "pgcopydb clone --no-owner --no-acl --skip-extensions " + strings.Join(PgcopydbJobs, " ") + " into an empty target database"
+			out[string(s)] = "pgcopydb clone --no-owner --no-acl --skip-extensions " + strings.Join(PgcopydbJobs, " ") + " into an empty target database (with --pre-made: --drop-if-exists, over the tables made beforehand)"
 		}
 	}
 	if len(out) == 0 {
