@@ -42,7 +42,7 @@ kafka:
 # The Kafka test brokers' own tests (one broker; three with a leader killed),
 # failing instead of skipping when Kafka cannot run.
 test-kafka: kafka
-	REPSTREAM_REQUIRE_KAFKA=1 $(GO) test -count=1 -timeout 10m ./internal/kafkatest/
+	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -count=1 -timeout 10m ./internal/kafkatest/
 
 # Says how long it took, also when it fails.
 test:
