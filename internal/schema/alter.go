@@ -44,142 +44,211 @@ var (
 // replaced by the real default expression); a default the source evaluated
 // per row is ErrVolatileDefault unless targetEmpty.
 func AlterSQL(cur *Table, m *DDLMessage, targetEmpty bool) ([]string, error) {
-	tn := m.TableName()
-	var stmts []string
-	q := cur.TableName()
-	if q.Schema != tn.Schema {
-		stmts = append(stmts, "ALTER TABLE "+q.Quoted()+" SET SCHEMA "+change.QuoteIdent(tn.Schema))
-		q.Schema = tn.Schema
-	}
-	if q.Name != tn.Name {
-		stmts = append(stmts, "ALTER TABLE "+q.Quoted()+" RENAME TO "+change.QuoteIdent(tn.Name))
-	}
-	qt := tn.Quoted()
-	alter := func(s string) { stmts = append(stmts, "ALTER TABLE "+qt+" "+s) }
-	have := map[string]*Column{}
-	for i := range cur.Columns {
-		have[cur.Columns[i].Name] = &cur.Columns[i]
-	}
-	fail := func(col string, err error, format string, args ...any) error {
-		return fmt.Errorf("schema change %q of %s, column %q: %w: %s", m.Tag, tn, col, err, fmt.Sprintf(format, args...))
-	}
-	newNames := map[string]bool{}
-	for _, c := range m.Columns {
-		newNames[c.Name] = true
-	}
-
-	var oldByNum map[int]*DDLColumn
+	d := newAlterDiff(cur, m)
+	d.moveTable(cur.TableName())
 	if m.Old != nil {
-		oldByNum = map[int]*DDLColumn{}
-		for i := range m.Old.Columns {
-			oldByNum[m.Old.Columns[i].Num] = &m.Old.Columns[i]
+		renamed, err := d.renameColumns()
+		if err != nil {
+			return nil, err
 		}
-		// Renames.
-		renamed := map[string]bool{}
-		for _, c := range m.Columns {
-			o := oldByNum[c.Num]
-			if o == nil || o.Name == c.Name {
-				continue
-			}
-			switch {
-			case have[c.Name] != nil && have[o.Name] == nil:
-				// Renamed on the target already.
-			case have[o.Name] != nil && have[c.Name] == nil:
-				alter("RENAME COLUMN " + change.QuoteIdent(o.Name) + " TO " + change.QuoteIdent(c.Name))
-				have[c.Name] = have[o.Name]
-				delete(have, o.Name)
-				renamed[c.Name] = true
-			default:
-				return nil, fail(c.Name, ErrTargetMismatch, "renamed from %q on the source, but the target has %s", o.Name, both(have[o.Name] != nil, have[c.Name] != nil))
-			}
-		}
-		// Drops.
-		newNums := map[int]bool{}
-		for _, c := range m.Columns {
-			newNums[c.Num] = true
-		}
-		for _, o := range m.Old.Columns {
-			if newNums[o.Num] || have[o.Name] == nil || renamed[o.Name] {
-				continue
-			}
-			alter("DROP COLUMN " + change.QuoteIdent(o.Name))
-			delete(have, o.Name)
-		}
-	} else {
-		var missing, extra []string
-		for _, c := range m.Columns {
-			if have[c.Name] == nil {
-				missing = append(missing, c.Name)
-			}
-		}
-		for _, c := range cur.Columns {
-			if !newNames[c.Name] {
-				extra = append(extra, c.Name)
-			}
-		}
-		switch {
-		case len(missing) > 0 && len(extra) > 0:
-			return nil, fail(missing[0], ErrLooksRenamed, "the target has %s, which the source lacks, and lacks %s (repstream has no earlier definition of the table to compare with): rename or drop the columns on the target yourself, then restart",
-				quoteList(extra), quoteList(missing))
-		case len(extra) > 0:
-			return nil, fail(extra[0], ErrTargetMismatch, "the target has %s, which the source lacks (dropped, or a column of the target's own? repstream has no earlier definition of the table to compare with): drop them on the target yourself if the source dropped them, then restart",
-				quoteList(extra))
-		}
+		d.dropColumns(renamed)
+	} else if err := d.checkUnmatched(cur); err != nil {
+		return nil, err
 	}
-
-	// Adds, then changes of the columns both sides have.
+	// Adds, then changes of the columns both sides have, in the source's
+	// column order.
 	for i := range m.Columns {
 		c := &m.Columns[i]
-		if have[c.Name] == nil {
-			if oldByNum != nil && oldByNum[c.Num] != nil {
-				return nil, fail(c.Name, ErrTargetMismatch, "the source had the column before this change, the target lacks it")
-			}
-			add, err := addColumn(c, targetEmpty)
-			if err != nil {
-				return nil, fail(c.Name, err, "%s", volatileAdvice(c))
-			}
-			for _, s := range add {
-				alter(s)
+		if d.have[c.Name] == nil {
+			if err := d.add(c, targetEmpty); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		if c.Generated != nil || c.Identity != "" {
-			continue // expression and identity changes are not carried over
-		}
-		qc := change.QuoteIdent(c.Name)
-		tc := have[c.Name]
-		var was struct {
-			typ     string
-			notNull bool
-			def     *string
-		}
-		if o := oldByNum[c.Num]; o != nil {
-			was.typ, was.notNull, was.def = o.Type, o.NotNull, o.Default
-		} else {
-			was.typ, was.notNull = tc.Type, tc.NotNull
-			if tc.HasDefault {
-				was.def = &tc.Default
-			}
-		}
-		if was.typ != c.Type && tc.Type != c.Type {
-			alter("ALTER COLUMN " + qc + " TYPE " + c.Type + " USING " + qc + "::" + c.Type)
-		}
-		if was.notNull != c.NotNull && tc.NotNull != c.NotNull {
-			if c.NotNull {
-				alter("ALTER COLUMN " + qc + " SET NOT NULL")
-			} else {
-				alter("ALTER COLUMN " + qc + " DROP NOT NULL")
-			}
-		}
-		if !sameExpr(was.def, c.Default) {
-			if c.Default == nil {
-				alter("ALTER COLUMN " + qc + " DROP DEFAULT")
-			} else {
-				alter("ALTER COLUMN " + qc + " SET DEFAULT " + *c.Default)
-			}
+		d.changeColumn(c)
+	}
+	return d.stmts, nil
+}
+
+// alterDiff is AlterSQL's state while it builds the statements, one step
+// after the other: every step after moveTable alters the table under its
+// new name (qt), and have maps the target's column names, as the
+// statements so far leave them, to the target's columns.
+type alterDiff struct {
+	m     *DDLMessage
+	tn    TableName
+	qt    string // tn, quoted
+	have  map[string]*Column
+	stmts []string
+	// oldByNum: m.Old's columns by attribute number; nil without m.Old
+	// (then every look-up finds nothing).
+	oldByNum map[int]*DDLColumn
+}
+
+func newAlterDiff(cur *Table, m *DDLMessage) *alterDiff {
+	tn := m.TableName()
+	d := &alterDiff{m: m, tn: tn, qt: tn.Quoted(), have: map[string]*Column{}}
+	for i := range cur.Columns {
+		d.have[cur.Columns[i].Name] = &cur.Columns[i]
+	}
+	if m.Old != nil {
+		d.oldByNum = map[int]*DDLColumn{}
+		for i := range m.Old.Columns {
+			d.oldByNum[m.Old.Columns[i].Num] = &m.Old.Columns[i]
 		}
 	}
-	return stmts, nil
+	return d
+}
+
+// alter appends an ALTER TABLE of the table under its new name.
+func (d *alterDiff) alter(s string) { d.stmts = append(d.stmts, "ALTER TABLE "+d.qt+" "+s) }
+
+func (d *alterDiff) fail(col string, err error, format string, args ...any) error {
+	return fmt.Errorf("schema change %q of %s, column %q: %w: %s", d.m.Tag, d.tn, col, err, fmt.Sprintf(format, args...))
+}
+
+// moveTable moves the target table q (found under m's name or m.Old's) into
+// the new schema, then renames it: the RENAME names the table by its new
+// schema and old name.
+func (d *alterDiff) moveTable(q TableName) {
+	if q.Schema != d.tn.Schema {
+		d.stmts = append(d.stmts, "ALTER TABLE "+q.Quoted()+" SET SCHEMA "+change.QuoteIdent(d.tn.Schema))
+		q.Schema = d.tn.Schema
+	}
+	if q.Name != d.tn.Name {
+		d.stmts = append(d.stmts, "ALTER TABLE "+q.Quoted()+" RENAME TO "+change.QuoteIdent(d.tn.Name))
+	}
+}
+
+// renameColumns (with m.Old) renames the target's columns whose attribute
+// number has a new name on the source, unless the target has the new name
+// already; it returns the new names of the columns it renamed: an old
+// column under such a name is the renamed column now, not one to drop.
+func (d *alterDiff) renameColumns() (map[string]bool, error) {
+	renamed := map[string]bool{}
+	for _, c := range d.m.Columns {
+		o := d.oldByNum[c.Num]
+		if o == nil || o.Name == c.Name {
+			continue
+		}
+		switch {
+		case d.have[c.Name] != nil && d.have[o.Name] == nil:
+			// Renamed on the target already.
+		case d.have[o.Name] != nil && d.have[c.Name] == nil:
+			d.alter("RENAME COLUMN " + change.QuoteIdent(o.Name) + " TO " + change.QuoteIdent(c.Name))
+			d.have[c.Name] = d.have[o.Name]
+			delete(d.have, o.Name)
+			renamed[c.Name] = true
+		default:
+			return nil, d.fail(c.Name, ErrTargetMismatch, "renamed from %q on the source, but the target has %s", o.Name, both(d.have[o.Name] != nil, d.have[c.Name] != nil))
+		}
+	}
+	return renamed, nil
+}
+
+// dropColumns (with m.Old, after renameColumns) drops the target's columns
+// whose attribute number the source no longer has.
+func (d *alterDiff) dropColumns(renamed map[string]bool) {
+	newNums := map[int]bool{}
+	for _, c := range d.m.Columns {
+		newNums[c.Num] = true
+	}
+	for _, o := range d.m.Old.Columns {
+		if newNums[o.Num] || d.have[o.Name] == nil || renamed[o.Name] {
+			continue
+		}
+		d.alter("DROP COLUMN " + change.QuoteIdent(o.Name))
+		delete(d.have, o.Name)
+	}
+}
+
+// checkUnmatched (without m.Old: columns matched by name) fails when the
+// target has columns the source lacks: with columns missing too, it may be
+// a rename (ErrLooksRenamed); alone, a drop or a column of the target's own
+// (ErrTargetMismatch). Nothing is dropped without m.Old.
+func (d *alterDiff) checkUnmatched(cur *Table) error {
+	newNames := map[string]bool{}
+	for _, c := range d.m.Columns {
+		newNames[c.Name] = true
+	}
+	var missing, extra []string
+	for _, c := range d.m.Columns {
+		if d.have[c.Name] == nil {
+			missing = append(missing, c.Name)
+		}
+	}
+	for _, c := range cur.Columns {
+		if !newNames[c.Name] {
+			extra = append(extra, c.Name)
+		}
+	}
+	switch {
+	case len(missing) > 0 && len(extra) > 0:
+		return d.fail(missing[0], ErrLooksRenamed, "the target has %s, which the source lacks, and lacks %s (repstream has no earlier definition of the table to compare with): rename or drop the columns on the target yourself, then restart",
+			quoteList(extra), quoteList(missing))
+	case len(extra) > 0:
+		return d.fail(extra[0], ErrTargetMismatch, "the target has %s, which the source lacks (dropped, or a column of the target's own? repstream has no earlier definition of the table to compare with): drop them on the target yourself if the source dropped them, then restart",
+			quoteList(extra))
+	}
+	return nil
+}
+
+// add adds c, which the target lacks; a column the source had before
+// this change (by attribute number) the target should have had already.
+func (d *alterDiff) add(c *DDLColumn, targetEmpty bool) error {
+	if d.oldByNum[c.Num] != nil {
+		return d.fail(c.Name, ErrTargetMismatch, "the source had the column before this change, the target lacks it")
+	}
+	add, err := addColumn(c, targetEmpty)
+	if err != nil {
+		return d.fail(c.Name, err, "%s", volatileAdvice(c))
+	}
+	for _, s := range add {
+		d.alter(s)
+	}
+	return nil
+}
+
+// changeColumn changes the type, NOT NULL and default of c, a column both
+// sides have, where the source's changed (compared with m.Old's column, or
+// without m.Old with the target's) and the target's does not match already.
+// Generated expressions and identities are not carried over.
+func (d *alterDiff) changeColumn(c *DDLColumn) {
+	if c.Generated != nil || c.Identity != "" {
+		return
+	}
+	qc := change.QuoteIdent(c.Name)
+	tc := d.have[c.Name]
+	var was struct {
+		typ     string
+		notNull bool
+		def     *string
+	}
+	if o := d.oldByNum[c.Num]; o != nil {
+		was.typ, was.notNull, was.def = o.Type, o.NotNull, o.Default
+	} else {
+		was.typ, was.notNull = tc.Type, tc.NotNull
+		if tc.HasDefault {
+			was.def = &tc.Default
+		}
+	}
+	if was.typ != c.Type && tc.Type != c.Type {
+		d.alter("ALTER COLUMN " + qc + " TYPE " + c.Type + " USING " + qc + "::" + c.Type)
+	}
+	if was.notNull != c.NotNull && tc.NotNull != c.NotNull {
+		if c.NotNull {
+			d.alter("ALTER COLUMN " + qc + " SET NOT NULL")
+		} else {
+			d.alter("ALTER COLUMN " + qc + " DROP NOT NULL")
+		}
+	}
+	if !sameExpr(was.def, c.Default) {
+		if c.Default == nil {
+			d.alter("ALTER COLUMN " + qc + " DROP DEFAULT")
+		} else {
+			d.alter("ALTER COLUMN " + qc + " SET DEFAULT " + *c.Default)
+		}
+	}
 }
 
 // addColumn returns the ALTER TABLE actions (without "ALTER TABLE t") that
