@@ -69,122 +69,167 @@ WHERE t.oid = $1`
 // every type after the types it needs, each once. Built-in types are not
 // listed; a type an extension provides is listed in exts instead.
 func TypesFor(ctx context.Context, q Querier, tables []*Table) (types []*UserType, exts []ExtensionNeeded, err error) {
-	seen := map[uint32]bool{}
-	var visit func(oid uint32, from string) error
-	visit = func(oid uint32, from string) error {
-		if oid == 0 || seen[oid] {
-			return nil
-		}
-		seen[oid] = true
-		var (
-			nsp, name, typtype, category, ext, base, dflt string
-			elem, baseOID, relid, subtype, rangeOf        uint32
-			notNull                                       bool
-		)
-		if err := q.QueryRow(ctx, typeQuery, oid).Scan(&nsp, &name, &typtype, &category, &elem, &baseOID, &relid, &ext,
-			&notNull, &dflt, &base, &subtype, &rangeOf); err != nil {
-			return fmt.Errorf("read type %d (of %s): %w", oid, from, err)
-		}
-		switch {
-		case ext != "":
-			exts = append(exts, ExtensionNeeded{Extension: ext, Type: nsp + "." + name})
-			return nil
-		case category == "A" && elem != 0:
-			return visit(elem, from)
-		case nsp == "pg_catalog" || nsp == "information_schema":
-			return nil
-		}
-		u := &UserType{OID: oid, Schema: nsp, Name: name}
-		switch typtype {
-		case "e":
-			u.Kind = 'e'
-			rows, err := q.Query(ctx, "SELECT enumlabel::text FROM pg_catalog.pg_enum WHERE enumtypid = $1 ORDER BY enumsortorder", oid)
-			if err != nil {
-				return fmt.Errorf("read enum %s: %w", u, err)
-			}
-			for rows.Next() {
-				var l string
-				if err := rows.Scan(&l); err != nil {
-					rows.Close()
-					return fmt.Errorf("read enum %s: %w", u, err)
-				}
-				u.Labels = append(u.Labels, l)
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("read enum %s: %w", u, err)
-			}
-		case "c":
-			u.Kind = 'c'
-			rows, err := q.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid
-				FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, relid)
-			if err != nil {
-				return fmt.Errorf("read composite %s: %w", u, err)
-			}
-			var attrOIDs []uint32
-			for rows.Next() {
-				var f TypeField
-				var t uint32
-				if err := rows.Scan(&f.Name, &f.Type, &t); err != nil {
-					rows.Close()
-					return fmt.Errorf("read composite %s: %w", u, err)
-				}
-				u.Attrs = append(u.Attrs, f)
-				attrOIDs = append(attrOIDs, t)
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("read composite %s: %w", u, err)
-			}
-			for _, t := range attrOIDs {
-				if err := visit(t, u.String()); err != nil {
-					return err
-				}
-			}
-		case "d":
-			u.Kind, u.Base, u.NotNull, u.Default = 'd', base, notNull, dflt
-			if err := visit(baseOID, u.String()); err != nil {
-				return err
-			}
-			rows, err := q.Query(ctx, `SELECT conname::text, pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint
-				WHERE contypid = $1 AND contype = 'c' ORDER BY conname`, oid)
-			if err != nil {
-				return fmt.Errorf("read domain %s: %w", u, err)
-			}
-			for rows.Next() {
-				var c [2]string
-				if err := rows.Scan(&c[0], &c[1]); err != nil {
-					rows.Close()
-					return fmt.Errorf("read domain %s: %w", u, err)
-				}
-				u.Checks = append(u.Checks, c)
-			}
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("read domain %s: %w", u, err)
-			}
-		case "r":
-			u.Kind = 'r'
-			if err := q.QueryRow(ctx, "SELECT pg_catalog.format_type($1, NULL)", subtype).Scan(&u.Subtype); err != nil {
-				return fmt.Errorf("read range %s: %w", u, err)
-			}
-			if err := visit(subtype, u.String()); err != nil {
-				return err
-			}
-		case "m":
-			return visit(rangeOf, from) // created with its range
-		default:
-			return fmt.Errorf("column type %s (of %s) is a user-defined %s type: repstream cannot create it on the target; create it there first",
-				u, from, map[string]string{"b": "base", "p": "pseudo"}[typtype])
-		}
-		types = append(types, u) // after everything it needs
-		return nil
-	}
+	w := &typeWalk{ctx: ctx, q: q, seen: map[uint32]bool{}}
 	for _, t := range tables {
 		for _, c := range t.Columns {
-			if err := visit(c.TypeOID, t.TableName().String()+"."+c.Name); err != nil {
+			if err := w.visit(c.TypeOID, t.TableName().String()+"."+c.Name); err != nil {
 				return nil, nil, err
 			}
 		}
 	}
-	return types, exts, nil
+	return w.types, w.exts, nil
+}
+
+// typeWalk is TypesFor's depth-first walk of the types the columns need:
+// a type is appended to types only after every type it needs (visit reads
+// and visits them first), and seen keeps a type from being read twice (or
+// a cycle from looping).
+type typeWalk struct {
+	ctx   context.Context
+	q     Querier
+	seen  map[uint32]bool
+	types []*UserType
+	exts  []ExtensionNeeded
+}
+
+// typeRow is a pg_type row as typeQuery reads it.
+type typeRow struct {
+	nsp, name, typtype, category, ext, base, dflt string
+	elem, baseOID, relid, subtype, rangeOf        uint32
+	notNull                                       bool
+}
+
+// visit lists the type oid (needed by from, a column or a type, for
+// errors) after the types it needs: an extension's type in exts, an
+// array's element type in its place, a built-in type nowhere.
+func (w *typeWalk) visit(oid uint32, from string) error {
+	if oid == 0 || w.seen[oid] {
+		return nil
+	}
+	w.seen[oid] = true
+	var r typeRow
+	if err := w.q.QueryRow(w.ctx, typeQuery, oid).Scan(&r.nsp, &r.name, &r.typtype, &r.category, &r.elem, &r.baseOID, &r.relid, &r.ext,
+		&r.notNull, &r.dflt, &r.base, &r.subtype, &r.rangeOf); err != nil {
+		return fmt.Errorf("read type %d (of %s): %w", oid, from, err)
+	}
+	switch {
+	case r.ext != "":
+		w.exts = append(w.exts, ExtensionNeeded{Extension: r.ext, Type: r.nsp + "." + r.name})
+		return nil
+	case r.category == "A" && r.elem != 0:
+		return w.visit(r.elem, from)
+	case r.nsp == "pg_catalog" || r.nsp == "information_schema":
+		return nil
+	}
+	u := &UserType{OID: oid, Schema: r.nsp, Name: r.name}
+	var err error
+	switch r.typtype {
+	case "e":
+		err = w.readEnum(u)
+	case "c":
+		err = w.readComposite(u, r.relid)
+	case "d":
+		err = w.readDomain(u, &r)
+	case "r":
+		err = w.readRange(u, r.subtype)
+	case "m":
+		return w.visit(r.rangeOf, from) // created with its range
+	default:
+		return fmt.Errorf("column type %s (of %s) is a user-defined %s type: repstream cannot create it on the target; create it there first",
+			u, from, map[string]string{"b": "base", "p": "pseudo"}[r.typtype])
+	}
+	if err != nil {
+		return err
+	}
+	w.types = append(w.types, u) // after everything it needs
+	return nil
+}
+
+// readEnum reads the enum u's labels in sort order.
+func (w *typeWalk) readEnum(u *UserType) error {
+	u.Kind = 'e'
+	rows, err := w.q.Query(w.ctx, "SELECT enumlabel::text FROM pg_catalog.pg_enum WHERE enumtypid = $1 ORDER BY enumsortorder", u.OID)
+	if err != nil {
+		return fmt.Errorf("read enum %s: %w", u, err)
+	}
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			rows.Close()
+			return fmt.Errorf("read enum %s: %w", u, err)
+		}
+		u.Labels = append(u.Labels, l)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read enum %s: %w", u, err)
+	}
+	return nil
+}
+
+// readComposite reads the composite u's attributes (of its relation relid)
+// in order, then visits their types, once the rows are read.
+func (w *typeWalk) readComposite(u *UserType, relid uint32) error {
+	u.Kind = 'c'
+	rows, err := w.q.Query(w.ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid
+				FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, relid)
+	if err != nil {
+		return fmt.Errorf("read composite %s: %w", u, err)
+	}
+	var attrOIDs []uint32
+	for rows.Next() {
+		var f TypeField
+		var t uint32
+		if err := rows.Scan(&f.Name, &f.Type, &t); err != nil {
+			rows.Close()
+			return fmt.Errorf("read composite %s: %w", u, err)
+		}
+		u.Attrs = append(u.Attrs, f)
+		attrOIDs = append(attrOIDs, t)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read composite %s: %w", u, err)
+	}
+	for _, t := range attrOIDs {
+		if err := w.visit(t, u.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDomain takes the domain u's base type, NOT NULL and default from its
+// row r, visits the base type, then reads its CHECK constraints by name.
+func (w *typeWalk) readDomain(u *UserType, r *typeRow) error {
+	u.Kind, u.Base, u.NotNull, u.Default = 'd', r.base, r.notNull, r.dflt
+	if err := w.visit(r.baseOID, u.String()); err != nil {
+		return err
+	}
+	rows, err := w.q.Query(w.ctx, `SELECT conname::text, pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint
+				WHERE contypid = $1 AND contype = 'c' ORDER BY conname`, u.OID)
+	if err != nil {
+		return fmt.Errorf("read domain %s: %w", u, err)
+	}
+	for rows.Next() {
+		var c [2]string
+		if err := rows.Scan(&c[0], &c[1]); err != nil {
+			rows.Close()
+			return fmt.Errorf("read domain %s: %w", u, err)
+		}
+		u.Checks = append(u.Checks, c)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read domain %s: %w", u, err)
+	}
+	return nil
+}
+
+// readRange names the range u's subtype, then visits it.
+func (w *typeWalk) readRange(u *UserType, subtype uint32) error {
+	u.Kind = 'r'
+	if err := w.q.QueryRow(w.ctx, "SELECT pg_catalog.format_type($1, NULL)", subtype).Scan(&u.Subtype); err != nil {
+		return fmt.Errorf("read range %s: %w", u, err)
+	}
+	return w.visit(subtype, u.String())
 }
 
 // CreateSQL returns the statement that creates u.
