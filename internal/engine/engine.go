@@ -209,8 +209,8 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
 	}
-	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != "running"
-	e.copyResumed = prog.Exists && prog.Snapshot == "running" && !firstStart
+	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != target.SnapshotRunning
+	e.copyResumed = prog.Exists && prog.Snapshot == target.SnapshotRunning && !firstStart
 	// A keyless table that repstream itself would publish is refused: once
 	// published, the source refuses its UPDATEs and DELETEs — the run
 	// would break the application writing it.
@@ -233,12 +233,12 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	var initialFlush change.LSN
 	switch {
 	case !slot.exists:
-		if prog.Exists && prog.Low > 0 && prog.Snapshot != "running" {
+		if prog.Exists && prog.Low > 0 && prog.Snapshot != target.SnapshotRunning {
 			return fmt.Errorf("replication slot %q does not exist on the source, but the target has applied changes up to %s: "+
 				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
 				cfg.Slot, prog.Low, cfg.Slot)
 		}
-		if prog.Snapshot == "running" {
+		if prog.Snapshot == target.SnapshotRunning {
 			// The slot of an interrupted copy is gone: its tables are copied
 			// again from the new slot's snapshot.
 			if err := e.emptyCopied(ctx, tgt, tables); err != nil {
@@ -249,7 +249,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		prog = target.Progress{Exists: true, Low: low, Snapshot: "done", CreatedPublication: createdPub}
+		prog = target.Progress{Exists: true, Low: low, Snapshot: target.SnapshotDone, CreatedPublication: createdPub}
 		initialFlush = low
 	default:
 		if slot.plugin != "pgoutput" {
@@ -259,11 +259,11 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			return fmt.Errorf("replication slot %q is invalidated (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
 				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
 		}
-		if prog.Exists && prog.Snapshot == "running" {
+		if prog.Exists && prog.Snapshot == target.SnapshotRunning {
 			if err := e.resumeCopy(ctx, tgt, tables); err != nil {
 				return err
 			}
-			prog.Snapshot = "done"
+			prog.Snapshot = target.SnapshotDone
 		}
 		if err := checkRestoredTarget(cfg, prog, slot.confirmed); err != nil {
 			return err
@@ -276,10 +276,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 					cfg.Slot, slot.confirmed, slot.confirmed, cfg.Slot, slot.confirmed)
 			}
 			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", slot.confirmed)
-			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.confirmed, "none", false); err != nil {
+			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.confirmed, target.SnapshotNone, false); err != nil {
 				return err
 			}
-			prog = target.Progress{Exists: true, Low: slot.confirmed, Snapshot: "none"}
+			prog = target.Progress{Exists: true, Low: slot.confirmed, Snapshot: target.SnapshotNone}
 		}
 		initialFlush = max(prog.Low, slot.confirmed)
 	}
@@ -514,9 +514,9 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	e.log.Info("created replication slot", "slot", cfg.Slot, "consistent_point", low)
 	if !cfg.Snapshot {
-		return low, target.InitProgress(ctx, tgt, cfg.Slot, low, "none", createdPub)
+		return low, target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotNone, createdPub)
 	}
-	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, "running", createdPub); err != nil {
+	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotRunning, createdPub); err != nil {
 		return 0, err
 	}
 	e.log.Info("initial copy from the slot's snapshot", "tables", len(tables), "snapshot", res.SnapshotName)
@@ -530,7 +530,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		return 0, fmt.Errorf("initial copy: %w", err)
 	}
 	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
-	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, "done")
+	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, target.SnapshotDone)
 }
 
 // connectBoth opens an admin connection to the source and one to the

@@ -82,7 +82,7 @@ func (e *Engine) persistLoop(ctx context.Context, tgt *pgx.Conn, acker *recorded
 // acknowledged to the source and are not on the target. --adopt-slot takes
 // the target as it is.
 func checkRestoredTarget(cfg config.Config, prog target.Progress, confirmed change.LSN) error {
-	if !prog.Exists || prog.Snapshot == "running" || confirmed <= prog.Low || cfg.AdoptSlot {
+	if !prog.Exists || prog.Snapshot == target.SnapshotRunning || confirmed <= prog.Low || cfg.AdoptSlot {
 		return nil
 	}
 	return fmt.Errorf("the target has recorded the changes of slot %q up to %s, but the slot has confirmed %s: "+

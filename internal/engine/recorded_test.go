@@ -20,11 +20,11 @@ func TestCheckRestoredTarget(t *testing.T) {
 		adopt     bool
 		refused   bool
 	}{
-		{"record ahead of the slot", target.Progress{Exists: true, Low: 200, Snapshot: "done"}, 100, false, false},
-		{"record at the slot", target.Progress{Exists: true, Low: 100, Snapshot: "done"}, 100, false, false},
-		{"record behind the slot", target.Progress{Exists: true, Low: 100, Snapshot: "done"}, 200, false, true},
-		{"behind, adopted", target.Progress{Exists: true, Low: 100, Snapshot: "done"}, 200, true, false},
-		{"interrupted copy", target.Progress{Exists: true, Low: 100, Snapshot: "running"}, 200, false, false},
+		{"record ahead of the slot", target.Progress{Exists: true, Low: 200, Snapshot: target.SnapshotDone}, 100, false, false},
+		{"record at the slot", target.Progress{Exists: true, Low: 100, Snapshot: target.SnapshotDone}, 100, false, false},
+		{"record behind the slot", target.Progress{Exists: true, Low: 100, Snapshot: target.SnapshotDone}, 200, false, true},
+		{"behind, adopted", target.Progress{Exists: true, Low: 100, Snapshot: target.SnapshotDone}, 200, true, false},
+		{"interrupted copy", target.Progress{Exists: true, Low: 100, Snapshot: target.SnapshotRunning}, 200, false, false},
 		{"no record", target.Progress{}, 200, false, false},
 	} {
 		cfg.AdoptSlot = c.adopt

@@ -161,7 +161,7 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 		applied = max(applied, a)
 	}
 	st.Applied = applied.String()
-	st.Snapshot = prog.Snapshot
+	st.Snapshot = string(prog.Snapshot)
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err
 	}

@@ -184,7 +184,7 @@ func (e *Engine) resumeCopy(ctx context.Context, tgt *pgx.Conn, tables []schema.
 			return fmt.Errorf("resume the interrupted initial copy: %w", err)
 		}
 	}
-	return target.SetSnapshot(ctx, tgt, e.cfg.Slot, "done")
+	return target.SetSnapshot(ctx, tgt, e.cfg.Slot, target.SnapshotDone)
 }
 
 // syncPendingAtStart copies the tables added while no engine ran (pending,

@@ -55,11 +55,22 @@ ALTER TABLE repstream.applied ADD COLUMN IF NOT EXISTS first_lsn pg_lsn;`
 type Progress struct {
 	Exists             bool // a progress row exists for the slot
 	Low                change.LSN
-	Applied            []change.LSN // range ends
-	AppliedFrom        []change.LSN // range starts
-	Snapshot           string       // the initial-copy snapshot, "" once the copy is done (as the caller decides)
-	CreatedPublication bool         // repstream created the publication (and may drop it)
+	Applied            []change.LSN  // range ends
+	AppliedFrom        []change.LSN  // range starts
+	Snapshot           SnapshotState // where the slot's initial copy stands
+	CreatedPublication bool          // repstream created the publication (and may drop it)
 }
+
+// SnapshotState is where a slot's initial copy stands, as its progress
+// record keeps it (the column snapshot). A record made before the slot
+// exists (MarkPublicationCreated) has none yet: "".
+type SnapshotState string
+
+const (
+	SnapshotNone    SnapshotState = "none"    // no initial copy: --snapshot=false, or --adopt-slot
+	SnapshotRunning SnapshotState = "running" // the copy began and did not complete: the next start resumes it (or, its slot gone, copies again)
+	SnapshotDone    SnapshotState = "done"    // the copy completed
+)
 
 // IsApplied reports whether the source transaction ending at end is already
 // applied on the target: end <= Low or end lies in a recorded range.
@@ -279,9 +290,9 @@ func mergeRanges(from, to []change.LSN) ([]change.LSN, []change.LSN) {
 }
 
 // InitProgress creates or replaces the slot's progress row (low watermark,
-// snapshot name, whether repstream created the publication) and forgets the
+// initial-copy state, whether repstream created the publication) and forgets the
 // applied set at or below low.
-func InitProgress(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN, snapshot string, createdPub bool) error {
+func InitProgress(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN, snapshot SnapshotState, createdPub bool) error {
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO repstream.progress (slot, low_lsn, snapshot, created_publication, updated_at)
 VALUES ($1, $2::pg_lsn, $3, $4, now())
@@ -308,9 +319,8 @@ ON CONFLICT (slot) DO UPDATE SET created_publication = true, updated_at = now()`
 	return nil
 }
 
-// SetSnapshot records the initial-copy snapshot name of the slot ("" when the
-// copy is complete).
-func SetSnapshot(ctx context.Context, conn *pgx.Conn, slot, snapshot string) error {
+// SetSnapshot records where the slot's initial copy stands.
+func SetSnapshot(ctx context.Context, conn *pgx.Conn, slot string, snapshot SnapshotState) error {
 	tag, err := conn.Exec(ctx,
 		`UPDATE repstream.progress SET snapshot = $2, updated_at = now() WHERE slot = $1`, slot, snapshot)
 	if err != nil {
