@@ -83,10 +83,11 @@ func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DD
 	fail := func(err error) error {
 		return fmt.Errorf("apply %s of partition %s of %s at %s: %w", msg.Tag, part, root, c.LSN, err)
 	}
+	// Whatever happens, the cached statements of both tables are stale.
 	defer w.forget(root)
 	defer w.forget(part)
-	var rootKind string
-	if err := w.conn.QueryRow(ctx, "SELECT COALESCE((SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)), '')", root.Quoted()).Scan(&rootKind); err != nil {
+	rootKind, err := w.relkind(ctx, root.Quoted())
+	if err != nil {
 		return fail(err)
 	}
 	if rootKind == "" {
@@ -96,122 +97,195 @@ func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DD
 	if err != nil {
 		return fail(err)
 	}
-	inPart := "(" + pc.Constraint + ") IS NOT FALSE"
+	p := &partChange{w: w, lsn: c.LSN, msg: msg, pc: pc, root: root, part: part, tp: tp,
+		inPart: "(" + pc.Constraint + ") IS NOT FALSE", fail: fail}
 	switch msg.Tag {
 	case schema.TagTruncatePartition:
-		if tp.holdsSame(pc) {
-			if err := w.exec(ctx, "TRUNCATE "+part.Quoted()); err != nil {
-				return fail(err)
-			}
-			w.log.Info("truncated partition on the target, as on the source", "table", root, "partition", part, "lsn", c.LSN)
-			return nil
-		}
-		if schema.HashPartition(pc.Constraint) {
-			return w.hashPartitionStop(ctx, root, part, fail)
-		}
-		n, err := w.execCount(ctx, "DELETE FROM "+root.Quoted()+" WHERE "+inPart)
-		if err != nil {
-			return fail(err)
-		}
-		w.log.Info("deleted the rows of a partition truncated on the source", "table", root, "partition", part, "rows", n, "lsn", c.LSN)
-		return nil
-
+		return p.truncate(ctx)
 	case schema.TagAttachPartition:
-		alone := pc.PublishedAlone(w.opts.Publication)
-		if tp.exists && !tp.partition && pc.Parent != "" {
-			var parentKind string
-			if err := w.conn.QueryRow(ctx, "SELECT COALESCE((SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)), '')", pc.Parent).Scan(&parentKind); err != nil {
-				return fail(err)
-			}
-			if parentKind == "p" {
-				if err := w.exec(ctx, "ALTER TABLE "+pc.Parent+" ATTACH PARTITION "+part.Quoted()+" "+pc.Bound); err != nil {
-					return fail(fmt.Errorf("attach it on the target as on the source: %w", err))
-				}
-				w.log.Info("attached partition on the target, as on the source", "table", root, "partition", part, "lsn", c.LSN)
-				if alone || !pc.Rows {
-					return nil // the target's table was the source's, rows and all
-				}
-				return w.resync(ctx, root, part, c.LSN, fail)
-			}
-		}
-		switch {
-		case alone && tp.exists && !tp.partition:
-			// The publication replicated the table under its own name: the
-			// target's copy holds its rows. They are the root's now.
-			cols := insertableColumns(msg)
-			n, err := w.execCount(ctx, "INSERT INTO "+root.Quoted()+" ("+cols+") SELECT "+cols+" FROM "+part.Quoted())
-			if err != nil {
-				return fail(fmt.Errorf("move its rows into %s on the target: %w", root, err))
-			}
-			if err := w.exec(ctx, "DROP TABLE "+part.Quoted()); err != nil {
-				return fail(err)
-			}
-			w.log.Info("attached on the source: moved the table's rows into its root on the target and dropped the table (the source publishes it through the root now)",
-				"table", root, "partition", part, "rows", n, "lsn", c.LSN)
-			return nil
-		case pc.Rows:
-			return w.resync(ctx, root, part, c.LSN, fail)
-		}
-		w.log.Info("partition attached on the source, without rows", "table", root, "partition", part, "lsn", c.LSN)
-		return nil
-
+		return p.attach(ctx)
 	case schema.TagDetachPartition:
-		alone := pc.PublishedAlone(w.opts.Publication)
-		if tp.holdsSame(pc) {
-			if err := w.exec(ctx, "ALTER TABLE "+tp.parent+" DETACH PARTITION "+part.Quoted()); err != nil {
-				return fail(err)
-			}
-			if alone {
-				w.log.Info("detached partition on the target, as on the source; replicated as a table of its own", "table", root, "partition", part, "lsn", c.LSN)
-			} else {
-				w.log.Warn("detached partition on the target, as on the source; the publication does not publish it: it is no longer replicated", "table", root, "partition", part, "lsn", c.LSN)
-			}
-			return nil
-		}
-		if schema.HashPartition(pc.Constraint) {
-			return w.hashPartitionStop(ctx, root, part, fail)
-		}
-		if !alone {
-			n, err := w.execCount(ctx, "DELETE FROM "+root.Quoted()+" WHERE "+inPart)
-			if err != nil {
-				return fail(err)
-			}
-			w.log.Warn("deleted the rows of a partition detached on the source from the target's root; the publication does not publish the detached table: it is not replicated",
-				"table", root, "partition", part, "rows", n, "lsn", c.LSN)
-			return nil
-		}
-		if tp.exists {
-			var empty bool
-			if err := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+part.Quoted()+")").Scan(&empty); err != nil {
-				return fail(err)
-			}
-			if tp.partition || !empty {
-				return fail(fmt.Errorf("the source publishes the detached table %s from now on, and the target's table of that name is not an empty table of its own: move or empty it on the target, then restart", part))
-			}
-		} else {
-			t := msg.DDLTable
-			t.Schema, t.Name, t.Kind = part.Schema, part.Name, "r"
-			t.Columns = make([]schema.DDLColumn, len(msg.Columns))
-			for i, col := range msg.Columns {
-				col.Sequence = nil // the root owns it
-				t.Columns[i] = col
-			}
-			for _, sql := range t.CreateSQL() {
-				if err := w.exec(ctx, sql); err != nil {
-					return fail(fmt.Errorf("create the detached table on the target (%s): %w", sql, err))
-				}
-			}
-		}
-		cols := insertableColumns(msg)
-		n, err := w.execCount(ctx, "WITH d AS (DELETE FROM "+root.Quoted()+" WHERE "+inPart+" RETURNING "+cols+") INSERT INTO "+part.Quoted()+" ("+cols+") SELECT "+cols+" FROM d")
-		if err != nil {
-			return fail(fmt.Errorf("move its rows out of %s on the target: %w", root, err))
-		}
-		w.log.Info("detached on the source: moved the partition's rows out of the target's root into a table of its own, replicated from now on",
-			"table", root, "partition", part, "rows", n, "lsn", c.LSN)
-		return nil
+		return p.detach(ctx)
 	}
 	return fail(fmt.Errorf("unknown partition change"))
+}
+
+// partChange is one partition message being applied: the target has the
+// root (checked), tp is what it has under the partition's name, looked up
+// before any change; every error goes through fail, which names the
+// change, the tables and the LSN.
+type partChange struct {
+	w          *Writer
+	lsn        change.LSN
+	msg        *schema.DDLMessage
+	pc         *schema.PartitionChange
+	root, part schema.TableName
+	tp         targetPart
+	inPart     string // a WHERE condition: a root's row is in the source's partition
+	fail       func(error) error
+}
+
+// relkind returns the relkind of the table named (quoted) name on the
+// target, "" if there is none.
+func (w *Writer) relkind(ctx context.Context, name string) (string, error) {
+	var kind string
+	err := w.conn.QueryRow(ctx, "SELECT COALESCE((SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass($1)), '')", name).Scan(&kind)
+	return kind, err
+}
+
+// truncate: the target's partition holding the same rows is truncated;
+// otherwise the root's rows in the partition's constraint are deleted
+// (which a hash partition's constraint cannot tell).
+func (p *partChange) truncate(ctx context.Context) error {
+	w := p.w
+	if p.tp.holdsSame(p.pc) {
+		if err := w.exec(ctx, "TRUNCATE "+p.part.Quoted()); err != nil {
+			return p.fail(err)
+		}
+		w.log.Info("truncated partition on the target, as on the source", "table", p.root, "partition", p.part, "lsn", p.lsn)
+		return nil
+	}
+	if schema.HashPartition(p.pc.Constraint) {
+		return w.hashPartitionStop(ctx, p.root, p.part, p.fail)
+	}
+	n, err := w.execCount(ctx, "DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart)
+	if err != nil {
+		return p.fail(err)
+	}
+	w.log.Info("deleted the rows of a partition truncated on the source", "table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+	return nil
+}
+
+// attach attaches the target's table of that name where the target's
+// parent is partitioned; otherwise the rows go into the root: moved from
+// the target's copy of the table if the publication replicated it under
+// its own name, copied again with the root if the table held rows.
+func (p *partChange) attach(ctx context.Context) error {
+	w := p.w
+	alone := p.pc.PublishedAlone(w.opts.Publication)
+	if done, err := p.attachOnTarget(ctx, alone); done || err != nil {
+		return err
+	}
+	switch {
+	case alone && p.tp.exists && !p.tp.partition:
+		// The publication replicated the table under its own name: the
+		// target's copy holds its rows. They are the root's now.
+		cols := insertableColumns(p.msg)
+		n, err := w.execCount(ctx, "INSERT INTO "+p.root.Quoted()+" ("+cols+") SELECT "+cols+" FROM "+p.part.Quoted())
+		if err != nil {
+			return p.fail(fmt.Errorf("move its rows into %s on the target: %w", p.root, err))
+		}
+		if err := w.exec(ctx, "DROP TABLE "+p.part.Quoted()); err != nil {
+			return p.fail(err)
+		}
+		w.log.Info("attached on the source: moved the table's rows into its root on the target and dropped the table (the source publishes it through the root now)",
+			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+		return nil
+	case p.pc.Rows:
+		return w.resync(ctx, p.root, p.part, p.lsn, p.fail)
+	}
+	w.log.Info("partition attached on the source, without rows", "table", p.root, "partition", p.part, "lsn", p.lsn)
+	return nil
+}
+
+// attachOnTarget attaches the target's table of that name (a table, not a
+// partition) to the source's parent if the target has it partitioned, and
+// says whether it did (then the change is applied, the root copied again
+// if the table's rows were not the source's).
+func (p *partChange) attachOnTarget(ctx context.Context, alone bool) (bool, error) {
+	w, pc := p.w, p.pc
+	if !p.tp.exists || p.tp.partition || pc.Parent == "" {
+		return false, nil
+	}
+	parentKind, err := w.relkind(ctx, pc.Parent)
+	if err != nil {
+		return true, p.fail(err)
+	}
+	if parentKind != "p" {
+		return false, nil
+	}
+	if err := w.exec(ctx, "ALTER TABLE "+pc.Parent+" ATTACH PARTITION "+p.part.Quoted()+" "+pc.Bound); err != nil {
+		return true, p.fail(fmt.Errorf("attach it on the target as on the source: %w", err))
+	}
+	w.log.Info("attached partition on the target, as on the source", "table", p.root, "partition", p.part, "lsn", p.lsn)
+	if alone || !pc.Rows {
+		return true, nil // the target's table was the source's, rows and all
+	}
+	return true, w.resync(ctx, p.root, p.part, p.lsn, p.fail)
+}
+
+// detach detaches the target's partition holding the same rows; otherwise
+// the root's rows in the partition's constraint are deleted, or moved into
+// the target's table of that name when the publication publishes the
+// detached table under its own name.
+func (p *partChange) detach(ctx context.Context) error {
+	w := p.w
+	alone := p.pc.PublishedAlone(w.opts.Publication)
+	if p.tp.holdsSame(p.pc) {
+		if err := w.exec(ctx, "ALTER TABLE "+p.tp.parent+" DETACH PARTITION "+p.part.Quoted()); err != nil {
+			return p.fail(err)
+		}
+		if alone {
+			w.log.Info("detached partition on the target, as on the source; replicated as a table of its own", "table", p.root, "partition", p.part, "lsn", p.lsn)
+		} else {
+			w.log.Warn("detached partition on the target, as on the source; the publication does not publish it: it is no longer replicated", "table", p.root, "partition", p.part, "lsn", p.lsn)
+		}
+		return nil
+	}
+	if schema.HashPartition(p.pc.Constraint) {
+		return w.hashPartitionStop(ctx, p.root, p.part, p.fail)
+	}
+	if !alone {
+		n, err := w.execCount(ctx, "DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart)
+		if err != nil {
+			return p.fail(err)
+		}
+		w.log.Warn("deleted the rows of a partition detached on the source from the target's root; the publication does not publish the detached table: it is not replicated",
+			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+		return nil
+	}
+	if err := p.detachedTable(ctx); err != nil {
+		return err
+	}
+	cols := insertableColumns(p.msg)
+	n, err := w.execCount(ctx, "WITH d AS (DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart+" RETURNING "+cols+") INSERT INTO "+p.part.Quoted()+" ("+cols+") SELECT "+cols+" FROM d")
+	if err != nil {
+		return p.fail(fmt.Errorf("move its rows out of %s on the target: %w", p.root, err))
+	}
+	w.log.Info("detached on the source: moved the partition's rows out of the target's root into a table of its own, replicated from now on",
+		"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+	return nil
+}
+
+// detachedTable makes sure the target has an empty table of its own under
+// the detached partition's name for its rows: the one it has (it must be
+// neither a partition nor hold rows), or one created with the root's
+// columns (their sequences stay the root's).
+func (p *partChange) detachedTable(ctx context.Context) error {
+	w, part := p.w, p.part
+	if p.tp.exists {
+		var empty bool
+		if err := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+part.Quoted()+")").Scan(&empty); err != nil {
+			return p.fail(err)
+		}
+		if p.tp.partition || !empty {
+			return p.fail(fmt.Errorf("the source publishes the detached table %s from now on, and the target's table of that name is not an empty table of its own: move or empty it on the target, then restart", part))
+		}
+		return nil
+	}
+	t := p.msg.DDLTable
+	t.Schema, t.Name, t.Kind = part.Schema, part.Name, "r"
+	t.Columns = make([]schema.DDLColumn, len(p.msg.Columns))
+	for i, col := range p.msg.Columns {
+		col.Sequence = nil // the root owns it
+		t.Columns[i] = col
+	}
+	for _, sql := range t.CreateSQL() {
+		if err := w.exec(ctx, sql); err != nil {
+			return p.fail(fmt.Errorf("create the detached table on the target (%s): %w", sql, err))
+		}
+	}
+	return nil
 }
 
 // resync records the root as pending in the transaction (the copy of
