@@ -167,88 +167,27 @@ func setAside(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableNa
 		return leave(*reason)
 	}
 	// Under the lock: still empty, and stays so until the copy.
-	if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+t.Quoted()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		if pgerr.Is(err, pgerr.LockNotAvailable) {
-			return leave("its lock was not had within " + setAsideLockTimeout + " (another session uses it)")
+	if why, err := lockEmpty(ctx, tx, t); why != "" || err != nil {
+		if err != nil {
+			return false, err
 		}
-		return false, fmt.Errorf("set aside the keys and indexes of %s: lock it: %w", t, err)
+		return leave(why)
 	}
-	var rows bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+t.Quoted()+")").Scan(&rows); err != nil {
-		return false, fmt.Errorf("set aside the keys and indexes of %s: %w", t, err)
-	}
-	if rows {
-		return leave("it has rows")
-	}
-	type def struct {
-		Drop, Make, Name string
-		Primary, Ident   bool
-	}
-	qrows, err := tx.Query(ctx, setAsideIndexes, t.Quoted(), t.Quoted())
+	indexes, fks, err := readSetAside(ctx, tx, t)
 	if err != nil {
-		return false, fmt.Errorf("read the indexes of %s: %w", t, err)
+		return false, err
 	}
-	indexes, err := pgx.CollectRows(qrows, pgx.RowToStructByPos[def])
-	if err != nil {
-		return false, fmt.Errorf("read the indexes of %s: %w", t, err)
-	}
-	qrows, err = tx.Query(ctx, setAsideFKs, t.Quoted())
-	if err != nil {
-		return false, fmt.Errorf("read the foreign keys referencing %s: %w", t, err)
-	}
-	fks, err := pgx.CollectRows(qrows, func(r pgx.CollectableRow) (def, error) {
-		var d def
-		err := r.Scan(&d.Drop, &d.Make, &d.Name)
-		return d, err
-	})
-	if err != nil {
-		return false, fmt.Errorf("read the foreign keys referencing %s: %w", t, err)
-	}
-	// The statements that make them again, in order: keys (no name: one
-	// that fails stops the build), other indexes (named: one that fails is
-	// recorded as not built), the replica identity; then, once every table
-	// is copied, the foreign keys.
-	var stmts []string
-	var names []*string
-	var afterAll []bool
-	var ident string
-	for _, d := range indexes {
-		sql := d.Make
-		if strings.HasPrefix(sql, "CREATE ") {
-			sql = strings.Replace(sql, " INDEX ", " INDEX IF NOT EXISTS ", 1)
+	// The statements are read before anything is dropped (the definitions
+	// come from the catalog), and recorded in the transaction that drops.
+	r := remakeStatements(t, indexes, fks)
+	if refused, err := dropSetAside(ctx, tx, t, indexes, fks); refused != "" || err != nil {
+		if err != nil {
+			return false, err
 		}
-		stmts, afterAll = append(stmts, sql), append(afterAll, false)
-		if d.Primary || d.Ident {
-			names = append(names, nil)
-		} else {
-			names = append(names, &d.Name)
-		}
-		if d.Ident {
-			ident = d.Name
-		}
+		return leave(refused)
 	}
-	if ident != "" {
-		stmts = append(stmts, "ALTER TABLE "+t.Quoted()+" REPLICA IDENTITY USING INDEX "+change.QuoteIdent(ident))
-		names, afterAll = append(names, nil), append(afterAll, false)
-	}
-	for _, d := range fks {
-		stmts, names, afterAll = append(stmts, d.Make), append(names, &d.Name), append(afterAll, true)
-	}
-	for _, d := range append(fks, indexes...) {
-		if _, err := tx.Exec(ctx, d.Drop); err != nil {
-			if !indexDefinitionError(err) && !pgerr.Is(err, pgerr.LockNotAvailable) {
-				return false, fmt.Errorf("set aside the keys and indexes of %s (%s): %w", t, d.Drop, err)
-			}
-			// A view that depends on the primary key, a lock on a table
-			// whose foreign key references it: all of it is left.
-			return leave(d.Drop + " refused: " + pgerr.Message(err))
-		}
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql, index_name, restore, after_all)
-SELECT $1, $2, $3, coalesce((SELECT max(seq) + 1 FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3), 0) + n - 1,
-       s, x, true, a
-FROM unnest($4::text[], $5::text[], $6::bool[]) WITH ORDINALITY AS u(s, x, a, n)`, slot, t.Schema, t.Name, stmts, names, afterAll); err != nil {
-		return false, fmt.Errorf("record the keys and indexes of %s set aside for the copy: %w", t, err)
+	if err := r.record(ctx, tx, slot, t); err != nil {
+		return false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("set aside the keys and indexes of %s: %w", t, err)
@@ -256,6 +195,131 @@ FROM unnest($4::text[], $5::text[], $6::bool[]) WITH ORDINALITY AS u(s, x, a, n)
 	log.Info("keys and indexes of the target table set aside for the copy: made again as they were once its rows are in",
 		"table", t.String(), "indexes", len(indexes), "foreign_keys_referencing", len(fks))
 	return false, nil
+}
+
+// lockEmpty locks t (ACCESS EXCLUSIVE, for the rest of the transaction)
+// and checks it is empty; why says otherwise (or that the lock was not
+// had within setAsideLockTimeout) when t is to be left as it is.
+func lockEmpty(ctx context.Context, tx pgx.Tx, t schema.TableName) (why string, err error) {
+	if _, err := tx.Exec(ctx, "LOCK TABLE ONLY "+t.Quoted()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		if pgerr.Is(err, pgerr.LockNotAvailable) {
+			return "its lock was not had within " + setAsideLockTimeout + " (another session uses it)", nil
+		}
+		return "", fmt.Errorf("set aside the keys and indexes of %s: lock it: %w", t, err)
+	}
+	var rows bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ONLY "+t.Quoted()+")").Scan(&rows); err != nil {
+		return "", fmt.Errorf("set aside the keys and indexes of %s: %w", t, err)
+	}
+	if rows {
+		return "it has rows", nil
+	}
+	return "", nil
+}
+
+// setAsideDef is a key, an index or a foreign key set aside: the
+// statements that drop it and make it again, and its name. Primary: the
+// primary key; Ident: the replica identity index (indexes only).
+type setAsideDef struct {
+	Drop, Make, Name string
+	Primary, Ident   bool
+}
+
+// readSetAside reads the definitions of t's keys and indexes
+// (setAsideIndexes) and of the foreign keys referencing t (setAsideFKs).
+func readSetAside(ctx context.Context, tx pgx.Tx, t schema.TableName) (indexes, fks []setAsideDef, err error) {
+	qrows, err := tx.Query(ctx, setAsideIndexes, t.Quoted(), t.Quoted())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the indexes of %s: %w", t, err)
+	}
+	indexes, err = pgx.CollectRows(qrows, pgx.RowToStructByPos[setAsideDef])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the indexes of %s: %w", t, err)
+	}
+	qrows, err = tx.Query(ctx, setAsideFKs, t.Quoted())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the foreign keys referencing %s: %w", t, err)
+	}
+	fks, err = pgx.CollectRows(qrows, func(r pgx.CollectableRow) (setAsideDef, error) {
+		var d setAsideDef
+		err := r.Scan(&d.Drop, &d.Make, &d.Name)
+		return d, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the foreign keys referencing %s: %w", t, err)
+	}
+	return indexes, fks, nil
+}
+
+// remakes are the rows of repstream.deferred_ddl that make t's keys and
+// indexes again, in parallel slices: the statement, the index name (nil
+// for a key or the replica identity: one that fails stops the build) and
+// whether it waits until every table is copied.
+type remakes struct {
+	stmts    []string
+	names    []*string
+	afterAll []bool
+}
+
+// remakeStatements returns the statements that make them again, in order:
+// keys (no name: one that fails stops the build), other indexes (named:
+// one that fails is recorded as not built), the replica identity; then,
+// once every table is copied, the foreign keys.
+func remakeStatements(t schema.TableName, indexes, fks []setAsideDef) remakes {
+	var r remakes
+	var ident string
+	for _, d := range indexes {
+		sql := d.Make
+		if strings.HasPrefix(sql, "CREATE ") {
+			sql = strings.Replace(sql, " INDEX ", " INDEX IF NOT EXISTS ", 1)
+		}
+		r.stmts, r.afterAll = append(r.stmts, sql), append(r.afterAll, false)
+		if d.Primary || d.Ident {
+			r.names = append(r.names, nil)
+		} else {
+			r.names = append(r.names, &d.Name)
+		}
+		if d.Ident {
+			ident = d.Name
+		}
+	}
+	if ident != "" {
+		r.stmts = append(r.stmts, "ALTER TABLE "+t.Quoted()+" REPLICA IDENTITY USING INDEX "+change.QuoteIdent(ident))
+		r.names, r.afterAll = append(r.names, nil), append(r.afterAll, false)
+	}
+	for _, d := range fks {
+		r.stmts, r.names, r.afterAll = append(r.stmts, d.Make), append(r.names, &d.Name), append(r.afterAll, true)
+	}
+	return r
+}
+
+// dropSetAside drops the foreign keys referencing t, then t's keys and
+// indexes; refused says which drop the target refused when t is to be left
+// as it is (the transaction then rolled back).
+func dropSetAside(ctx context.Context, tx pgx.Tx, t schema.TableName, indexes, fks []setAsideDef) (refused string, err error) {
+	for _, d := range append(fks, indexes...) {
+		if _, err := tx.Exec(ctx, d.Drop); err != nil {
+			if !indexDefinitionError(err) && !pgerr.Is(err, pgerr.LockNotAvailable) {
+				return "", fmt.Errorf("set aside the keys and indexes of %s (%s): %w", t, d.Drop, err)
+			}
+			// A view that depends on the primary key, a lock on a table
+			// whose foreign key references it: all of it is left.
+			return d.Drop + " refused: " + pgerr.Message(err), nil
+		}
+	}
+	return "", nil
+}
+
+// record appends r to t's rows of repstream.deferred_ddl (restore), after
+// any it has.
+func (r remakes) record(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO repstream.deferred_ddl (slot, schema_name, table_name, seq, sql, index_name, restore, after_all)
+SELECT $1, $2, $3, coalesce((SELECT max(seq) + 1 FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3), 0) + n - 1,
+       s, x, true, a
+FROM unnest($4::text[], $5::text[], $6::bool[]) WITH ORDINALITY AS u(s, x, a, n)`, slot, t.Schema, t.Name, r.stmts, r.names, r.afterAll); err != nil {
+		return fmt.Errorf("record the keys and indexes of %s set aside for the copy: %w", t, err)
+	}
+	return nil
 }
 
 // RestoreSetAside makes again the keys and indexes of the tables of slot
