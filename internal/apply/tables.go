@@ -9,7 +9,6 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/queue"
-	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -135,15 +134,13 @@ func skipDDL(m map[TableName]TableState, c *change.Change, end change.LSN) bool 
 	if end == 0 {
 		return false
 	}
-	msg, err := schema.ParseDDLMessage(c.DDLContent())
-	if err != nil || msg.Error != "" || msg.Unlogged {
+	msg := c.DDL
+	if msg == nil || msg.Check() != nil || msg.Error != "" || msg.Unlogged {
 		return false // the writer reports it
 	}
-	n := msg.TableName()
-	s, ok := m[TableName{n.Schema, n.Name}]
+	s, ok := m[TableName{msg.Schema, msg.Name}]
 	if !ok && msg.Old != nil {
-		o := msg.Old.TableName()
-		s, ok = m[TableName{o.Schema, o.Name}]
+		s, ok = m[TableName{msg.Old.Schema, msg.Old.Name}]
 	}
 	return ok && s.Ready && end <= s.SyncLSN
 }

@@ -73,12 +73,19 @@ func TestTableFilterKeep(t *testing.T) {
 
 	// A schema change is skipped when its table — by its new name, or its
 	// old one — was copied at or after its end; a pending table gets it.
+	newDDL := func(j string) *change.Change {
+		c, err := change.NewDDL(1, 1, []byte(j))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 	ddl := func(name, old string) *change.Change {
 		j := `{"tag":"ALTER TABLE","schema":"public","name":"` + name + `"`
 		if old != "" {
 			j += `,"old":{"schema":"public","name":"` + old + `"}`
 		}
-		return change.NewDDL(1, 1, []byte(j+"}"))
+		return newDDL(j + "}")
 	}
 	ddlCases := []struct {
 		name string
@@ -94,9 +101,10 @@ func TestTableFilterKeep(t *testing.T) {
 		{"renamed to a ready table, before its copy", ddl("a", "zz"), 0xff, false},
 		{"pending table", ddl("b", ""), 0x10, true},
 		{"unknown table", ddl("c", ""), 0x10, true},
-		{"unreadable message: left to the writer", change.NewDDL(1, 1, []byte("{")), 0x10, true},
-		{"undescribed change to a ready table before its copy: left to the writer", change.NewDDL(1, 1,
-			[]byte(`{"tag":"ALTER TABLE","schema":"public","name":"a","error":"permission denied"}`)), 0xff, true},
+		{"message without a table name: left to the writer", newDDL(`{"tag":"ALTER TABLE"}`), 0x10, true},
+		{"message not parsed: left to the writer", &change.Change{Op: change.OpDDL, LSN: 1}, 0x10, true},
+		{"undescribed change to a ready table before its copy: left to the writer",
+			newDDL(`{"tag":"ALTER TABLE","schema":"public","name":"a","error":"permission denied"}`), 0xff, true},
 	}
 	for _, tc := range ddlCases {
 		if _, keep := f.Keep(tc.c, tc.end); keep != tc.keep {

@@ -2,7 +2,6 @@ package capture
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -25,20 +24,13 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 	if m.Name != change.DDLPrefix || m.Flags&pgoutput.MessageTransactional == 0 || !c.opts.DDLMessages {
 		return nil
 	}
-	// Only what routing needs; apply decodes the rest (schema.DDLMessage).
-	var msg struct {
-		Tag, Schema, Name string
-		Pubs              []string
-		Xid               uint32 // the (sub)transaction that emitted it (0: not said)
-		OID               uint32 // the table's: pgoutput's relation ID
-		Old               *struct {
-			Schema, Name string
-			Pubs         []string
-		}
-	}
-	if err := json.Unmarshal(m.Content, &msg); err != nil {
+	// Decoded once, here (change.NewDDL, ddlmsg.Parse): the change carries
+	// the parsed message (change.Change.DDL) to apply and the target.
+	ch, err := change.NewDDL(walStart, 0, m.Content)
+	if err != nil {
 		return fmt.Errorf("schema change at %s: decode the message: %w", walStart, err)
 	}
+	msg := ch.DDL
 	table := msg.Schema + "." + msg.Name
 	// A table moved out of the publication's schemas (SET SCHEMA) is
 	// published no longer, but was: the target moves it too.
@@ -47,7 +39,6 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 		return nil
 	}
 	c.log.Info("schema change captured", "table", table, "command", msg.Tag, "lsn", walStart, "xid", msg.Xid)
-	var xid uint32
 	if c.inStream {
 		// pgoutput sends a streamed transaction's messages with the
 		// top-level xid, whichever subtransaction emitted them; a STREAM
@@ -55,12 +46,12 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 		// schema change goes with the savepoint rolled back (the queue drops
 		// the subtransaction's changes, eager apply rolls back to its
 		// savepoint), as its rows do.
-		xid = m.Xid
+		ch.Xid = m.Xid
 		if msg.Xid != 0 {
-			xid = msg.Xid
+			ch.Xid = msg.Xid
 		}
 	}
-	if err := c.add(ctx, change.NewDDL(walStart, xid, m.Content)); err != nil {
+	if err := c.add(ctx, ch); err != nil {
 		return err
 	}
 	c.renamed(msg.OID, msg.Schema, msg.Name)

@@ -39,9 +39,9 @@ func (q *recordingQueue) Commit(change.TxnInfo) error { return nil }
 func (q *recordingQueue) Abort(uint32, uint32) error  { return nil }
 
 // TestDDLMessages: a transactional repstream.ddl message of a table the
-// publication publishes becomes an OpDDL change carrying its JSON; other
-// prefixes, non-transactional messages, other publications' tables and
-// (without DDLMessages) everything are ignored. A Relation message is
+// publication publishes becomes an OpDDL change carrying its JSON and its
+// parsed form; other prefixes, non-transactional messages, other
+// publications' tables and (without DDLMessages) everything are ignored. A Relation message is
 // linked to the version it replaces.
 func TestDDLMessages(t *testing.T) {
 	const mine = `{"tag":"ALTER TABLE","schema":"public","name":"t","pubs":["p"]}`
@@ -74,6 +74,9 @@ func TestDDLMessages(t *testing.T) {
 			ch := q.changes[0]
 			if ch.Op != change.OpDDL || ch.LSN != 7 || string(ch.DDLContent()) != mine {
 				t.Errorf("queued %s at %s: %q", ch.Op, ch.LSN, ch.DDLContent())
+			}
+			if m := ch.DDL; m == nil || m.Tag != "ALTER TABLE" || m.Schema != "public" || m.Name != "t" || !m.Publishes("p") {
+				t.Errorf("queued without its parsed message: %+v", m)
 			}
 		}
 		if err := c.handle(context.Background(), 8, msgLogical(true, change.DDLPrefix, `{"tag":`)); on && err == nil {

@@ -8,7 +8,7 @@ import (
 
 // TestSourceSideImports: the source side (capture and what it imports)
 // never imports the target side — the two share only the leaf packages
-// (change, pgerr, pgdsn, pgoutput, stats).
+// (change, ddlmsg, pgerr, pgdsn, pgoutput, stats).
 func TestSourceSideImports(t *testing.T) {
 	const module = "github.com/repstream/repstream/internal/"
 	forbidden := []string{"target", "apply", "snapshot", "engine", "schema", "cli"}

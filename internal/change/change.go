@@ -1,6 +1,10 @@
 package change
 
-import "time"
+import (
+	"time"
+
+	"github.com/repstream/repstream/internal/ddlmsg"
+)
 
 // Op is the kind of a row change.
 type Op byte
@@ -13,7 +17,8 @@ const (
 	// OpDDL is a schema change captured on the source by repstream's event
 	// trigger (a transactional logical message with prefix DDLPrefix): New
 	// is a one-column text tuple holding the message's JSON content
-	// (DDLContent), Rel is nil.
+	// (DDLContent: what the queue's spill files carry), DDL its parsed
+	// form, Rel is nil.
 	OpDDL Op = 'M'
 )
 
@@ -21,9 +26,27 @@ const (
 // trigger emits for schema changes.
 const DDLPrefix = "repstream.ddl"
 
-// NewDDL returns the OpDDL change at lsn carrying a copy of content.
-func NewDDL(lsn LSN, xid uint32, content []byte) *Change {
-	return &Change{Op: OpDDL, LSN: lsn, Xid: xid, New: AppendTuple(nil, []byte{KindText}, [][]byte{content})}
+// NewDDL returns the OpDDL change at lsn carrying a copy of content and
+// its parsed form (ParseDDL); it fails on content that is not a
+// schema-change message's JSON.
+func NewDDL(lsn LSN, xid uint32, content []byte) (*Change, error) {
+	c := &Change{Op: OpDDL, LSN: lsn, Xid: xid, New: AppendTuple(nil, []byte{KindText}, [][]byte{content})}
+	if err := c.ParseDDL(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ParseDDL sets c.DDL to the parsed form of the OpDDL change's content —
+// the one place a schema-change message is decoded (ddlmsg.Parse): capture
+// (NewDDL), and a spill file's read-back, which carries only the content.
+func (c *Change) ParseDDL() error {
+	m, err := ddlmsg.Parse(c.DDLContent())
+	if err != nil {
+		return err
+	}
+	c.DDL = m
+	return nil
 }
 
 // DDLContent returns the JSON content of an OpDDL change (nil otherwise).
@@ -78,6 +101,10 @@ type Change struct {
 	// Truncate only.
 	TruncateRels []*Relation
 	TruncateOpts uint8
+
+	// DDL is an OpDDL change's message, parsed from its content (New) by
+	// ParseDDL; nil for other changes.
+	DDL *ddlmsg.Message
 }
 
 // ChangeOverhead is the fixed accounting cost of one Change beyond its tuples:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"testing"
@@ -72,6 +73,8 @@ func sameChange(got, want *change.Change) string {
 		return "truncate opts differ"
 	case len(got.TruncateRels) != len(want.TruncateRels):
 		return "truncate rels differ"
+	case !reflect.DeepEqual(got.DDL, want.DDL):
+		return fmt.Sprintf("schema-change message %+v, want %+v", got.DDL, want.DDL)
 	}
 	for i := range got.TruncateRels {
 		if got.TruncateRels[i] != want.TruncateRels[i] {

@@ -425,6 +425,13 @@ func decodePayload(p []byte, rels []*change.Relation, c *change.Change, trunc []
 			return trunc, errors.New("malformed new tuple")
 		}
 	}
+	if op == change.OpDDL {
+		// The file carries the message's content only: parsed again, as
+		// capture parsed it.
+		if err := c.ParseDDL(); err != nil {
+			return trunc, fmt.Errorf("schema-change message: %w", err)
+		}
+	}
 	q = q[newLen:]
 	for i := int64(0); i < nTrunc; i++ {
 		r, err := lookupRel(rels, le.Uint32(q[4*i:]))

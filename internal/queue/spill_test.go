@@ -63,8 +63,16 @@ func goldenChanges() []*change.Change {
 			Old: change.Tuple(change.AppendTuple(nil, []byte{change.KindText, change.KindNull}, [][]byte{[]byte("1"), nil}))},
 		{Op: change.OpTruncate, LSN: 0x16B374DB00, TruncateRels: []*change.Relation{relB, relA},
 			TruncateOpts: change.TruncateCascade},
-		change.NewDDL(0x16B374DC00, 733, []byte(`{"tag":"ALTER TABLE","schema":"public","name":"a"}`)),
+		mustDDL(0x16B374DC00, 733, `{"tag":"ALTER TABLE","schema":"public","name":"a"}`),
 	}
+}
+
+func mustDDL(lsn change.LSN, xid uint32, content string) *change.Change {
+	c, err := change.NewDDL(lsn, xid, []byte(content))
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func encodeAll(t testing.TB, rt *relTable, cs []*change.Change) []byte {

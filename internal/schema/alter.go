@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 )
 
 // Errors of the schema-change diff; each is wrapped in an error naming the
@@ -43,7 +44,7 @@ var (
 // them (its stored "missing" value, as a literal default that is then
 // replaced by the real default expression); a default the source evaluated
 // per row is ErrVolatileDefault unless targetEmpty.
-func AlterSQL(cur *Table, m *DDLMessage, targetEmpty bool) ([]string, error) {
+func AlterSQL(cur *Table, m *ddlmsg.Message, targetEmpty bool) ([]string, error) {
 	d := newAlterDiff(cur, m)
 	d.moveTable(cur.TableName())
 	if m.Old != nil {
@@ -75,24 +76,24 @@ func AlterSQL(cur *Table, m *DDLMessage, targetEmpty bool) ([]string, error) {
 // new name (qt), and have maps the target's column names, as the
 // statements so far leave them, to the target's columns.
 type alterDiff struct {
-	m     *DDLMessage
+	m     *ddlmsg.Message
 	tn    TableName
 	qt    string // tn, quoted
 	have  map[string]*Column
 	stmts []string
 	// oldByNum: m.Old's columns by attribute number; nil without m.Old
 	// (then every look-up finds nothing).
-	oldByNum map[int]*DDLColumn
+	oldByNum map[int]*ddlmsg.Column
 }
 
-func newAlterDiff(cur *Table, m *DDLMessage) *alterDiff {
-	tn := m.TableName()
+func newAlterDiff(cur *Table, m *ddlmsg.Message) *alterDiff {
+	tn := NameFromDDL(&m.Table)
 	d := &alterDiff{m: m, tn: tn, qt: tn.Quoted(), have: map[string]*Column{}}
 	for i := range cur.Columns {
 		d.have[cur.Columns[i].Name] = &cur.Columns[i]
 	}
 	if m.Old != nil {
-		d.oldByNum = map[int]*DDLColumn{}
+		d.oldByNum = map[int]*ddlmsg.Column{}
 		for i := range m.Old.Columns {
 			d.oldByNum[m.Old.Columns[i].Num] = &m.Old.Columns[i]
 		}
@@ -195,7 +196,7 @@ func (d *alterDiff) checkUnmatched(cur *Table) error {
 
 // add adds c, which the target lacks; a column the source had before
 // this change (by attribute number) the target should have had already.
-func (d *alterDiff) add(c *DDLColumn, targetEmpty bool) error {
+func (d *alterDiff) add(c *ddlmsg.Column, targetEmpty bool) error {
 	if d.oldByNum[c.Num] != nil {
 		return d.fail(c.Name, ErrTargetMismatch, "the source had the column before this change, the target lacks it")
 	}
@@ -213,7 +214,7 @@ func (d *alterDiff) add(c *DDLColumn, targetEmpty bool) error {
 // sides have, where the source's changed (compared with m.Old's column, or
 // without m.Old with the target's) and the target's does not match already.
 // Generated expressions and identities are not carried over.
-func (d *alterDiff) changeColumn(c *DDLColumn) {
+func (d *alterDiff) changeColumn(c *ddlmsg.Column) {
 	if c.Generated != nil || c.Identity != "" {
 		return
 	}
@@ -253,7 +254,7 @@ func (d *alterDiff) changeColumn(c *DDLColumn) {
 
 // addColumn returns the ALTER TABLE actions (without "ALTER TABLE t") that
 // add c, giving existing rows the source's values.
-func addColumn(c *DDLColumn, targetEmpty bool) ([]string, error) {
+func addColumn(c *ddlmsg.Column, targetEmpty bool) ([]string, error) {
 	qc := change.QuoteIdent(c.Name)
 	def := "ADD COLUMN " + qc + " " + c.Type
 	notNull := ""
@@ -293,7 +294,7 @@ func addColumn(c *DDLColumn, targetEmpty bool) ([]string, error) {
 	return []string{def + notNull}, nil
 }
 
-func volatileAdvice(c *DDLColumn) string {
+func volatileAdvice(c *ddlmsg.Column) string {
 	what := "its default"
 	switch {
 	case c.Identity != "":

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/repstream/repstream/internal/ddlmsg"
 )
 
 func sp(s string) *string { return &s }
@@ -24,12 +26,14 @@ func tgt(cols ...string) *Table {
 	return t
 }
 
-func col(num int, name, typ string) DDLColumn { return DDLColumn{Num: num, Name: name, Type: typ} }
+func col(num int, name, typ string) ddlmsg.Column {
+	return ddlmsg.Column{Num: num, Name: name, Type: typ}
+}
 
-func msg(tag string, old []DDLColumn, cols ...DDLColumn) *DDLMessage {
-	m := &DDLMessage{Tag: tag, DDLTable: DDLTable{Schema: "public", Name: "t", Columns: cols}}
+func msg(tag string, old []ddlmsg.Column, cols ...ddlmsg.Column) *ddlmsg.Message {
+	m := &ddlmsg.Message{Tag: tag, Table: ddlmsg.Table{Schema: "public", Name: "t", Columns: cols}}
 	if old != nil {
-		m.Old = &DDLTable{Schema: "public", Name: "t", Columns: old}
+		m.Old = &ddlmsg.Table{Schema: "public", Name: "t", Columns: old}
 	}
 	return m
 }
@@ -64,32 +68,32 @@ func TestAlterSQL(t *testing.T) {
 	cases := []struct {
 		name  string
 		cur   *Table
-		m     *DDLMessage
+		m     *ddlmsg.Message
 		empty bool
 	}{
-		{"add column, constant default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, withDefault), false},
-		{"add column, stable default (now())", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, stable), false},
-		{"add column, volatile default, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), false},
-		{"add column, volatile default, empty", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), true},
-		{"add column, NULL default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, nullDefault), false},
-		{"add identity, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, ident), false},
-		{"add generated", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, gen), false},
-		{"add quoted", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, quoted), false},
-		{"rename column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
-		{"rename column, already done", tgt("id integer NOT NULL", "w text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
-		{"drop column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id), false},
-		{"drop and add same name", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, col(3, "v", "integer")), false},
-		{"target-only column kept", tgt("id integer NOT NULL", "v text", "extra text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, withDefault), false},
-		{"type int to bigint", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vBig), false},
-		{"type already changed on target", tgt("id integer NOT NULL", "v bigint"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vBig), false},
-		{"set not null", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vNotNull), false},
-		{"drop not null", tgt("id integer NOT NULL", "v text NOT NULL"), msg("ALTER TABLE", []DDLColumn{id, vNotNull}, id, v), false},
-		{"set default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, vDefault), false},
-		{"drop default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []DDLColumn{id, vDefault}, id, v), false},
+		{"add column, constant default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, withDefault), false},
+		{"add column, stable default (now())", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, stable), false},
+		{"add column, volatile default, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, volatile), false},
+		{"add column, volatile default, empty", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, volatile), true},
+		{"add column, NULL default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, nullDefault), false},
+		{"add identity, rows", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, ident), false},
+		{"add generated", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, gen), false},
+		{"add quoted", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, quoted), false},
+		{"rename column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, renamedV), false},
+		{"rename column, already done", tgt("id integer NOT NULL", "w text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, renamedV), false},
+		{"drop column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id), false},
+		{"drop and add same name", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, col(3, "v", "integer")), false},
+		{"target-only column kept", tgt("id integer NOT NULL", "v text", "extra text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, withDefault), false},
+		{"type int to bigint", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, vBig), false},
+		{"type already changed on target", tgt("id integer NOT NULL", "v bigint"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, vBig), false},
+		{"set not null", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, vNotNull), false},
+		{"drop not null", tgt("id integer NOT NULL", "v text NOT NULL"), msg("ALTER TABLE", []ddlmsg.Column{id, vNotNull}, id, v), false},
+		{"set default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, vDefault), false},
+		{"drop default", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, vDefault}, id, v), false},
 		{"no old: add", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, v, withDefault), false},
 		{"no old: rename-looking", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, renamedV), false},
 		{"no old: extra column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id), false},
-		{"rename: target has neither", tgt("id integer NOT NULL", "x text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, renamedV), false},
+		{"rename: target has neither", tgt("id integer NOT NULL", "x text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, renamedV), false},
 	}
 	var b strings.Builder
 	for _, tc := range cases {
@@ -103,14 +107,14 @@ func TestAlterSQL(t *testing.T) {
 		}
 	}
 	// Table renames.
-	m := msg("ALTER TABLE", []DDLColumn{id}, id)
+	m := msg("ALTER TABLE", []ddlmsg.Column{id}, id)
 	m.Name, m.Schema = "t2", "other"
 	m.Old.Name = "t"
 	stmts, err := AlterSQL(tgt("id integer NOT NULL"), m, false)
 	fmt.Fprintf(&b, "== rename and move table\n%s;\nerr=%v\n", strings.Join(stmts, ";\n"), err)
 	checkGolden(t, "alter.txt", b.String())
 
-	if _, err := AlterSQL(tgt("id integer", "v text"), msg("ALTER TABLE", []DDLColumn{id, v}, id, v, volatile), false); !errors.Is(err, ErrVolatileDefault) {
+	if _, err := AlterSQL(tgt("id integer", "v text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, v, volatile), false); !errors.Is(err, ErrVolatileDefault) {
 		t.Errorf("volatile default: %v, want ErrVolatileDefault", err)
 	}
 	if _, err := AlterSQL(tgt("id integer", "v text"), msg("ALTER TABLE", nil, id, renamedV), false); !errors.Is(err, ErrLooksRenamed) {
@@ -163,10 +167,10 @@ func TestRelationAlterSQL(t *testing.T) {
 	checkGolden(t, "alter_relation.txt", b.String())
 }
 
-// TestDDLMessageCreateSQL: a CREATE TABLE message becomes the statements
+// TestCreateSQLFromDDL: a CREATE TABLE message becomes the statements
 // that make the table on the target.
-func TestDDLMessageCreateSQL(t *testing.T) {
-	m, err := ParseDDLMessage([]byte(`{"tag":"CREATE TABLE","oid":16400,"schema":"app","name":"n","kind":"r","ident":"d","pubs":["p"],"pkey":["id"],
+func TestCreateSQLFromDDL(t *testing.T) {
+	m, err := ddlmsg.Parse([]byte(`{"tag":"CREATE TABLE","oid":16400,"schema":"app","name":"n","kind":"r","ident":"d","pubs":["p"],"pkey":["id"],
 		"columns":[{"num":1,"name":"id","type":"integer","typeoid":23,"typmod":-1,"notnull":true,"default":"nextval('app.n_id_seq'::regclass)","identity":"","hasmissing":false,"missing":null,"seq":"app.n_id_seq"},
 		{"num":2,"name":"v","type":"character varying(10)","typeoid":1043,"typmod":14,"notnull":false,"default":null,"identity":"","hasmissing":false,"missing":null,"seq":null}],"old":null}`))
 	if err != nil {
@@ -175,7 +179,7 @@ func TestDDLMessageCreateSQL(t *testing.T) {
 	if !m.Creates() || !m.Publishes("p") || m.Publishes("q") {
 		t.Errorf("Creates=%v Publishes(p)=%v Publishes(q)=%v", m.Creates(), m.Publishes("p"), m.Publishes("q"))
 	}
-	checkGolden(t, "create_from_message.sql", strings.Join(m.CreateSQL(), ";\n")+";\n")
+	checkGolden(t, "create_from_message.sql", strings.Join(CreateSQLFromDDL(&m.Table), ";\n")+";\n")
 }
 
 func TestSplitSchemaPatterns(t *testing.T) {

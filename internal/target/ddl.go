@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -36,11 +37,14 @@ import (
 
 // ddl applies one schema-change message.
 func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
-	msg, err := schema.ParseDDLMessage(c.DDLContent())
-	if err != nil {
+	msg := c.DDL // parsed once, by capture (change.NewDDL)
+	if msg == nil {
+		return fmt.Errorf("apply schema change at %s: the message was not parsed", c.LSN)
+	}
+	if err := msg.Check(); err != nil {
 		return fmt.Errorf("apply schema change at %s: %w", c.LSN, err)
 	}
-	tn := msg.TableName()
+	tn := schema.NameFromDDL(&msg.Table)
 	fail := func(err error) error {
 		return fmt.Errorf("apply schema change %q of %s at %s: %w", msg.Tag, tn, c.LSN, err)
 	}
@@ -58,9 +62,10 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.ensureBegun(ctx); err != nil {
 		return fail(err)
 	}
-	if pc, err := schema.ParsePartitionChange(c.DDLContent()); err != nil {
-		return fail(err)
-	} else if pc != nil {
+	if pc := msg.Partition; pc != nil {
+		if err := pc.Check(); err != nil {
+			return fail(err)
+		}
 		return w.partition(ctx, c, msg, pc)
 	}
 	defer w.forget(tn)
@@ -75,14 +80,14 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		return nil
 	}
 	cur, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
-	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && msg.Old.TableName() != tn {
+	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && schema.NameFromDDL(msg.Old) != tn {
 		// Renamed (or moved to another schema) on the source.
-		defer w.forget(msg.Old.TableName())
+		defer w.forget(schema.NameFromDDL(msg.Old))
 		cur, err = schema.LoadTable(ctx, w.conn, msg.Old.Schema, msg.Old.Name)
 	}
 	switch {
 	case errors.Is(err, schema.ErrTableNotFound) && msg.Creates():
-		for _, sql := range msg.CreateSQL() {
+		for _, sql := range schema.CreateSQLFromDDL(&msg.Table) {
 			if err := w.exec(ctx, sql); err != nil {
 				return fail(fmt.Errorf("create the table on the target (%s): %w", sql, err))
 			}
@@ -138,7 +143,7 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 // table it did not publish before, with rows the stream never carried —
 // ALTER TABLE ... SET LOGGED of an unlogged table (the trigger never
 // recorded it: msg.Old is nil) or SET SCHEMA into a published schema.
-func (w *Writer) entersPublication(msg *schema.DDLMessage) bool {
+func (w *Writer) entersPublication(msg *ddlmsg.Message) bool {
 	pub := w.opts.Publication
 	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub))
 }
@@ -147,10 +152,10 @@ func (w *Writer) entersPublication(msg *schema.DDLMessage) bool {
 // it lacks it) and records it pending in the transaction, as `tables add` does: apply
 // writes none of its changes until the engine has copied it from a new
 // snapshot (watchTables), and streams it from there.
-func (w *Writer) takeUp(ctx context.Context, msg *schema.DDLMessage, lsn change.LSN, fail func(error) error) error {
-	tn := msg.TableName()
+func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN, fail func(error) error) error {
+	tn := schema.NameFromDDL(&msg.Table)
 	if _, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name); errors.Is(err, schema.ErrTableNotFound) {
-		for _, sql := range msg.CreateSQL() {
+		for _, sql := range schema.CreateSQLFromDDL(&msg.Table) {
 			if err := w.exec(ctx, sql); err != nil {
 				return fail(fmt.Errorf("create the table on the target (%s): %w", sql, err))
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -72,14 +73,14 @@ FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, part.Quote
 
 // holdsSame: the target's partition of that name holds the rows the
 // source's does.
-func (p targetPart) holdsSame(pc *schema.PartitionChange) bool {
+func (p targetPart) holdsSame(pc *ddlmsg.PartitionChange) bool {
 	return p.exists && p.ofRoot && p.parentKey == pc.PartKey && schema.SamePartitionConstraint(p.constraint, pc.Constraint)
 }
 
 // partition applies a partition message (everything buffered is sent and
 // the transaction begun).
-func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DDLMessage, pc *schema.PartitionChange) error {
-	root, part := msg.TableName(), pc.TableName()
+func (w *Writer) partition(ctx context.Context, c *change.Change, msg *ddlmsg.Message, pc *ddlmsg.PartitionChange) error {
+	root, part := schema.NameFromDDL(&msg.Table), schema.TableName{Schema: pc.Schema, Name: pc.Name}
 	fail := func(err error) error {
 		return fmt.Errorf("apply %s of partition %s of %s at %s: %w", msg.Tag, part, root, c.LSN, err)
 	}
@@ -100,11 +101,11 @@ func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DD
 	p := &partChange{w: w, lsn: c.LSN, msg: msg, pc: pc, root: root, part: part, tp: tp,
 		inPart: "(" + pc.Constraint + ") IS NOT FALSE", fail: fail}
 	switch msg.Tag {
-	case schema.TagTruncatePartition:
+	case ddlmsg.TagTruncatePartition:
 		return p.truncate(ctx)
-	case schema.TagAttachPartition:
+	case ddlmsg.TagAttachPartition:
 		return p.attach(ctx)
-	case schema.TagDetachPartition:
+	case ddlmsg.TagDetachPartition:
 		return p.detach(ctx)
 	}
 	return fail(fmt.Errorf("unknown partition change"))
@@ -117,8 +118,8 @@ func (w *Writer) partition(ctx context.Context, c *change.Change, msg *schema.DD
 type partChange struct {
 	w          *Writer
 	lsn        change.LSN
-	msg        *schema.DDLMessage
-	pc         *schema.PartitionChange
+	msg        *ddlmsg.Message
+	pc         *ddlmsg.PartitionChange
 	root, part schema.TableName
 	tp         targetPart
 	inPart     string // a WHERE condition: a root's row is in the source's partition
@@ -273,14 +274,14 @@ func (p *partChange) detachedTable(ctx context.Context) error {
 		}
 		return nil
 	}
-	t := p.msg.DDLTable
+	t := p.msg.Table
 	t.Schema, t.Name, t.Kind = part.Schema, part.Name, "r"
-	t.Columns = make([]schema.DDLColumn, len(p.msg.Columns))
+	t.Columns = make([]ddlmsg.Column, len(p.msg.Columns))
 	for i, col := range p.msg.Columns {
 		col.Sequence = nil // the root owns it
 		t.Columns[i] = col
 	}
-	for _, sql := range t.CreateSQL() {
+	for _, sql := range schema.CreateSQLFromDDL(&t) {
 		if err := w.exec(ctx, sql); err != nil {
 			return p.fail(fmt.Errorf("create the detached table on the target (%s): %w", sql, err))
 		}
@@ -330,7 +331,7 @@ func (w *Writer) execCount(ctx context.Context, sql string) (int64, error) {
 
 // insertableColumns lists the root's columns a row can be written to (not
 // generated), quoted.
-func insertableColumns(msg *schema.DDLMessage) string {
+func insertableColumns(msg *ddlmsg.Message) string {
 	var cols []string
 	for _, c := range msg.Columns {
 		if c.Generated == nil {

@@ -1,0 +1,122 @@
+// Package ddlmsg is the wire format of the schema-change messages that
+// repstream's triggers on the source emit: the event trigger (engine/ddl.go)
+// and the partition triggers (engine/partitions.go) send, inside the
+// transaction that changed a table, pg_logical_emit_message(true,
+// 'repstream.ddl', json) (change.DDLPrefix).
+//
+// A message is decoded in one place: change.NewDDL (capture) and a spill
+// file's read-back (queue) call Change.ParseDDL, the only caller of Parse,
+// and the change.OpDDL change carries the result (Change.DDL) next to the
+// JSON. Capture routes by it, apply (apply.TableFilter) and the target
+// (target/ddl.go, target/partition.go) read it; the statements it becomes
+// are schema's (schema.AlterSQL, schema.CreateSQL).
+//
+// It imports nothing of repstream: the source side and the target side
+// share it.
+package ddlmsg
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+)
+
+// Column is one column of a table in a schema-change message, as the
+// source's catalog describes it after the change. Num is the attribute
+// number: a column keeps it when renamed, so a rename (same Num, new Name)
+// is told apart from a drop and an add.
+type Column struct {
+	Num     int    `json:"num"`
+	Name    string `json:"name"`
+	Type    string `json:"type"` // format_type(atttypid, atttypmod), schema-qualified where needed
+	TypeOID uint32 `json:"typeoid"`
+	TypeMod int32  `json:"typmod"`
+	NotNull bool   `json:"notnull"`
+	// Default is the default expression (pg_get_expr), nil for none.
+	Default *string `json:"default"`
+	// Generated is the generation expression of a GENERATED ALWAYS AS
+	// (...) STORED column, nil otherwise.
+	Generated *string `json:"generated"`
+	Identity  string  `json:"identity"` // pg_attribute.attidentity: "a", "d" or ""
+	// HasMissing and Missing: pg_attribute.atthasmissing and the value
+	// (as text) that the rows existing when the column was added have
+	// without storing it — the default evaluated once, at ADD COLUMN.
+	HasMissing bool    `json:"hasmissing"`
+	Missing    *string `json:"missing"`
+	// Sequence is the sequence the column owns (serial), schema-qualified;
+	// nil for none.
+	Sequence *string `json:"seq"`
+}
+
+// Table is a table's definition in a schema-change message.
+type Table struct {
+	OID        uint32   `json:"oid"` // the source's OID: pgoutput's relation ID
+	Schema     string   `json:"schema"`
+	Name       string   `json:"name"`
+	Kind       string   `json:"kind"`  // relkind: "r" or "p"
+	Ident      string   `json:"ident"` // relreplident
+	Pubs       []string `json:"pubs"`  // the publications that publish it
+	PrimaryKey []string `json:"pkey"`  // key columns only
+	Columns    []Column `json:"columns"`
+	// PrimaryKeyInclude are the primary key's INCLUDE columns, and
+	// PrimaryKeyDeferrable when it is checked (schema.Table's fields).
+	PrimaryKeyInclude    []string `json:"pkeyinclude"`
+	PrimaryKeyDeferrable string   `json:"pkeydeferrable"`
+}
+
+// Message is one schema-change message: the command tag, the table's
+// definition after the command (for a drop, only its names and OID), and
+// Old, the definition the event trigger last recorded for the table (nil if
+// it has none: the table was created while no trigger ran, or the trigger's
+// unlogged state was lost in a crash).
+type Message struct {
+	Tag     string `json:"tag"`
+	Dropped bool   `json:"dropped"`
+	// Error: the event trigger could not describe the table (the user's
+	// DDL went through): the change cannot be replicated.
+	Error string `json:"error"`
+	// Unlogged: the table was set UNLOGGED on the source: its changes are
+	// no longer written to the WAL, so no replication can carry them.
+	// Table is its definition before.
+	Unlogged bool `json:"unlogged"`
+	// Xid is the (sub)transaction that emitted the message (0: not said).
+	Xid uint32 `json:"xid"`
+	Table
+	Old *Table `json:"old"`
+	// Partition is the partition a partition message is about (nil for
+	// any other message).
+	Partition *PartitionChange `json:"partition"`
+}
+
+// Parse decodes the content of a repstream.ddl message; it fails only on
+// content that is not a message's JSON (Check tells whether it names its
+// table). Change.ParseDDL is its one caller.
+func Parse(b []byte) (*Message, error) {
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Check returns an error if the message does not name its table.
+func (m *Message) Check() error {
+	if m.Schema == "" || m.Name == "" {
+		return errors.New("decode schema-change message: no table name")
+	}
+	return nil
+}
+
+// Publishes reports whether the message concerns a table publication pub
+// publishes.
+func (m *Message) Publishes(pub string) bool { return slices.Contains(m.Pubs, pub) }
+
+// Creates reports whether the command made the table (CREATE TABLE, CREATE
+// TABLE AS, SELECT INTO).
+func (m *Message) Creates() bool {
+	switch m.Tag {
+	case "CREATE TABLE", "CREATE TABLE AS", "SELECT INTO":
+		return true
+	}
+	return false
+}
