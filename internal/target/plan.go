@@ -202,119 +202,160 @@ func (p *relPlan) inFullWhere(i int, oldKinds []byte) bool {
 
 // buildStmt writes the SQL of an UPDATE or DELETE for the given shape.
 func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []byte) *stmt {
-	s := &stmt{}
-	var b strings.Builder
-	n := 0
-	param := func(old bool, col int) {
-		n++
-		s.params = append(s.params, paramRef{old: old, col: col})
-		if p.binary {
-			s.oids = append(s.oids, p.rel.Columns[col].TypeOID)
-			s.formats = append(s.formats, 1)
-		}
-		b.WriteByte('$')
-		b.WriteString(strconv.Itoa(n))
-	}
+	w := stmtWriter{p: p, s: &stmt{}}
 	if op == change.OpUpdate {
-		b.WriteString("UPDATE ")
-		b.WriteString(p.quotedTable)
-		b.WriteString(" SET ")
-		first := true
-		for i := range p.rel.Columns {
-			if !p.inSet(i, mode, newKinds) {
-				continue
-			}
-			if !first {
-				b.WriteString(", ")
-			}
-			first = false
-			b.WriteString(p.quoted[i])
-			b.WriteString(" = ")
-			param(false, i)
-		}
-		s.noop = first
+		w.updateSet(mode, newKinds)
 	} else {
-		b.WriteString("DELETE FROM ")
-		b.WriteString(p.quotedTable)
+		w.b.WriteString("DELETE FROM ")
+		w.b.WriteString(p.quotedTable)
 	}
-	b.WriteString(" WHERE ")
+	w.b.WriteString(" WHERE ")
 	switch mode {
 	case whereNewKey, whereOldKey:
-		for j, i := range p.keyCols {
-			if j > 0 {
-				b.WriteString(" AND ")
-			}
-			b.WriteString(p.quoted[i])
-			b.WriteString(p.eq[i])
-			param(mode == whereOldKey, i)
-			p.cast(&b, i)
-		}
+		w.keyWhere(mode == whereOldKey)
 	case whereFull:
-		if p.partitioned {
-			b.WriteString("(tableoid, ctid) = (SELECT tableoid, ctid FROM ")
-		} else {
-			b.WriteString("ctid = (SELECT ctid FROM ")
-		}
-		b.WriteString(p.quotedTable)
-		b.WriteString(" WHERE ")
-		first := true
-		for i := range p.rel.Columns {
-			if !p.inFullWhere(i, oldKinds) {
-				continue
-			}
-			if !first {
-				b.WriteString(" AND ")
-			}
-			first = false
-			if !p.textEq[i] && p.eq[i] != " = " {
-				// IS NOT DISTINCT FROM would look "=" up on the search
-				// path: pg_catalog's, named, with NULL matching NULL.
-				b.WriteString("(")
-				b.WriteString(p.quoted[i])
-				b.WriteString(p.eq[i])
-				param(true, i)
-				b.WriteString(" OR ")
-				b.WriteString(p.quoted[i])
-				b.WriteString(" IS NULL AND $")
-				b.WriteString(strconv.Itoa(n))
-				b.WriteString(" IS NULL)")
-				continue
-			}
-			b.WriteString(p.quoted[i])
-			if p.textEq[i] {
-				b.WriteString("::text")
-			}
-			b.WriteString(" IS NOT DISTINCT FROM ")
-			param(true, i)
-			if p.textEq[i] && p.binary {
-				b.WriteString("::text") // the parameter has the column's type
-			} else if !p.textEq[i] {
-				p.cast(&b, i)
-			}
-		}
-		if first {
-			b.WriteString("true")
-		}
-		// Rows that are equal but not the same (1.0 and 1.00, -0 and 0,
-		// 'A' and 'a' under a case-insensitive collation): the one whose
-		// every value has the same text as the old row's, if there is one.
-		if !first {
-			b.WriteString(" ORDER BY ")
-			b.WriteString(p.exactOrder(oldKinds, s))
-		}
-		b.WriteString(" LIMIT 1)")
+		w.fullWhere(oldKinds)
 	}
 	// A row that is not there is a conflict (update_missing,
 	// delete_missing), and it must fail on the server: the COMMIT may be
 	// queued behind the statement in the same pipeline, and a command tag
 	// of 0 rows would be read only after the transaction committed.
-	s.inner = b.String()
+	s := w.s
+	s.inner = w.b.String()
 	if p.rules {
 		s.sql, s.checkTag = s.inner, true
 		return s
 	}
-	s.sql = "WITH m AS (" + b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"
+	s.sql = "WITH m AS (" + w.b.String() + " RETURNING 1) SELECT repstream.expect_row(count(*)) FROM m"
 	return s
+}
+
+// stmtWriter is a statement buildStmt is writing: b its SQL so far, whose
+// parameters $1..$n are s.params (and, binary, s.oids and s.formats) in
+// the same order — param keeps them in step. It lives on buildStmt's stack.
+type stmtWriter struct {
+	p *relPlan
+	s *stmt
+	b strings.Builder
+	n int
+}
+
+// param writes the next parameter, $n, the value of column col of the old
+// row or the new.
+func (w *stmtWriter) param(old bool, col int) {
+	w.n++
+	w.s.params = append(w.s.params, paramRef{old: old, col: col})
+	if w.p.binary {
+		w.s.oids = append(w.s.oids, w.p.rel.Columns[col].TypeOID)
+		w.s.formats = append(w.s.formats, 1)
+	}
+	w.b.WriteByte('$')
+	w.b.WriteString(strconv.Itoa(w.n))
+}
+
+// updateSet writes UPDATE t SET col = $n, ... for the columns inSet; with
+// none, the statement is a no-op (s.noop), written all the same.
+func (w *stmtWriter) updateSet(mode whereMode, newKinds []byte) {
+	p := w.p
+	w.b.WriteString("UPDATE ")
+	w.b.WriteString(p.quotedTable)
+	w.b.WriteString(" SET ")
+	first := true
+	for i := range p.rel.Columns {
+		if !p.inSet(i, mode, newKinds) {
+			continue
+		}
+		if !first {
+			w.b.WriteString(", ")
+		}
+		first = false
+		w.b.WriteString(p.quoted[i])
+		w.b.WriteString(" = ")
+		w.param(false, i)
+	}
+	w.s.noop = first
+}
+
+// keyWhere writes the key match, key columns of the old row or the new.
+func (w *stmtWriter) keyWhere(old bool) {
+	p := w.p
+	for j, i := range p.keyCols {
+		if j > 0 {
+			w.b.WriteString(" AND ")
+		}
+		w.b.WriteString(p.quoted[i])
+		w.b.WriteString(p.eq[i])
+		w.param(old, i)
+		p.cast(&w.b, i)
+	}
+}
+
+// fullWhere writes the FULL-identity match: the one row (its ctid, and
+// tableoid when partitioned) whose columns inFullWhere match the old row's,
+// the exact one first.
+func (w *stmtWriter) fullWhere(oldKinds []byte) {
+	p := w.p
+	if p.partitioned {
+		w.b.WriteString("(tableoid, ctid) = (SELECT tableoid, ctid FROM ")
+	} else {
+		w.b.WriteString("ctid = (SELECT ctid FROM ")
+	}
+	w.b.WriteString(p.quotedTable)
+	w.b.WriteString(" WHERE ")
+	first := true
+	for i := range p.rel.Columns {
+		if !p.inFullWhere(i, oldKinds) {
+			continue
+		}
+		if !first {
+			w.b.WriteString(" AND ")
+		}
+		first = false
+		w.fullMatch(i)
+	}
+	if first {
+		w.b.WriteString("true")
+	}
+	// Rows that are equal but not the same (1.0 and 1.00, -0 and 0,
+	// 'A' and 'a' under a case-insensitive collation): the one whose
+	// every value has the same text as the old row's, if there is one.
+	// exactOrder reuses the parameters written so far.
+	if !first {
+		w.b.WriteString(" ORDER BY ")
+		w.b.WriteString(p.exactOrder(oldKinds, w.s))
+	}
+	w.b.WriteString(" LIMIT 1)")
+}
+
+// fullMatch writes the match of column i with the old row's value, NULL
+// matching NULL.
+func (w *stmtWriter) fullMatch(i int) {
+	p := w.p
+	if !p.textEq[i] && p.eq[i] != " = " {
+		// IS NOT DISTINCT FROM would look "=" up on the search
+		// path: pg_catalog's, named, with NULL matching NULL.
+		w.b.WriteString("(")
+		w.b.WriteString(p.quoted[i])
+		w.b.WriteString(p.eq[i])
+		w.param(true, i)
+		w.b.WriteString(" OR ")
+		w.b.WriteString(p.quoted[i])
+		w.b.WriteString(" IS NULL AND $")
+		w.b.WriteString(strconv.Itoa(w.n))
+		w.b.WriteString(" IS NULL)")
+		return
+	}
+	w.b.WriteString(p.quoted[i])
+	if p.textEq[i] {
+		w.b.WriteString("::text")
+	}
+	w.b.WriteString(" IS NOT DISTINCT FROM ")
+	w.param(true, i)
+	if p.textEq[i] && p.binary {
+		w.b.WriteString("::text") // the parameter has the column's type
+	} else if !p.textEq[i] {
+		p.cast(&w.b, i)
+	}
 }
 
 // exactOrder is the ORDER BY that puts first the row matching the old row
