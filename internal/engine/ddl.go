@@ -2,69 +2,16 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/repstream/repstream/internal/provision"
+	"github.com/repstream/repstream/internal/install"
 )
 
-// Schema changes on the source (--ddl).
-//
-// With --ddl=true (the default) repstream installs, in the source database,
-// in a schema of its own (repstream):
-//
-//   - repstream.ddl_def(oid): a table's definition as JSON (columns with
-//     attribute number, name, format_type, type OID and modifier, NOT NULL,
-//     default, generation expression, identity, the value rows existing at
-//     ADD COLUMN got (attmissingval), owned sequence; primary key (its key
-//     columns, the first indnkeyatts of indkey; its INCLUDE columns apart;
-//     whether it is deferrable), replica identity, the publications that
-//     publish it);
-//   - repstream.ddl_state: the definition last emitted per table (UNLOGGED:
-//     never published, not WAL-logged; a crash empties it, which only costs
-//     the rename detection of the next change of each table);
-//   - the event trigger repstream_ddl (ddl_command_end of CREATE TABLE,
-//     ALTER TABLE, CREATE TABLE AS, SELECT INTO) and repstream_ddl_drop
-//     (sql_drop of tables), whose functions emit, inside the DDL's
-//     transaction, pg_logical_emit_message(true, 'repstream.ddl', json) per
-//     ordinary or partitioned table: the new definition, the command tag and
-//     the previous definition ("old", from ddl_state) — or, for a drop, the
-//     names and "dropped": true — and "xid", the (sub)transaction that
-//     emitted it (the xmin of the ddl_state row it wrote: SQL has no
-//     function for a subtransaction's xid). Decoding files the message
-//     under that xid, but pgoutput sends a streamed transaction's messages
-//     with the top-level xid: capture files it under "xid" again, so that
-//     the STREAM ABORT of a rolled-back savepoint drops the schema changes
-//     made in it as it drops its rows.
-//
-//   - repstream.replications: the slots whose runs use the trigger, with
-//     their publications, one row per slot from its first start with the
-//     trigger to its drop.
-//
-// A table that one of those publications publishes and that has no key
-// (created later in a FOR TABLES IN SCHEMA schema, or its primary key
-// dropped) would make the source refuse its UPDATEs and DELETEs: ddl_end
-// gives it REPLICA IDENTITY FULL in the same transaction (and reports that
-// ALTER TABLE too), so that the application's writes keep working and the
-// table is replicated with FULL identity.
-//
-// The functions are SECURITY DEFINER (the installing superuser's), so any
-// role's DDL is reported; each pins search_path to pg_catalog, pg_temp and
-// names repstream's own objects with their schema, and none is executable
-// by PUBLIC (the event trigger calls them without that check). The schema
-// is created and checked by provision.EnsureSchema: a schema repstream that
-// another role owns or may write to is refused, since the trigger runs its
-// functions in every DDL of every role. CREATE EVENT TRIGGER needs a
-// superuser; without one, or with --ddl=relation, schema changes are
-// followed from pgoutput's Relation messages instead (target/ddl.go).
-//
-// The trigger belongs to every repstream replication of the database:
-// `repstream drop` and a failed first start's undo (releaseDDL) remove the
-// slot's registration, and the trigger, its functions and the schema only
-// with the last one.
+// Schema changes on the source (--ddl): with the event trigger repstream
+// installs on the source (install/ddl.go), whose messages travel in the
+// stream; or, without it, from pgoutput's Relation messages (target/ddl.go).
 
 // ddlMode is how a run follows schema changes.
 type ddlMode int
@@ -79,206 +26,8 @@ func (m ddlMode) String() string {
 	return [...]string{"off", "event trigger", "relation messages"}[m]
 }
 
-// ddlTriggerSQL installs (or replaces) the source side of --ddl=true;
-// %SCHEMAPUB% is schemaPubSQL on PostgreSQL 15+ (empty before). The
-// publications of a table are read from the catalogs directly (not
-// pg_publication_tables, which expands every publication's tables).
-const ddlTriggerSQL = `
-CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, def jsonb NOT NULL);
-
-CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-SELECT jsonb_build_object(
-  'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
-  'pubs', COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
-                     WHERE NOT (p.pubviaroot AND c.relispartition)
-                       AND (p.puballtables
-                            OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
-                            %SCHEMAPUB%)), '[]'::jsonb),
-  'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
-                      FROM pg_index i
-                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                     WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts), '[]'::jsonb),
-  'pkeyinclude', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
-                      FROM pg_index i
-                      CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-                      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                     WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord > i.indnkeyatts), '[]'::jsonb),
-  'pkeydeferrable', COALESCE((SELECT CASE WHEN con.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN con.condeferrable THEN 'DEFERRABLE' ELSE '' END
-                      FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = 'p'), ''),
-  'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
-      'num', a.attnum, 'name', a.attname,
-      'type', format_type(a.atttypid, a.atttypmod), 'typeoid', a.atttypid::bigint, 'typmod', a.atttypmod,
-      'notnull', a.attnotnull,
-      'default', CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
-      'generated', CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
-      'identity', a.attidentity::text,
-      'hasmissing', a.atthasmissing,
-      'missing', CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
-      'seq', (SELECT s.oid::regclass::text FROM pg_depend dep JOIN pg_class s ON s.oid = dep.objid
-               WHERE dep.classid = 'pg_class'::regclass AND dep.refclassid = 'pg_class'::regclass
-                 AND dep.refobjid = c.oid AND dep.refobjsubid = a.attnum AND dep.deptype = 'a' AND s.relkind = 'S'
-               LIMIT 1)
-    ) ORDER BY a.attnum)
-    FROM pg_attribute a
-    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-    WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '[]'::jsonb))
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = rel
-$fn$;
-
-CREATE OR REPLACE FUNCTION repstream.ddl_end() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-  r record;
-  d jsonb;
-  o jsonb;
-  x bigint;
-BEGIN
-  -- The tables a command changed; for ALTER SCHEMA (RENAME), every
-  -- table of the schema: pgoutput does not describe them again under
-  -- their new names, and each message moves one on the target.
-  FOR r IN SELECT DISTINCT c.oid AS objid, e.command_tag
-             FROM pg_event_trigger_ddl_commands() e
-             JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
-                             OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
-            WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
-              AND (c.relpersistence = 'p'
-                   OR c.relpersistence = 'u' AND EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid))
-  LOOP
-    -- A table described before that is now UNLOGGED (SET UNLOGGED): its
-    -- changes are no longer in the WAL, and no replication can carry
-    -- them. Every repstream that replicates it stops at this message.
-    IF (SELECT c.relpersistence FROM pg_class c WHERE c.oid = r.objid) = 'u' THEN
-      -- The updated row's xmin is this (sub)transaction's xid (as below).
-      UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = r.objid RETURNING s.def, s.xmin::text::bigint INTO o, x;
-      DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', (o || jsonb_build_object(
-        'tag', r.command_tag, 'unlogged', true, 'old', o, 'xid', x))::text);
-      CONTINUE;
-    END IF;
-    BEGIN
-      d := repstream.ddl_def(r.objid);
-      SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
-      -- The row's xmin is this (sub)transaction's xid, the one decoding
-      -- files the message under (its STREAM ABORT names it).
-      INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
-        ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
-        RETURNING s.xmin::text::bigint INTO x;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl',
-        (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x))::text);
-      -- A table without a key that a repstream publication publishes
-      -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
-      -- whose primary key was dropped) would make the source refuse its
-      -- UPDATEs and DELETEs: the application's writes must never break.
-      -- It gets REPLICA IDENTITY FULL (its own ALTER TABLE, which this
-      -- trigger reports next).
-      IF d->>'kind' = 'r' AND d->>'ident' = 'd' AND jsonb_array_length(d->'pkey') = 0
-         AND NOT (SELECT c.relispartition FROM pg_class c WHERE c.oid = r.objid)
-         AND EXISTS (SELECT 1 FROM repstream.replications g JOIN pg_publication p ON p.pubname = g.publication
-                      WHERE (p.pubupdate OR p.pubdelete) AND d->'pubs' ? g.publication) THEN
-        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
-        RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', r.objid::regclass;
-      END IF;
-    EXCEPTION WHEN OTHERS THEN
-      -- Never fail the user's DDL; make every repstream stop at it instead.
-      RAISE WARNING 'repstream: cannot describe table %: %', r.objid::regclass, SQLERRM;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
-        'tag', r.command_tag, 'oid', r.objid::bigint, 'schema', '?', 'name', r.objid::regclass::text,
-        'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
-    END;
-  END LOOP;
-  -- Decoding orders a message by the END of its record, the changes by
-  -- their start: a row written right after it would tie with it, and a tie
-  -- between a subtransaction's message (this block, or the user's
-  -- SAVEPOINT) and the top transaction's row is broken either way. A record
-  -- in between (a non-transactional message, which apply ignores) makes the
-  -- message come first.
-  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION repstream.ddl_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-  r record;
-  o jsonb;
-  pubs jsonb;
-  more jsonb;
-  x bigint;
-BEGIN
-  FOR r IN SELECT * FROM pg_event_trigger_dropped_objects()
-            WHERE object_type = 'table' AND NOT is_temporary AND schema_name <> 'repstream'
-  LOOP
-    -- The definition last recorded (a JSON null if none), and this
-    -- (sub)transaction's xid as the written row's xmin (see ddl_end).
-    INSERT INTO repstream.ddl_state AS s VALUES (r.objid, 'null'::jsonb)
-      ON CONFLICT (relid) DO UPDATE SET def = s.def
-      RETURNING s.def, s.xmin::text::bigint INTO o, x;
-    DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
-    -- The table's publications as last recorded, and those that publish
-    -- its whole schema or every table.
-    pubs := COALESCE(o->'pubs', '[]'::jsonb);
-    SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO more FROM pg_publication p WHERE p.puballtables;
-    pubs := pubs || more;
-    IF current_setting('server_version_num')::int >= 150000 THEN
-      EXECUTE 'SELECT COALESCE(jsonb_agg(p.pubname), ''[]''::jsonb) FROM pg_catalog.pg_publication p
-                 JOIN pg_catalog.pg_publication_namespace pn ON pn.pnpubid = p.oid
-                 JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid WHERE n.nspname = $1'
-        INTO more USING r.schema_name;
-      pubs := pubs || more;
-    END IF;
-    PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
-      'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint, 'xid', x,
-      'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);
-  END LOOP;
-  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
-END
-$fn$;
-
-DROP EVENT TRIGGER IF EXISTS repstream_ddl;
-CREATE EVENT TRIGGER repstream_ddl ON ddl_command_end
-  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER SCHEMA')
-  EXECUTE FUNCTION repstream.ddl_end();
-DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
-CREATE EVENT TRIGGER repstream_ddl_drop ON sql_drop EXECUTE FUNCTION repstream.ddl_drop();
-
--- The definitions as they are now: what the next change of each table
--- compares with.
-INSERT INTO repstream.ddl_state
-SELECT c.oid, repstream.ddl_def(c.oid)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND c.relpersistence = 'p'
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'repstream') AND n.nspname NOT LIKE 'pg\_%'
-ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
-`
-
-// schemaPubSQL: a publication FOR TABLES IN SCHEMA of the table's schema
-// (PostgreSQL 15+).
-const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)`
-
-// registrySQL creates repstream.replications on the source.
-const registrySQL = `
-CREATE TABLE IF NOT EXISTS repstream.replications (
-  slot text PRIMARY KEY,
-  publication text NOT NULL DEFAULT '',
-  registered_at timestamptz NOT NULL DEFAULT now()
-);`
-
-// dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
-const dropDDLTriggerSQL = dropPartitionsSQL + `
-DROP EVENT TRIGGER IF EXISTS repstream_ddl;
-DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
-DROP FUNCTION IF EXISTS repstream.ddl_end();
-DROP FUNCTION IF EXISTS repstream.ddl_drop();
-DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
-DROP TABLE IF EXISTS repstream.ddl_state;
-DROP TABLE IF EXISTS repstream.replications;
-`
-
 // setUpDDL decides how this run follows schema changes and, for the event
-// trigger, installs it on the source (in one transaction).
+// trigger, installs it on the source (in one transaction: install.InstallDDL).
 func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log *slog.Logger) (ddlMode, error) {
 	switch setting {
 	case "false":
@@ -286,10 +35,9 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 	case "relation":
 		return ddlRelation, nil
 	}
-	var super bool
-	var version int
-	if err := src.QueryRow(ctx, "SELECT rolsuper, current_setting('server_version_num')::int FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super, &version); err != nil {
-		return ddlOff, fmt.Errorf("--ddl: look up the source role: %w", err)
+	super, version, err := install.SourceRole(ctx, src)
+	if err != nil {
+		return ddlOff, err
 	}
 	switch {
 	case version < 140000:
@@ -299,113 +47,9 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 		log.Warn("schema changes are followed from pgoutput's Relation messages: the source role is not a superuser and cannot create the event trigger (a RENAME COLUMN will stop the run)", "ddl", "relation")
 		return ddlRelation, nil
 	}
-	install := strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", "")
-	if version >= 150000 {
-		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
-	}
-	install += partitionsInstallSQL(version)
-	if err := installDDL(ctx, src, install, slot, pub); err != nil {
-		return ddlOff, fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
+	if err := install.InstallDDL(ctx, src, version, slot, pub); err != nil {
+		return ddlOff, err
 	}
 	log.Info("schema changes are captured by the event trigger repstream_ddl on the source")
 	return ddlTrigger, nil
-}
-
-// installDDL installs (or replaces) the event trigger and registers slot as
-// one of its users, in one transaction under provision.Lock. A trigger
-// installed before the registry existed may serve other slots already: the
-// registry is then seeded with every pgoutput slot of the database, so that
-// none loses the trigger to another's drop.
-func installDDL(ctx context.Context, src *pgx.Conn, install, slot, pub string) error {
-	tx, err := src.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := provision.Lock(ctx, tx); err != nil {
-		return err
-	}
-	if _, err := provision.EnsureSchema(ctx, tx, "source"); err != nil {
-		return err
-	}
-	var hadTrigger, hadRegistry bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl'),
-       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&hadTrigger, &hadRegistry); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, install); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, registrySQL); err != nil {
-		return err
-	}
-	if hadTrigger && !hadRegistry {
-		if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot)
-SELECT slot_name FROM pg_catalog.pg_replication_slots WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput'
-ON CONFLICT (slot) DO NOTHING`); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot, publication) VALUES ($1, $2)
-ON CONFLICT (slot) DO UPDATE SET publication = EXCLUDED.publication`, slot, pub); err != nil {
-		return err
-	}
-	if err := provision.RevokeFunctions(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-// releaseDDL removes slot's registration as a user of the event trigger
-// and, when it was the last, the trigger, its functions, its tables and the
-// schema repstream on the source (if nothing else is in it). It reports
-// whether it removed the trigger, and the slots that keep it. An untrusted
-// schema repstream is refused before anything is touched.
-func releaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) (dropped bool, kept []string, err error) {
-	tx, err := src.Begin(ctx)
-	if err != nil {
-		return false, nil, fmt.Errorf("remove repstream's event trigger on the source: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := provision.Lock(ctx, tx); err != nil {
-		return false, nil, err
-	}
-	exists, err := provision.CheckSchema(ctx, tx, "source")
-	if err != nil || !exists {
-		return false, nil, err
-	}
-	var haveTrigger, haveRegistry bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('repstream_ddl', 'repstream_ddl_drop'))
-         OR pg_catalog.to_regprocedure('repstream.ddl_end()') IS NOT NULL,
-       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&haveTrigger, &haveRegistry); err != nil {
-		return false, nil, fmt.Errorf("look up repstream's event trigger on the source: %w", err)
-	}
-	if haveRegistry {
-		if _, err := tx.Exec(ctx, "DELETE FROM repstream.replications WHERE slot = $1", slot); err != nil {
-			return false, nil, fmt.Errorf("unregister slot %q on the source: %w", slot, err)
-		}
-		err = tx.QueryRow(ctx, "SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM repstream.replications").Scan(&kept)
-	} else if haveTrigger {
-		// Installed by a version without the registry: any other pgoutput
-		// slot of the database may be a repstream run that needs it.
-		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_catalog.pg_replication_slots
-WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_name <> $1`, slot).Scan(&kept)
-	}
-	if err != nil {
-		return false, nil, fmt.Errorf("look up the other users of repstream's event trigger on the source: %w", err)
-	}
-	if len(kept) > 0 {
-		return false, kept, tx.Commit(ctx)
-	}
-	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
-		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", err)
-	}
-	left, err := provision.DropSchemaIfEmpty(ctx, tx)
-	if err != nil {
-		return false, nil, err
-	}
-	if left != "" {
-		log.Warn("the schema repstream on the source is kept: something else is in it", "left", left)
-	}
-	return haveTrigger, nil, tx.Commit(ctx)
 }

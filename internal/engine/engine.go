@@ -13,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,12 +24,11 @@ import (
 	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
-	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
-	"github.com/repstream/repstream/internal/sequences"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -64,7 +62,7 @@ type Engine struct {
 	watch        *target.LinkWatch
 	walsenderPID uint32
 	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
-	slotCreated  bool // this run created the slot: what it made before is kept (undo.go)
+	slotCreated  bool // this run created the slot: what it made before is kept (install/undo.go)
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips (tablesync.go).
 	tables *apply.TableFilter
@@ -114,7 +112,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		runtime.GOMAXPROCS(Procs(cfg.ApplyParallelism, runtime.NumCPU()))
 	}
 
-	src, err := connectSource(ctx, cfg.Source)
+	src, err := install.ConnectSource(ctx, cfg.Source)
 	if err != nil {
 		return err
 	}
@@ -125,10 +123,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	}
 	defer tgt.Close(context.Background())
 
-	if err := checkSource(ctx, src); err != nil {
+	if err := install.CheckSource(ctx, src); err != nil {
 		return err
 	}
-	if err := checkReplicationAttribute(ctx, src, cfg.Source); err != nil {
+	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
 		return err
 	}
 	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
@@ -139,18 +137,18 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	e.reachedOnce = true
 	// A first start that fails before its slot exists leaves nothing
 	// behind: what it created is removed again (newest first).
-	firstStart, err := slotMissing(ctx, src, cfg.Slot)
+	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
 	if err != nil {
 		return err
 	}
-	var undo undoList
+	var undo install.Undo
 	e.slotCreated = false
 	defer func() {
 		if err != nil && firstStart && !e.slotCreated {
-			undo.run(ctx, e.log)
+			undo.Run(ctx, e.log)
 		}
 	}()
-	if err := undo.state(ctx, tgt, cfg.Slot, e.log); err != nil {
+	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return err
 	}
 	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
@@ -158,7 +156,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	}
 	// Another engine streaming from the slot makes it active; so does, for a
 	// moment, the walsender of a run that just died.
-	if err := waitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
+	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
 		return err
 	}
 	// A killed previous run's target sessions may still be finishing commits
@@ -171,12 +169,12 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		return fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
 	}
 
-	createdPub, err := ensurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
+	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
 	if err != nil {
 		return err
 	}
 	if createdPub {
-		undo.publication(src, cfg.Publication)
+		undo.Publication(src, cfg.Publication)
 		// Recorded at once, so that drop removes it even if this run fails
 		// before the slot exists.
 		if err := target.MarkPublicationCreated(ctx, tgt, cfg.Slot); err != nil {
@@ -194,17 +192,19 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		return err
 	}
 	if e.ddl == ddlTrigger {
-		undo.ddlTrigger(src, cfg.Slot, e.log)
+		undo.DDLTrigger(src, cfg.Slot, e.log)
 	}
-	tables, err := publicationTables(ctx, src, cfg.Publication)
+	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
 	if err != nil {
 		return err
 	}
-	if err := checkPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
+	if err := install.CheckPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
 		return err
 	}
-	if err := checkUntrackedPartitions(ctx, src, cfg, e.ddl, tables); err != nil {
-		return err
+	if e.ddl != ddlTrigger && !cfg.AllowUntrackedPartitions {
+		if err := install.CheckUntrackedPartitions(ctx, src, cfg.Publication, e.ddl, tables); err != nil {
+			return err
+		}
 	}
 	if len(tables) == 0 {
 		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
@@ -214,7 +214,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	// A keyless table that repstream itself would publish is refused: once
 	// published, the source refuses its UPDATEs and DELETEs — the run
 	// would break the application writing it.
-	noBinary, err := e.prepareTargetTables(ctx, src, tgt, tables, cfg.CreateTables, createdPub, &undo)
+	noBinary, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
+		Slot: cfg.Slot, Create: cfg.CreateTables, RefuseKeyless: createdPub,
+		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
+	}, &undo, e.log)
 	if err != nil {
 		return err
 	}
@@ -223,16 +226,16 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 
-	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
 		return err
 	}
-	if err := checkTablePrivileges(ctx, src, tgt, tables, !slot.exists && cfg.Snapshot); err != nil {
+	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && cfg.Snapshot); err != nil {
 		return err
 	}
 	var initialFlush change.LSN
 	switch {
-	case !slot.exists:
+	case !slot.Exists:
 		if prog.Exists && prog.Low > 0 && prog.Snapshot != target.SnapshotRunning {
 			return fmt.Errorf("replication slot %q does not exist on the source, but the target has applied changes up to %s: "+
 				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
@@ -252,10 +255,10 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		prog = target.Progress{Exists: true, Low: low, Snapshot: target.SnapshotDone, CreatedPublication: createdPub}
 		initialFlush = low
 	default:
-		if slot.plugin != "pgoutput" {
-			return fmt.Errorf("replication slot %q uses plugin %q; repstream needs a pgoutput slot", cfg.Slot, slot.plugin)
+		if slot.Plugin != "pgoutput" {
+			return fmt.Errorf("replication slot %q uses plugin %q; repstream needs a pgoutput slot", cfg.Slot, slot.Plugin)
 		}
-		if slot.walStatus == "lost" {
+		if slot.WALStatus == "lost" {
 			return fmt.Errorf("replication slot %q is invalidated (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
 				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
 		}
@@ -265,7 +268,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			}
 			prog.Snapshot = target.SnapshotDone
 		}
-		if err := checkRestoredTarget(cfg, prog, slot.confirmed); err != nil {
+		if err := checkRestoredTarget(cfg, prog, slot.Confirmed); err != nil {
 			return err
 		}
 		if !prog.Exists {
@@ -273,15 +276,15 @@ func (e *Engine) run(ctx context.Context) (err error) {
 				return fmt.Errorf("replication slot %q exists on the source (confirmed up to %s) but the target has no state for it: "+
 					"the target may be another one than the slot's (a wrong --target) or rebuilt, and the changes before %s would be missing on it; "+
 					"run `repstream drop --slot %s` and start again for a new initial copy, or pass --adopt-slot if the target holds the data up to %s",
-					cfg.Slot, slot.confirmed, slot.confirmed, cfg.Slot, slot.confirmed)
+					cfg.Slot, slot.Confirmed, slot.Confirmed, cfg.Slot, slot.Confirmed)
 			}
-			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", slot.confirmed)
-			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.confirmed, target.SnapshotNone, false); err != nil {
+			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", slot.Confirmed)
+			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.Confirmed, target.SnapshotNone, false); err != nil {
 				return err
 			}
-			prog = target.Progress{Exists: true, Low: slot.confirmed, Snapshot: target.SnapshotNone}
+			prog = target.Progress{Exists: true, Low: slot.Confirmed, Snapshot: target.SnapshotNone}
 		}
-		initialFlush = max(prog.Low, slot.confirmed)
+		initialFlush = max(prog.Low, slot.Confirmed)
 	}
 
 	if err := e.syncPendingAtStart(ctx, tgt, tables); err != nil {
@@ -385,7 +388,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	g, gctx := errgroup.WithContext(runCtx)
 	defer func() { e.walsenderPID = capt.BackendPID() }()
 	g.Go(func() error {
-		return onSide("source", pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(capt.Run(gctx)))
+		return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(capt.Run(gctx)))
 	})
 	g.Go(func() error { return onSide("target", ap.Run(gctx, q)) })
 	if eager != nil {
@@ -489,7 +492,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
-		return 0, pgerr.ReplicationPrivilege(dsnUser(cfg.Source)).Explain(err)
+		return 0, pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err)
 	}
 	defer repl.Close(context.Background())
 	action := "(SNAPSHOT 'nothing')"
@@ -537,7 +540,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 // target (application_name appName) for a command that reads and writes
 // both; closeFn closes them.
 func connectBoth(ctx context.Context, cfg config.Config, appName string) (src, tgt *pgx.Conn, closeFn func(), err error) {
-	if src, err = connectSource(ctx, cfg.Source); err != nil {
+	if src, err = install.ConnectSource(ctx, cfg.Source); err != nil {
 		return nil, nil, nil, err
 	}
 	if tgt, err = target.Connect(ctx, cfg.Target, appName); err != nil {
@@ -548,215 +551,6 @@ func connectBoth(ctx context.Context, cfg config.Config, appName string) (src, t
 		tgt.Close(context.WithoutCancel(ctx))
 		src.Close(context.WithoutCancel(ctx))
 	}, nil
-}
-
-func connectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	cfg, err := pgdsn.ParsePgx(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("source DSN: %w", err)
-	}
-	cfg.RuntimeParams["application_name"] = "repstream-admin"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to source %s: %w", pgdsn.Describe(&cfg.Config), err)
-	}
-	return conn, nil
-}
-
-func checkSource(ctx context.Context, src *pgx.Conn) error {
-	var level string
-	if err := src.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-		return fmt.Errorf("read the source's wal_level: %w", err)
-	}
-	if level != "logical" {
-		return fmt.Errorf("the source has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart the server)", level)
-	}
-	return nil
-}
-
-// ensurePublication creates the publication from the table patterns when it
-// does not exist. It reports whether it created it.
-func ensurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, guarded bool, log *slog.Logger) (bool, error) {
-	var exists bool
-	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
-		return false, fmt.Errorf("look up publication %q: %w", pub, err)
-	}
-	if exists {
-		if len(patterns) > 0 {
-			log.Info("publication exists: using it as it is (--tables only creates it, or adds tables to one repstream created)", "publication", pub)
-		}
-		return false, nil
-	}
-	if len(patterns) == 0 {
-		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
-	}
-	names, sql, err := publicationSQL(ctx, src, pub, patterns, guarded, log)
-	if err != nil {
-		return false, err
-	}
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = n.Quoted()
-	}
-	// A partitioned table named in --tables is replicated as that table:
-	// its changes and its initial copy come under the root's name (the
-	// target needs the root, partitioned or not, not the same partitions).
-	var partitioned bool
-	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY($1::regclass[]) AND relkind = 'p')", quoted).Scan(&partitioned); err != nil {
-		return false, fmt.Errorf("create publication %q: look for partitioned tables: %w", pub, err)
-	}
-	if partitioned {
-		sql += " WITH (publish_via_partition_root = true)"
-	}
-	if _, err := src.Exec(ctx, sql); err != nil {
-		return false, fmt.Errorf("create publication %q: %w", pub, pgerr.PublicationPrivilege(pub, sqlNames(names), src.Config().User).Explain(err))
-	}
-	log.Info("created publication", "publication", pub, "tables", len(names))
-	return true, nil
-}
-
-func publicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema.TableName, error) {
-	rows, err := src.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", pub)
-	if err != nil {
-		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
-	}
-	var out []schema.TableName
-	for rows.Next() {
-		var t schema.TableName
-		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
-// prepareTargetTables checks that every published table exists on the target
-// (creating it with createTables) and warns about tables whose updates and
-// deletes the source cannot publish. It returns why values cannot travel in
-// binary ("" if they can): binary needs every column to have the same
-// built-in type on both sides.
-//
-// Tables are created with what they need — their schema and the
-// user-defined types of their columns (enums, composites, domains, ranges,
-// dependencies first) — in one target transaction: all of it, or nothing.
-//
-// What it creates is recorded in undo, to be dropped again if this first
-// start fails before its slot exists.
-func (e *Engine) prepareTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, create, refuseKeyless bool, undo *undoList) (noBinary string, err error) {
-	log := e.log
-	var missing []*schema.Table
-	var again []schema.TableName
-	var problems, lagging, keyless []string
-	// With a resumed initial copy: the tables copied already, and those a
-	// start made bare (--create-tables) whose copy did not complete.
-	ready, bare := map[schema.TableName]bool{}, map[schema.TableName]bool{}
-	var copying []schema.TableName
-	if e.copyResumed {
-		syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
-		if err != nil {
-			return "", err
-		}
-		deferred, err := target.DeferredTables(ctx, tgt, e.cfg.Slot)
-		if err != nil {
-			return "", err
-		}
-		// The user's tables set aside for the copy are not bare tables
-		// a start made: never made again.
-		setAside, err := target.SetAsideTables(ctx, tgt, e.cfg.Slot)
-		if err != nil {
-			return "", err
-		}
-		deferred = slices.DeleteFunc(deferred, func(t schema.TableName) bool { return slices.Contains(setAside, t) })
-		for _, s := range syncs {
-			t := schema.TableName{Schema: s.Schema, Name: s.Name}
-			ready[t] = s.State == target.TableReady
-			bare[t] = !ready[t] && slices.Contains(deferred, t)
-			if s.State == target.TableCopying {
-				copying = append(copying, t)
-			}
-		}
-	}
-	for _, t := range tables {
-		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
-		if err != nil {
-			return "", fmt.Errorf("source table %s: %w", t, err)
-		}
-		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
-			if refuseKeyless {
-				keyless = append(keyless, t.String()+": no primary key and no replica identity: published, the source would refuse its UPDATEs and DELETEs (ALTER TABLE "+t.Quoted()+" REPLICA IDENTITY FULL, or add a primary key; or leave it out of --tables)")
-			} else {
-				log.Warn("source table has no primary key and no replica identity: its UPDATEs and DELETEs fail on the source (ALTER TABLE ... REPLICA IDENTITY FULL)", "table", t.String())
-			}
-		}
-		tt, err := schema.LoadTable(ctx, tgt, t.Schema, t.Name)
-		if err == nil && create && bare[t] && stillBare(tt) {
-			// Made bare by an earlier start, its copy not complete: the
-			// copy starts it again from empty, so it is made again from
-			// the source's definition as it is now — which may have
-			// changed since — with what is built after its copy.
-			again = append(again, t)
-			missing = append(missing, st)
-			if noBinary == "" {
-				noBinary = binaryProblem(st, st)
-			}
-			continue
-		}
-		if err == nil {
-			for _, p := range schema.Incompatible(st, tt) {
-				if e.schemaMayLag || e.copyResumed && ready[t] && e.ddl != ddlOff {
-					lagging = append(lagging, t.String()+": "+p)
-				} else {
-					problems = append(problems, t.String()+": "+p)
-				}
-			}
-			if noBinary == "" {
-				noBinary = binaryProblem(st, tt)
-			}
-			continue
-		}
-		if !errors.Is(err, schema.ErrTableNotFound) {
-			return "", fmt.Errorf("target table %s: %w", t, err)
-		}
-		if !create {
-			return "", fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
-		}
-		missing = append(missing, st)
-		if noBinary == "" {
-			noBinary = binaryProblem(st, st)
-		}
-	}
-	if len(keyless) > 0 {
-		return "", fmt.Errorf("tables repstream would publish cannot be replicated as they are:\n  %s", strings.Join(keyless, "\n  "))
-	}
-	if len(problems) > 0 {
-		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
-			strings.Join(problems, "\n  "))
-	}
-	// A table whose copy did not complete and that the source no longer
-	// publishes (renamed or dropped there, or taken out of the
-	// publication) is left as it is: its copy state stays "copying" (not
-	// ready), so that apply skips what the stream still has for it. Said
-	// once, here.
-	for _, t := range copying {
-		if !slices.Contains(tables, t) {
-			log.Warn("a table whose copy did not complete is no longer published by the source (renamed or dropped there, or taken out of the publication): it is left on the target part copied and gets no changes; drop it when you no longer need it",
-				"table", t.String())
-		}
-	}
-	if len(lagging) > 0 {
-		// Apply stops at the change that cannot be applied, if any.
-		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
-			"differences", strings.Join(lagging, "; "))
-	}
-	if len(missing) > 0 {
-		made, err := createTargetTables(ctx, src, tgt, missing, again, e.cfg.Slot, log)
-		if err != nil {
-			return "", err
-		}
-		undo.createdTables(tgt, e.cfg.Slot, made)
-	}
-	return noBinary, nil
 }
 
 // setAsideForCopy sets aside the keys and indexes of the target's empty
@@ -799,13 +593,6 @@ func (e *Engine) restoreSetAside(ctx context.Context, tgt *pgx.Conn) {
 	}
 }
 
-// stillBare reports whether a target table is as a start made it for its
-// copy: an ordinary table with no primary key. (A table by that name that
-// has one is not the one the record was made for: made again by hand.)
-func stillBare(t *schema.Table) bool {
-	return !t.Partitioned && len(t.PrimaryKey) == 0
-}
-
 // afterCopy builds the keys and indexes of a table --create-tables made
 // (target.BuildDeferred) once its copy has all of its rows: the copy's
 // snapshot.Options.AfterCopy.
@@ -815,254 +602,6 @@ func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableNam
 	}
 	e.noteUnbuiltIndexes(ctx, dst)
 	return nil
-}
-
-// createTargetTables creates tables on the target, with their schemas and
-// the user-defined types they need, in one transaction. A type the target
-// already has must be compatible (schema.UserType.Incompatible); a type of
-// an extension needs the extension on the target. It returns what it made.
-// The tables in again exist and are dropped first, in the same transaction:
-// bare tables of this slot whose copy did not complete, made again.
-//
-// With a slot (a start: nothing streams before its copies are done and
-// built), a table is made bare — no primary key, no other index, the
-// default replica identity — and what it lacks is recorded for slot in the
-// same transaction (target.DeferDDL), to be built once its rows are copied
-// (target.BuildDeferred). Without (`tables add`: a running engine applies
-// schema changes to a pending table before its copy), it is made with its
-// primary key and replica identity, and the caller builds its other indexes.
-func createTargetTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, again []schema.TableName, slot string, log *slog.Logger) (made createdObjects, err error) {
-	types, exts, err := schema.TypesFor(ctx, src, tables)
-	if err != nil {
-		return made, fmt.Errorf("--create-tables: %w", err)
-	}
-	for _, x := range exts {
-		var ok bool
-		if err := tgt.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = $1)", x.Extension).Scan(&ok); err != nil {
-			return made, fmt.Errorf("--create-tables: look up extension %s on the target: %w", x.Extension, err)
-		}
-		if !ok {
-			return made, fmt.Errorf("--create-tables: %w: type %s comes from extension %s, which the target lacks: CREATE EXTENSION %s on the target",
-				schema.ErrExtensionType, x.Type, x.Extension, change.QuoteIdent(x.Extension))
-		}
-	}
-	tx, err := tgt.Begin(ctx)
-	if err != nil {
-		return made, fmt.Errorf("--create-tables: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if len(again) > 0 {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '30s'"); err != nil {
-			return made, fmt.Errorf("--create-tables: %w", err)
-		}
-	}
-	for _, t := range again {
-		if _, err := tx.Exec(ctx, "DROP TABLE "+t.Quoted()); err != nil {
-			return made, fmt.Errorf("--create-tables: make %s again (made bare by an earlier start, its copy did not complete, and it is copied again from empty): drop it: %w", t, err)
-		}
-		log.Info("making the table again from the source's definition: its copy did not complete", "table", t)
-	}
-	schemas := map[string]bool{}
-	ensureSchema := func(s string) error {
-		if schemas[s] {
-			return nil
-		}
-		schemas[s] = true
-		var have bool
-		if err := tx.QueryRow(ctx, "SELECT to_regnamespace($1) IS NOT NULL", change.QuoteIdent(s)).Scan(&have); err != nil {
-			return fmt.Errorf("look up schema %s on the target: %w", s, err)
-		}
-		if have {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, schema.CreateSchemaSQL(s)); err != nil {
-			return fmt.Errorf("create schema %s on the target: %w", s, err)
-		}
-		made.add("schema "+s, "DROP SCHEMA "+change.QuoteIdent(s))
-		return nil
-	}
-	for _, u := range types {
-		have, err := schema.LoadType(ctx, tx, u.Schema, u.Name)
-		if err != nil {
-			return made, fmt.Errorf("look up type %s on the target: %w", u, err)
-		}
-		if have != nil {
-			if why := u.Incompatible(have); why != "" {
-				return made, fmt.Errorf("--create-tables: type %s exists on the target but differs from the source's: %s", u, why)
-			}
-			continue
-		}
-		if err := ensureSchema(u.Schema); err != nil {
-			return made, err
-		}
-		if _, err := tx.Exec(ctx, u.CreateSQL()); err != nil {
-			return made, fmt.Errorf("create type %s on the target: %w", u, err)
-		}
-		made.add("type "+u.String(), u.DropSQL())
-	}
-	// Sequences the columns' defaults draw from (serial), before the tables;
-	// identity columns make their own.
-	names := make([]schema.TableName, len(tables))
-	for i, st := range tables {
-		names[i] = st.TableName()
-	}
-	seqs, err := sequences.Used(ctx, src, names)
-	if err != nil {
-		return made, fmt.Errorf("--create-tables: %w", err)
-	}
-	for _, seq := range seqs {
-		sql, identity, err := sequences.CreateSQL(ctx, src, seq)
-		if err != nil {
-			return made, fmt.Errorf("--create-tables: %w", err)
-		}
-		if identity {
-			continue
-		}
-		if err := ensureSchema(seq.Schema); err != nil {
-			return made, err
-		}
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return made, fmt.Errorf("create sequence %s on the target: %w", seq, err)
-		}
-		made.add("sequence "+seq.String(), "DROP SEQUENCE IF EXISTS "+seq.Quoted()) // gone with its table if owned by it
-	}
-	for _, st := range tables {
-		if err := ensureSchema(st.Schema); err != nil {
-			return made, err
-		}
-		if slot != "" {
-			if err := createBare(ctx, src, tx, st, slot); err != nil {
-				return made, err
-			}
-		} else {
-			if _, err := tx.Exec(ctx, schema.CreateTableSQL(st)); err != nil {
-				return made, fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
-			}
-			for _, sql := range schema.ReplicaIdentitySQL(st) {
-				if _, err := tx.Exec(ctx, sql); err != nil {
-					return made, fmt.Errorf("set the replica identity of %s on the target: %w", st.TableName(), err)
-				}
-			}
-		}
-		made.add("table "+st.TableName().String(), "DROP TABLE "+st.TableName().Quoted())
-		made.tables = append(made.tables, st.TableName())
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return made, fmt.Errorf("--create-tables: commit: %w", err)
-	}
-	for _, c := range made.what {
-		log.Info("created on the target", "what", c)
-	}
-	return made, nil
-}
-
-// createBare creates st without its keys and indexes in tx, and records
-// them for slot, to be built after its copy.
-func createBare(ctx context.Context, src *pgx.Conn, tx pgx.Tx, st *schema.Table, slot string) error {
-	bare := *st
-	bare.PrimaryKey = nil
-	if _, err := tx.Exec(ctx, schema.CreateTableSQL(&bare)); err != nil {
-		return fmt.Errorf("create table %s on the target: %w", st.TableName(), err)
-	}
-	var keys []string
-	if pk := schema.PrimaryKeySQL(st); pk != "" {
-		keys = append(keys, pk)
-	}
-	keys = append(keys, schema.ReplicaIdentitySQL(st)...)
-	indexes, err := schema.IndexesSQL(ctx, src, st)
-	if err != nil {
-		return err
-	}
-	return target.DeferDDL(ctx, tx, slot, st.TableName(), keys, indexes)
-}
-
-func binaryProblem(st, tt *schema.Table) string {
-	for _, c := range st.Columns {
-		if c.Generated {
-			continue // not published
-		}
-		i := tt.Column(c.Name)
-		if i < 0 || tt.Columns[i].Generated {
-			continue
-		}
-		if err := target.BinaryCompatible(c.TypeOID, tt.Columns[i].TypeOID); err != nil {
-			return fmt.Sprintf("column %q of %s (%s): %v", c.Name, st.TableName(), c.Type, err)
-		}
-	}
-	return ""
-}
-
-// waitSlotInactive waits up to wait for the slot (if it exists) not to be in
-// use by a walsender.
-func waitSlotInactive(ctx context.Context, src *pgx.Conn, slot string, wait time.Duration, log *slog.Logger) error {
-	start := time.Now()
-	for logged := false; ; {
-		var active bool
-		var pid *int32
-		err := src.QueryRow(ctx, "SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &pid)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("look up replication slot %q: %w", slot, err)
-		}
-		if time.Since(start) > wait {
-			p := int32(0)
-			if pid != nil {
-				p = *pid
-			}
-			return fmt.Errorf("replication slot %q is active (in use by walsender PID %d) for more than %s: "+
-				"another repstream or client is streaming from it; stop it first", slot, p, wait)
-		}
-		if !logged {
-			log.Info("replication slot is active (a previous run ending?): waiting", "slot", slot)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-type slotInfo struct {
-	exists    bool
-	plugin    string
-	confirmed change.LSN
-	walStatus string
-	active    bool
-}
-
-func lookupSlot(ctx context.Context, src *pgx.Conn, name string) (slotInfo, error) {
-	var s slotInfo
-	var confirmed, plugin, walStatus *string
-	err := src.QueryRow(ctx, `SELECT plugin::text, confirmed_flush_lsn::text, wal_status, active
-		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).
-		Scan(&plugin, &confirmed, &walStatus, &s.active)
-	if errors.Is(err, pgx.ErrNoRows) {
-		var other string
-		if err := src.QueryRow(ctx, "SELECT coalesce(database, '(physical)') FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&other); err == nil {
-			return s, fmt.Errorf("replication slot %q belongs to database %q, not this one", name, other)
-		}
-		return s, nil
-	}
-	if err != nil {
-		return s, fmt.Errorf("look up replication slot %q: %w", name, err)
-	}
-	s.exists = true
-	if plugin != nil {
-		s.plugin = *plugin
-	}
-	if walStatus != nil {
-		s.walStatus = *walStatus
-	}
-	if confirmed != nil {
-		if s.confirmed, err = change.ParseLSN(*confirmed); err != nil {
-			return s, err
-		}
-	}
-	return s, nil
 }
 
 // logSummary logs what the run did: the figures a person (or a test) wants

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/target"
@@ -202,7 +203,7 @@ func (e *Engine) resume(ctx context.Context) (target.Progress, change.LSN, error
 	if prog, err = target.LoadProgress(ctx, tgt, cfg.Slot); err != nil {
 		return prog, 0, onSide("target", fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err))
 	}
-	src, err := connectSource(ctx, cfg.Source)
+	src, err := install.ConnectSource(ctx, cfg.Source)
 	if err != nil {
 		return prog, 0, onSide("source", err)
 	}
@@ -210,19 +211,19 @@ func (e *Engine) resume(ctx context.Context) (target.Progress, change.LSN, error
 	if err := endWalsender(ctx, src, cfg.Slot, e.walsenderPID); err != nil {
 		return prog, 0, onSide("source", err)
 	}
-	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
 		return prog, 0, onSide("source", err)
 	}
 	switch {
-	case !slot.exists:
+	case !slot.Exists:
 		return prog, 0, fmt.Errorf("replication slot %q was dropped on the source while repstream was reconnecting: the changes since %s are lost; "+
 			"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, prog.Low, cfg.Slot)
-	case slot.walStatus == "lost":
+	case slot.WALStatus == "lost":
 		return prog, 0, fmt.Errorf("replication slot %q was invalidated while repstream was reconnecting (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
 			"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
 	}
-	return prog, max(prog.Low, slot.confirmed), nil
+	return prog, max(prog.Low, slot.Confirmed), nil
 }
 
 // endWalsender terminates the walsender that served the lost attempt if it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -26,7 +27,7 @@ func addedColumnOnSource(dsn string, eager bool) func(context.Context, schema.Ta
 				}
 			}()
 		}
-		src, err := connectSource(ctx, dsn)
+		src, err := install.ConnectSource(ctx, dsn)
 		if err != nil {
 			return schema.AddedValue{}, fmt.Errorf("ask the source what the existing rows got: %w", err)
 		}

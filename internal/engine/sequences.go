@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
 )
@@ -44,7 +45,7 @@ func SyncSequences(ctx context.Context, cfg config.Config, log *slog.Logger) ([]
 		}
 	} else {
 		pub := cfg.Publication
-		if tables, err = publicationTables(ctx, src, pub); err != nil {
+		if tables, err = install.PublicationTables(ctx, src, pub); err != nil {
 			return nil, err
 		}
 		if len(tables) == 0 {

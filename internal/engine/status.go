@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
-	"github.com/repstream/repstream/internal/provision"
-	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -115,7 +114,7 @@ type SlotStatus struct {
 // Status reads a slot's positions from the source and the target.
 func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus, error) {
 	st := SlotStatus{Slot: slot, LagSeconds: -1}
-	src, err := connectSource(ctx, sourceDSN)
+	src, err := install.ConnectSource(ctx, sourceDSN)
 	if err != nil {
 		return st, err
 	}
@@ -204,90 +203,9 @@ func (s SlotStatus) Format(w io.Writer) {
 	}
 }
 
-// Drop removes the slot, the publication if repstream created it, and
-// repstream's state for the slot on the target. What all of repstream's
-// replications of a database share (the event trigger on the source, the
-// schema repstream on either side) is removed with the last of them only;
-// the log names the replications it is kept for. A schema repstream that
-// another role could use is refused before anything is touched.
-//
-// spillDir is the slot's spill directory ("" for the default one): it is
-// removed with the spill files in it (queue.RemoveSpillDir).
+// Drop removes what repstream made for slot on both sides (install.Drop).
 func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tgt, err := target.Connect(ctx, targetDSN, "repstream-drop")
-	if err != nil {
-		return err
-	}
-	defer tgt.Close(context.Background())
-	var prog target.Progress
-	exists, err := provision.CheckSchema(ctx, tgt, "target")
-	if err != nil {
-		return err
-	}
-	if exists {
-		if err := target.EnsureState(ctx, tgt); err != nil {
-			return err
-		}
-		if prog, err = target.LoadProgress(ctx, tgt, slot); err != nil {
-			return err
-		}
-	}
-	src, err := connectSource(ctx, sourceDSN)
-	if err != nil {
-		return err
-	}
-	defer src.Close(context.Background())
-	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
-		return err
-	}
-	s, err := lookupSlot(ctx, src, slot)
-	if err != nil {
-		return err
-	}
-	if s.exists {
-		if s.active {
-			return fmt.Errorf("replication slot %q is in use: stop the repstream that streams from it first", slot)
-		}
-		if _, err := src.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
-			return fmt.Errorf("drop replication slot %q: %w", slot, err)
-		}
-		log.Info("dropped replication slot", "slot", slot)
-	} else {
-		log.Info("no replication slot to drop", "slot", slot)
-	}
-	switch dropped, kept, err := releaseDDL(ctx, src, slot, log); {
-	case err != nil:
-		return err
-	case len(kept) > 0:
-		log.Info("kept the schema-change event trigger and the schema repstream on the source: other replications use them", "slots", kept)
-	case dropped:
-		log.Info("dropped the schema-change event trigger and the schema repstream on the source")
-	}
-	if prog.CreatedPublication {
-		if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
-			return fmt.Errorf("drop publication %q: %w", publication, err)
-		}
-		log.Info("dropped publication", "publication", publication)
-	}
-	kept, err := target.Release(ctx, tgt, slot, log)
-	if err != nil {
-		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
-	}
-	if len(kept) > 0 {
-		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
-	} else if exists {
-		log.Info("dropped the schema repstream on the target", "slot", slot)
-	}
-	if spillDir == "" {
-		spillDir = queue.DefaultSpillDir(slot)
-	}
-	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
-		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
-	}
-	return nil
+	return install.Drop(ctx, sourceDSN, targetDSN, slot, publication, spillDir, log)
 }
 
 // Flushed returns the position acknowledged as applied (0 before Run starts streaming).

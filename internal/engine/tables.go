@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
@@ -90,7 +90,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
-	published, err := publicationTables(ctx, src, pub)
+	published, err := install.PublicationTables(ctx, src, pub)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
-	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
 		return nil, err
 	}
@@ -114,11 +114,11 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if len(todo) == 0 {
 		return res, nil
 	}
-	if err := checkAddable(ctx, src, tgt, cfg.Slot, todo, opts, log); err != nil {
+	if err := install.CheckAddable(ctx, src, tgt, cfg.Slot, todo, opts.CreateTables, opts.Truncate, log); err != nil {
 		return res, err
 	}
-	if !slot.exists {
-		if err := publish(ctx, src, pub, todo, published); err != nil {
+	if !slot.Exists {
+		if err := install.Publish(ctx, src, pub, todo, published); err != nil {
 			return res, err
 		}
 		for _, n := range todo {
@@ -131,14 +131,14 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 			return res, err
 		}
 	}
-	running := slot.active
+	running := slot.Active
 	if running {
 		// The engine must filter the tables before their changes arrive.
 		if err := waitNoticed(ctx, tgt, cfg.Slot, todo, opts.NoticeWait); err != nil {
 			return res, err
 		}
 	}
-	if err := publish(ctx, src, pub, todo, published); err != nil {
+	if err := install.Publish(ctx, src, pub, todo, published); err != nil {
 		return res, err
 	}
 	action := "pending: the next run copies it"
@@ -159,60 +159,6 @@ func isPending(syncs []target.TableSync, n schema.TableName) bool {
 		}
 	}
 	return false
-}
-
-// checkAddable checks the tables to add: a key or replica identity on the
-// source, a compatible target table (created with CreateTables), empty
-// unless Truncate.
-func checkAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables []schema.TableName, opts AddOptions, log *slog.Logger) error {
-	var missing []*schema.Table
-	var problems []string
-	for _, n := range tables {
-		st, err := schema.LoadTable(ctx, src, n.Schema, n.Name)
-		if err != nil {
-			return fmt.Errorf("source table %s: %w", n, err)
-		}
-		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
-			problems = append(problems, n.String()+": no primary key and no replica identity on the source (ALTER TABLE ... REPLICA IDENTITY FULL)")
-			continue
-		}
-		tt, err := schema.LoadTable(ctx, tgt, n.Schema, n.Name)
-		if errors.Is(err, schema.ErrTableNotFound) {
-			if !opts.CreateTables {
-				problems = append(problems, n.String()+": missing on the target (create it, or pass --create-tables)")
-				continue
-			}
-			missing = append(missing, st)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("target table %s: %w", n, err)
-		}
-		for _, p := range schema.Incompatible(st, tt) {
-			problems = append(problems, n.String()+": "+p)
-		}
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("cannot add:\n  %s", strings.Join(problems, "\n  "))
-	}
-	if len(missing) > 0 {
-		// Made whole, not bare (createTargetTables with no slot): a running
-		// engine applies schema changes to a pending table before its copy,
-		// which would leave deferred statements naming old columns.
-		if _, err := createTargetTables(ctx, src, tgt, missing, nil, "", log); err != nil {
-			return err
-		}
-		for _, st := range missing {
-			defs, err := schema.IndexesSQL(ctx, src, st)
-			if err != nil {
-				return err
-			}
-			if err := target.BuildIndexes(ctx, tgt, slot, st.TableName(), defs, log); err != nil {
-				return fmt.Errorf("--create-tables: %w", err)
-			}
-		}
-	}
-	return snapshot.CheckTargets(ctx, tgt, tables, opts.Truncate)
 }
 
 // waitNoticed waits until a running engine has marked every table noticed.
@@ -247,23 +193,6 @@ func waitNoticed(ctx context.Context, tgt *pgx.Conn, slot string, tables []schem
 	}
 }
 
-// publish adds the tables not yet in the publication to it.
-func publish(ctx context.Context, src *pgx.Conn, pub string, tables, published []schema.TableName) error {
-	var add []string
-	for _, n := range tables {
-		if !slices.Contains(published, n) {
-			add = append(add, n.Quoted())
-		}
-	}
-	if len(add) == 0 {
-		return nil
-	}
-	if _, err := src.Exec(ctx, "ALTER PUBLICATION "+change.QuoteIdent(pub)+" ADD TABLE "+strings.Join(add, ", ")); err != nil {
-		return fmt.Errorf("add %s to publication %q: %w", strings.Join(add, ", "), pub, err)
-	}
-	return nil
-}
-
 // widenPublication adds to repstream's own publication the tables --tables
 // now matches that it lacks, as `tables add` does (no engine runs: the
 // caller is the starting one, which copies them before it streams).
@@ -273,7 +202,7 @@ func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error
 	if err != nil {
 		return fmt.Errorf("resolve --tables on the source: %w", err)
 	}
-	published, err := publicationTables(ctx, src, cfg.Publication)
+	published, err := install.PublicationTables(ctx, src, cfg.Publication)
 	if err != nil {
 		return err
 	}
@@ -286,16 +215,16 @@ func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error
 	if len(add) == 0 {
 		return nil
 	}
-	slot, err := lookupSlot(ctx, src, cfg.Slot)
+	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
 		return err
 	}
-	if !slot.exists {
+	if !slot.Exists {
 		// The initial copy takes them.
 		e.log.Info("--tables matches tables the publication lacks: adding them", "component", "tablesync", "tables", tableNames(add))
-		return publish(ctx, src, cfg.Publication, add, published)
+		return install.Publish(ctx, src, cfg.Publication, add, published)
 	}
-	if err := checkAddable(ctx, src, tgt, cfg.Slot, add, AddOptions{CreateTables: cfg.CreateTables, Truncate: cfg.Truncate}, e.log); err != nil {
+	if err := install.CheckAddable(ctx, src, tgt, cfg.Slot, add, cfg.CreateTables, cfg.Truncate, e.log); err != nil {
 		return fmt.Errorf("--tables matches tables the publication lacks: %w", err)
 	}
 	for _, n := range add {
@@ -304,7 +233,7 @@ func (e *Engine) widenPublication(ctx context.Context, src, tgt *pgx.Conn) error
 		}
 	}
 	e.log.Info("--tables matches tables the publication lacks: adding them (copied before streaming)", "component", "tablesync", "tables", tableNames(add))
-	return publish(ctx, src, cfg.Publication, add, published)
+	return install.Publish(ctx, src, cfg.Publication, add, published)
 }
 
 func tableNames(ts []schema.TableName) []string {
@@ -380,7 +309,7 @@ func ListTables(ctx context.Context, cfg config.Config) ([]TableRow, error) {
 		return nil, err
 	}
 	defer closeBoth()
-	published, err := publicationTables(ctx, src, pub)
+	published, err := install.PublicationTables(ctx, src, pub)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/repstream/repstream/internal/apply"
 	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/target"
@@ -292,11 +293,11 @@ func (e *Engine) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.Ta
 	}
 	// The source is asked only while a table waits (an admin connection
 	// is not kept while streaming).
-	src, err := connectSource(ctx, e.cfg.Source)
+	src, err := install.ConnectSource(ctx, e.cfg.Source)
 	if err != nil {
 		return err
 	}
-	published, err := publicationTables(ctx, src, e.cfg.Publication)
+	published, err := install.PublicationTables(ctx, src, e.cfg.Publication)
 	src.Close(context.Background())
 	if err != nil {
 		return err

@@ -45,7 +45,7 @@ type parseCase struct {
 }
 
 // ddlJSON is a schema-change message as repstream's source event trigger
-// emits it (engine/ddl.go).
+// emits it (install/ddl.go).
 const ddlJSON = `{"tag": "ALTER TABLE", "oid": 16385, "name": "t", "old": null, "kind": "r", "pkey": ["id"], "pubs": ["repstream"], "ident": "d", "schema": "public", "columns": [{"num": 1, "seq": null, "name": "id", "type": "integer", "typmod": -1, "default": null, "missing": null, "notnull": true, "typeoid": 23, "identity": "", "generated": null, "hasmissing": false}]}`
 
 func parseCases() []parseCase {

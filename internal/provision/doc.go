@@ -1,8 +1,10 @@
-// Package provision owns what repstream installs in the databases it
-// touches, and the checks that make that safe: the schema repstream on
-// either side, who may own it and what is in it, the lock that serialises
-// installing and removing it, and the refusal to replicate a database into
-// itself.
+// Package provision is the base of what repstream installs in the
+// databases it touches, and the checks that make that safe: the schema
+// repstream on either side, who may own it and what is in it, the lock that
+// serialises installing and removing it, and the refusal to replicate a
+// database into itself. What repstream makes on that base (the
+// publication, the event trigger, the target tables) and removes again is
+// package install; target's state and install both build on this one.
 //
 // repstream runs with high privileges on two production databases, and its
 // sessions call functions in its own schema (the source's event trigger, the

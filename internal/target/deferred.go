@@ -27,7 +27,7 @@ import (
 // target, not in the run, so that a copy interrupted before its end still
 // gets them from the run that completes it.
 //
-// Only a start makes tables bare (engine.createTargetTables with a slot):
+// Only a start makes tables bare (install.CreateTables with a slot):
 // nothing streams before its copies are done and built. `tables add` makes
 // them whole, as a running engine applies schema changes to a pending table.
 //

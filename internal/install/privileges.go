@@ -1,4 +1,4 @@
-package engine
+package install
 
 import (
 	"context"
@@ -28,12 +28,12 @@ import (
 //     the database for the repstream schema (EnsureState), and SELECT,
 //     INSERT, UPDATE, DELETE and TRUNCATE on every replicated table.
 
-// checkReplicationAttribute fails unless the source role may open a
+// CheckReplicationAttribute fails unless the source role may open a
 // replication connection: a superuser or a role with REPLICATION. Managed
 // services can allow it otherwise (Amazon RDS: membership in
 // rds_replication), so when the catalog says no, a replication connection
 // is tried: only its refusal is an error.
-func checkReplicationAttribute(ctx context.Context, src *pgx.Conn, dsn string) error {
+func CheckReplicationAttribute(ctx context.Context, src *pgx.Conn, dsn string) error {
 	var role string
 	var ok bool
 	if err := src.QueryRow(ctx, `SELECT current_user::text, rolreplication OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user`).Scan(&role, &ok); err != nil {
@@ -53,10 +53,10 @@ func checkReplicationAttribute(ctx context.Context, src *pgx.Conn, dsn string) e
 	return nil // another failure: the slot's connection reports it
 }
 
-// checkTablePrivileges fails, naming every missing GRANT, unless the
+// CheckTablePrivileges fails, naming every missing GRANT, unless the
 // source role can read every table (only when willCopy: the initial copy reads
 // them; streaming does not) and the target role can write every table.
-func checkTablePrivileges(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, willCopy bool) error {
+func CheckTablePrivileges(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, willCopy bool) error {
 	var errs []error
 	// SELECT on some column passes: a publication's column list may be
 	// all a role can read (a column it cannot read fails the copy, which
@@ -124,9 +124,9 @@ func sqlNames(tables []schema.TableName) []string {
 	return out
 }
 
-// dsnUser is the role a connection string logs in as, for messages ("" if
+// DSNUser is the role a connection string logs in as, for messages ("" if
 // it does not parse: the connection then fails with its own error).
-func dsnUser(dsn string) string {
+func DSNUser(dsn string) string {
 	cfg, err := pgdsn.Parse(dsn)
 	if err != nil {
 		return ""

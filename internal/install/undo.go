@@ -1,4 +1,4 @@
-package engine
+package install
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/repstream/repstream/internal/target"
 )
 
-// undoList is what a first start created on the servers before its slot
+// Undo is what a first start created on the servers before its slot
 // existed — the state schema (or the slot's progress row in it), the
 // publication, the schema-change event trigger — so that a start that
 // fails then (a missing or incompatible target table, a keyless table, a
@@ -30,16 +30,16 @@ import (
 // dropped too, but only while every table it made is still empty: the copy
 // writes them only once the slot exists, so a row there is somebody else's
 // and everything is left (the log says so).
-type undoList []undoStep
+type Undo []undoStep
 
 type undoStep struct {
 	what string
 	do   func(context.Context) error
 }
 
-// run undoes, newest first, with a context of its own (the run's may be
+// Run undoes, newest first, with a context of its own (the run's may be
 // done); a step that fails is logged and the rest still run.
-func (u undoList) run(ctx context.Context, log *slog.Logger) {
+func (u Undo) Run(ctx context.Context, log *slog.Logger) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	for i := len(u) - 1; i >= 0; i-- {
@@ -51,11 +51,11 @@ func (u undoList) run(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// state records how to remove the target's state for slot, if it has none
+// State records how to remove the target's state for slot, if it has none
 // yet: its rows and registration and, when no other replication uses the
 // target, the schema repstream with it (target.Release). Another slot's
 // state, even one made by a start running at the same instant, is kept.
-func (u *undoList) state(ctx context.Context, tgt *pgx.Conn, slot string, log *slog.Logger) error {
+func (u *Undo) State(ctx context.Context, tgt *pgx.Conn, slot string, log *slog.Logger) error {
 	var schemaExists, slotKnown bool
 	err := tgt.QueryRow(ctx, `SELECT to_regclass('repstream.progress') IS NOT NULL`).Scan(&schemaExists)
 	if err != nil {
@@ -79,19 +79,19 @@ func (u *undoList) state(ctx context.Context, tgt *pgx.Conn, slot string, log *s
 	return nil
 }
 
-// publication records how to drop the publication this run created.
-func (u *undoList) publication(src *pgx.Conn, name string) {
+// Publication records how to drop the publication this run created.
+func (u *Undo) Publication(src *pgx.Conn, name string) {
 	*u = append(*u, undoStep{fmt.Sprintf("publication %q on the source", name), func(ctx context.Context) error {
 		_, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(name))
 		return err
 	}})
 }
 
-// ddlTrigger records how to remove this slot's registration as a user of
+// DDLTrigger records how to remove this slot's registration as a user of
 // the schema-change event trigger, and the trigger with the last one.
-func (u *undoList) ddlTrigger(src *pgx.Conn, slot string, log *slog.Logger) {
+func (u *Undo) DDLTrigger(src *pgx.Conn, slot string, log *slog.Logger) {
 	*u = append(*u, undoStep{"the schema-change event trigger's registration on the source", func(ctx context.Context) error {
-		_, kept, err := releaseDDL(ctx, src, slot, log)
+		_, kept, err := ReleaseDDL(ctx, src, slot, log)
 		if len(kept) > 0 {
 			log.Info("the schema-change event trigger is kept for the other replications", "slots", kept)
 		}
@@ -99,22 +99,22 @@ func (u *undoList) ddlTrigger(src *pgx.Conn, slot string, log *slog.Logger) {
 	}})
 }
 
-// createdObjects is what createTargetTables made on the target, in the
+// Created is what CreateTables made on the target, in the
 // order it made them: what (for the log) and the statement that drops each,
 // and the tables among them.
-type createdObjects struct {
+type Created struct {
 	what, drops []string
 	tables      []schema.TableName
 }
 
-func (m *createdObjects) add(what, drop string) {
+func (m *Created) add(what, drop string) {
 	m.what, m.drops = append(m.what, what), append(m.drops, drop)
 }
 
-// createdTables records how to drop what --create-tables made: in one
+// CreatedTables records how to drop what --create-tables made: in one
 // target transaction, newest first, after checking under an exclusive lock
 // that every table it made is still empty.
-func (u *undoList) createdTables(tgt *pgx.Conn, slot string, made createdObjects) {
+func (u *Undo) CreatedTables(tgt *pgx.Conn, slot string, made Created) {
 	if len(made.drops) == 0 {
 		return
 	}
@@ -153,14 +153,4 @@ func (u *undoList) createdTables(tgt *pgx.Conn, slot string, made createdObjects
 		}
 		return tx.Commit(ctx)
 	}})
-}
-
-// slotMissing reports whether the slot does not exist yet (a first start).
-func slotMissing(ctx context.Context, src *pgx.Conn, slot string) (bool, error) {
-	var exists bool
-	err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)", slot).Scan(&exists)
-	if err != nil {
-		return false, fmt.Errorf("look up replication slot %q: %w", slot, err)
-	}
-	return !exists, nil
 }

@@ -1,16 +1,76 @@
-package engine
+package install
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
 )
+
+// EnsurePublication creates the publication from the table patterns when it
+// does not exist. It reports whether it created it.
+func EnsurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, guarded bool, log *slog.Logger) (bool, error) {
+	var exists bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up publication %q: %w", pub, err)
+	}
+	if exists {
+		if len(patterns) > 0 {
+			log.Info("publication exists: using it as it is (--tables only creates it, or adds tables to one repstream created)", "publication", pub)
+		}
+		return false, nil
+	}
+	if len(patterns) == 0 {
+		return false, fmt.Errorf("publication %q does not exist on the source: create it, or give --tables to let repstream create it", pub)
+	}
+	names, sql, err := publicationSQL(ctx, src, pub, patterns, guarded, log)
+	if err != nil {
+		return false, err
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = n.Quoted()
+	}
+	// A partitioned table named in --tables is replicated as that table:
+	// its changes and its initial copy come under the root's name (the
+	// target needs the root, partitioned or not, not the same partitions).
+	var partitioned bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY($1::regclass[]) AND relkind = 'p')", quoted).Scan(&partitioned); err != nil {
+		return false, fmt.Errorf("create publication %q: look for partitioned tables: %w", pub, err)
+	}
+	if partitioned {
+		sql += " WITH (publish_via_partition_root = true)"
+	}
+	if _, err := src.Exec(ctx, sql); err != nil {
+		return false, fmt.Errorf("create publication %q: %w", pub, pgerr.PublicationPrivilege(pub, sqlNames(names), src.Config().User).Explain(err))
+	}
+	log.Info("created publication", "publication", pub, "tables", len(names))
+	return true, nil
+}
+
+// PublicationTables lists the tables publication pub publishes, by name.
+func PublicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema.TableName, error) {
+	rows, err := src.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", pub)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	var out []schema.TableName
+	for rows.Next() {
+		var t schema.TableName
+		if err := rows.Scan(&t.Schema, &t.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
 
 // publicationSQL returns the tables --tables names now and the CREATE
 // PUBLICATION statement (without WITH options) for them: "schema.*"
@@ -80,10 +140,10 @@ func publicationSQL(ctx context.Context, src *pgx.Conn, pub string, patterns []s
 	return names, "CREATE PUBLICATION " + change.QuoteIdent(pub) + " FOR " + strings.Join(parts, ", "), nil
 }
 
-// checkPublishes refuses a publication that leaves out inserts, updates,
+// CheckPublishes refuses a publication that leaves out inserts, updates,
 // deletes or truncates: those changes would never reach the target, without
 // a word. With partial (--partial-publication) it only warns.
-func checkPublishes(ctx context.Context, src *pgx.Conn, pub string, partial bool, log *slog.Logger) error {
+func CheckPublishes(ctx context.Context, src *pgx.Conn, pub string, partial bool, log *slog.Logger) error {
 	var ins, upd, del, trunc bool
 	if err := src.QueryRow(ctx, "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_catalog.pg_publication WHERE pubname = $1", pub).
 		Scan(&ins, &upd, &del, &trunc); err != nil {
@@ -108,4 +168,21 @@ func checkPublishes(ctx context.Context, src *pgx.Conn, pub string, partial bool
 	return fmt.Errorf("publication %q does not publish %s: those changes would never reach the target; "+
 		"run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or pass --partial-publication if that is meant",
 		pub, strings.Join(missing, ", "), change.QuoteIdent(pub))
+}
+
+// Publish adds the tables not yet in the publication to it.
+func Publish(ctx context.Context, src *pgx.Conn, pub string, tables, published []schema.TableName) error {
+	var add []string
+	for _, n := range tables {
+		if !slices.Contains(published, n) {
+			add = append(add, n.Quoted())
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if _, err := src.Exec(ctx, "ALTER PUBLICATION "+change.QuoteIdent(pub)+" ADD TABLE "+strings.Join(add, ", ")); err != nil {
+		return fmt.Errorf("add %s to publication %q: %w", strings.Join(add, ", "), pub, err)
+	}
+	return nil
 }

@@ -1,0 +1,26 @@
+// Package install creates and removes what repstream makes in the
+// databases it replicates between, and checks what that needs: on the
+// source the publication, the schema-change event trigger (with the
+// partitions' triggers) and the privileges of the source role; on the
+// target the tables --create-tables makes (bare, their keys and indexes
+// deferred to after their copy: target.DeferDDL) and the privileges of the
+// target role; the slot's look-ups; the undo of a first start that fails
+// before its slot exists; and `repstream drop`.
+//
+// It builds on provision (the schema repstream, its owner checks and the
+// installation lock, which target uses too) and target (the state
+// repstream keeps on the target). The engine decides what a start does
+// and calls it; the source side (capture) never imports it.
+//
+// Files:
+//
+//	doc.go          this overview
+//	publication.go  EnsurePublication (from --tables), CheckPublishes, PublicationTables, Publish
+//	ddl.go          the event trigger's SQL, SourceRole, InstallDDL, ReleaseDDL: schema-change capture on the source
+//	partitions.go   the partitions' triggers' SQL (installed with the event trigger), CheckUntrackedPartitions
+//	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named
+//	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
+//	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive
+//	undo.go         Undo: what a failed first start made, removed again
+//	drop.go         Drop: `repstream drop`
+package install

@@ -1,0 +1,245 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Partitions under a root publication (publish_via_partition_root): pgoutput
+// sends their rows under the root's name, and nothing of what changes the
+// partitions themselves — a TRUNCATE of one partition, an ATTACH PARTITION
+// of a table that holds rows, a DETACH PARTITION — although each changes
+// the rows the root holds. Installed with the event trigger (--ddl=true),
+// in the schema repstream:
+//
+//   - repstream.partition_state: each partition's parent, partition
+//     constraint, bound and its parent's partition key, as last seen
+//     (UNLOGGED, like ddl_state: a crash empties it, and the next DDL of a
+//     partitioned table then takes its partitions as attached — a root
+//     copied again, nothing lost);
+//   - the event trigger repstream_ddl_partitions (ddl_command_end of CREATE
+//     TABLE and ALTER TABLE, after repstream_ddl): for a partitioned table,
+//     a partition that is in the catalog but not in the state was attached,
+//     one in the state but no longer in the catalog was detached; each
+//     becomes a message (tag ATTACH PARTITION / DETACH PARTITION);
+//   - a statement trigger repstream_truncate AFTER TRUNCATE on every leaf
+//     partition (made by the event trigger as partitions appear): a TRUNCATE
+//     of the leaf becomes a message (tag TRUNCATE PARTITION). It fires after
+//     the truncate's WAL record, so a TRUNCATE of the root (which pgoutput
+//     sends) is applied before the messages of its leaves, which then find
+//     nothing left to remove.
+//
+// Each message is a repstream.ddl message of the root (its definition, as
+// ddl_def gives it), published to the root publications that publish the
+// root (pubs), with "partition": the partition's names, bound, partition
+// constraint (pg_get_partition_constraintdef, as it was), its parent's
+// partition key, whether it held rows (ATTACH) and the publications that
+// publish it as a table of its own (standalone_pubs). Apply (target,
+// partition.go) carries it.
+const partitionsSQL = `
+CREATE UNLOGGED TABLE IF NOT EXISTS repstream.partition_state (
+  relid oid PRIMARY KEY, parent oid NOT NULL, cons text, bound text, partkey text);
+
+CREATE OR REPLACE FUNCTION repstream.standalone_pubs(rel oid) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) FROM pg_publication p
+ WHERE p.puballtables
+    OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = rel)
+    %SCHEMAPUBREL%
+$fn$;
+
+CREATE OR REPLACE FUNCTION repstream.partition_msg(tag text, part oid, root oid, cons text, bound text, partkey text, hasrows boolean) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  d jsonb;
+  pubs jsonb;
+BEGIN
+  d := repstream.ddl_def(root);
+  SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO pubs FROM pg_publication p
+   WHERE p.pubviaroot AND (d->'pubs') ? p.pubname;
+  IF pubs = '[]'::jsonb THEN
+    RETURN;
+  END IF;
+  PERFORM pg_logical_emit_message(true, 'repstream.ddl', (d || jsonb_build_object(
+    'tag', tag, 'pubs', pubs, 'partition', jsonb_build_object(
+      'schema', n.nspname, 'name', c.relname, 'cons', cons, 'bound', bound, 'partkey', partkey,
+      'rows', hasrows, 'standalone_pubs', repstream.standalone_pubs(part),
+      'parent', (SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = part))))::text)
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION repstream.partition_refresh(root oid) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  r record;
+BEGIN
+  INSERT INTO repstream.partition_state AS s (relid, parent, cons, bound, partkey)
+  SELECT t.relid, t.parentrelid, pg_get_partition_constraintdef(t.relid), pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(t.parentrelid)
+    FROM pg_partition_tree(root) t JOIN pg_class c ON c.oid = t.relid
+   WHERE t.level > 0
+  ON CONFLICT (relid) DO UPDATE SET parent = EXCLUDED.parent, cons = EXCLUDED.cons, bound = EXCLUDED.bound, partkey = EXCLUDED.partkey;
+  FOR r IN SELECT t.relid FROM pg_partition_tree(root) t JOIN pg_class c ON c.oid = t.relid
+            WHERE t.isleaf AND t.level > 0 AND c.relkind = 'r' AND c.relpersistence = 'p'
+              AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'repstream_truncate')
+  LOOP
+    EXECUTE format('CREATE TRIGGER repstream_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION repstream.ddl_truncate()', r.relid::regclass);
+  END LOOP;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION repstream.ddl_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  c record;
+BEGIN
+  SELECT k.oid, k.relpartbound, i.inhparent INTO c FROM pg_class k JOIN pg_inherits i ON i.inhrelid = k.oid
+   WHERE k.oid = TG_RELID AND k.relispartition;
+  IF FOUND THEN
+    BEGIN
+      PERFORM repstream.partition_msg('TRUNCATE PARTITION', c.oid, pg_partition_root(c.oid), pg_get_partition_constraintdef(c.oid),
+        pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.inhparent), NULL);
+    EXCEPTION WHEN OTHERS THEN
+      RAISE WARNING 'repstream: cannot describe the TRUNCATE of partition %: %', TG_RELID::regclass, SQLERRM;
+      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+        'tag', 'TRUNCATE PARTITION', 'oid', TG_RELID::bigint, 'schema', '?', 'name', TG_RELID::regclass::text,
+        'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
+    END;
+    PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
+  END IF;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION repstream.ddl_partitions() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  r record;
+  s record;
+  root oid;
+  hasrows boolean;
+BEGIN
+  FOR r IN SELECT DISTINCT e.objid, c.relkind
+             FROM pg_event_trigger_ddl_commands() e
+             JOIN pg_class c ON c.oid = e.objid
+            WHERE e.classid = 'pg_class'::regclass AND c.relpersistence = 'p'
+              AND (c.relkind = 'p' OR (c.relkind = 'r' AND c.relispartition))
+              AND c.relnamespace <> 'repstream'::regnamespace
+  LOOP
+    BEGIN
+      root := pg_partition_root(r.objid);
+      IF r.relkind = 'p' THEN
+        -- Detached: recorded as a partition of it, no longer one.
+        FOR s IN SELECT p.* FROM repstream.partition_state p JOIN pg_class c ON c.oid = p.relid
+                  WHERE p.parent = r.objid
+                    AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = p.relid AND i.inhparent = r.objid)
+        LOOP
+          PERFORM repstream.partition_msg('DETACH PARTITION', s.relid, root, s.cons, s.bound, s.partkey, NULL);
+          DELETE FROM repstream.partition_state p WHERE p.relid = s.relid;
+        END LOOP;
+        -- Attached: a partition of it not recorded as one.
+        FOR s IN SELECT i.inhrelid AS relid, k.relpartbound FROM pg_inherits i
+                   JOIN pg_class k ON k.oid = i.inhrelid
+                   LEFT JOIN repstream.partition_state p ON p.relid = i.inhrelid
+                  WHERE i.inhparent = r.objid AND p.parent IS DISTINCT FROM r.objid
+        LOOP
+          EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', s.relid::regclass) INTO hasrows;
+          PERFORM repstream.partition_msg('ATTACH PARTITION', s.relid, root, pg_get_partition_constraintdef(s.relid),
+            pg_get_expr(s.relpartbound, s.relid), pg_get_partkeydef(r.objid), hasrows);
+        END LOOP;
+      END IF;
+      PERFORM repstream.partition_refresh(root);
+    EXCEPTION WHEN OTHERS THEN
+      -- Never fail the user's DDL; make every repstream stop at it instead.
+      RAISE WARNING 'repstream: cannot follow the partitions of %: %', r.objid::regclass, SQLERRM;
+      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+        'tag', 'ALTER TABLE', 'oid', r.objid::bigint, 'schema', '?', 'name', r.objid::regclass::text,
+        'error', 'partitions: ' || SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
+    END;
+  END LOOP;
+  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
+END
+$fn$;
+
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
+CREATE EVENT TRIGGER repstream_ddl_partitions ON ddl_command_end
+  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+  EXECUTE FUNCTION repstream.ddl_partitions();
+
+-- The partitions as they are now, and the TRUNCATE trigger on every leaf.
+SELECT repstream.partition_refresh(c.oid)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind = 'p' AND NOT c.relispartition AND c.relpersistence = 'p'
+   AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'repstream') AND n.nspname NOT LIKE 'pg\_%';
+`
+
+// schemaPubRelSQL: a publication FOR TABLES IN SCHEMA of rel's schema
+// (PostgreSQL 15+).
+const schemaPubRelSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid
+                   AND pn.pnnspid = (SELECT relnamespace FROM pg_class WHERE oid = rel))`
+
+// dropPartitionsSQL removes what partitionsSQL installs; the functions'
+// CASCADE drops the repstream_truncate triggers of the partitions.
+const dropPartitionsSQL = `
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
+DROP FUNCTION IF EXISTS repstream.ddl_partitions();
+DROP FUNCTION IF EXISTS repstream.ddl_truncate() CASCADE;
+DROP FUNCTION IF EXISTS repstream.partition_refresh(oid);
+DROP FUNCTION IF EXISTS repstream.partition_msg(text, oid, oid, text, text, text, boolean);
+DROP FUNCTION IF EXISTS repstream.standalone_pubs(oid);
+DROP TABLE IF EXISTS repstream.partition_state;
+`
+
+// partitionsInstallSQL is partitionsSQL for a source of version (a
+// server_version_num).
+func partitionsInstallSQL(version int) string {
+	if version >= 150000 {
+		return strings.ReplaceAll(partitionsSQL, "%SCHEMAPUBREL%", schemaPubRelSQL)
+	}
+	return strings.ReplaceAll(partitionsSQL, "%SCHEMAPUBREL%", "")
+}
+
+// CheckUntrackedPartitions refuses a run without the schema-change event
+// trigger that replicates a partitioned table through its root
+// (publish_via_partition_root): pgoutput sends nothing for a TRUNCATE of one
+// partition, an ATTACH PARTITION or a DETACH PARTITION, and only the
+// trigger's messages carry them (partitionsSQL). Without it those changes
+// would leave the target different without a word, so the user must say
+// they accept that (--allow-untracked-partitions). The caller calls it
+// only then: without the trigger (mode says how schema changes are
+// followed instead) and without --allow-untracked-partitions.
+func CheckUntrackedPartitions(ctx context.Context, src *pgx.Conn, pub string, mode fmt.Stringer, tables []schema.TableName) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = t.Quoted()
+	}
+	var roots []string
+	err := src.QueryRow(ctx, `SELECT COALESCE(array_agg(c.oid::regclass::text ORDER BY 1), '{}')
+FROM pg_catalog.pg_class c, pg_catalog.pg_publication p
+WHERE c.oid = ANY($1::regclass[]) AND c.relkind = 'p' AND p.pubname = $2 AND p.pubviaroot`, quoted, pub).Scan(&roots)
+	if err != nil {
+		return fmt.Errorf("look for partitioned tables published through their root: %w", err)
+	}
+	if len(roots) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s partitioned and published through the root, and schema changes are followed without the event trigger (%s): "+
+		"a TRUNCATE of one partition, ATTACH PARTITION and DETACH PARTITION would not reach the target; "+
+		"run with --ddl=true (a superuser source role, PostgreSQL 14+), or pass --allow-untracked-partitions to accept that",
+		plural(roots, "is", "are"), mode)
+}
+
+func plural(names []string, one, many string) string {
+	if len(names) == 1 {
+		return names[0] + " " + one
+	}
+	return strings.Join(names, ", ") + " " + many
+}

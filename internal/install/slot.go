@@ -1,0 +1,127 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgdsn"
+)
+
+// ConnectSource opens an admin connection to the source
+// (application_name repstream-admin).
+func ConnectSource(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgdsn.ParsePgx(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("source DSN: %w", err)
+	}
+	cfg.RuntimeParams["application_name"] = "repstream-admin"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to source %s: %w", pgdsn.Describe(&cfg.Config), err)
+	}
+	return conn, nil
+}
+
+// CheckSource fails unless the source has wal_level=logical.
+func CheckSource(ctx context.Context, src *pgx.Conn) error {
+	var level string
+	if err := src.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("read the source's wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("the source has wal_level=%s; logical replication needs wal_level=logical (set it in postgresql.conf and restart the server)", level)
+	}
+	return nil
+}
+
+// WaitSlotInactive waits up to wait for the slot (if it exists) not to be in
+// use by a walsender.
+func WaitSlotInactive(ctx context.Context, src *pgx.Conn, slot string, wait time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	for logged := false; ; {
+		var active bool
+		var pid *int32
+		err := src.QueryRow(ctx, "SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &pid)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !active {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("look up replication slot %q: %w", slot, err)
+		}
+		if time.Since(start) > wait {
+			p := int32(0)
+			if pid != nil {
+				p = *pid
+			}
+			return fmt.Errorf("replication slot %q is active (in use by walsender PID %d) for more than %s: "+
+				"another repstream or client is streaming from it; stop it first", slot, p, wait)
+		}
+		if !logged {
+			log.Info("replication slot is active (a previous run ending?): waiting", "slot", slot)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Slot is what LookupSlot finds of a replication slot.
+type Slot struct {
+	Exists    bool
+	Plugin    string
+	Confirmed change.LSN // confirmed_flush_lsn
+	WALStatus string     // wal_status ("lost": invalidated)
+	Active    bool       // a walsender streams from it
+}
+
+// LookupSlot reads the slot name of the source's database (Exists false
+// if there is none); a slot of that name in another database is an error.
+func LookupSlot(ctx context.Context, src *pgx.Conn, name string) (Slot, error) {
+	var s Slot
+	var confirmed, plugin, walStatus *string
+	err := src.QueryRow(ctx, `SELECT plugin::text, confirmed_flush_lsn::text, wal_status, active
+		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).
+		Scan(&plugin, &confirmed, &walStatus, &s.Active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var other string
+		if err := src.QueryRow(ctx, "SELECT coalesce(database, '(physical)') FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&other); err == nil {
+			return s, fmt.Errorf("replication slot %q belongs to database %q, not this one", name, other)
+		}
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("look up replication slot %q: %w", name, err)
+	}
+	s.Exists = true
+	if plugin != nil {
+		s.Plugin = *plugin
+	}
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	if confirmed != nil {
+		if s.Confirmed, err = change.ParseLSN(*confirmed); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// SlotMissing reports whether the slot does not exist yet (a first start).
+func SlotMissing(ctx context.Context, src *pgx.Conn, slot string) (bool, error) {
+	var exists bool
+	err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)", slot).Scan(&exists)
+	if err != nil {
+		return false, fmt.Errorf("look up replication slot %q: %w", slot, err)
+	}
+	return !exists, nil
+}
