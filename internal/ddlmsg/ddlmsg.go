@@ -1,6 +1,6 @@
 // Package ddlmsg is the wire format of the schema-change messages that
-// repstream's triggers on the source emit: the event trigger (engine/ddl.go)
-// and the partition triggers (engine/partitions.go) send, inside the
+// repstream's triggers on the source emit: the event trigger (install/ddl.go)
+// and the partition triggers (install/partitions.go) send, inside the
 // transaction that changed a table, pg_logical_emit_message(true,
 // 'repstream.ddl', json) (change.DDLPrefix).
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // Partition messages: what repstream's partition triggers on the source
-// (engine/partitions.go) emit for a partitioned table published through its
+// (install/partitions.go) emit for a partitioned table published through its
 // root — a repstream.ddl message of the root carrying "partition"
 // (Message.Partition).
 const (

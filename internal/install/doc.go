@@ -3,7 +3,7 @@
 // source the publication, the schema-change event trigger (with the
 // partitions' triggers) and the privileges of the source role; on the
 // target the tables --create-tables makes (bare, their keys and indexes
-// deferred to after their copy: target.DeferDDL) and the privileges of the
+// deferred to after their copy: target.DeferBuild) and the privileges of the
 // target role; the slot's look-ups; the undo of a first start that fails
 // before its slot exists; and `repstream drop`.
 //

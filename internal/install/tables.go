@@ -149,7 +149,7 @@ func resumedCopy(ctx context.Context, tgt *pgx.Conn, slot string) (ready, bare m
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	deferred, err := target.DeferredTables(ctx, tgt, slot)
+	deferred, err := target.TablesToBuild(ctx, tgt, slot)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -188,8 +188,8 @@ func stillBare(t *schema.Table) bool {
 // With a slot (a start: nothing streams before its copies are done and
 // built), a table is made bare — no primary key, no other index, the
 // default replica identity — and what it lacks is recorded for slot in the
-// same transaction (target.DeferDDL), to be built once its rows are copied
-// (target.BuildDeferred). Without (`tables add`: a running engine applies
+// same transaction (target.DeferBuild), to be built once its rows are copied
+// (target.BuildAfterCopy). Without (`tables add`: a running engine applies
 // schema changes to a pending table before its copy), it is made with its
 // primary key and replica identity, and the caller builds its other indexes.
 func CreateTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, again []schema.TableName, slot string, log *slog.Logger) (made Created, err error) {
@@ -369,7 +369,7 @@ func createBare(ctx context.Context, src *pgx.Conn, tx pgx.Tx, st *schema.Table,
 	if err != nil {
 		return err
 	}
-	return target.DeferDDL(ctx, tx, slot, st.TableName(), keys, indexes)
+	return target.DeferBuild(ctx, tx, slot, st.TableName(), keys, indexes)
 }
 
 func binaryProblem(st, tt *schema.Table) string {

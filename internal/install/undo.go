@@ -147,7 +147,7 @@ func (u *Undo) CreatedTables(tgt *pgx.Conn, slot string, made Created) {
 			}
 		}
 		for _, t := range made.tables {
-			if err := target.ForgetDeferred(ctx, tx, slot, t); err != nil {
+			if err := target.ForgetBuild(ctx, tx, slot, t); err != nil {
 				return err
 			}
 		}

@@ -6,7 +6,7 @@ import (
 )
 
 // Schema-change messages: what repstream's event trigger on the source
-// (engine/ddl.go) emits, inside the transaction that changed a table, as
+// (install/ddl.go) emits, inside the transaction that changed a table, as
 // pg_logical_emit_message(true, 'repstream.ddl', json) — their wire format
 // and their one decoding are package ddlmsg's. Capture turns each into a
 // change.OpDDL change carrying the parsed message; apply turns it into the

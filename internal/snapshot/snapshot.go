@@ -47,7 +47,7 @@ type Options struct {
 	// AfterCopy, if set, is called once all of a table's rows are in,
 	// before OnTable, with the target connection of the worker that copied
 	// its last piece (the engine builds the keys and indexes of a table it
-	// created: target.BuildDeferred). Calls may be concurrent; its error
+	// created: target.BuildAfterCopy). Calls may be concurrent; its error
 	// ends the copy.
 	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
 	Truncate  bool // empty non-empty target tables instead of failing

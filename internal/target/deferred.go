@@ -17,7 +17,7 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 )
 
-// deferredSchema creates repstream.deferred_ddl: what is still to be built
+// afterCopySchema creates repstream.deferred_ddl: what is still to be built
 // on a table --create-tables made, once its rows are copied — its primary
 // key, its replica identity, its other indexes, in that order. The copy
 // then writes a bare heap: maintaining a primary key row by row cost more
@@ -32,14 +32,21 @@ import (
 // them whole, as a running engine applies schema changes to a pending table.
 //
 // Invariants: the rows of a table are written in the target transaction
-// that creates it and deleted in the one that builds them (BuildDeferred),
+// that creates it and deleted in the one that builds them (BuildAfterCopy),
 // so a table listed has none of them. A table is marked ready only after
 // its build has committed (snapshot.Options.AfterCopy), and streaming starts
-// only once every listed table of the slot is built (BuildAllDeferred); so
+// only once every listed table of the slot is built (BuildAllAfterCopy); so
 // no change is applied to a bare table. Dropping the slot's state
 // (DropState) builds what is listed first, so that no bare table outlives
 // its record.
-const deferredSchema = `
+//
+// The table keeps the name it got when it held only what a bare table's
+// copy deferred ("deferred DDL"): renaming it would need a migration of the
+// state of every existing target. The code says what it holds: keys and
+// indexes built after a table's copy (DeferBuild, BuildAfterCopy,
+// BuildAllAfterCopy) and, since the initial copy into the user's tables,
+// a user table's keys and indexes set aside for the copy (SetAside).
+const afterCopySchema = `
 CREATE TABLE IF NOT EXISTS repstream.deferred_ddl (
 	slot text NOT NULL,
 	schema_name text NOT NULL,
@@ -73,14 +80,14 @@ CREATE TABLE IF NOT EXISTS repstream.unbuilt_indexes (
 // dropped. A key (primary key, replica identity index) that cannot be
 // built stops the build: updates and deletes find their rows by it.
 
-// DeferDDL records what to build on table t of slot once its rows are
+// DeferBuild records what to build on table t of slot once its rows are
 // copied, in the caller's transaction (the one that creates t): keys, the
 // statements that make its primary key and replica identity, in order,
 // then its secondary indexes.
-func DeferDDL(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, keys []string, indexes []schema.Index) error {
+func DeferBuild(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName, keys []string, indexes []schema.Index) error {
 	// A record left by a table of that name that is gone (dropped by hand,
 	// or by a failed start's undo) is replaced.
-	if err := ForgetDeferred(ctx, tx, slot, t); err != nil {
+	if err := ForgetBuild(ctx, tx, slot, t); err != nil {
 		return fmt.Errorf("record what to build on %s after its copy: %w", t, err)
 	}
 	stmts, names := slices.Clone(keys), make([]*string, len(keys), len(keys)+len(indexes))
@@ -95,22 +102,22 @@ SELECT $1, $2, $3, n - 1, s, x FROM unnest($4::text[], $5::text[]) WITH ORDINALI
 	return nil
 }
 
-// DeferredTables returns the tables of slot with something deferred, by
-// name: made bare by a start, their copy not yet complete (or its build not
+// TablesToBuild returns the tables of slot with something still to build,
+// by name: made bare by a start, their copy not yet complete (or its build not
 // yet run), and the user's tables set aside for the copy (SetAside) whose
 // keys and indexes are not yet rebuilt.
-func DeferredTables(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
-	return deferredTables(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
+func TablesToBuild(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
+	return tablesToBuild(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 ORDER BY 1, 2`, slot)
 }
 
 // SetAsideTables returns the user's tables of slot whose keys and indexes
 // were set aside for the copy (SetAside) and are not rebuilt yet: not
 // tables a start made bare.
 func SetAsideTables(ctx context.Context, conn *pgx.Conn, slot string) ([]schema.TableName, error) {
-	return deferredTables(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 AND restore ORDER BY 1, 2`, slot)
+	return tablesToBuild(ctx, conn, `SELECT DISTINCT schema_name, table_name FROM repstream.deferred_ddl WHERE slot = $1 AND restore ORDER BY 1, 2`, slot)
 }
 
-func deferredTables(ctx context.Context, conn *pgx.Conn, query, slot string) ([]schema.TableName, error) {
+func tablesToBuild(ctx context.Context, conn *pgx.Conn, query, slot string) ([]schema.TableName, error) {
 	rows, err := conn.Query(ctx, query, slot)
 	if err != nil {
 		return nil, fmt.Errorf("read what to build on the target's tables: %w", err)
@@ -126,27 +133,27 @@ func deferredTables(ctx context.Context, conn *pgx.Conn, query, slot string) ([]
 	return tables, nil
 }
 
-// ForgetDeferred deletes what is deferred on table t of slot, in tx.
-func ForgetDeferred(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName) error {
+// ForgetBuild deletes what is still to build on table t of slot, in tx.
+func ForgetBuild(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName) error {
 	_, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3`, slot, t.Schema, t.Name)
 	return err
 }
 
-// BuildDeferred runs what is deferred on table t of slot, and forgets it,
+// BuildAfterCopy runs what is deferred on table t of slot, and forgets it,
 // in one transaction on conn. A key that cannot be built fails it all; a
 // secondary index that cannot be built is left out (each is tried under a
 // savepoint), logged and recorded (RecordUnbuilt). A table that no longer
 // exists on the target is forgotten. Nothing deferred: nothing done.
 //
 // The foreign keys of other tables that reference a table set aside for
-// the copy (SetAside: after_all) are left for BuildAllDeferred, once every
+// the copy (SetAside: after_all) are left for BuildAllAfterCopy, once every
 // table is copied: made now, they would wait on the copies of the tables
 // they are on.
-func BuildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, log *slog.Logger) error {
-	return buildDeferred(ctx, conn, slot, t, buildOpts{own: true, lenient: true}, log)
+func BuildAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, log *slog.Logger) error {
+	return buildAfterCopy(ctx, conn, slot, t, buildOpts{own: true, lenient: true}, log)
 }
 
-// buildOpts says what buildDeferred builds, and how.
+// buildOpts says what buildAfterCopy builds, and how.
 type buildOpts struct {
 	// own: only the table's own keys and indexes (the foreign keys
 	// referencing it stay listed); fks: only those foreign keys; neither:
@@ -161,8 +168,8 @@ type buildOpts struct {
 	lenient bool
 }
 
-// buildDeferred is BuildDeferred, as o says.
-func buildDeferred(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, o buildOpts, log *slog.Logger) error {
+// buildAfterCopy is BuildAfterCopy, as o says.
+func buildAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, o buildOpts, log *slog.Logger) error {
 	all := !o.own
 	onlyFKs := o.fks
 	tx, err := conn.Begin(ctx)
@@ -401,17 +408,17 @@ ORDER BY 1, 2, 3`, slot)
 	return out, nil
 }
 
-// BuildAllDeferred builds what is deferred on every table of slot
-// (BuildDeferred), the foreign keys left for the end included: before
+// BuildAllAfterCopy builds what is deferred on every table of slot
+// (BuildAfterCopy), the foreign keys left for the end included: before
 // streaming, for the tables no copy built (a start with --snapshot=false
 // copies none) and the foreign keys referencing tables set aside.
-func BuildAllDeferred(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
-	tables, err := DeferredTables(ctx, conn, slot)
+func BuildAllAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+	tables, err := TablesToBuild(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
 	for _, t := range tables {
-		if err := buildDeferred(ctx, conn, slot, t, buildOpts{lenient: true}, log); err != nil {
+		if err := buildAfterCopy(ctx, conn, slot, t, buildOpts{lenient: true}, log); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,7 @@ func TestDeferredDDL(t *testing.T) {
 	b, c, gone := schema.TableName{Schema: "public", Name: "b"}, schema.TableName{Schema: "public", Name: "c"}, schema.TableName{Schema: "public", Name: "gone"}
 	deferIn := func(slot string, tb schema.TableName, indexes []schema.Index, keys ...string) {
 		t.Helper()
-		if err := pgx.BeginFunc(e.ctx, e.conn, func(tx pgx.Tx) error { return DeferDDL(e.ctx, tx, slot, tb, keys, indexes) }); err != nil {
+		if err := pgx.BeginFunc(e.ctx, e.conn, func(tx pgx.Tx) error { return DeferBuild(e.ctx, tx, slot, tb, keys, indexes) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,7 +35,7 @@ func TestDeferredDDL(t *testing.T) {
 	indexes := func(table string) int {
 		return e.count(`SELECT count(*) FROM pg_index WHERE indrelid = 'public.` + table + `'::regclass`)
 	}
-	if err := BuildAllDeferred(e.ctx, e.conn, "s1", log); err != nil {
+	if err := BuildAllAfterCopy(e.ctx, e.conn, "s1", log); err != nil {
 		t.Fatal(err)
 	}
 	if n := indexes("b"); n != 2 {
@@ -48,7 +48,7 @@ func TestDeferredDDL(t *testing.T) {
 	if err != nil || len(unbuilt) != 1 || unbuilt[0].Index != "b_f" || unbuilt[0].Table != b || !strings.Contains(unbuilt[0].Error, "only_on_source") {
 		t.Errorf("indexes not built: %+v, %v; want b_f of public.b", unbuilt, err)
 	}
-	if err := BuildDeferred(e.ctx, e.conn, "s1", b, log); err != nil {
+	if err := BuildAfterCopy(e.ctx, e.conn, "s1", b, log); err != nil {
 		t.Errorf("a second build of b: %v", err)
 	}
 	if n := indexes("c"); n != 0 {

@@ -128,7 +128,7 @@ func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 		{"error queue", errorQueueSchema},
 		{"progress state", stateSchema},
 		{"table sync state", tablesSchema},
-		{"deferred DDL state", deferredSchema},
+		{"deferred DDL state", afterCopySchema},
 		{"replications", replicationsSchema},
 	} {
 		if _, err := tx.Exec(ctx, step.sql); err != nil {
@@ -352,13 +352,13 @@ WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 // (EnsureState first). The keys and indexes of the user's tables set aside
 // for a copy that did not complete are made again first, those tables
 // emptied (RestoreSetAside); what is deferred on tables --create-tables
-// made is built (BuildAllDeferred); a build that fails is logged, naming
+// made is built (BuildAllAfterCopy); a build that fails is logged, naming
 // the table, and the state is removed anyway.
 func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
 	if err := RestoreSetAside(ctx, conn, slot, true, log); err != nil {
 		log.Warn("a target table set aside for the copy could not be restored as it was", "slot", slot, "err", err)
 	}
-	if err := BuildAllDeferred(ctx, conn, slot, log); err != nil {
+	if err := BuildAllAfterCopy(ctx, conn, slot, log); err != nil {
 		log.Warn("a table --create-tables made keeps going without its keys or indexes", "slot", slot, "err", err)
 	}
 	b := &pgx.Batch{}

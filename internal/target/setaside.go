@@ -17,7 +17,7 @@ import (
 // Tables the user made (issue 31). An initial copy into a table that
 // already has its primary key and indexes maintains them row by row; a
 // table --create-tables makes is copied bare and its keys and indexes are
-// built after (deferredSchema). SetAside gives the user's empty tables
+// built after (afterCopySchema). SetAside gives the user's empty tables
 // the same: in one target transaction per table, under an ACCESS
 // EXCLUSIVE lock, it reads the definitions of the table's primary key,
 // unique and exclusion constraints, other indexes, replica identity index
@@ -26,10 +26,10 @@ import (
 // statements that make them again exactly — ALTER TABLE ... ADD
 // CONSTRAINT name pg_get_constraintdef, pg_get_indexdef, REPLICA IDENTITY
 // USING INDEX — so they are made again under the same names by the copy's
-// build (BuildDeferred), or, if the run dies first, by the next run, or
+// build (BuildAfterCopy), or, if the run dies first, by the next run, or
 // by `repstream drop` (DropState: RestoreSetAside). Foreign keys that
 // reference it are made again once every table is copied
-// (BuildAllDeferred, before streaming: after_all); the table's own foreign
+// (BuildAllAfterCopy, before streaming: after_all); the table's own foreign
 // keys stay (the copy's sessions run with session_replication_role =
 // replica: they check nothing during the copy).
 //
@@ -338,12 +338,12 @@ func RestoreSetAside(ctx context.Context, conn *pgx.Conn, slot string, lenient b
 	}
 	var errs []error
 	for _, t := range tables {
-		if err := buildDeferred(ctx, conn, slot, t, buildOpts{own: true, empty: true, lenient: lenient}, log); err != nil {
+		if err := buildAfterCopy(ctx, conn, slot, t, buildOpts{own: true, empty: true, lenient: lenient}, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, t := range tables {
-		if err := buildDeferred(ctx, conn, slot, t, buildOpts{fks: true, lenient: lenient}, log); err != nil {
+		if err := buildAfterCopy(ctx, conn, slot, t, buildOpts{fks: true, lenient: lenient}, log); err != nil {
 			errs = append(errs, err)
 		}
 	}
