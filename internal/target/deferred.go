@@ -170,119 +170,195 @@ type buildOpts struct {
 
 // buildAfterCopy is BuildAfterCopy, as o says.
 func buildAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, o buildOpts, log *slog.Logger) error {
-	all := !o.own
-	onlyFKs := o.fks
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	rows, err := tx.Query(ctx, `SELECT sql, index_name, after_all FROM repstream.deferred_ddl
-WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND (NOT after_all OR $4) AND (after_all OR NOT $5) ORDER BY after_all, seq`,
-		slot, t.Schema, t.Name, all, onlyFKs)
-	if err != nil {
-		return fmt.Errorf("read what to build on %s: %w", t, err)
+	b := &afterCopyBuild{tx: tx, slot: slot, t: t, o: o, log: log, kept: []string{}}
+	if err := b.read(ctx); err != nil {
+		return err
 	}
-	type stmt struct {
-		SQL      string
-		Index    *string
-		AfterAll bool
-	}
-	stmts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stmt])
-	if err != nil {
-		return fmt.Errorf("read what to build on %s: %w", t, err)
-	}
-	if len(stmts) == 0 {
+	if len(b.stmts) == 0 {
 		return nil
 	}
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
-		return fmt.Errorf("look up %s on the target: %w", t, err)
+	exists, err := b.lookUp(ctx)
+	if err != nil {
+		return err
 	}
-	if exists && o.empty {
-		if _, err := tx.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
-			return fmt.Errorf("empty %s (its copy did not complete) before restoring its keys and indexes: %w", t, err)
-		}
-		log.Info("the copy of a table set aside did not complete: emptied (the next run copies it again) and its keys and indexes restored", "table", t.String())
-	}
-	took := make([]time.Duration, len(stmts))
-	failed := make([]error, len(stmts))
-	notValid := make([]bool, len(stmts))
-	kept := []string{} // foreign keys left listed (!o.lenient); not nil: ANY(NULL) matches nothing
 	if exists {
-		for i, st := range stmts {
-			began := time.Now()
-			log.Info("building on the target after the copy", "table", t.String(), "sql", st.SQL) // an index of a large table takes a while
-			if st.Index == nil {
-				if _, err := tx.Exec(ctx, st.SQL); err != nil {
-					return fmt.Errorf("build the key of %s after its copy (%s): %w; replication needs it to find the rows of updates and deletes: "+
-						"fix what the statement needs on the target and run again", t, st.SQL, err)
-				}
-				took[i] = time.Since(began)
-				continue
+		for i := range b.stmts {
+			if err := b.build(ctx, i); err != nil {
+				return err
 			}
-			if failed[i], err = tryIndex(ctx, tx, st.SQL); err != nil {
-				return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
-			}
-			if failed[i] != nil && st.AfterAll && pgerr.Is(failed[i], "23503") && !o.lenient {
-				log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target yet: left for the run that completes the copy",
-					"table", t.String(), "constraint", *st.Index, "err", failed[i])
-				kept = append(kept, *st.Index)
-				failed[i] = nil
-				notValid[i] = true
-				took[i] = time.Since(began)
-				continue
-			}
-			if failed[i] != nil && st.AfterAll && pgerr.Is(failed[i], "23503") && !strings.HasSuffix(st.SQL, " NOT VALID") {
-				// A foreign key the rows copied break (a row filter, a
-				// table of the target not copied): made NOT VALID, it
-				// still checks what is written from now on.
-				var again error
-				if again, err = tryIndex(ctx, tx, st.SQL+" NOT VALID"); err != nil {
-					return fmt.Errorf("make foreign key %s after the copy of %s (%s NOT VALID): %w", *st.Index, t, st.SQL, err)
-				}
-				if again == nil {
-					notValid[i] = true
-					log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target: made again NOT VALID; "+
-						"validate it once the rows are right (ALTER TABLE ... VALIDATE CONSTRAINT)", "table", t.String(), "constraint", *st.Index, "err", failed[i], "sql", st.SQL)
-					failed[i] = nil
-				}
-			}
-			if failed[i] != nil {
-				err = RecordUnbuilt(ctx, tx, slot, t, schema.Index{Name: *st.Index, SQL: st.SQL}, failed[i])
-			} else {
-				_, err = tx.Exec(ctx, `DELETE FROM repstream.unbuilt_indexes WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND index_name = $4`,
-					slot, t.Schema, t.Name, *st.Index)
-			}
-			if err != nil {
-				return fmt.Errorf("record index %s of %s: %w", *st.Index, t, err)
-			}
-			took[i] = time.Since(began)
 		}
 	} else {
 		log.Warn("a table whose keys and indexes were to be built after its copy is gone from the target: nothing built", "table", t.String())
 	}
+	// What was read is forgotten, built or not (an index not built is
+	// recorded in unbuilt_indexes), but for the foreign keys kept.
 	if _, err := tx.Exec(ctx, `DELETE FROM repstream.deferred_ddl WHERE slot = $1 AND schema_name = $2 AND table_name = $3
 AND (NOT after_all OR $4) AND (after_all OR NOT $5) AND (index_name IS NULL OR NOT index_name = ANY($6))`,
-		slot, t.Schema, t.Name, all, onlyFKs, kept); err != nil {
+		slot, t.Schema, t.Name, !o.own, o.fks, b.kept); err != nil {
 		return fmt.Errorf("record the keys and indexes of %s as built: %w", t, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("build the keys and indexes of %s: %w", t, err)
 	}
 	if exists {
-		for i, st := range stmts {
-			if failed[i] != nil {
-				warnUnbuilt(log, t, *st.Index, st.SQL, failed[i])
-				continue
-			}
-			if notValid[i] {
-				continue
-			}
-			log.Info("built on the target after the copy", "table", t.String(), "sql", st.SQL, "elapsed", took[i].Round(time.Millisecond))
-		}
+		b.logBuilt() // once committed
 	}
 	return nil
+}
+
+// afterCopyStmt is a row of repstream.deferred_ddl: a statement, the name
+// of the index or constraint it makes (nil for a key: one that fails stops
+// the build) and whether it waited until every table was copied.
+type afterCopyStmt struct {
+	SQL      string
+	Index    *string
+	AfterAll bool
+}
+
+// afterCopyBuild is buildAfterCopy's transaction tx on table t: the
+// statements read, and what became of each, by index in stmts.
+type afterCopyBuild struct {
+	tx   pgx.Tx
+	slot string
+	t    schema.TableName
+	o    buildOpts
+	log  *slog.Logger
+
+	stmts    []afterCopyStmt
+	took     []time.Duration
+	failed   []error  // statement errors of indexes not built (recorded, logged after the commit)
+	notValid []bool   // a foreign key made NOT VALID, or kept listed
+	kept     []string // foreign keys left listed (!o.lenient); not nil: ANY(NULL) matches nothing
+}
+
+// read reads the statements o selects (all: not only the table's own;
+// onlyFKs: only the foreign keys), keys and indexes first, in order.
+func (b *afterCopyBuild) read(ctx context.Context) error {
+	all := !b.o.own
+	onlyFKs := b.o.fks
+	rows, err := b.tx.Query(ctx, `SELECT sql, index_name, after_all FROM repstream.deferred_ddl
+WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND (NOT after_all OR $4) AND (after_all OR NOT $5) ORDER BY after_all, seq`,
+		b.slot, b.t.Schema, b.t.Name, all, onlyFKs)
+	if err != nil {
+		return fmt.Errorf("read what to build on %s: %w", b.t, err)
+	}
+	b.stmts, err = pgx.CollectRows(rows, pgx.RowToStructByPos[afterCopyStmt])
+	if err != nil {
+		return fmt.Errorf("read what to build on %s: %w", b.t, err)
+	}
+	b.took = make([]time.Duration, len(b.stmts))
+	b.failed = make([]error, len(b.stmts))
+	b.notValid = make([]bool, len(b.stmts))
+	return nil
+}
+
+// lookUp says whether the table exists on the target, and empties it
+// first when o says so.
+func (b *afterCopyBuild) lookUp(ctx context.Context) (exists bool, err error) {
+	t := b.t
+	if err := b.tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up %s on the target: %w", t, err)
+	}
+	if exists && b.o.empty {
+		if _, err := b.tx.Exec(ctx, "TRUNCATE ONLY "+t.Quoted()); err != nil {
+			return false, fmt.Errorf("empty %s (its copy did not complete) before restoring its keys and indexes: %w", t, err)
+		}
+		b.log.Info("the copy of a table set aside did not complete: emptied (the next run copies it again) and its keys and indexes restored", "table", t.String())
+	}
+	return exists, nil
+}
+
+// build runs statement i: a key must be built; an index or a foreign key
+// is tried under a savepoint (buildIndex).
+func (b *afterCopyBuild) build(ctx context.Context, i int) error {
+	st := b.stmts[i]
+	began := time.Now()
+	b.log.Info("building on the target after the copy", "table", b.t.String(), "sql", st.SQL) // an index of a large table takes a while
+	if st.Index == nil {
+		if _, err := b.tx.Exec(ctx, st.SQL); err != nil {
+			return fmt.Errorf("build the key of %s after its copy (%s): %w; replication needs it to find the rows of updates and deletes: "+
+				"fix what the statement needs on the target and run again", b.t, st.SQL, err)
+		}
+		b.took[i] = time.Since(began)
+		return nil
+	}
+	if err := b.buildIndex(ctx, i); err != nil {
+		return err
+	}
+	b.took[i] = time.Since(began)
+	return nil
+}
+
+// buildIndex tries index (or foreign key) i. A foreign key the rows break
+// is kept listed (!o.lenient) or made again NOT VALID; an index not built
+// is recorded as unbuilt, one built is no longer.
+func (b *afterCopyBuild) buildIndex(ctx context.Context, i int) error {
+	st, t := b.stmts[i], b.t
+	var err error
+	if b.failed[i], err = tryIndex(ctx, b.tx, st.SQL); err != nil {
+		return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
+	}
+	brokenFK := b.failed[i] != nil && st.AfterAll && pgerr.Is(b.failed[i], "23503")
+	if brokenFK && !b.o.lenient {
+		b.log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target yet: left for the run that completes the copy",
+			"table", t.String(), "constraint", *st.Index, "err", b.failed[i])
+		b.kept = append(b.kept, *st.Index)
+		b.failed[i] = nil
+		b.notValid[i] = true
+		return nil
+	}
+	if brokenFK && !strings.HasSuffix(st.SQL, " NOT VALID") {
+		if err := b.makeNotValid(ctx, i); err != nil {
+			return err
+		}
+	}
+	if b.failed[i] != nil {
+		err = RecordUnbuilt(ctx, b.tx, b.slot, t, schema.Index{Name: *st.Index, SQL: st.SQL}, b.failed[i])
+	} else {
+		_, err = b.tx.Exec(ctx, `DELETE FROM repstream.unbuilt_indexes WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND index_name = $4`,
+			b.slot, t.Schema, t.Name, *st.Index)
+	}
+	if err != nil {
+		return fmt.Errorf("record index %s of %s: %w", *st.Index, t, err)
+	}
+	return nil
+}
+
+// makeNotValid makes foreign key i, which the rows copied break (a row
+// filter, a table of the target not copied), again NOT VALID: it still
+// checks what is written from now on. If that fails too, failed[i] stays.
+func (b *afterCopyBuild) makeNotValid(ctx context.Context, i int) error {
+	st := b.stmts[i]
+	again, err := tryIndex(ctx, b.tx, st.SQL+" NOT VALID")
+	if err != nil {
+		return fmt.Errorf("make foreign key %s after the copy of %s (%s NOT VALID): %w", *st.Index, b.t, st.SQL, err)
+	}
+	if again == nil {
+		b.notValid[i] = true
+		b.log.Warn("a foreign key referencing a table set aside for the copy does not hold for the rows on the target: made again NOT VALID; "+
+			"validate it once the rows are right (ALTER TABLE ... VALIDATE CONSTRAINT)", "table", b.t.String(), "constraint", *st.Index, "err", b.failed[i], "sql", st.SQL)
+		b.failed[i] = nil
+	}
+	return nil
+}
+
+// logBuilt says, once committed, what was built and what was not.
+func (b *afterCopyBuild) logBuilt() {
+	for i, st := range b.stmts {
+		if b.failed[i] != nil {
+			warnUnbuilt(b.log, b.t, *st.Index, st.SQL, b.failed[i])
+			continue
+		}
+		if b.notValid[i] {
+			continue
+		}
+		b.log.Info("built on the target after the copy", "table", b.t.String(), "sql", st.SQL, "elapsed", b.took[i].Round(time.Millisecond))
+	}
 }
 
 // tryIndex runs the statement that builds a secondary index under a
