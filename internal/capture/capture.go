@@ -601,7 +601,7 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
 		data = append([]byte(nil), data...)
 	}
-	m := &c.msg
+	m := &c.msg // one Message, reused for every message
 	m.Reset()
 	if err := pgoutput.Parse(data, c.inStream, c.proto, m); err != nil {
 		return fmt.Errorf("decode message at %s: %w", walStart, err)
@@ -617,93 +617,136 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		}
 		c.inTxn = false
 	case pgoutput.MsgStreamStart:
-		c.inStream, c.streamXid = true, m.Xid
-		c.openStream[m.Xid] = true
-		c.streamsOpen.Store(int32(len(c.openStream)))
-		if m.Xid == c.eagerXid {
-			waitFor := c.lastCommit
-			return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Chunk(ctx, m.Xid, waitFor) })
-		}
+		return c.streamStart(ctx, m)
 	case pgoutput.MsgStreamStop:
 		c.inStream = false
 	case pgoutput.MsgStreamCommit:
-		info := change.TxnInfo{Xid: m.Xid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time, Streamed: true}
-		if err := c.commit(info); err != nil {
-			return err
-		}
-		// pgoutput counts a schema sent inside a committed stream as sent for
-		// the transactions that follow (cleanup_rel_sync_cache sets
-		// schema_sent on commit): it will not describe the relation again.
-		for id, r := range c.streamRels[m.Xid] {
-			c.rels[id] = r
-		}
-		delete(c.openStream, m.Xid)
-		c.streamsOpen.Store(int32(len(c.openStream)))
-		delete(c.streamRels, m.Xid)
-		delete(c.queuedXid, m.Xid)
-		if m.Xid == c.eagerXid {
-			c.eagerXid = 0 // apply commits it at its position in commit order
-		}
+		return c.streamCommit(m)
 	case pgoutput.MsgStreamAbort:
-		whole := m.SubXid == 0 || m.SubXid == m.Xid
-		if m.Xid == c.eagerXid {
-			xid, sub := m.Xid, m.SubXid
-			if err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Abort(ctx, xid, sub) }); err != nil {
-				return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
-			}
-			if whole {
-				c.eagerXid = 0
-			}
-		} else if err := c.opts.Queue.Abort(m.Xid, m.SubXid); err != nil {
-			return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
-		}
-		if whole {
-			delete(c.openStream, m.Xid)
-			c.streamsOpen.Store(int32(len(c.openStream)))
-			delete(c.streamRels, m.Xid)
-			delete(c.queuedXid, m.Xid)
-		}
+		return c.streamAbort(ctx, m)
 	case pgoutput.MsgRelation:
-		c.linkPrevious(m.Relation)
-		if c.inStream {
-			rs := c.streamRels[c.streamXid]
-			if rs == nil {
-				rs = map[uint32]*change.Relation{}
-				c.streamRels[c.streamXid] = rs
-			}
-			rs[m.Relation.ID] = m.Relation
-		} else {
-			c.rels[m.Relation.ID] = m.Relation
-		}
+		c.describe(m.Relation)
 	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete:
-		rel, err := c.relation(m.RelID)
-		if err != nil {
-			return fmt.Errorf("%w (change at %s)", err, walStart)
-		}
-		ch := change.Change{Op: change.Op(m.Type), LSN: walStart, Rel: rel, OldKind: m.OldKind, Old: m.Old, New: m.New}
-		if c.inStream {
-			ch.Xid = m.Xid
-		}
-		return c.add(ctx, &ch)
+		return c.rowChange(ctx, walStart, m)
 	case pgoutput.MsgTruncate:
-		ch := change.Change{Op: change.OpTruncate, LSN: walStart, TruncateOpts: m.TruncateOpts}
-		if c.inStream {
-			ch.Xid = m.Xid
-		}
-		for _, id := range m.TruncateRelIDs {
-			rel, err := c.relation(id)
-			if err != nil {
-				return fmt.Errorf("%w (truncate at %s)", err, walStart)
-			}
-			ch.TruncateRels = append(ch.TruncateRels, rel)
-		}
-		return c.add(ctx, &ch)
+		return c.truncate(ctx, walStart, m)
 	case pgoutput.MsgMessage:
 		return c.message(ctx, walStart, m)
 	}
 	// Origin and Type need no action: values travel as text, and
 	// repstream's own transactions never reach a source slot of its own.
 	return nil
+}
+
+// streamStart opens (or reopens) a chunk of streamed transaction m.Xid;
+// the changes until StreamStop are its. A chunk of the transaction Eager
+// applies waits until Eager may take it (after the last commit queued).
+func (c *Capture) streamStart(ctx context.Context, m *pgoutput.Message) error {
+	c.inStream, c.streamXid = true, m.Xid
+	c.openStream[m.Xid] = true
+	c.streamsOpen.Store(int32(len(c.openStream)))
+	if m.Xid == c.eagerXid {
+		waitFor := c.lastCommit
+		return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Chunk(ctx, m.Xid, waitFor) })
+	}
+	return nil
+}
+
+// streamCommit commits streamed transaction m.Xid, then forgets its
+// stream, keeping the relations it described.
+func (c *Capture) streamCommit(m *pgoutput.Message) error {
+	info := change.TxnInfo{Xid: m.Xid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time, Streamed: true}
+	if err := c.commit(info); err != nil {
+		return err
+	}
+	// pgoutput counts a schema sent inside a committed stream as sent for
+	// the transactions that follow (cleanup_rel_sync_cache sets
+	// schema_sent on commit): it will not describe the relation again.
+	for id, r := range c.streamRels[m.Xid] {
+		c.rels[id] = r
+	}
+	c.forgetStream(m.Xid)
+	if m.Xid == c.eagerXid {
+		c.eagerXid = 0 // apply commits it at its position in commit order
+	}
+	return nil
+}
+
+// streamAbort aborts streamed transaction m.Xid, or its subtransaction
+// m.SubXid, wherever its changes went (Eager or the queue); the stream is
+// forgotten only with the whole transaction.
+func (c *Capture) streamAbort(ctx context.Context, m *pgoutput.Message) error {
+	whole := m.SubXid == 0 || m.SubXid == m.Xid
+	if m.Xid == c.eagerXid {
+		xid, sub := m.Xid, m.SubXid
+		if err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Eager.Abort(ctx, xid, sub) }); err != nil {
+			return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
+		}
+		if whole {
+			c.eagerXid = 0
+		}
+	} else if err := c.opts.Queue.Abort(m.Xid, m.SubXid); err != nil {
+		return fmt.Errorf("abort streamed transaction %d: %w", m.Xid, err)
+	}
+	if whole {
+		c.forgetStream(m.Xid)
+	}
+	return nil
+}
+
+// forgetStream forgets streamed transaction xid, committed or aborted:
+// open, its relations, where it was queued.
+func (c *Capture) forgetStream(xid uint32) {
+	delete(c.openStream, xid)
+	c.streamsOpen.Store(int32(len(c.openStream)))
+	delete(c.streamRels, xid)
+	delete(c.queuedXid, xid)
+}
+
+// describe records a Relation message: inside a stream, for that stream's
+// transaction only (until it commits).
+func (c *Capture) describe(r *change.Relation) {
+	c.linkPrevious(r)
+	if c.inStream {
+		rs := c.streamRels[c.streamXid]
+		if rs == nil {
+			rs = map[uint32]*change.Relation{}
+			c.streamRels[c.streamXid] = rs
+		}
+		rs[r.ID] = r
+	} else {
+		c.rels[r.ID] = r
+	}
+}
+
+// rowChange adds an insert, update or delete; its tuples point into the
+// message's data, handle's copy.
+func (c *Capture) rowChange(ctx context.Context, walStart change.LSN, m *pgoutput.Message) error {
+	rel, err := c.relation(m.RelID)
+	if err != nil {
+		return fmt.Errorf("%w (change at %s)", err, walStart)
+	}
+	ch := change.Change{Op: change.Op(m.Type), LSN: walStart, Rel: rel, OldKind: m.OldKind, Old: m.Old, New: m.New}
+	if c.inStream {
+		ch.Xid = m.Xid
+	}
+	return c.add(ctx, &ch)
+}
+
+// truncate adds a truncate of the relations m names.
+func (c *Capture) truncate(ctx context.Context, walStart change.LSN, m *pgoutput.Message) error {
+	ch := change.Change{Op: change.OpTruncate, LSN: walStart, TruncateOpts: m.TruncateOpts}
+	if c.inStream {
+		ch.Xid = m.Xid
+	}
+	for _, id := range m.TruncateRelIDs {
+		rel, err := c.relation(id)
+		if err != nil {
+			return fmt.Errorf("%w (truncate at %s)", err, walStart)
+		}
+		ch.TruncateRels = append(ch.TruncateRels, rel)
+	}
+	return c.add(ctx, &ch)
 }
 
 func (c *Capture) relation(id uint32) (*change.Relation, error) {
