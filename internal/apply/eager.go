@@ -227,101 +227,148 @@ func (e *Eager) Run(ctx context.Context) error {
 		return err
 	}
 	defer closer()
-	var (
-		xid       uint32
-		active    bool
-		savepoint []uint32 // subtransactions with a savepoint, oldest first
-		started   time.Time
-		n         int64
-	)
-	fail := func(err error) error {
-		if active {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = w.Rollback(rctx)
-			cancel()
-		}
-		return eagerConflictHint(err)
-	}
+	r := &eagerRun{e: e, w: w}
 	// Every eagerFlushEvery, rows buffered for a while are sent: a source
 	// that streams slowly would otherwise keep them (up to the writer's
 	// COPY flush size) out of the target and out of the counts.
 	flushTick := time.NewTicker(eagerFlushEvery)
 	defer flushTick.Stop()
-	flusher, _ := w.(interface{ FlushBuffered(context.Context) error })
+	r.flusher, _ = w.(interface{ FlushBuffered(context.Context) error })
 	for {
 		e.st.SetState(stats.Idle)
 		var it eagerItem
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return r.fail(ctx.Err())
 		case <-flushTick.C:
-			if active && flusher != nil {
-				e.st.SetState(stats.Busy)
-				if err := flusher.FlushBuffered(ctx); err != nil {
-					return fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", xid, err))
-				}
+			if err := r.flush(ctx); err != nil {
+				return err
 			}
 			continue
 		case it = <-e.in:
 		}
 		e.st.SetState(stats.Busy)
-		switch it.kind {
-		case eagerBegin:
-			if err := e.waitApplied(ctx, it.waitFor); err != nil {
-				return fail(err)
-			}
-			if err := w.Begin(ctx); err != nil {
-				return fail(fmt.Errorf("eager apply of transaction %d: %w", it.xid, err))
-			}
-			expectChanges(w, math.MaxInt) // large by definition
-			xid, active, savepoint, started, n = it.xid, true, savepoint[:0], time.Now(), 0
-			e.log.Debug("eager apply started", "xid", xid)
-		case eagerChunk:
-			if err := e.waitApplied(ctx, it.waitFor); err != nil {
-				return fail(err)
-			}
-		case eagerChange:
-			c, keep := e.opts.Tables.Keep(it.c, 0)
-			if !keep {
-				continue // a table not ready: its copy comes later (TableFilter)
-			}
-			if c.Xid != 0 && c.Xid != xid && !slices.Contains(savepoint, c.Xid) {
-				if err := w.Savepoint(ctx, savepointName(c.Xid)); err != nil {
-					return fail(fmt.Errorf("eager apply of transaction %d: %w", xid, err))
-				}
-				savepoint = append(savepoint, c.Xid)
-			}
-			if err := w.Write(ctx, c); err != nil {
-				return fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", xid, err))
-			}
-			n++ // the writer counts items and bytes on the same component
-		case eagerAbortSub:
-			if i := slices.Index(savepoint, it.subxid); i >= 0 {
-				if err := w.RollbackToSavepoint(ctx, savepointName(it.subxid)); err != nil {
-					return fail(fmt.Errorf("eager apply of transaction %d: abort subtransaction %d: %w", xid, it.subxid, err))
-				}
-				savepoint = savepoint[:i] // its descendants went with it
-			}
-		case eagerAbort:
-			if err := w.Rollback(ctx); err != nil {
-				return fmt.Errorf("eager apply of transaction %d: roll back: %w", xid, err)
-			}
-			active = false
-			e.st.Counter("aborted_txns").Add(1)
-			e.log.Debug("eager transaction aborted on the source", "xid", xid, "changes", n)
-		case eagerCommit:
-			lsn, err := w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
-			active = false
-			if err != nil {
-				err = eagerConflictHint(fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", xid, it.info.EndLSN, err))
-				it.reply <- eagerResult{err: err}
-				return err
-			}
-			e.st.Counter("eager_txns").Add(1)
-			e.log.Debug("eager transaction committed", "xid", xid, "changes", n, "elapsed", time.Since(started).Round(time.Millisecond))
-			it.reply <- eagerResult{lsn: lsn}
+		if err := r.apply(ctx, it); err != nil {
+			return err
 		}
 	}
+}
+
+// eagerRun is Run's state: its writer, and the transaction open on it
+// (active), if any. Items come in the order capture sent them, one
+// transaction at a time: Begin, then chunks, changes and subtransaction
+// aborts, then its Abort or Commit.
+type eagerRun struct {
+	e       *Eager
+	w       EagerWriter
+	flusher interface{ FlushBuffered(context.Context) error } // nil if w buffers nothing
+
+	xid       uint32
+	active    bool
+	savepoint []uint32 // subtransactions with a savepoint, oldest first
+	started   time.Time
+	n         int64
+}
+
+// fail rolls back the open transaction, if any, and returns err, with a
+// hint for a conflict.
+func (r *eagerRun) fail(err error) error {
+	if r.active {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = r.w.Rollback(rctx)
+		cancel()
+	}
+	return eagerConflictHint(err)
+}
+
+// flush sends the rows the writer has buffered of the open transaction.
+func (r *eagerRun) flush(ctx context.Context) error {
+	if r.active && r.flusher != nil {
+		r.e.st.SetState(stats.Busy)
+		if err := r.flusher.FlushBuffered(ctx); err != nil {
+			return r.fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", r.xid, err))
+		}
+	}
+	return nil
+}
+
+// apply applies one item. An error ends Run: the transaction is rolled
+// back (but for a failed rollback or commit, which end it anyway).
+func (r *eagerRun) apply(ctx context.Context, it eagerItem) error {
+	e, w := r.e, r.w
+	switch it.kind {
+	case eagerBegin:
+		if err := e.waitApplied(ctx, it.waitFor); err != nil {
+			return r.fail(err)
+		}
+		if err := w.Begin(ctx); err != nil {
+			return r.fail(fmt.Errorf("eager apply of transaction %d: %w", it.xid, err))
+		}
+		expectChanges(w, math.MaxInt) // large by definition
+		r.xid, r.active, r.savepoint, r.started, r.n = it.xid, true, r.savepoint[:0], time.Now(), 0
+		e.log.Debug("eager apply started", "xid", r.xid)
+	case eagerChunk:
+		if err := e.waitApplied(ctx, it.waitFor); err != nil {
+			return r.fail(err)
+		}
+	case eagerChange:
+		return r.write(ctx, it.c)
+	case eagerAbortSub:
+		if i := slices.Index(r.savepoint, it.subxid); i >= 0 {
+			if err := w.RollbackToSavepoint(ctx, savepointName(it.subxid)); err != nil {
+				return r.fail(fmt.Errorf("eager apply of transaction %d: abort subtransaction %d: %w", r.xid, it.subxid, err))
+			}
+			r.savepoint = r.savepoint[:i] // its descendants went with it
+		}
+	case eagerAbort:
+		if err := w.Rollback(ctx); err != nil {
+			return fmt.Errorf("eager apply of transaction %d: roll back: %w", r.xid, err)
+		}
+		r.active = false
+		e.st.Counter("aborted_txns").Add(1)
+		e.log.Debug("eager transaction aborted on the source", "xid", r.xid, "changes", r.n)
+	case eagerCommit:
+		return r.commit(ctx, it)
+	}
+	return nil
+}
+
+// write writes change c of the open transaction, under a savepoint of its
+// subtransaction taken at the subtransaction's first change; a change of a
+// table not ready is left out.
+func (r *eagerRun) write(ctx context.Context, c *change.Change) error {
+	c, keep := r.e.opts.Tables.Keep(c, 0)
+	if !keep {
+		return nil // a table not ready: its copy comes later (TableFilter)
+	}
+	if c.Xid != 0 && c.Xid != r.xid && !slices.Contains(r.savepoint, c.Xid) {
+		if err := r.w.Savepoint(ctx, savepointName(c.Xid)); err != nil {
+			return r.fail(fmt.Errorf("eager apply of transaction %d: %w", r.xid, err))
+		}
+		r.savepoint = append(r.savepoint, c.Xid)
+	}
+	if err := r.w.Write(ctx, c); err != nil {
+		return r.fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", r.xid, err))
+	}
+	r.n++ // the writer counts items and bytes on the same component
+	return nil
+}
+
+// commit commits the open transaction with its progress record (it.info's
+// end LSN) and replies to Commit; a failed commit ends Run too.
+func (r *eagerRun) commit(ctx context.Context, it eagerItem) error {
+	e := r.e
+	lsn, err := r.w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
+	r.active = false
+	if err != nil {
+		err = eagerConflictHint(fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", r.xid, it.info.EndLSN, err))
+		it.reply <- eagerResult{err: err}
+		return err
+	}
+	e.st.Counter("eager_txns").Add(1)
+	e.log.Debug("eager transaction committed", "xid", r.xid, "changes", r.n, "elapsed", time.Since(r.started).Round(time.Millisecond))
+	it.reply <- eagerResult{lsn: lsn}
+	return nil
 }
 
 // eagerFlushEvery: how often Run sends what the writer has buffered of the
