@@ -11,7 +11,7 @@ import (
 // (change, ddlmsg, pgerr, pgdsn, pgoutput, stats).
 func TestSourceSideImports(t *testing.T) {
 	const module = "github.com/repstream/repstream/internal/"
-	forbidden := []string{"target", "apply", "snapshot", "engine", "schema", "cli"}
+	forbidden := []string{"target", "apply", "snapshot", "engine", "install", "schema", "cli"}
 	seen := map[string]string{} // package -> the package that imported it
 	var walk func(path, from string)
 	walk = func(path, from string) {

@@ -1,8 +1,3 @@
-// Package engine runs the replication pipeline for one slot: it checks the
-// source and the target, creates the publication and the slot (with the
-// initial copy) when they are missing, then runs capture → queue → apply
-// until it is stopped, fails, or — with --until-caught-up — has applied
-// everything that was committed when it started.
 package engine
 
 import (
@@ -96,45 +91,23 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 // Stats returns the registry every stage reports to.
 func (e *Engine) Stats() *stats.Registry { return e.stats }
 
-// run is Run under the monitor (monitor.go).
+// run is Run under the monitor (monitor.go): it connects and checks both
+// servers, provisions what the replication needs (package install), finds
+// the target's record and the slot, decides from them what to do with the
+// slot (planStart, plan.go) and does it, then streams.
 func (e *Engine) run(ctx context.Context) (err error) {
 	if err := e.cfg.Validate(); err != nil {
 		return err
 	}
 	cfg := e.cfg
 	e.start = time.Now()
-	// Keep the Go heap near the queue's budget: the budget is the knob the
-	// user sets for memory, the rest is a fixed overhead.
-	// The limit, not GOGC, bounds the heap; a higher GOGC then saves collections.
-	debug.SetMemoryLimit(int64(cfg.Memory) + 48<<20)
-	debug.SetGCPercent(400)
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(Procs(cfg.ApplyParallelism, runtime.NumCPU()))
-	}
-
-	src, err := install.ConnectSource(ctx, cfg.Source)
+	tuneRuntime(cfg)
+	src, tgt, err := e.connectChecked(ctx)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
-	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
-	if err != nil {
-		return err
-	}
 	defer tgt.Close(context.Background())
-
-	if err := install.CheckSource(ctx, src); err != nil {
-		return err
-	}
-	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
-		return err
-	}
-	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
-		return err
-	}
-	// Both servers answered and passed the checks: from here on a lost
-	// connection is a fault to ride through, not a wrong configuration.
-	e.reachedOnce = true
 	// A first start that fails before its slot exists leaves nothing
 	// behind: what it created is removed again (newest first).
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
@@ -148,84 +121,22 @@ func (e *Engine) run(ctx context.Context) (err error) {
 			undo.Run(ctx, e.log)
 		}
 	}()
-	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
-		return err
-	}
-	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
-		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
-	}
-	// Another engine streaming from the slot makes it active; so does, for a
-	// moment, the walsender of a run that just died.
-	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
-		return err
-	}
-	// A killed previous run's target sessions may still be finishing commits
-	// they received: wait for them before reading what is applied.
-	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
-		return err
-	}
-	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
-	if err != nil {
-		return fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
-	}
-
-	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
+	prog, err := e.loadRecord(ctx, src, tgt, &undo)
 	if err != nil {
 		return err
 	}
-	if createdPub {
-		undo.Publication(src, cfg.Publication)
-		// Recorded at once, so that drop removes it even if this run fails
-		// before the slot exists.
-		if err := target.MarkPublicationCreated(ctx, tgt, cfg.Slot); err != nil {
-			return err
-		}
-		prog.CreatedPublication = true
-	}
-	if !createdPub && prog.CreatedPublication && len(cfg.Tables) > 0 {
-		// A wider --tables adds the new tables as `tables add` does.
-		if err := e.widenPublication(ctx, src, tgt); err != nil {
-			return err
-		}
-	}
-	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, cfg.Publication, e.log); err != nil {
-		return err
-	}
-	if e.ddl == ddlTrigger {
-		undo.DDLTrigger(src, cfg.Slot, e.log)
-	}
-	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
+	createdPub, err := e.ensurePublication(ctx, src, tgt, &undo, &prog)
 	if err != nil {
 		return err
 	}
-	if err := install.CheckPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
-		return err
-	}
-	if e.ddl != ddlTrigger && !cfg.AllowUntrackedPartitions {
-		if err := install.CheckUntrackedPartitions(ctx, src, cfg.Publication, e.ddl, tables); err != nil {
-			return err
-		}
-	}
-	if len(tables) == 0 {
-		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
-	}
-	e.schemaMayLag = e.ddl != ddlOff && prog.Exists && prog.Low > 0 && prog.Snapshot != target.SnapshotRunning
-	e.copyResumed = prog.Exists && prog.Snapshot == target.SnapshotRunning && !firstStart
-	// A keyless table that repstream itself would publish is refused: once
-	// published, the source refuses its UPDATEs and DELETEs — the run
-	// would break the application writing it.
-	noBinary, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
-		Slot: cfg.Slot, Create: cfg.CreateTables, RefuseKeyless: createdPub,
-		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
-	}, &undo, e.log)
+	tables, err := e.publishedTables(ctx, src, &undo)
 	if err != nil {
 		return err
 	}
-	e.binary = cfg.Binary && noBinary == ""
-	if cfg.Binary && noBinary != "" {
-		e.log.Info("values travel as text, not binary", "reason", noBinary)
+	e.schemaMayLag, e.copyResumed = resuming(prog, firstStart, e.ddl)
+	if err := e.prepareTables(ctx, src, tgt, tables, createdPub, &undo); err != nil {
+		return err
 	}
-
 	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
 		return err
@@ -233,64 +144,209 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && cfg.Snapshot); err != nil {
 		return err
 	}
-	var initialFlush change.LSN
-	switch {
-	case !slot.Exists:
-		if prog.Exists && prog.Low > 0 && prog.Snapshot != target.SnapshotRunning {
-			return fmt.Errorf("replication slot %q does not exist on the source, but the target has applied changes up to %s: "+
-				"the slot was dropped and the changes since then are lost; run `repstream drop --slot %s` and start again to resynchronise",
-				cfg.Slot, prog.Low, cfg.Slot)
-		}
-		if prog.Snapshot == target.SnapshotRunning {
-			// The slot of an interrupted copy is gone: its tables are copied
-			// again from the new slot's snapshot.
-			if err := e.emptyCopied(ctx, tgt, tables); err != nil {
-				return err
-			}
-		}
-		low, err := e.createSlot(ctx, tgt, tables, createdPub || prog.CreatedPublication)
-		if err != nil {
-			return err
-		}
-		prog = target.Progress{Exists: true, Low: low, Snapshot: target.SnapshotDone, CreatedPublication: createdPub}
-		initialFlush = low
-	default:
-		if slot.Plugin != "pgoutput" {
-			return fmt.Errorf("replication slot %q uses plugin %q; repstream needs a pgoutput slot", cfg.Slot, slot.Plugin)
-		}
-		if slot.WALStatus == "lost" {
-			return fmt.Errorf("replication slot %q is invalidated (wal_status lost: the WAL it needed was removed, max_slot_wal_keep_size): "+
-				"run `repstream drop --slot %s` and start again to resynchronise", cfg.Slot, cfg.Slot)
-		}
-		if prog.Exists && prog.Snapshot == target.SnapshotRunning {
-			if err := e.resumeCopy(ctx, tgt, tables); err != nil {
-				return err
-			}
-			prog.Snapshot = target.SnapshotDone
-		}
-		if err := checkRestoredTarget(cfg, prog, slot.Confirmed); err != nil {
-			return err
-		}
-		if !prog.Exists {
-			if !cfg.AdoptSlot {
-				return fmt.Errorf("replication slot %q exists on the source (confirmed up to %s) but the target has no state for it: "+
-					"the target may be another one than the slot's (a wrong --target) or rebuilt, and the changes before %s would be missing on it; "+
-					"run `repstream drop --slot %s` and start again for a new initial copy, or pass --adopt-slot if the target holds the data up to %s",
-					cfg.Slot, slot.Confirmed, slot.Confirmed, cfg.Slot, slot.Confirmed)
-			}
-			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", slot.Confirmed)
-			if err := target.InitProgress(ctx, tgt, cfg.Slot, slot.Confirmed, target.SnapshotNone, false); err != nil {
-				return err
-			}
-			prog = target.Progress{Exists: true, Low: slot.Confirmed, Snapshot: target.SnapshotNone}
-		}
-		initialFlush = max(prog.Low, slot.Confirmed)
+	plan, err := planStart(found{cfg: cfg, prog: prog, createdPub: createdPub, slot: slot})
+	if err != nil {
+		return err
 	}
+	prog, initialFlush, err := e.carryOut(ctx, tgt, tables, plan)
+	if err != nil {
+		return err
+	}
+	if err := e.beforeStreaming(ctx, src, tgt, tables, prog.Low); err != nil {
+		return err
+	}
+	// The admin connections are not needed while streaming; each streaming
+	// attempt opens its own to persist the watermark.
+	src.Close(ctx)
+	tgt.Close(ctx)
+	return e.streamResilient(ctx, prog, initialFlush)
+}
 
+// tuneRuntime keeps the Go heap near the queue's budget: the budget is the
+// knob the user sets for memory, the rest is a fixed overhead. The limit,
+// not GOGC, bounds the heap; a higher GOGC then saves collections. And it
+// runs Go code on Procs threads, unless GOMAXPROCS is set.
+func tuneRuntime(cfg config.Config) {
+	debug.SetMemoryLimit(int64(cfg.Memory) + 48<<20)
+	debug.SetGCPercent(400)
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(Procs(cfg.ApplyParallelism, runtime.NumCPU()))
+	}
+}
+
+// connectChecked opens the admin connections to both servers and checks
+// them: wal_level, the source role's REPLICATION, not one database twice.
+func (e *Engine) connectChecked(ctx context.Context) (src, tgt *pgx.Conn, err error) {
+	cfg := e.cfg
+	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-admin")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := install.CheckSource(ctx, src); err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	// Both servers answered and passed the checks: from here on a lost
+	// connection is a fault to ride through, not a wrong configuration.
+	e.reachedOnce = true
+	return src, tgt, nil
+}
+
+// loadRecord registers the slot on the target (undone with the rest if a
+// first start fails), waits for the slot to be free and for a previous
+// run's target sessions, and reads the target's record of the slot.
+func (e *Engine) loadRecord(ctx context.Context, src, tgt *pgx.Conn, undo *install.Undo) (target.Progress, error) {
+	cfg := e.cfg
+	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
+		return target.Progress{}, err
+	}
+	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
+		return target.Progress{}, fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
+	}
+	// Another engine streaming from the slot makes it active; so does, for a
+	// moment, the walsender of a run that just died.
+	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
+		return target.Progress{}, err
+	}
+	// A killed previous run's target sessions may still be finishing commits
+	// they received: wait for them before reading what is applied.
+	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
+		return target.Progress{}, err
+	}
+	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return target.Progress{}, fmt.Errorf("read progress of slot %q on the target: %w", cfg.Slot, err)
+	}
+	return prog, nil
+}
+
+// ensurePublication creates the publication from --tables if it is
+// missing, recording that in prog (and on the target at once, so that drop
+// removes it even if this run fails before the slot exists), or widens the
+// one repstream made to a wider --tables. It reports whether it created it.
+func (e *Engine) ensurePublication(ctx context.Context, src, tgt *pgx.Conn, undo *install.Undo, prog *target.Progress) (bool, error) {
+	cfg := e.cfg
+	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
+	if err != nil {
+		return false, err
+	}
+	if createdPub {
+		undo.Publication(src, cfg.Publication)
+		if err := target.MarkPublicationCreated(ctx, tgt, cfg.Slot); err != nil {
+			return false, err
+		}
+		prog.CreatedPublication = true
+	}
+	if !createdPub && prog.CreatedPublication && len(cfg.Tables) > 0 {
+		// A wider --tables adds the new tables as `tables add` does.
+		if err := e.widenPublication(ctx, src, tgt); err != nil {
+			return false, err
+		}
+	}
+	return createdPub, nil
+}
+
+// publishedTables sets up how schema changes are followed (installing the
+// event trigger: undone with the rest if a first start fails) and returns
+// the publication's tables, once checked: the publication publishes every
+// kind of change (or --partial-publication), and partitions published
+// through their root are followed (or --allow-untracked-partitions).
+func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *install.Undo) ([]schema.TableName, error) {
+	cfg := e.cfg
+	var err error
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, cfg.Publication, e.log); err != nil {
+		return nil, err
+	}
+	if e.ddl == ddlTrigger {
+		undo.DDLTrigger(src, cfg.Slot, e.log)
+	}
+	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
+	if err != nil {
+		return nil, err
+	}
+	if err := install.CheckPublishes(ctx, src, cfg.Publication, cfg.PartialPublication, e.log); err != nil {
+		return nil, err
+	}
+	if e.ddl != ddlTrigger && !cfg.AllowUntrackedPartitions {
+		if err := install.CheckUntrackedPartitions(ctx, src, cfg.Publication, e.ddl, tables); err != nil {
+			return nil, err
+		}
+	}
+	if len(tables) == 0 {
+		e.log.Warn("the publication has no tables: nothing will be replicated", "publication", cfg.Publication)
+	}
+	return tables, nil
+}
+
+// prepareTables checks (and with --create-tables makes) the target's
+// tables (install.PrepareTables) and decides whether values travel in
+// binary. A keyless table that repstream itself would publish
+// (createdPub) is refused: once published, the source refuses its UPDATEs
+// and DELETEs — the run would break the application writing it.
+func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub bool, undo *install.Undo) error {
+	cfg := e.cfg
+	noBinary, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
+		Slot: cfg.Slot, Create: cfg.CreateTables, RefuseKeyless: createdPub,
+		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
+	}, undo, e.log)
+	if err != nil {
+		return err
+	}
+	e.binary = cfg.Binary && noBinary == ""
+	if cfg.Binary && noBinary != "" {
+		e.log.Info("values travel as text, not binary", "reason", noBinary)
+	}
+	return nil
+}
+
+// carryOut does what the plan says, in order, and returns the record the
+// run streams from and the position it starts at.
+func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, p startPlan) (target.Progress, change.LSN, error) {
+	cfg := e.cfg
+	prog, initialFlush := p.prog, p.initialFlush
+	for _, s := range p.steps {
+		var err error
+		switch s {
+		case stepEmptyCopied:
+			err = e.emptyCopied(ctx, tgt, tables)
+		case stepCreateSlot:
+			var low change.LSN
+			low, err = e.createSlot(ctx, tgt, tables, p.recordPub)
+			prog.Low, initialFlush = low, low
+		case stepResumeCopy:
+			err = e.resumeCopy(ctx, tgt, tables)
+		case stepAdoptSlot:
+			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", prog.Low)
+			err = target.InitProgress(ctx, tgt, cfg.Slot, prog.Low, target.SnapshotNone, false)
+		case stepRefuse:
+			err = p.refuse
+		}
+		if err != nil {
+			return target.Progress{}, 0, err
+		}
+	}
+	return prog, initialFlush, nil
+}
+
+// beforeStreaming copies the tables added since the last run (pending),
+// loads what apply skips of tables copied at their own snapshot, fixes
+// where --until-caught-up stops, and builds the keys and indexes no copy
+// has built.
+func (e *Engine) beforeStreaming(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) error {
+	cfg := e.cfg
 	if err := e.syncPendingAtStart(ctx, tgt, tables); err != nil {
 		return err
 	}
-	if e.tables, err = loadTableFilter(ctx, tgt, cfg.Slot, prog.Low); err != nil {
+	var err error
+	if e.tables, err = loadTableFilter(ctx, tgt, cfg.Slot, low); err != nil {
 		return err
 	}
 	if cfg.UntilCaughtUp {
@@ -311,13 +367,13 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		return fmt.Errorf("keys and indexes after the copy: %w", err)
 	}
 	e.noteUnbuiltIndexes(ctx, tgt)
-	// The admin connections are not needed while streaming; each streaming
-	// attempt opens its own to persist the watermark.
-	src.Close(ctx)
-	tgt.Close(ctx)
-	return e.streamResilient(ctx, prog, initialFlush)
+	return nil
 }
 
+// stream runs one streaming attempt: capture → queue → apply from prog
+// (initialFlush: the position capture may acknowledge before apply
+// reports any), with the watermark persisted as apply advances, until it
+// stops, fails or catches up.
 func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress, initialFlush change.LSN) error {
 	cfg := e.cfg
 	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
@@ -330,55 +386,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	e.watchWatermark(e.wm)
 	acker := newRecordedAcker(e.wm, prog.Low)
 	e.setPhase("streaming")
-	capOpts := capture.Options{
-		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
-		StartLSN: prog.Low, InitialFlush: initialFlush,
-		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
-		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
-		Queue: q, Acker: acker, Stats: e.stats, Logger: e.log,
-	}
-	capOpts.DDLMessages = e.ddl == ddlTrigger
-	apOpts := apply.Options{
-		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
-		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
-		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
-		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
-		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
-		// In a backlog, groups fill up to a quarter of the group limit, and
-		// never hold more than an eighth of the queue's memory.
-		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
-		LinkWatch:         e.watch,
-		Tables:            e.tables, Quiesce: true,
-	}
-	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
-	if err != nil {
-		return err
-	}
-	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
-	useEager := cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips))
-	var eager *apply.Eager // nil unless --eager; never stored in an interface when nil
-	if useEager {
-		skipBelow := prog.Low
-		for _, a := range prog.Applied {
-			skipBelow = max(skipBelow, a)
-		}
-		eager = apply.NewEager(apply.EagerOptions{
-			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log, Tables: e.tables,
-			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
-				return target.OpenSession(ctx, target.SessionOptions{
-					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
-					Writer: eagerWriter(e.writerOptions(true), st, e.log),
-				})
-			},
-		})
-		capOpts.Eager, apOpts.Eager = eager, eager
-	}
-	capt, err := capture.New(capOpts)
-	if err != nil {
-		return err
-	}
-	apOpts.Behind, apOpts.Gathers = capt.Behind, capt.Gathers
-	ap, err := apply.New(apOpts)
+	capt, ap, eager, err := e.pipeline(ctx, tgt, q, acker, prog, initialFlush)
 	if err != nil {
 		return err
 	}
@@ -401,14 +409,81 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	persisted := prog.Low
 	g.Go(func() error { return onSide("target", e.persistLoop(gctx, tgt, acker, &persisted)) })
 	err = g.Wait()
-	caughtUp := errors.Is(err, capture.ErrCaughtUp)
 	// Persist the final watermark with a fresh context: the run's may be done.
 	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	perr := e.persist(pctx, tgt, &persisted)
 	pcancel()
 	e.logSummary()
+	return e.streamEnded(ctx, tgt, err, perr)
+}
+
+// pipeline makes the stages of a streaming attempt: capture (into q,
+// acknowledging through acker), apply and, with --eager, eager apply (nil
+// otherwise; never stored in an interface when nil).
+func (e *Engine) pipeline(ctx context.Context, tgt *pgx.Conn, q *queue.Queue, acker *recordedAcker, prog target.Progress, initialFlush change.LSN) (*capture.Capture, *apply.Applier, *apply.Eager, error) {
+	cfg := e.cfg
+	capOpts := capture.Options{
+		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
+		StartLSN: prog.Low, InitialFlush: initialFlush,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
+		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
+		Queue: q, Acker: acker, Stats: e.stats, Logger: e.log,
+	}
+	capOpts.DDLMessages = e.ddl == ddlTrigger
+	apOpts := apply.Options{
+		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
+		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
+		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
+		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
+		// In a backlog, groups fill up to a quarter of the group limit, and
+		// never hold more than an eighth of the queue's memory.
+		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+		LinkWatch:         e.watch,
+		Tables:            e.tables, Quiesce: true,
+	}
+	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
+	useEager := cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips))
+	var eager *apply.Eager
+	if useEager {
+		skipBelow := prog.Low
+		for _, a := range prog.Applied {
+			skipBelow = max(skipBelow, a)
+		}
+		eager = apply.NewEager(apply.EagerOptions{
+			Watermark: e.wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log, Tables: e.tables,
+			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
+				return target.OpenSession(ctx, target.SessionOptions{
+					DSN: cfg.Target, AppName: "repstream-eager", Watch: e.watch,
+					Writer: eagerWriter(e.writerOptions(true), st, e.log),
+				})
+			},
+		})
+		capOpts.Eager, apOpts.Eager = eager, eager
+	}
+	capt, err := capture.New(capOpts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	apOpts.Behind, apOpts.Gathers = capt.Behind, capt.Gathers
+	ap, err := apply.New(apOpts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return capt, ap, eager, nil
+}
+
+// streamEnded is how a streaming attempt that ended with err (perr: the
+// final watermark's persisting) ends the run: caught up (the tables
+// pending copied, every table ready, the sequences synchronised), stopped,
+// or failed.
+func (e *Engine) streamEnded(ctx context.Context, tgt *pgx.Conn, err, perr error) error {
 	switch {
-	case caughtUp:
+	case errors.Is(err, capture.ErrCaughtUp):
 		if err := e.copyPendingAtEnd(ctx, tgt); err != nil {
 			return errors.Join(perr, err)
 		}

@@ -15,7 +15,7 @@ import (
 
 // Partitions of a table published through its root
 // (publish_via_partition_root): what pgoutput does not send, the source's
-// partition triggers report (engine/partitions.go), and the writer carries
+// partition triggers report (install/partitions.go), and the writer carries
 // here, in the transaction of the source's change:
 //
 //   - TRUNCATE of a partition: the target's partition of the same name, if

@@ -1,0 +1,31 @@
+// Package engine runs the replication pipeline for one slot: it checks the
+// source and the target, has what the replication needs made when it is
+// missing (the publication, the event trigger, the target tables: package
+// install), decides from what it found what to do with the slot — create
+// it (with the initial copy), resume an interrupted copy, adopt it, or
+// refuse (planStart) — and does it, then runs capture → queue → apply until
+// it is stopped, fails, or — with --until-caught-up — has applied
+// everything that was committed when it started.
+//
+// Files:
+//
+//	doc.go        this overview
+//	engine.go     Engine, New, run: the start-up's steps (connect and check, the record, the publication, the tables, the plan carried out), stream (one streaming attempt), createSlot
+//	plan.go       planStart: what a start does with the slot, a pure function of what it found; resuming
+//	ddl.go        ddlMode, setUpDDL: how schema changes are followed (the trigger itself: install/ddl.go)
+//	reconnect.go  runResilient, streamResilient: a transient fault ridden through; resume
+//	recorded.go   recordedAcker, persistLoop: what capture acknowledges, the watermark persisted; checkRestoredTarget
+//	tablesync.go  per-table sync: tables copied at their own snapshot (resumed copy, added tables), watchTables
+//	tables.go     `tables add`, `tables list`, a wider --tables, emptyCopied, checkTablesReady
+//	partitions.go resync, copyPendingAtEnd: partitions attached with rows, copied again
+//	relddl.go     addedColumnOnSource: ADD COLUMN's value for rows before it (--ddl=relation)
+//	sequences.go  SyncSequences, syncSequencesAtEnd
+//	caughtup.go   pushWALPastStop: --until-caught-up's stop reached
+//	conflicts.go  eagerWithConflicts
+//	indexes.go    noteUnbuiltIndexes
+//	monitor.go    Run: the monitor (HTTP, progress, probes, lag) around run
+//	progress.go   the progress line and the initial copy's progress
+//	series.go     declareSeries: every labelled counter at 0 from the start
+//	status.go     Status, ProgressLine, SlotStatus (`repstream status`), Drop (install.Drop)
+//	health.go     SlotStatus.Check: `repstream status`'s verdict for scripts
+package engine
