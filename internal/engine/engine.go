@@ -642,7 +642,7 @@ func (e *Engine) setAsideForCopy(ctx context.Context, tgt *pgx.Conn, tables []sc
 	}
 	if len(notOwned) > 0 {
 		log.Info("copying into target tables with their keys and indexes in place: the target role does not own them (or a table whose foreign key references them), "+
-			"and only an owner may drop and make again their keys and indexes; the copy is slower for it", "tables", tableList(notOwned), "role", tgt.Config().User)
+			"or may not create in their schema, and only an owner may drop and make again their keys and indexes; the copy is slower for it", "tables", tableList(notOwned), "role", tgt.Config().User)
 	}
 	return nil
 }

@@ -36,8 +36,9 @@ import (
 // A table is left as it is, with a log line saying why, when it has rows
 // (never touched), when it is not an ordinary table or is a partition or
 // has inheritance children, when the target role does not own it or a
-// table whose foreign key references it (SetAside returns those: the
-// caller says so once), when one of its indexes is invalid, marked for
+// table whose foreign key references it, or may not create in its schema
+// (where its indexes are made again) (SetAside returns those: the caller
+// says so once), when one of its indexes is invalid, marked for
 // CLUSTER, in a tablespace of its own, commented or has a statistics
 // target (what the statements above would not make again), when a foreign
 // key referencing it is on a partition or a partitioned table, when its
@@ -82,6 +83,8 @@ SELECT CASE
   WHEN c.relispartition THEN 'a partition'
   WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_inherits h WHERE h.inhparent = c.oid) THEN 'it has inheritance children'
   WHEN NOT pg_catalog.pg_has_role(c.relowner, 'USAGE') THEN 'the target role does not own it'
+  WHEN NOT pg_catalog.has_schema_privilege(c.relnamespace, 'CREATE')
+    THEN 'the target role may not create in its schema (its indexes could not be made again)'
   WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class r ON r.oid = k.conrelid
                WHERE k.contype = 'f' AND k.confrelid = c.oid AND NOT pg_catalog.pg_has_role(r.relowner, 'USAGE'))
     THEN 'the target role does not own a table whose foreign key references it'
@@ -107,6 +110,7 @@ SELECT CASE
     THEN 'a foreign key on a partitioned table or a partition references it'
   END,
   NOT pg_catalog.pg_has_role(c.relowner, 'USAGE')
+   OR NOT pg_catalog.has_schema_privilege(c.relnamespace, 'CREATE')
    OR EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class r ON r.oid = k.conrelid
               WHERE k.contype = 'f' AND k.confrelid = c.oid AND NOT pg_catalog.pg_has_role(r.relowner, 'USAGE')),
   EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid)
