@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/healthcheck"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -149,7 +149,7 @@ func TestCreateTablesIndexNotBuildable(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("x", "id")
 
-	rows, err := engine.ListTables(t.Context(), cfg)
+	rows, err := install.ListTables(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCreateTablesIndexNotBuildable(t *testing.T) {
 	if !strings.Contains(metrics.String(), "\nrepstream_indexes_not_built 0\n") {
 		t.Errorf("metrics after the index was made: %s", grepLines(metrics.String(), "indexes_not_built"))
 	}
-	if rows, err := engine.ListTables(t.Context(), cfg); err != nil || len(rows[0].IndexesNotBuilt) != 0 {
+	if rows, err := install.ListTables(t.Context(), cfg); err != nil || len(rows[0].IndexesNotBuilt) != 0 {
 		t.Errorf("tables list after the index was made: %+v %v", rows, err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/healthcheck"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/provision"
 )
@@ -233,7 +234,7 @@ func TestSameDatabaseRefused(t *testing.T) {
 	if !reportFails(rep, "target", "not the source") {
 		t.Errorf("check does not fail source = target")
 	}
-	if _, err := engine.AddTables(t.Context(), cfg, engine.AddOptions{Tables: []string{"public.same"}}, testLogger(t)); err == nil ||
+	if _, err := install.AddTables(t.Context(), cfg, install.AddOptions{Tables: []string{"public.same"}}, testLogger(t)); err == nil ||
 		!strings.Contains(err.Error(), "same database") {
 		t.Errorf("tables add with source = target: %v, want a refusal", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/repstream/repstream/internal/cli"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -301,7 +302,7 @@ func TestTablesList(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("l2", "id")
 
-	var rows []engine.TableRow
+	var rows []install.TableRow
 	if err := json.Unmarshal([]byte(run("tables", "list", "--json")), &rows); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
@@ -178,7 +177,7 @@ func tuneRuntime(cfg config.Config) {
 // them: wal_level, the source role's REPLICATION, not one database twice.
 func (e *Engine) connectChecked(ctx context.Context) (src, tgt *pgx.Conn, err error) {
 	cfg := e.cfg
-	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-admin")
+	src, tgt, closeBoth, err := install.ConnectBoth(ctx, cfg, "repstream-admin")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,7 +246,7 @@ func (e *Engine) ensurePublication(ctx context.Context, src, tgt *pgx.Conn, undo
 	}
 	if !createdPub && prog.CreatedPublication && len(cfg.Tables) > 0 {
 		// A wider --tables adds the new tables as `tables add` does.
-		if err := e.widenPublication(ctx, src, tgt); err != nil {
+		if err := install.WidenPublication(ctx, src, tgt, cfg, e.log); err != nil {
 			return false, err
 		}
 	}
@@ -565,26 +564,12 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 			}
 		}()
 	}
-	repl, err := capture.Connect(ctx, cfg.Source, "")
+	res, closeRepl, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, cfg.Snapshot)
 	if err != nil {
-		return 0, pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err)
+		return 0, err
 	}
-	defer repl.Close(context.Background())
-	action := "(SNAPSHOT 'nothing')"
-	if cfg.Snapshot {
-		action = "(SNAPSHOT 'export')"
-	}
-	if capture.ServerMajor(repl) < 15 {
-		action = "NOEXPORT_SNAPSHOT"
-		if cfg.Snapshot {
-			action = "EXPORT_SNAPSHOT"
-		}
-	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
-	if err != nil {
-		return 0, fmt.Errorf("create replication slot %q on the source: %w", cfg.Slot, err)
-	}
+	// Its replication connection holds the exported snapshot: open until the copy is done.
+	defer closeRepl()
 	e.slotCreated = true
 	low, err := change.ParseLSN(res.ConsistentPoint)
 	if err != nil {
@@ -609,23 +594,6 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
 	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, target.SnapshotDone)
-}
-
-// connectBoth opens an admin connection to the source and one to the
-// target (application_name appName) for a command that reads and writes
-// both; closeFn closes them.
-func connectBoth(ctx context.Context, cfg config.Config, appName string) (src, tgt *pgx.Conn, closeFn func(), err error) {
-	if src, err = install.ConnectSource(ctx, cfg.Source); err != nil {
-		return nil, nil, nil, err
-	}
-	if tgt, err = target.Connect(ctx, cfg.Target, appName); err != nil {
-		src.Close(context.WithoutCancel(ctx))
-		return nil, nil, nil, err
-	}
-	return src, tgt, func() {
-		tgt.Close(context.WithoutCancel(ctx))
-		src.Close(context.WithoutCancel(ctx))
-	}, nil
 }
 
 // setAsideForCopy sets aside the keys and indexes of the target's empty

@@ -33,7 +33,7 @@ func (e *Engine) syncSequencesAtEnd() error {
 // is never moved backwards.
 func SyncSequences(ctx context.Context, cfg config.Config, log *slog.Logger) ([]sequences.Result, error) {
 	cfg.EnsureDefaults()
-	src, tgt, closeBoth, err := connectBoth(ctx, cfg, "repstream-admin")
+	src, tgt, closeBoth, err := install.ConnectBoth(ctx, cfg, "repstream-admin")
 	if err != nil {
 		return nil, err
 	}

@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/pgerr"
 )
 
 // ConnectSource opens an admin connection to the source
@@ -124,4 +127,32 @@ func SlotMissing(ctx context.Context, src *pgx.Conn, slot string) (bool, error) 
 		return false, fmt.Errorf("look up replication slot %q: %w", slot, err)
 	}
 	return !exists, nil
+}
+
+// CreateSlot creates the pgoutput slot on the source over a replication
+// connection to dsn, exporting its snapshot when export (for the initial
+// copy). The connection holds the exported snapshot: closeFn closes it,
+// once the copy is done.
+func CreateSlot(ctx context.Context, dsn, slot string, export bool) (res pglogrepl.CreateReplicationSlotResult, closeFn func(), err error) {
+	repl, err := capture.Connect(ctx, dsn, "")
+	if err != nil {
+		return res, nil, pgerr.ReplicationPrivilege(DSNUser(dsn)).Explain(err)
+	}
+	action := "(SNAPSHOT 'nothing')"
+	if export {
+		action = "(SNAPSHOT 'export')"
+	}
+	if capture.ServerMajor(repl) < 15 {
+		action = "NOEXPORT_SNAPSHOT"
+		if export {
+			action = "EXPORT_SNAPSHOT"
+		}
+	}
+	res, err = pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		repl.Close(context.Background())
+		return res, nil, fmt.Errorf("create replication slot %q on the source: %w", slot, err)
+	}
+	return res, func() { repl.Close(context.Background()) }, nil
 }
