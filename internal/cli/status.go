@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/slotstatus"
 )
 
 // ExitUnhealthy is the exit code of `repstream status` when the slot is
@@ -38,8 +38,8 @@ func exitCode(err error) int {
 // statusOutput is `repstream status --format json`: the positions and the
 // verdict in one object.
 type statusOutput struct {
-	engine.SlotStatus
-	engine.Verdict
+	slotstatus.SlotStatus
+	slotstatus.Verdict
 }
 
 // runStatus prints the slot's status and verdict; an unhealthy slot is an
@@ -50,12 +50,12 @@ func runStatus(cmd *cobra.Command, s *settings, format string, maxInactive time.
 		return fmt.Errorf("--format %q: text or json", format)
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	st, err := engine.Status(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot)
-	var missing *engine.SlotMissingError
-	var v engine.Verdict
+	st, err := slotstatus.Status(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot)
+	var missing *slotstatus.SlotMissingError
+	var v slotstatus.Verdict
 	switch {
 	case errors.As(err, &missing):
-		v = engine.Verdict{Health: "fail", Problem: missing.Error()}
+		v = slotstatus.Verdict{Health: "fail", Problem: missing.Error()}
 	case err != nil:
 		return err
 	default:

@@ -26,6 +26,5 @@
 //	monitor.go    Run: the monitor (HTTP, progress, probes, lag) around run
 //	progress.go   the progress line and the initial copy's progress
 //	series.go     declareSeries: every labelled counter at 0 from the start
-//	status.go     Status, ProgressLine, SlotStatus (`repstream status`), Drop (install.Drop)
-//	health.go     SlotStatus.Check: `repstream status`'s verdict for scripts
+//	status.go     Engine.Status, Flushed, ProgressLine: the running engine's positions; Drop (install.Drop)
 package engine

@@ -93,7 +93,7 @@ func (e *Engine) logCopyProgress(prev, cur stats.Snapshot) {
 	}
 	rate := float64(tot.Rows-prevRows) / dt
 	e.log.Info("initial copy", "tables_done", tot.TablesDone, "tables", tot.Tables,
-		"rows", tot.Rows, "rows_estimate", tot.RowsTotal, "bytes", tot.Bytes, "size", bytesHuman(tot.Bytes),
+		"rows", tot.Rows, "rows_estimate", tot.RowsTotal, "bytes", tot.Bytes, "size", stats.HumanBytes(tot.Bytes),
 		"rows_per_second", int64(rate), "eta", eta(tot.RowsTotal-tot.Rows, rate))
 }
 

@@ -1,4 +1,4 @@
-package engine
+package slotstatus
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
 
@@ -55,7 +56,7 @@ func (s SlotStatus) Check(maxInactive time.Duration) Verdict {
 		v.Problem = fmt.Sprintf("replication slot %q is invalidated (%s); run `repstream drop --slot %s` and start again to resynchronise", s.Slot, s.Invalidation, s.Slot)
 	case !s.Active && maxInactive > 0 && s.InactiveSeconds >= maxInactive.Seconds():
 		v.Problem = fmt.Sprintf("replication slot %q has been inactive for %s (more than --max-inactive %s): is repstream running? the slot retains %s of WAL on the source",
-			s.Slot, (time.Duration(s.InactiveSeconds) * time.Second).String(), maxInactive, bytesHuman(s.RetainedBytes))
+			s.Slot, (time.Duration(s.InactiveSeconds) * time.Second).String(), maxInactive, stats.HumanBytes(s.RetainedBytes))
 	}
 	if s.WALStatus == "unreserved" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replication slot %q has wal_status unreserved: the WAL it needs exceeds max_wal_size and will be removed at the next checkpoint unless repstream catches up (max_slot_wal_keep_size)", s.Slot))

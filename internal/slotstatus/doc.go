@@ -1,0 +1,10 @@
+// Package slotstatus is `repstream status`: a slot's positions, read from
+// the source (the slot) and the target (repstream's record of it), and the
+// verdict for scripts — healthy, or why the slot cannot serve the next run.
+//
+// Files:
+//
+//	doc.go     this overview
+//	status.go  SlotStatus, Status, Format: the positions, for people and for --format json
+//	health.go  SlotMissingError, Verdict, SlotStatus.Check, readSlotHealth: the verdict
+package slotstatus
