@@ -23,7 +23,7 @@
 //	caughtup.go   pushWALPastStop: --until-caught-up's stop reached
 //	conflicts.go  eagerWithConflicts
 //	indexes.go    noteUnbuiltIndexes
-//	monitor.go    Run: the monitor (HTTP, progress, probes, lag) around run
+//	monitor.go    Run: the monitor (HTTP, progress, probes: package probe, lag) around run
 //	progress.go   the progress line and the initial copy's progress
 //	series.go     declareSeries: every labelled counter at 0 from the start
 //	status.go     Engine.Status, Flushed, ProgressLine: the running engine's positions; Drop (install.Drop)

@@ -9,23 +9,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/repstream/repstream/internal/apply"
-	"github.com/repstream/repstream/internal/change"
-	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/probe"
 	"github.com/repstream/repstream/internal/stats"
 )
 
-// probeInterval is how often the monitor polls the source (WAL position,
-// slot) and pings the target.
-const probeInterval = 2 * time.Second
-
 // monitor is what runs beside the pipeline for the whole of Run, from
 // before the first connection to the end: the HTTP endpoint, the progress
-// log, the probes of the source and the target, and the apply-lag gauge. It
-// only writes the stats registry (components source, target and engine,
-// see stats/names.go) and reads the watermark once streaming has begun.
+// log, the probes of the source and the target (package probe), and the
+// apply-lag gauge. It only writes the stats registry (components source,
+// target and engine, see stats/names.go) and reads the watermark once
+// streaming has begun.
 //
 // Invariant: wm is nil until streaming has created the watermark (each
 // streaming attempt may create a new one, which replaces it); everything
@@ -116,7 +110,7 @@ func (m *monitor) start(ctx context.Context) (context.Context, func() error, err
 		h := stats.NewHandler(m.e.stats, stats.HandlerOptions{
 			Extra: func() any { return m.e.Status() },
 			Collector: stats.CollectorOptions{
-				Health: stats.HealthOptions{Judge: true, MaxApplyLag: cfg.HealthzMaxLag, Stale: 5 * probeInterval},
+				Health: stats.HealthOptions{Judge: true, MaxApplyLag: cfg.HealthzMaxLag, Stale: 5 * probe.Interval},
 			},
 		})
 		wg.Go(func() {
@@ -132,7 +126,9 @@ func (m *monitor) start(ctx context.Context) (context.Context, func() error, err
 	if ln != nil {
 		// The probes feed /metrics, /status and /healthz: only with --http
 		// (they cost a connection on each side).
-		wg.Go(func() { m.probeLoop(mctx) })
+		wg.Go(func() {
+			probe.Loop(mctx, probe.Options{Source: cfg.Source, Target: cfg.Target, Slot: cfg.Slot, Stats: m.e.stats, Logger: m.log, Kick: m.kick})
+		})
 	}
 	wg.Go(func() { m.lagLoop(mctx) })
 	stop := func() error {
@@ -163,141 +159,4 @@ func (m *monitor) lagLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// probeLoop polls the source's WAL position and the slot, and pings the
-// target, every probeInterval, each on a small connection of its own that
-// is reopened after a failure.
-func (m *monitor) probeLoop(ctx context.Context) {
-	src := &prober{side: stats.CompSource, dsn: m.e.cfg.Source, st: m.e.stats.Component(stats.CompSource)}
-	tgt := &prober{side: stats.CompTarget, dsn: m.e.cfg.Target, st: m.e.stats.Component(stats.CompTarget)}
-	defer src.close()
-	defer tgt.close()
-	slot := m.e.cfg.Slot
-	t := time.NewTicker(probeInterval)
-	defer t.Stop()
-	for {
-		src.probe(ctx, m.log, func(ctx context.Context, conn *pgx.Conn) error { return pollSource(ctx, conn, slot, src.st) })
-		tgt.probe(ctx, m.log, func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "SELECT 1")
-			return err
-		})
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-m.kick:
-		}
-	}
-}
-
-// prober keeps one monitoring connection to one side and records each
-// probe's outcome in the side's component: gauges up and last_ok_unix_ns,
-// info last_error (never a password: connection errors name host, port,
-// user and database at most).
-type prober struct {
-	side string
-	dsn  string
-	st   *stats.Component
-	conn *pgx.Conn
-}
-
-func (p *prober) probe(ctx context.Context, log *slog.Logger, f func(context.Context, *pgx.Conn) error) {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	err := p.connect(pctx)
-	if err == nil {
-		err = f(pctx, p.conn)
-	}
-	if ctx.Err() != nil {
-		return // stopping: not a failure of the side
-	}
-	if err != nil {
-		msg := pgdsn.RedactError(err).Error()
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		if p.st.Gauge(stats.GaugeUp).Swap(0) == 1 {
-			log.Warn("probe failed", "side", p.side, "err", msg)
-		}
-		p.st.SetInfo(stats.InfoLastError, msg)
-		p.close()
-		return
-	}
-	if p.st.Gauge(stats.GaugeUp).Swap(1) == 0 && p.st.Gauge(stats.GaugeLastOKUnixNano).Load() != 0 {
-		log.Info("probe succeeds again", "side", p.side)
-	}
-	p.st.Gauge(stats.GaugeLastOKUnixNano).Store(time.Now().UnixNano())
-	p.st.SetInfo(stats.InfoLastError, "")
-}
-
-func (p *prober) connect(ctx context.Context) error {
-	if p.conn != nil && !p.conn.IsClosed() {
-		return nil
-	}
-	cfg, err := pgdsn.ParsePgx(p.dsn)
-	if err != nil {
-		return fmt.Errorf("%s DSN: %w", p.side, err)
-	}
-	cfg.RuntimeParams["application_name"] = "repstream-monitor"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect to %s %s: %w", p.side, pgdsn.Describe(&cfg.Config), err)
-	}
-	p.conn = conn
-	return nil
-}
-
-func (p *prober) close() {
-	if p.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = p.conn.Close(ctx)
-		p.conn = nil
-	}
-}
-
-// pollSource reads the source's current WAL position and the slot's row
-// into the source component's gauges.
-func pollSource(ctx context.Context, conn *pgx.Conn, slot string, st *stats.Component) error {
-	var cur string
-	var confirmed, walStatus *string
-	var active, exists bool
-	var retained *int64
-	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, s.confirmed_flush_lsn::text, s.wal_status,
-			coalesce(s.active, false), pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, s.slot_name IS NOT NULL
-		FROM (SELECT 1) AS one LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1`, slot).
-		Scan(&cur, &confirmed, &walStatus, &active, &retained, &exists)
-	if err != nil {
-		return fmt.Errorf("poll the source's WAL position and slot %q: %w", slot, err)
-	}
-	lsn, err := change.ParseLSN(cur)
-	if err != nil {
-		return err
-	}
-	st.Gauge(stats.GaugeWALLSN).Store(int64(lsn))
-	st.Gauge(stats.GaugeSlotExists).Store(b2i(exists))
-	st.Gauge(stats.GaugeSlotActive).Store(b2i(active))
-	if retained != nil {
-		st.Gauge(stats.GaugeSlotRetained).Store(max(0, *retained))
-	}
-	if confirmed != nil {
-		if c, err := change.ParseLSN(*confirmed); err == nil {
-			st.Gauge(stats.GaugeSlotConfirmed).Store(int64(c))
-		}
-	}
-	switch {
-	case !exists:
-		st.SetInfo(stats.InfoWALStatus, "missing")
-	case walStatus != nil:
-		st.SetInfo(stats.InfoWALStatus, *walStatus)
-	}
-	return nil
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/probe"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -22,7 +23,7 @@ func (e *Engine) liveMonitoring() stats.LiveMonitoring {
 	m.ApplyLagSeconds = stats.ApplyLag(snap).Seconds()
 	m.SlotRetainedWALBytes = src.Gauges[stats.GaugeSlotRetained]
 	m.SlotWALStatus = src.Info[stats.InfoWALStatus]
-	m.Healthy, m.HealthReasons = stats.Health(snap, stats.HealthOptions{MaxApplyLag: e.cfg.HealthzMaxLag, Stale: 5 * probeInterval})
+	m.Healthy, m.HealthReasons = stats.Health(snap, stats.HealthOptions{MaxApplyLag: e.cfg.HealthzMaxLag, Stale: 5 * probe.Interval})
 	return m
 }
 
