@@ -555,12 +555,12 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		// The user's empty tables are copied as bare as those
 		// --create-tables makes; a copy that fails (or a slot that
 		// cannot be made) leaves them as they were.
-		if err := e.setAsideForCopy(ctx, tgt, tables); err != nil {
+		if err := install.SetAsideForCopy(ctx, tgt, e.cfg.Slot, tables, e.cfg.KeepIndexes, e.log); err != nil {
 			return 0, err
 		}
 		defer func() {
 			if err != nil {
-				e.restoreSetAside(ctx, tgt)
+				install.RestoreSetAside(ctx, tgt, e.cfg.Target, e.cfg.Slot, e.log)
 			}
 		}()
 	}
@@ -594,46 +594,6 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	e.log.Info("initial copy done", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "elapsed", r.Time.Round(time.Millisecond))
 	return low, target.SetSnapshot(ctx, tgt, cfg.Slot, target.SnapshotDone)
-}
-
-// setAsideForCopy sets aside the keys and indexes of the target's empty
-// tables among tables for the copy (target.SetAside), unless
-// --keep-indexes; the tables the target role does not own are named once.
-func (e *Engine) setAsideForCopy(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
-	if e.cfg.KeepIndexes {
-		return nil
-	}
-	log := e.log.With("component", "snapshot")
-	notOwned, err := target.SetAside(ctx, tgt, e.cfg.Slot, tables, log)
-	if err != nil {
-		return err
-	}
-	if len(notOwned) > 0 {
-		log.Info("copying into target tables with their keys and indexes in place: the target role does not own them (or a table whose foreign key references them), "+
-			"or may not create in their schema, and only an owner may drop and make again their keys and indexes; the copy is slower for it", "tables", tableList(notOwned), "role", tgt.Config().User)
-	}
-	return nil
-}
-
-// restoreSetAside makes again, as they were, the keys and indexes of the
-// tables set aside for a copy that failed or was stopped (emptying them:
-// the next run copies them again), with a context of its own (the run's
-// may be done). A failure is logged: the next run, or `repstream drop`,
-// makes them again.
-func (e *Engine) restoreSetAside(ctx context.Context, tgt *pgx.Conn) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	if tgt.IsClosed() {
-		var err error
-		if tgt, err = target.Connect(rctx, e.cfg.Target, "repstream-admin"); err != nil {
-			e.log.Warn("the target tables set aside for the copy keep going without their keys and indexes until the next run or `repstream drop`", "err", err)
-			return
-		}
-		defer tgt.Close(context.WithoutCancel(ctx))
-	}
-	if err := target.RestoreSetAside(rctx, tgt, e.cfg.Slot, false, e.log.With("component", "snapshot")); err != nil {
-		e.log.Warn("the target tables set aside for the copy keep going without their keys and indexes until the next run or `repstream drop`", "err", err)
-	}
 }
 
 // afterCopy builds the keys and indexes of a table --create-tables made

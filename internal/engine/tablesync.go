@@ -59,12 +59,12 @@ func (e *Engine) syncTables(ctx context.Context, tables []schema.TableName, atSt
 		return 0, err
 	}
 	if atStart {
-		if err := e.setAsideForCopy(ctx, tgt, tables); err != nil {
+		if err := install.SetAsideForCopy(ctx, tgt, e.cfg.Slot, tables, e.cfg.KeepIndexes, e.log); err != nil {
 			return 0, err
 		}
 		defer func() {
 			if err != nil {
-				e.restoreSetAside(ctx, tgt)
+				install.RestoreSetAside(ctx, tgt, e.cfg.Target, e.cfg.Slot, e.log)
 			}
 		}()
 	}

@@ -23,6 +23,7 @@
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
 //	add.go          AddTables, ListTables: `tables add` and `tables list`; WidenPublication (a wider --tables); ConnectBoth
 //	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive, CreateSlot
+//	setaside.go     SetAsideForCopy, RestoreSetAside: the user's empty tables' keys and indexes set aside for a copy, and made again
 //	undo.go         Undo: what a failed first start made, removed again
 //	drop.go         Drop: `repstream drop`
 package install
