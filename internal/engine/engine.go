@@ -136,11 +136,8 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err := e.prepareTables(ctx, src, tgt, tables, createdPub, &undo); err != nil {
 		return err
 	}
-	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
+	slot, err := e.findSlot(ctx, src, tgt, tables)
 	if err != nil {
-		return err
-	}
-	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && cfg.Snapshot); err != nil {
 		return err
 	}
 	plan, err := planStart(found{cfg: cfg, prog: prog, createdPub: createdPub, slot: slot})
@@ -304,6 +301,18 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 	return nil
+}
+
+// findSlot looks the slot up and checks, before anything is copied, the
+// roles' privileges on the tables: the target role's to write them, and
+// the source role's to read them when the initial copy will (no slot yet,
+// --snapshot).
+func (e *Engine) findSlot(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName) (install.Slot, error) {
+	slot, err := install.LookupSlot(ctx, src, e.cfg.Slot)
+	if err != nil {
+		return slot, err
+	}
+	return slot, install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && e.cfg.Snapshot)
 }
 
 // carryOut does what the plan says, in order, and returns the record the

@@ -1,9 +1,3 @@
-// Package probe is the monitor's probes of the two servers: one small
-// connection to each side (application_name repstream-monitor), polled
-// every Interval, recording in the stats registry whether the side answers
-// (gauges up and last_ok_unix_ns, info last_error, never a password) and,
-// for the source, its WAL position and the slot's state. They feed
-// /metrics, /status and /healthz.
 package probe
 
 import (
