@@ -101,32 +101,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	case err != nil:
 		return fail(err)
 	}
-	if cur.Schema != tn.Schema {
-		// SET SCHEMA, ALTER SCHEMA ... RENAME: the schema may be new to
-		// the target.
-		if err := w.exec(ctx, schema.CreateSchemaSQL(tn.Schema)); err != nil {
-			return fail(err)
-		}
-	}
-	stmts, err := schema.AlterSQL(cur, msg, false)
-	if errors.Is(err, schema.ErrVolatileDefault) {
-		var empty bool
-		if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+cur.TableName().Quoted()+")").Scan(&empty); qerr != nil {
-			return fail(qerr)
-		}
-		if empty {
-			stmts, err = schema.AlterSQL(cur, msg, true)
-		}
-	}
-	if err != nil {
+	if err := w.alter(ctx, cur, msg, c.LSN); err != nil {
 		return fail(err)
 	}
-	for _, sql := range stmts {
-		if err := w.exec(ctx, sql); err != nil {
-			return fail(fmt.Errorf("%s: %w", sql, err))
-		}
-	}
-	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", c.LSN)
 	if w.entersPublication(msg) && !msg.Creates() {
 		// Moved into a published schema, or set LOGGED, with a table of
 		// that name on the target: it was not the source's replicated one
@@ -136,6 +113,39 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		// wrong.)
 		return w.takeUp(ctx, msg, c.LSN, fail)
 	}
+	return nil
+}
+
+// alter makes the target table cur what msg describes: moved to its
+// schema (SET SCHEMA, ALTER SCHEMA ... RENAME: the schema may be new to the
+// target), then schema.AlterSQL's statements. A default evaluated per row
+// is refused by AlterSQL unless the target table is empty.
+func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Message, lsn change.LSN) error {
+	tn := schema.NameFromDDL(&msg.Table)
+	if cur.Schema != tn.Schema {
+		if err := w.exec(ctx, schema.CreateSchemaSQL(tn.Schema)); err != nil {
+			return err
+		}
+	}
+	stmts, err := schema.AlterSQL(cur, msg, false)
+	if errors.Is(err, schema.ErrVolatileDefault) {
+		var empty bool
+		if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+cur.TableName().Quoted()+")").Scan(&empty); qerr != nil {
+			return qerr
+		}
+		if empty {
+			stmts, err = schema.AlterSQL(cur, msg, true)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, sql := range stmts {
+		if err := w.exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", lsn)
 	return nil
 }
 
