@@ -128,4 +128,3 @@ func (s SlotStatus) Format(w io.Writer) {
 		fmt.Fprintf(w, "inactive for       unknown\n")
 	}
 }
-
