@@ -193,7 +193,7 @@ func TestPartitionCreatedAndFilled(t *testing.T) {
 }
 
 // TestPartitionAttachWhileRunning: the root copied again by a running
-// engine (watchTables), its changes held until then.
+// engine (tablesync's Watch), its changes held until then.
 func TestPartitionAttachWhileRunning(t *testing.T) {
 	e, sync := partitionEnv(t, false)
 	cfg := e.config("public.m")

@@ -10,13 +10,11 @@
 // Files:
 //
 //	doc.go        this overview
-//	engine.go     Engine, New, run: the start-up's steps (connect and check, the record, the publication, the tables, the plan carried out), stream (one streaming attempt), createSlot (with the initial copy)
+//	engine.go     Engine, New, run: the start-up's steps (connect and check, the record, the publication, the tables, the plan carried out), stream (one streaming attempt, with the tables' watch: package tablesync, apply's pause injected), createSlot (with the initial copy)
 //	plan.go       planStart: what a start does with the slot, a pure function of what it found; resuming
 //	ddl.go        ddlMode, setUpDDL: how schema changes are followed (the trigger itself: install/ddl.go)
 //	reconnect.go  runResilient, streamResilient: a transient fault ridden through; resume
 //	recorded.go   recordedAcker, persistLoop: what capture acknowledges, the watermark persisted; checkRestoredTarget
-//	tablesync.go  per-table sync: tables copied at their own snapshot (resumed copy, added tables), watchTables
-//	tables.go     emptyCopied, checkTablesReady (`tables add` and `tables list`: install/add.go)
 //	partitions.go resync, copyPendingAtEnd: partitions attached with rows, copied again
 //	relddl.go     addedColumnOnSource: ADD COLUMN's value for rows before it (--ddl=relation)
 //	sequences.go  SyncSequences, syncSequencesAtEnd

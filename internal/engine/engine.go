@@ -25,6 +25,7 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/tablesync"
 	"github.com/repstream/repstream/internal/target"
 )
 
@@ -58,8 +59,10 @@ type Engine struct {
 	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
 	slotCreated  bool // this run created the slot: what it made before is kept (install/undo.go)
 	// tables says which changes of tables copied at their own snapshot
-	// apply skips (tablesync.go).
+	// apply skips; sync copies them and keeps their state (package
+	// tablesync).
 	tables *apply.TableFilter
+	sync   *tablesync.Syncer
 
 	mon *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
 	// ddl is how this run follows schema changes (ddl.go). schemaMayLag:
@@ -84,7 +87,9 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 		reg = stats.NewRegistry()
 	}
 	cfg.EnsureDefaults()
-	return &Engine{cfg: cfg, log: logger, stats: reg}
+	e := &Engine{cfg: cfg, log: logger, stats: reg}
+	e.sync = tablesync.New(tablesync.Options{Config: cfg, Logger: logger, Stats: reg, AfterCopy: e.afterCopy})
+	return e
 }
 
 // Stats returns the registry every stage reports to.
@@ -324,13 +329,13 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 		var err error
 		switch s {
 		case stepEmptyCopied:
-			err = e.emptyCopied(ctx, tgt, tables)
+			err = e.sync.EmptyCopied(ctx, tgt, tables)
 		case stepCreateSlot:
 			var low change.LSN
 			low, err = e.createSlot(ctx, tgt, tables, p.recordPub)
 			prog.Low, initialFlush = low, low
 		case stepResumeCopy:
-			err = e.resumeCopy(ctx, tgt, tables)
+			err = e.sync.ResumeCopy(ctx, tgt, tables)
 		case stepAdoptSlot:
 			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", prog.Low)
 			err = target.InitProgress(ctx, tgt, cfg.Slot, prog.Low, target.SnapshotNone, false)
@@ -350,11 +355,11 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 // has built.
 func (e *Engine) beforeStreaming(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) error {
 	cfg := e.cfg
-	if err := e.syncPendingAtStart(ctx, tgt, tables); err != nil {
+	if err := e.sync.SyncPending(ctx, tgt, tables); err != nil {
 		return err
 	}
 	var err error
-	if e.tables, err = loadTableFilter(ctx, tgt, cfg.Slot, low); err != nil {
+	if e.tables, err = e.sync.LoadFilter(ctx, tgt, low); err != nil {
 		return err
 	}
 	if cfg.UntilCaughtUp {
@@ -413,7 +418,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if e.watch != nil {
 		g.Go(func() error { return e.watch.Run(gctx) })
 	}
-	g.Go(func() error { return e.watchTables(gctx, e.tables, ap, eager) })
+	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}) })
 	persisted := prog.Low
 	g.Go(func() error { return onSide("target", e.persistLoop(gctx, tgt, acker, &persisted)) })
 	err = g.Wait()
@@ -495,7 +500,7 @@ func (e *Engine) streamEnded(ctx context.Context, tgt *pgx.Conn, err, perr error
 		if err := e.copyPendingAtEnd(ctx, tgt); err != nil {
 			return errors.Join(perr, err)
 		}
-		if err := e.checkTablesReady(tgt); err != nil {
+		if err := e.sync.CheckReady(tgt); err != nil {
 			return errors.Join(perr, err)
 		}
 		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
@@ -510,6 +515,30 @@ func (e *Engine) streamEnded(ctx context.Context, tgt *pgx.Conn, err, perr error
 		return e.syncSequencesAtEnd()
 	}
 	return err
+}
+
+// applyPause is the pause of apply the copy of added tables needs
+// (tablesync.Pause): eager, if any, held, and the applier quiesced.
+type applyPause struct {
+	ap    *apply.Applier
+	eager *apply.Eager // nil without --eager
+}
+
+func (p applyPause) Hold(ctx context.Context) error {
+	if p.eager == nil {
+		return nil
+	}
+	return p.eager.Hold(ctx)
+}
+
+func (p applyPause) Release() {
+	if p.eager != nil {
+		p.eager.Release()
+	}
+}
+
+func (p applyPause) Quiesce(ctx context.Context, fn func(ctx context.Context) error) error {
+	return p.ap.Quiesce(ctx, fn)
 }
 
 // writerOptions is the template of the target writers' options this run
@@ -558,7 +587,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 			return 0, err
 		}
 		// Before the slot: no table state of an earlier copy survives.
-		if err := e.markCopying(ctx, tgt, tables); err != nil {
+		if err := e.sync.MarkCopying(ctx, tgt, tables); err != nil {
 			return 0, err
 		}
 		// The user's empty tables are copied as bare as those
@@ -595,7 +624,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.recordCopied(tgt, low),
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low),
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {

@@ -20,14 +20,14 @@ import (
 
 // resync makes apply write none of a table's changes until it is copied
 // again: the writer has recorded it pending (a table holding rows attached
-// to it as a partition); watchTables copies it.
+// to it as a partition); the tables' watch (tablesync's Watch) copies it.
 func (e *Engine) resync(t schema.TableName) {
 	e.tables.Put(apply.TableName{Schema: t.Schema, Name: t.Name}, apply.TableState{})
 }
 
 // copyPendingAtEnd copies, before a run that caught up ends, the published
-// tables apply recorded pending after the last poll of watchTables (a table
-// holding rows attached as a partition of one): everything up to the stop
+// tables apply recorded pending after the last poll of tablesync's Watch (a
+// table holding rows attached as a partition of one): everything up to the stop
 // is applied, so the copy's new snapshot is later, and its sync LSN makes
 // the next run skip what the copy holds.
 func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
@@ -47,5 +47,5 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	return e.syncPendingAtStart(ctx, tgt, published)
+	return e.sync.SyncPending(ctx, tgt, published)
 }

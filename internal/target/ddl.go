@@ -161,7 +161,7 @@ func (w *Writer) entersPublication(msg *ddlmsg.Message) bool {
 // takeUp creates a table that enters the publication on the target (if
 // it lacks it) and records it pending in the transaction, as `tables add` does: apply
 // writes none of its changes until the engine has copied it from a new
-// snapshot (watchTables), and streams it from there.
+// snapshot (tablesync's Watch), and streams it from there.
 func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN, fail func(error) error) error {
 	tn := schema.NameFromDDL(&msg.Table)
 	if _, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name); errors.Is(err, schema.ErrTableNotFound) {

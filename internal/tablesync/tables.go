@@ -1,4 +1,4 @@
-package engine
+package tablesync
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/repstream/repstream/internal/target"
 )
 
-// emptyCopied empties the published tables an interrupted initial copy
+// EmptyCopied empties the published tables an interrupted initial copy
 // wrote to (recorded in repstream.tables): they belong to that copy.
-func (e *Engine) emptyCopied(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
-	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+func (ts *Syncer) EmptyCopied(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
 	}
@@ -28,17 +28,17 @@ func (e *Engine) emptyCopied(ctx context.Context, tgt *pgx.Conn, tables []schema
 		}
 	}
 	if len(owned) > 0 {
-		e.log.Info("the slot of an interrupted initial copy is gone: copying every table again", "component", "tablesync", "emptied", tableNames(owned))
+		ts.log.Info("the slot of an interrupted initial copy is gone: copying every table again", "component", "tablesync", "emptied", tableNames(owned))
 	}
 	return snapshot.CheckTargets(ctx, tgt, owned, true)
 }
 
-// checkTablesReady fails when a table of the slot is not copied yet: a run
+// CheckReady fails when a table of the slot is not copied yet: a run
 // is never reported caught up with a table pending or being copied.
-func (e *Engine) checkTablesReady(tgt *pgx.Conn) error {
+func (ts *Syncer) CheckReady(tgt *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
 	}

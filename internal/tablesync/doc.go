@@ -1,0 +1,21 @@
+// Package tablesync owns the per-table sync positions (repstream.tables,
+// target/tables.go): a table copied at its own snapshot — the rest of an
+// interrupted initial copy, a table added with `tables add` or a wider
+// --tables — is copied from the exported snapshot of a temporary slot,
+// whose consistent point L is the table's sync LSN. Apply skips the table's
+// changes in source transactions ending at or below L and applies the later
+// ones (apply.TableFilter).
+//
+// A Syncer holds what the copies need (the configuration, the logger, the
+// stats registry, the engine's AfterCopy); the engine makes one and calls
+// it at start, while it streams (Watch, with apply's Pause injected) and
+// before a run that caught up ends. `tables add` and `tables list` record
+// and read the same state.
+//
+// Files:
+//
+//	doc.go        this overview
+//	tablesync.go  Syncer, New, Options: the tables copied at their own snapshot (syncTables), ResumeCopy, SyncPending, LoadFilter, MarkCopying, RecordCopied
+//	watch.go      Pause, Watch: the tables `tables add` records, copied while the engine runs (apply paused)
+//	tables.go     EmptyCopied, CheckReady
+package tablesync

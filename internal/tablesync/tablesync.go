@@ -1,0 +1,256 @@
+package tablesync
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/apply"
+	"github.com/repstream/repstream/internal/capture"
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/snapshot"
+	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// Options are what a Syncer's copies need.
+type Options struct {
+	Config config.Config   // the run's configuration (defaults set)
+	Logger *slog.Logger    // nil: discarded
+	Stats  *stats.Registry // the copies' figures; nil: a registry of its own
+	// AfterCopy builds what a table's copy deferred (keys and indexes
+	// --create-tables left out) once its rows are in: the copy's
+	// snapshot.Options.AfterCopy.
+	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
+}
+
+// Syncer copies tables at their own snapshot and keeps their sync state:
+// the one owner of repstream.tables for a running engine.
+type Syncer struct {
+	cfg       config.Config
+	log       *slog.Logger
+	stats     *stats.Registry
+	afterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
+}
+
+// New returns a Syncer with o's configuration, logger, registry and AfterCopy.
+func New(o Options) *Syncer {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stats == nil {
+		o.Stats = stats.NewRegistry()
+	}
+	return &Syncer{cfg: o.Config, log: o.Logger, stats: o.Stats, afterCopy: o.AfterCopy}
+}
+
+// syncTables copies tables from a new snapshot at a known position: it
+// records them as copying, empties them on the target (they belong to this
+// copy), creates a temporary slot exporting its snapshot, copies, and
+// records each table ready at the slot's consistent point L once its copy is
+// complete. ready (if set) is called with each table copied. The temporary
+// slot goes away with its connection.
+//
+// atStart: a start copies them, before anything streams: the keys and
+// indexes of the user's empty tables are set aside for the copy
+// (setAsideForCopy), and made again as they were if it fails.
+func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atStart bool, ready func(t schema.TableName, l change.LSN)) (_ change.LSN, err error) {
+	cfg := ts.cfg
+	log := ts.log.With("component", "tablesync")
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-tablesync")
+	if err != nil {
+		return 0, err
+	}
+	defer tgt.Close(context.Background())
+	for _, t := range tables {
+		if err := target.SetTableState(ctx, tgt, cfg.Slot, t.Schema, t.Name, target.TableCopying); err != nil {
+			return 0, err
+		}
+	}
+	if err := snapshot.CheckTargets(ctx, tgt, tables, true); err != nil {
+		return 0, err
+	}
+	if atStart {
+		if err := install.SetAsideForCopy(ctx, tgt, ts.cfg.Slot, tables, ts.cfg.KeepIndexes, ts.log); err != nil {
+			return 0, err
+		}
+		defer func() {
+			if err != nil {
+				install.RestoreSetAside(ctx, tgt, ts.cfg.Target, ts.cfg.Slot, ts.log)
+			}
+		}()
+	}
+	repl, err := capture.Connect(ctx, cfg.Source, "")
+	if err != nil {
+		return 0, err
+	}
+	defer repl.Close(context.Background())
+	action := "(SNAPSHOT 'export')"
+	if capture.ServerMajor(repl) < 15 {
+		action = "EXPORT_SNAPSHOT"
+	}
+	name := tempSlotName(cfg.Slot)
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		return 0, fmt.Errorf("create temporary replication slot %q on the source for the copy of %s: %w", name, tableList(tables), err)
+	}
+	l, err := change.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return 0, err
+	}
+	log.Info("copying tables from a temporary slot's snapshot", "tables", tableList(tables), "sync_lsn", l, "temporary_slot", name)
+	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
+	r, err := snapshot.Copy(ctx, snapshot.Options{
+		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log,
+		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: ts.afterCopy,
+		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if err := target.SetTableReady(ctx, tgt, cfg.Slot, t.Schema, t.Name, l, rows, bytes); err != nil {
+				return err
+			}
+			if ready != nil {
+				ready(t, l)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("copy of %s at %s: %w", tableList(tables), l, err)
+	}
+	log.Info("tables copied", "tables", r.Tables, "rows", r.Rows, "bytes", r.Bytes, "sync_lsn", l, "elapsed", r.Time.Round(time.Millisecond))
+	return l, nil
+}
+
+// tempSlotName is a name for a temporary slot of the slot's table copies
+// (at most 63 bytes, unique enough: a temporary slot lives with its session).
+func tempSlotName(slot string) string {
+	suffix := "_sync_" + strconv.FormatInt(time.Now().UnixNano()%1e12, 36)
+	if len(slot)+len(suffix) > 63 {
+		slot = slot[:63-len(suffix)]
+	}
+	return slot + suffix
+}
+
+func tableList(tables []schema.TableName) string {
+	s := ""
+	for i, t := range tables {
+		if i > 0 {
+			s += ", "
+		}
+		s += t.String()
+	}
+	return s
+}
+
+// MarkCopying records the tables of the initial copy as copying.
+func (ts *Syncer) MarkCopying(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	for _, t := range tables {
+		if err := target.SetTableState(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, target.TableCopying); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecordCopied returns the initial copy's OnTable callback: it records each
+// table ready at the slot's consistent point.
+func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN) func(context.Context, schema.TableName, int64, int64) error {
+	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
+	return func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return target.SetTableReady(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, low, rows, bytes)
+	}
+}
+
+// ResumeCopy finishes an initial copy that a previous run began from the
+// slot's snapshot and did not end: the tables it copied completely (ready)
+// are kept, the others are emptied and copied from a new snapshot at a known
+// position (their sync LSN).
+func (ts *Syncer) ResumeCopy(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	log := ts.log.With("component", "tablesync")
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	ready := map[schema.TableName]target.TableSync{}
+	for _, s := range syncs {
+		if s.State == target.TableReady {
+			ready[schema.TableName{Schema: s.Schema, Name: s.Name}] = s
+		}
+	}
+	var rest []schema.TableName
+	for _, t := range tables {
+		if s, ok := ready[t]; ok {
+			log.Info("initial copy was interrupted: keeping a table it copied", "table", t.String(),
+				"rows", s.Rows, "sync_lsn", s.SyncLSN, "copied_at", s.CopiedAt)
+			continue
+		}
+		log.Info("initial copy was interrupted: copying a table again", "table", t.String())
+		rest = append(rest, t)
+	}
+	if len(rest) > 0 {
+		if _, err := ts.syncTables(ctx, rest, true, nil); err != nil {
+			return fmt.Errorf("resume the interrupted initial copy: %w", err)
+		}
+	}
+	return target.SetSnapshot(ctx, tgt, ts.cfg.Slot, target.SnapshotDone)
+}
+
+// SyncPending copies the tables added while no engine ran (pending,
+// or copying when a previous run stopped during their copy), if they are in
+// the publication; others stay pending.
+func (ts *Syncer) SyncPending(ctx context.Context, tgt *pgx.Conn, published []schema.TableName) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var todo []schema.TableName
+	for _, s := range syncs {
+		t := schema.TableName{Schema: s.Schema, Name: s.Name}
+		if s.State == target.TableReady {
+			continue
+		}
+		if !slices.Contains(published, t) {
+			ts.log.Info("added table is not in the publication yet: it is copied once it is", "component", "tablesync", "table", t.String())
+			continue
+		}
+		todo = append(todo, t)
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	_, err = ts.syncTables(ctx, todo, true, nil)
+	return err
+}
+
+// LoadFilter builds apply's filter from repstream.tables: the tables
+// not ready, and the ready ones whose sync LSN lies beyond low (a table
+// copied at or below low has no change left to skip).
+func (ts *Syncer) LoadFilter(ctx context.Context, tgt *pgx.Conn, low change.LSN) (*apply.TableFilter, error) {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	m := map[apply.TableName]apply.TableState{}
+	for _, s := range syncs {
+		if s.State == target.TableReady && s.SyncLSN <= low {
+			continue
+		}
+		m[apply.TableName{Schema: s.Schema, Name: s.Name}] = apply.TableState{Ready: s.State == target.TableReady, SyncLSN: s.SyncLSN}
+	}
+	return apply.NewTableFilter(m), nil
+}
