@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/repstream/repstream/internal/config"
-	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/tablesync"
 )
 
 func tablesCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -19,7 +19,7 @@ func tablesCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Tables of a replication: add one while it runs, list their copy state",
 	}
 	a := &settings{cfg: config.Default()}
-	var opts install.AddOptions
+	var opts tablesync.AddOptions
 	add := &cobra.Command{
 		Use:   "add schema.table...",
 		Short: "Add tables to a replication (running or not): publish them and copy their rows",
@@ -41,7 +41,7 @@ Without a running engine, the next run does the same before it streams.`,
 				return err
 			}
 			opts.Tables = args
-			res, err := install.AddTables(cmd.Context(), a.cfg, opts, a.logger(stderr))
+			res, err := tablesync.AddTables(cmd.Context(), a.cfg, opts, a.logger(stderr))
 			for _, r := range res {
 				fmt.Fprintf(stdout, "%s: %s\n", r.Table, r.Action)
 			}
@@ -63,7 +63,7 @@ Without a running engine, the next run does the same before it streams.`,
 			if err := l.resolveAdmin(cmd, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
-			rows, err := install.ListTables(cmd.Context(), l.cfg)
+			rows, err := tablesync.ListTables(cmd.Context(), l.cfg)
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ Without a running engine, the next run does the same before it streams.`,
 // formatTables prints `tables list` as a table. A table without a recorded
 // copy state streams without a copy of its own (--snapshot=false, or copied
 // by a repstream that kept no per-table state).
-func formatTables(w io.Writer, rows []install.TableRow) {
+func formatTables(w io.Writer, rows []tablesync.TableRow) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tPUBLISHED\tSTATE\tSYNC LSN\tROWS\tCOPIED AT\tINDEXES NOT BUILT")
 	for _, r := range rows {

@@ -185,7 +185,7 @@ func Parse(b []byte, c *Config) error {
 
 // EnsureDefaults fills what is derived from other settings and clamps what
 // has a floor, in one place: every command calls it on the configuration it
-// resolved (cli), and so do the engine's entry points (New, AddTables, ...)
+// resolved (cli), and so do the entry points (engine.New, tablesync.AddTables, ...)
 // for a configuration built in code; Validate then only checks. It is
 // idempotent.
 //

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/healthcheck"
-	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/tablesync"
 )
 
 // defs returns, one line each in order, how a table's keys, unique and
@@ -149,7 +149,7 @@ func TestCreateTablesIndexNotBuildable(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("x", "id")
 
-	rows, err := install.ListTables(t.Context(), cfg)
+	rows, err := tablesync.ListTables(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCreateTablesIndexNotBuildable(t *testing.T) {
 	if !strings.Contains(metrics.String(), "\nrepstream_indexes_not_built 0\n") {
 		t.Errorf("metrics after the index was made: %s", grepLines(metrics.String(), "indexes_not_built"))
 	}
-	if rows, err := install.ListTables(t.Context(), cfg); err != nil || len(rows[0].IndexesNotBuilt) != 0 {
+	if rows, err := tablesync.ListTables(t.Context(), cfg); err != nil || len(rows[0].IndexesNotBuilt) != 0 {
 		t.Errorf("tables list after the index was made: %+v %v", rows, err)
 	}
 

@@ -16,9 +16,9 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/healthcheck"
-	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/provision"
+	"github.com/repstream/repstream/internal/tablesync"
 )
 
 // hostileRole creates a login role without privileges beyond CREATE on the
@@ -234,7 +234,7 @@ func TestSameDatabaseRefused(t *testing.T) {
 	if !reportFails(rep, "target", "not the source") {
 		t.Errorf("check does not fail source = target")
 	}
-	if _, err := install.AddTables(t.Context(), cfg, install.AddOptions{Tables: []string{"public.same"}}, testLogger(t)); err == nil ||
+	if _, err := tablesync.AddTables(t.Context(), cfg, tablesync.AddOptions{Tables: []string{"public.same"}}, testLogger(t)); err == nil ||
 		!strings.Contains(err.Error(), "same database") {
 		t.Errorf("tables add with source = target: %v, want a refusal", err)
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/repstream/repstream/internal/cli"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
-	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/tablesync"
 )
 
 // tableSync is a table's row of repstream.tables on the target.
@@ -302,7 +302,7 @@ func TestTablesList(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("l2", "id")
 
-	var rows []install.TableRow
+	var rows []tablesync.TableRow
 	if err := json.Unmarshal([]byte(run("tables", "list", "--json")), &rows); err != nil {
 		t.Fatal(err)
 	}

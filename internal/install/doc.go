@@ -4,9 +4,10 @@
 // partitions' triggers) and the privileges of the source role; on the
 // target the tables --create-tables makes (bare, their keys and indexes
 // deferred to after their copy: target.DeferBuild) and the privileges of the
-// target role; the slot (created, looked up); tables added to a running
-// replication (`tables add`); the undo of a first start that fails before
-// its slot exists; and `repstream drop`.
+// target role; the slot (created, looked up); the checks of tables added to
+// a replication (CheckAddable: `tables add` itself is package tablesync's)
+// and a wider --tables published; the undo of a first start that fails
+// before its slot exists; and `repstream drop`.
 //
 // It builds on provision (the schema repstream, its owner checks and the
 // installation lock, which target uses too) and target (the state
@@ -21,7 +22,7 @@
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger), CheckUntrackedPartitions
 //	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
-//	add.go          AddTables, ListTables: `tables add` and `tables list`; WidenPublication (a wider --tables); ConnectBoth
+//	add.go          WidenPublication (a wider --tables); ConnectBoth (`tables add` and `tables list`: package tablesync)
 //	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive, CreateSlot
 //	setaside.go     SetAsideForCopy, RestoreSetAside: the user's empty tables' keys and indexes set aside for a copy, and made again
 //	undo.go         Undo: what a failed first start made, removed again

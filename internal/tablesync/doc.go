@@ -9,8 +9,8 @@
 // A Syncer holds what the copies need (the configuration, the logger, the
 // stats registry, the engine's AfterCopy); the engine makes one and calls
 // it at start, while it streams (Watch, with apply's Pause injected) and
-// before a run that caught up ends. `tables add` and `tables list` record
-// and read the same state.
+// before a run that caught up ends. `tables add` (AddTables) records the
+// tables it adds pending there and `tables list` (ListTables) reads it.
 //
 // Files:
 //
@@ -18,4 +18,6 @@
 //	tablesync.go  Syncer, New, Options: the tables copied at their own snapshot (syncTables), ResumeCopy, SyncPending, LoadFilter, MarkCopying, RecordCopied
 //	watch.go      Pause, Watch: the tables `tables add` records, copied while the engine runs (apply paused)
 //	tables.go     EmptyCopied, CheckReady
+//	add.go        AddTables: `tables add` (the checks: install.CheckAddable)
+//	list.go       ListTables, TableRow: `tables list`
 package tablesync
