@@ -9,13 +9,9 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
-
-// TableName is a source table by schema and name, as changes name it.
-type TableName struct{ Schema, Name string }
-
-func (t TableName) String() string { return t.Schema + "." + t.Name }
 
 // TableState is what apply needs to know of a table's initial copy.
 type TableState struct {
@@ -41,19 +37,19 @@ type TableState struct {
 // Safe for concurrent use: the states are an immutable map swapped whole;
 // readers (workers, eager) never lock.
 type TableFilter struct {
-	m atomic.Pointer[map[TableName]TableState]
+	m atomic.Pointer[map[schema.TableName]TableState]
 }
 
 // NewTableFilter returns a filter knowing states (nil: none).
-func NewTableFilter(states map[TableName]TableState) *TableFilter {
+func NewTableFilter(states map[schema.TableName]TableState) *TableFilter {
 	f := &TableFilter{}
 	f.Set(states)
 	return f
 }
 
 // Set replaces every state.
-func (f *TableFilter) Set(states map[TableName]TableState) {
-	m := make(map[TableName]TableState, len(states))
+func (f *TableFilter) Set(states map[schema.TableName]TableState) {
+	m := make(map[schema.TableName]TableState, len(states))
 	for k, v := range states {
 		m[k] = v
 	}
@@ -61,9 +57,9 @@ func (f *TableFilter) Set(states map[TableName]TableState) {
 }
 
 // Put sets one table's state.
-func (f *TableFilter) Put(t TableName, s TableState) {
+func (f *TableFilter) Put(t schema.TableName, s TableState) {
 	old := f.states()
-	m := make(map[TableName]TableState, len(old)+1)
+	m := make(map[schema.TableName]TableState, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
@@ -71,7 +67,7 @@ func (f *TableFilter) Put(t TableName, s TableState) {
 	f.m.Store(&m)
 }
 
-func (f *TableFilter) states() map[TableName]TableState {
+func (f *TableFilter) states() map[schema.TableName]TableState {
 	if f == nil {
 		return nil
 	}
@@ -82,7 +78,7 @@ func (f *TableFilter) states() map[TableName]TableState {
 }
 
 // State returns a table's state and whether the filter knows it.
-func (f *TableFilter) State(t TableName) (TableState, bool) {
+func (f *TableFilter) State(t schema.TableName) (TableState, bool) {
 	s, ok := f.states()[t]
 	return s, ok
 }
@@ -103,11 +99,11 @@ func (f *TableFilter) MaxSyncLSN() change.LSN {
 // skipRel reports whether rel's changes in a transaction ending at end are
 // skipped; end 0 means not known yet (a transaction in progress: only tables
 // not ready are skipped).
-func skipRel(m map[TableName]TableState, rel *change.Relation, end change.LSN) bool {
+func skipRel(m map[schema.TableName]TableState, rel *change.Relation, end change.LSN) bool {
 	if rel == nil {
 		return false
 	}
-	s, ok := m[TableName{rel.Namespace, rel.Name}]
+	s, ok := m[schema.TableName{Schema: rel.Namespace, Name: rel.Name}]
 	if !ok {
 		return false
 	}
@@ -130,7 +126,7 @@ func skipRel(m map[TableName]TableState, rel *change.Relation, end change.LSN) b
 // instead of being skipped here. A message the event trigger could not
 // describe, or one saying a table was set UNLOGGED, is never skipped: the
 // writer stops on it.
-func skipDDL(m map[TableName]TableState, c *change.Change, end change.LSN) bool {
+func skipDDL(m map[schema.TableName]TableState, c *change.Change, end change.LSN) bool {
 	if end == 0 {
 		return false
 	}
@@ -138,9 +134,9 @@ func skipDDL(m map[TableName]TableState, c *change.Change, end change.LSN) bool 
 	if msg == nil || msg.Check() != nil || msg.Error != "" || msg.Unlogged {
 		return false // the writer reports it
 	}
-	s, ok := m[TableName{msg.Schema, msg.Name}]
+	s, ok := m[schema.TableName{Schema: msg.Schema, Name: msg.Name}]
 	if !ok && msg.Old != nil {
-		s, ok = m[TableName{msg.Old.Schema, msg.Old.Name}]
+		s, ok = m[schema.TableName{Schema: msg.Old.Schema, Name: msg.Old.Name}]
 	}
 	return ok && s.Ready && end <= s.SyncLSN
 }

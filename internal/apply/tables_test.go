@@ -12,6 +12,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -21,9 +22,9 @@ func TestTableFilterKeep(t *testing.T) {
 	b := &change.Relation{Namespace: "public", Name: "b"} // pending
 	c := &change.Relation{Namespace: "public", Name: "c"} // unknown: applied in full
 	d := &change.Relation{Namespace: "other", Name: "a"}  // same name, other schema
-	f := NewTableFilter(map[TableName]TableState{
-		{"public", "a"}: {Ready: true, SyncLSN: 0x100},
-		{"public", "b"}: {},
+	f := NewTableFilter(map[schema.TableName]TableState{
+		{Schema: "public", Name: "a"}: {Ready: true, SyncLSN: 0x100},
+		{Schema: "public", Name: "b"}: {},
 	})
 	ins := func(r *change.Relation) *change.Change { return &change.Change{Op: change.OpInsert, Rel: r} }
 	cases := []struct {
@@ -113,7 +114,7 @@ func TestTableFilterKeep(t *testing.T) {
 	}
 
 	// Put makes a pending table ready; a nil filter keeps everything.
-	f.Put(TableName{"public", "b"}, TableState{Ready: true, SyncLSN: 0x300})
+	f.Put(schema.TableName{Schema: "public", Name: "b"}, TableState{Ready: true, SyncLSN: 0x300})
 	if _, keep := f.Keep(ins(b), 0x300); keep {
 		t.Error("b ready at 0/300: change ending at 0/300 kept")
 	}
@@ -186,7 +187,7 @@ func testApplierQuiesceAndTableFilter(t *testing.T) {
 	var inFlight atomic.Int64
 	var mu sync.Mutex
 	written := map[change.LSN]int{}
-	filter := NewTableFilter(map[TableName]TableState{{"public", "kv"}: {}}) // pending: nothing written
+	filter := NewTableFilter(map[schema.TableName]TableState{{Schema: "public", Name: "kv"}: {}}) // pending: nothing written
 	a, err := New(Options{
 		Writer: target.WriterOptions{Slot: "test"}, Parallelism: 4, CommitOrder: config.CommitFull, GroupMaxTxns: 5, GroupMaxBytes: 1 << 20,
 		Watermark: wm, Stats: stats.NewRegistry(), Tables: filter, Quiesce: true,
@@ -235,7 +236,7 @@ func testApplierQuiesceAndTableFilter(t *testing.T) {
 		// Made ready at an LSN beyond everything applied so far, as the
 		// engine's copy does (its snapshot is taken now).
 		syncLSN = change.LSN(1000*(after+50) + 500)
-		filter.Put(TableName{"public", "kv"}, TableState{Ready: true, SyncLSN: syncLSN})
+		filter.Put(schema.TableName{Schema: "public", Name: "kv"}, TableState{Ready: true, SyncLSN: syncLSN})
 		return nil
 	})
 	if err != nil {

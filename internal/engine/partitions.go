@@ -22,7 +22,7 @@ import (
 // again: the writer has recorded it pending (a table holding rows attached
 // to it as a partition); the tables' watch (tablesync's Watch) copies it.
 func (e *Engine) resync(t schema.TableName) {
-	e.tables.Put(apply.TableName{Schema: t.Schema, Name: t.Name}, apply.TableState{})
+	e.tables.Put(t, apply.TableState{})
 }
 
 // copyPendingAtEnd copies, before a run that caught up ends, the published

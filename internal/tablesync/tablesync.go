@@ -245,12 +245,12 @@ func (ts *Syncer) LoadFilter(ctx context.Context, tgt *pgx.Conn, low change.LSN)
 	if err != nil {
 		return nil, err
 	}
-	m := map[apply.TableName]apply.TableState{}
+	m := map[schema.TableName]apply.TableState{}
 	for _, s := range syncs {
 		if s.State == target.TableReady && s.SyncLSN <= low {
 			continue
 		}
-		m[apply.TableName{Schema: s.Schema, Name: s.Name}] = apply.TableState{Ready: s.State == target.TableReady, SyncLSN: s.SyncLSN}
+		m[schema.TableName{Schema: s.Schema, Name: s.Name}] = apply.TableState{Ready: s.State == target.TableReady, SyncLSN: s.SyncLSN}
 	}
 	return apply.NewTableFilter(m), nil
 }

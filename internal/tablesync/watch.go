@@ -73,7 +73,7 @@ func (ts *Syncer) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.T
 		if s.State == target.TableReady {
 			continue
 		}
-		name := apply.TableName{Schema: s.Schema, Name: s.Name}
+		name := schema.TableName{Schema: s.Schema, Name: s.Name}
 		if st, ok := filter.State(name); !ok || st.Ready {
 			filter.Put(name, apply.TableState{})
 			log.Info("table added: its changes wait for its copy", "table", s.String())
@@ -117,7 +117,7 @@ func (ts *Syncer) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.T
 	err = pause.Quiesce(ctx, func(ctx context.Context) error {
 		log.Info("apply paused for the copy of added tables", "tables", tableList(todo))
 		_, err := ts.syncTables(ctx, todo, false, func(t schema.TableName, l change.LSN) {
-			filter.Put(apply.TableName{Schema: t.Schema, Name: t.Name}, apply.TableState{Ready: true, SyncLSN: l})
+			filter.Put(t, apply.TableState{Ready: true, SyncLSN: l})
 		})
 		return err
 	})
