@@ -28,6 +28,10 @@ const (
 // created the cluster.
 const ownerFile = "owner"
 
+// WriteOwner records the current process as the owner of dir, for
+// ReapDirs.
+func WriteOwner(dir string) error { return writeOwner(dir) }
+
 // writeOwner records the current process as the owner of dir.
 func writeOwner(dir string) error {
 	pid := os.Getpid()
@@ -102,8 +106,15 @@ func ReapStale(ctx context.Context, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	logger = logger.With("component", "pgcluster")
-	matches, err := filepath.Glob(filepath.Join(os.TempDir(), DirPrefix+"*"))
+	return ReapDirs(ctx, DirPrefix, reapDir, logger.With("component", "pgcluster"))
+}
+
+// ReapDirs is ReapStale's policy for any kind of throwaway server directory
+// made with WriteOwner: each directory os.TempDir()/prefix* that is stale
+// (as ReapStale says) is handed to reap, which stops what runs there and
+// removes it. internal/kafkatest reaps its brokers' directories with it.
+func ReapDirs(ctx context.Context, prefix string, reap func(ctx context.Context, dir string) error, logger *slog.Logger) (int, error) {
+	matches, err := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	if err != nil {
 		return 0, fmt.Errorf("list stale clusters: %w", err)
 	}
@@ -127,7 +138,7 @@ func ReapStale(ctx context.Context, logger *slog.Logger) (int, error) {
 		case !known && age < ReapOwnerlessAge:
 			continue
 		}
-		if err := reapDir(ctx, dir); err != nil {
+		if err := reap(ctx, dir); err != nil {
 			errs = append(errs, err)
 			continue
 		}
