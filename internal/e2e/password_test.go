@@ -129,10 +129,27 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 				}
 			}()
 
-			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Start returns once the child has entered execve, which
+			// releases the parent before the new image's argv is set up:
+			// until then /proc/<pid>/cmdline reads empty. Wait for it.
+			var cmdline []byte
+			pgtest.WaitFor(t, "the run's command line in /proc", 10*time.Second, func() (bool, error) {
+				select {
+				case err := <-exited:
+					stopped = true
+					t.Fatalf("run exited at once: %v\n%s", err, out.tail(30))
+				default:
+				}
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+				if err != nil {
+					return false, err
+				}
+				cmdline = b
+				if len(b) == 0 {
+					return false, fmt.Errorf("/proc/%d/cmdline is empty", cmd.Process.Pid)
+				}
+				return true, nil
+			})
 			if !bytes.Contains(cmdline, []byte(slot)) {
 				t.Fatalf("/proc/%d/cmdline = %q: not the run's", cmd.Process.Pid, cmdline)
 			}
