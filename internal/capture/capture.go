@@ -50,6 +50,17 @@ type Eager interface {
 	Abort(ctx context.Context, xid, subxid uint32) error
 }
 
+// RawSink takes the slot's messages undecoded (Options.Raw). Message gets
+// one pgoutput message (data: as received, valid only during the call; m:
+// its parse). A Message that returns a context deadline error must have
+// done nothing: capture sends the slot its status and calls it again.
+// Err reports a failure found after a Message returned (a write the sink
+// could not complete); capture checks it between messages.
+type RawSink interface {
+	Message(ctx context.Context, walStart change.LSN, data []byte, m *pgoutput.Message) error
+	Err() error
+}
+
 // Acker is the progress capture reports to and acknowledges from (apply.Watermark).
 type Acker interface {
 	Register(end change.LSN)
@@ -91,7 +102,12 @@ type Options struct {
 	// before it wakes (lowat.go); 0: never.
 	GatherWait time.Duration
 
-	Queue  Queue
+	Queue Queue
+	// Raw, if set, takes the slot's messages as they arrive instead of
+	// Queue (capture --kafka: package kafkalog writes them to a topic):
+	// capture still tracks transactions, registers each commit with the
+	// Acker before Raw sees it, and acknowledges what the Acker says.
+	Raw    RawSink
 	Acker  Acker
 	Eager  Eager // optional
 	Stats  *stats.Registry
@@ -175,8 +191,8 @@ func (c *Capture) Gathers() bool { return c.gathers.Load() }
 
 // New validates options; Run connects.
 func New(opts Options) (*Capture, error) {
-	if opts.Queue == nil || opts.Acker == nil {
-		return nil, errors.New("capture: queue and acker are required")
+	if opts.Queue == nil && opts.Raw == nil || opts.Acker == nil {
+		return nil, errors.New("capture: a queue (or a raw sink) and an acker are required")
 	}
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = 10 * time.Second
@@ -474,6 +490,11 @@ func (c *Capture) housekeep(ctx context.Context, now time.Time, force bool, next
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if c.opts.Raw != nil {
+		if err := c.opts.Raw.Err(); err != nil {
+			return err
+		}
+	}
 	// While caught-up is awaited and nothing is pending, ask the
 	// server for its position often, so we learn the WAL it has sent.
 	wantReply := c.opts.StopAt != 0 && c.idle() && c.sentFlush < c.opts.StopAt && c.opts.Acker.Pending() == 0
@@ -563,6 +584,9 @@ func (c *Capture) advanceReceived(l change.LSN) {
 // set explicitly (pglogrepl would replace a zero flush with the write position,
 // acknowledging what is not applied yet).
 func (c *Capture) sendStatus(replyRequested bool) error {
+	if c.conn == nil {
+		return nil // a Decoder: no slot to report to
+	}
 	flush := c.opts.Acker.Flush()
 	if flush < c.sentFlush {
 		flush = c.sentFlush
@@ -605,6 +629,9 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 	m.Reset()
 	if err := pgoutput.Parse(data, c.inStream, c.proto, m); err != nil {
 		return fmt.Errorf("decode message at %s: %w", walStart, err)
+	}
+	if c.opts.Raw != nil {
+		return c.handleRaw(ctx, walStart, data, m)
 	}
 	switch m.Type {
 	case pgoutput.MsgBegin:
@@ -851,4 +878,76 @@ func (c *Capture) commit(info change.TxnInfo) error {
 		return fmt.Errorf("queue commit of transaction %d (end %s): %w", info.Xid, info.EndLSN, err)
 	}
 	return nil
+}
+
+// handleRaw passes one parsed message to the raw sink (Options.Raw),
+// keeping the transaction state the loop needs (in a transaction, the
+// streams open, the last commit) and registering every commit with the
+// Acker first.
+func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byte, m *pgoutput.Message) error {
+	switch m.Type {
+	case pgoutput.MsgBegin:
+		c.inTxn, c.txnXid = true, m.Xid
+	case pgoutput.MsgCommit:
+		c.inTxn = false
+		c.rawCommit(change.TxnInfo{Xid: c.txnXid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time})
+	case pgoutput.MsgStreamStart:
+		c.inStream, c.streamXid = true, m.Xid
+		c.openStream[m.Xid] = true
+		c.streamsOpen.Store(int32(len(c.openStream)))
+	case pgoutput.MsgStreamStop:
+		c.inStream = false
+	case pgoutput.MsgStreamCommit:
+		c.rawCommit(change.TxnInfo{Xid: m.Xid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time, Streamed: true})
+		c.forgetStream(m.Xid)
+	case pgoutput.MsgStreamAbort:
+		if m.SubXid == 0 || m.SubXid == m.Xid {
+			c.forgetStream(m.Xid)
+		}
+	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
+		c.cChanges.Add(1)
+		c.stats.Add(1, int64(len(data)))
+	}
+	return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) })
+}
+
+func (c *Capture) rawCommit(info change.TxnInfo) {
+	c.advanceReceived(info.EndLSN)
+	c.lastCommit = info.EndLSN
+	c.register(info)
+	c.stats.AddTxns(1)
+}
+
+// Decoder turns a slot's messages read from elsewhere than the slot (a
+// Kafka topic: package kafkalog) into the queue's transactions, exactly as
+// Run does with the messages it receives: the same relations, schema
+// changes, streamed transactions, commits registered with the Acker.
+// Owned by one goroutine.
+type Decoder struct{ c *Capture }
+
+// NewDecoder returns a Decoder of messages of pgoutput protocol proto; opts'
+// connection fields are not used.
+func NewDecoder(opts Options, proto int) (*Decoder, error) {
+	if opts.Queue == nil {
+		return nil, errors.New("capture: a decoder needs a queue")
+	}
+	opts.Raw = nil
+	c, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.proto = proto
+	return &Decoder{c: c}, nil
+}
+
+// Message decodes one message, as the slot sent it at walStart.
+func (d *Decoder) Message(ctx context.Context, walStart change.LSN, data []byte) error {
+	return d.c.handle(ctx, walStart, data)
+}
+
+// Close releases what the decoder holds.
+func (d *Decoder) Close() {
+	if d.c.addCancel != nil {
+		d.c.addCancel()
+	}
 }

@@ -85,6 +85,7 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(topCmd(stdout), adviseCmd(stdout), checkCmd(stdout, stderr))
 	root.AddCommand(errorsCmd(stdout, stderr))
 	root.AddCommand(runCmd(stderr), statusCmd(stdout), dropCmd(stderr), demoCmd(stdout, stderr))
+	root.AddCommand(halfCmd(config.RoleCapture, stderr), halfCmd(config.RoleApply, stderr))
 	root.AddCommand(benchCmd(stdout, stderr), sequencesCmd(stdout, stderr))
 	root.AddCommand(tablesCmd(stdout, stderr))
 	return root
@@ -340,4 +341,51 @@ func startCPUProfile(path string, log *slog.Logger) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// halfCmd is `capture` or `apply`: one half of a replication whose halves
+// are joined by a Kafka topic (engine/kafka.go).
+func halfCmd(role config.Role, stderr io.Writer) *cobra.Command {
+	s := &settings{cfg: config.Default()}
+	s.cfg.Progress = 10e9
+	cmd := &cobra.Command{Args: cobra.NoArgs}
+	switch role {
+	case config.RoleCapture:
+		cmd.Use = "capture"
+		cmd.Short = "Capture the slot's stream into the Kafka topic repstream.<slot> (one capture, any number of applies)"
+		cmd.Long = `Read the replication slot and write its stream, in commit order with the
+transactions' boundaries, to the Kafka topic repstream.<slot> (one partition;
+replication factor 3 and min.insync.replicas 2 on a cluster of 3 brokers or
+more, else what the cluster has). Records are written acks=all by an
+idempotent producer; the slot is acknowledged only up to what the brokers
+hold. The publication, the event trigger and the slot are made as run makes
+them; there is no initial copy here: each apply makes its own.`
+	case config.RoleApply:
+		cmd.Use = "apply"
+		cmd.Short = "Apply the Kafka topic repstream.<slot> to one target (its own initial copy, then the topic)"
+		cmd.Long = `Read the Kafka topic a capture writes (repstream.<slot>) and apply it to
+--target exactly once, as run applies: the position of every applied
+transaction is recorded in the target with its rows, and the topic offset to
+read from again beside it. The first start copies the source's tables (at a
+snapshot of their own) and then applies the topic's transactions after that
+snapshot. Run one apply per target; a slow or stopped one holds back only
+itself.`
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := s.resolve(cmd); err != nil {
+			return err
+		}
+		s.cfg.Role = role
+		log := s.logger(stderr)
+		err := engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
+		if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			log.Info("stopped before streaming began: the next start resumes", "where", err.Error())
+			return nil
+		}
+		return err
+	}
+	s.bindConnection(cmd.Flags())
+	s.bindRun(cmd.Flags())
+	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "the Kafka brokers: host:port[,host:port...]")
+	return cmd
 }

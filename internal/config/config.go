@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"runtime"
@@ -126,7 +127,22 @@ type Config struct {
 	SourceTimeout    time.Duration `yaml:"source_timeout"`
 	TargetTimeout    time.Duration `yaml:"target_timeout"`
 	ReconnectMaxWait time.Duration `yaml:"reconnect_max_wait"`
+
+	// Kafka is the brokers (host:port,...) of `capture` and `apply`,
+	// which are joined by the slot's topic (package kafkalog); Role says
+	// which half this process is ("" for `run`: both, no broker).
+	Kafka string `yaml:"kafka"`
+	Role  Role   `yaml:"-"`
 }
+
+// Role is which half of the replication a process runs.
+type Role string
+
+const (
+	RoleRun     Role = ""        // capture and apply in one process (`run`)
+	RoleCapture Role = "capture" // the slot into a Kafka topic (`capture --kafka`)
+	RoleApply   Role = "apply"   // a Kafka topic into the target (`apply --kafka`)
+)
 
 // Default returns the configuration with every default filled in.
 func Default() Config {
@@ -208,6 +224,11 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.SpillDir == "" {
 		c.SpillDir = queue.DefaultSpillDir(c.Slot)
+		if c.Role == RoleApply {
+			// One apply per target of the slot, maybe on one machine: a
+			// spill directory each.
+			c.SpillDir = queue.DefaultSpillDir(fmt.Sprintf("%s-apply-%08x", c.Slot, crc32.ChecksumIEEE([]byte(c.Target))))
+		}
 	}
 	c.GroupMaxTxns = max(c.GroupMaxTxns, 1)
 	c.GroupMaxBytes = max(c.GroupMaxBytes, 1)
@@ -224,10 +245,21 @@ func (c *Config) Validate() error {
 	if c.Source == "" {
 		errs = append(errs, errors.New("--source is required"))
 	}
-	if c.Target == "" {
+	if c.Target == "" && c.Role != RoleCapture {
 		errs = append(errs, errors.New("--target is required"))
 	}
-	errs = append(errs, checkDSN("--source", c.Source), checkDSN("--target", c.Target))
+	errs = append(errs, checkDSN("--source", c.Source))
+	if c.Role != RoleCapture {
+		errs = append(errs, checkDSN("--target", c.Target))
+	}
+	if c.Role != RoleRun {
+		if c.Kafka == "" {
+			errs = append(errs, fmt.Errorf("%s: --kafka (the brokers, host:port,...) is required", c.Role))
+		}
+		if c.UntilCaughtUp {
+			errs = append(errs, fmt.Errorf("%s: --until-caught-up is for run only", c.Role))
+		}
+	}
 	if c.Slot == "" || !validSlotName(c.Slot) {
 		errs = append(errs, fmt.Errorf("--slot %q: use lower-case letters, digits and underscores (at most 63)", c.Slot))
 	}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
@@ -63,6 +65,7 @@ type Engine struct {
 	// tablesync).
 	tables *apply.TableFilter
 	sync   *tablesync.Syncer
+	kafka  atomic.Pointer[kafkalog.Reader] // apply --kafka: the topic's reader (kafka.go)
 
 	mon *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
 	// ddl is how this run follows schema changes (ddl.go). schemaMayLag:

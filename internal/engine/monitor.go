@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/apply"
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/probe"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -52,6 +53,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			err = merr
 		}
 	}()
+	if e.cfg.Role != config.RoleRun {
+		return e.runHalf(mctx)
+	}
 	return e.runResilient(mctx)
 }
 
@@ -123,7 +127,7 @@ func (m *monitor) start(ctx context.Context) (context.Context, func() error, err
 	if cfg.Progress > 0 {
 		wg.Go(func() { m.e.progressLoop(mctx, cfg.Progress) })
 	}
-	if ln != nil {
+	if ln != nil && cfg.Role != config.RoleCapture {
 		// The probes feed /metrics, /status and /healthz: only with --http
 		// (they cost a connection on each side).
 		wg.Go(func() {

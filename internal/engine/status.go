@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -27,6 +28,10 @@ func (e *Engine) Status() stats.LiveStatus {
 		s.StopAt = e.stopAt.String()
 	}
 	s.LiveMonitoring = e.liveMonitoring()
+	if e.cfg.Role != config.RoleRun {
+		s.Role = string(e.cfg.Role)
+		e.kafkaStatus(&s)
+	}
 	return s
 }
 

@@ -12,6 +12,13 @@ type LiveStatus struct {
 	PendingTxns   int     `json:"pending_txns"`
 	StopAt        string  `json:"stop_at,omitempty"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Role is "capture" or "apply" for the halves joined by Kafka ("" for
+	// run); an apply's position in the slot's topic: the next offset it
+	// reads and the topic's end as last seen.
+	Role        string `json:"role,omitempty"`
+	KafkaTopic  string `json:"kafka_topic,omitempty"`
+	KafkaOffset int64  `json:"kafka_offset,omitempty"`
+	KafkaEnd    int64  `json:"kafka_end,omitempty"`
 
 	LiveMonitoring
 }

@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS repstream.applied (
 	first_lsn pg_lsn,
 	PRIMARY KEY (slot, end_lsn)
 );
-ALTER TABLE repstream.applied ADD COLUMN IF NOT EXISTS first_lsn pg_lsn;`
+ALTER TABLE repstream.applied ADD COLUMN IF NOT EXISTS first_lsn pg_lsn;
+ALTER TABLE repstream.progress ADD COLUMN IF NOT EXISTS kafka_offset bigint NOT NULL DEFAULT -1;`
 
 // Progress is the apply position recorded on the target for one slot.
 //
@@ -59,6 +60,10 @@ type Progress struct {
 	AppliedFrom        []change.LSN  // range starts
 	Snapshot           SnapshotState // where the slot's initial copy stands
 	CreatedPublication bool          // repstream created the publication (and may drop it)
+	// KafkaOffset (apply --kafka) is the offset of the slot's topic to
+	// read from again: every transaction not applied by Low starts at or
+	// after it. -1: none recorded yet.
+	KafkaOffset int64
 }
 
 // SnapshotState is where a slot's initial copy stands, as its progress
@@ -219,8 +224,8 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, slot string) (Progress, e
 	var p Progress
 	var low string
 	err := conn.QueryRow(ctx,
-		`SELECT low_lsn::text, snapshot, created_publication FROM repstream.progress WHERE slot = $1`, slot).
-		Scan(&low, &p.Snapshot, &p.CreatedPublication)
+		`SELECT low_lsn::text, snapshot, created_publication, kafka_offset FROM repstream.progress WHERE slot = $1`, slot).
+		Scan(&low, &p.Snapshot, &p.CreatedPublication, &p.KafkaOffset)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Progress{}, nil
 	}
@@ -344,6 +349,21 @@ func AdvanceLow(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN
 WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("advance low watermark of slot %q to %s: %w", slot, low, err)
+	}
+	return nil
+}
+
+// AdvanceLowAt is AdvanceLow that also records the topic offset to read
+// from again (apply --kafka), in the same transaction: offset must be a
+// resume point for low (kafkalog.Reader.ResumeOffset).
+func AdvanceLowAt(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN, offset int64) error {
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE repstream.progress SET low_lsn = greatest(low_lsn, $2::pg_lsn), kafka_offset = $3, updated_at = now() WHERE slot = $1`,
+		slot, low.String(), offset)
+	b.Queue(`DELETE FROM repstream.applied a USING repstream.progress p
+WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("advance low watermark of slot %q to %s (topic offset %d): %w", slot, low, offset, err)
 	}
 	return nil
 }

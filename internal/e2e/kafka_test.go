@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+)
+
+// proc is a repstream process of a test: its output kept, killed at the
+// test's end.
+type proc struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan error
+}
+
+func startProc(t *testing.T, name string, argv ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, out: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(repstreamBinary(t), argv...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// kill sends SIGKILL (kill -9) and waits for the process.
+func (p *proc) kill() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			p.t.Errorf("%s after SIGTERM: %v\n%s", p.name, err, p.out.tail(30))
+		}
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("%s did not stop on SIGTERM:\n%s", p.name, p.out.tail(30))
+	}
+}
+
+// alive fails the test if the process has exited.
+func (p *proc) alive() {
+	p.t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		p.t.Fatalf("%s exited: %v\n%s", p.name, err, p.out.tail(40))
+	default:
+	}
+}
+
+// TestKafkaCaptureApply (issue 30): one capture into a broker, two applies
+// into two databases with --create-tables; a live workload with a
+// 200,000-row transaction streamed in progress; the capture killed -9 inside
+// it and restarted; the second target started later (its own initial copy);
+// one apply killed -9 and restarted. Both targets end equal to the source,
+// with no row twice (a keyless table counts its inserts).
+func TestKafkaCaptureApply(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	src := pgtest.Shared(t, "source")
+	tgtC := pgtest.Shared(t, "target")
+	srcDB := pgtest.NewDB(t, src)
+	tgt1, tgt2 := pgtest.NewDB(t, tgtC), pgtest.NewDB(t, tgtC)
+	ctx := t.Context()
+	s, err := pgx.Connect(ctx, src.DSN(srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	exec1 := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("source: %s: %v", firstLine(sql), err)
+		}
+	}
+	exec1(`CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE TABLE events (at int NOT NULL, what text);
+		ALTER TABLE events REPLICA IDENTITY FULL;
+		CREATE TABLE big (id int PRIMARY KEY, payload text);
+		INSERT INTO acct SELECT g, 0, 'start' FROM generate_series(1, 1000) g;`)
+	slot := "k_" + strings.TrimPrefix(srcDB, "t_")
+	if len(slot) > 40 {
+		slot = slot[:40]
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), src.DSN(srcDB))
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(context.Background())
+		}
+	})
+	brokers := strings.Join(k.Addrs(), ",")
+	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", brokers, "--log-level", "info"}
+	captureArgs := append([]string{"capture", "--tables", "public.*", "--decoding-work-mem", "64kB",
+		"--status-interval", "1s"}, common...)
+	applyArgs := func(db string) []string {
+		return append([]string{"apply", "--target", tgtC.DSN(db), "--create-tables",
+			"--spill-dir", filepath.Join(t.TempDir(), "spill")}, common...)
+	}
+
+	capt := startProc(t, "capture", captureArgs...)
+	// The topic exists once the capture has started.
+	pgtest.WaitFor(t, "the capture's slot", 30*time.Second, func() (bool, error) {
+		capt.alive()
+		var n int
+		err := s.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot).Scan(&n)
+		return n == 1, err
+	})
+	ap1 := startProc(t, "apply 1", applyArgs(tgt1)...)
+
+	// A live workload: small transactions, all the while.
+	seq := 0
+	small := func(n int) {
+		t.Helper()
+		for range n {
+			seq++
+			exec1("UPDATE acct SET v = v + 1 WHERE id = $1", seq%1000+1)
+			exec1("INSERT INTO events VALUES ($1, 'small')", seq)
+		}
+	}
+	small(300)
+	// The large transaction: streamed in progress (64kB decoding work mem).
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO big SELECT g, repeat(md5(g::text), 3) FROM generate_series(1, 100000) g"); err != nil {
+		t.Fatal(err)
+	}
+	// The capture killed while the transaction streams, and restarted.
+	time.Sleep(time.Second)
+	capt.kill()
+	if _, err := tx.Exec(ctx, "INSERT INTO big SELECT g, 'second half' FROM generate_series(100001, 200000) g; INSERT INTO events VALUES (-1, 'big')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	capt = startProc(t, "capture (restarted)", captureArgs...)
+	small(200)
+	// The second target starts late: its own initial copy.
+	ap2 := startProc(t, "apply 2", applyArgs(tgt2)...)
+	small(200)
+	// Apply 1 killed and restarted.
+	ap1.kill()
+	small(100)
+	ap1 = startProc(t, "apply 1 (restarted)", applyArgs(tgt1)...)
+	exec1("UPDATE big SET payload = 'updated' WHERE id % 1000 = 0")
+	small(200)
+
+	for _, db := range []string{tgt1, tgt2} {
+		tc, err := pgx.Connect(ctx, tgtC.DSN(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tc.Close(context.Background())
+		for _, tb := range []struct{ table, order string }{{"acct", "id"}, {"events", "at, what"}, {"big", "id"}} {
+			pgtest.WaitFor(t, fmt.Sprintf("%s.%s equal to the source", db, tb.table), 90*time.Second, func() (bool, error) {
+				capt.alive()
+				ap1.alive()
+				ap2.alive()
+				n1, h1 := checksum(t, s, tb.table, tb.order)
+				var n2 int64
+				var h2 string
+				q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(x::text, '|' ORDER BY %s)), '') FROM %s x", tb.order, tb.table)
+				if err := tc.QueryRow(ctx, q).Scan(&n2, &h2); err != nil {
+					return false, err
+				}
+				if n1 != n2 || h1 != h2 {
+					return false, fmt.Errorf("source %d rows, target %d", n1, n2)
+				}
+				return true, nil
+			})
+		}
+	}
+	capt.stop()
+	ap1.stop()
+	ap2.stop()
+}

@@ -1,0 +1,440 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/repstream/repstream/internal/apply"
+	"github.com/repstream/repstream/internal/capture"
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// The two halves joined by a Kafka topic (config.RoleCapture,
+// config.RoleApply): capture writes the slot's stream to the topic
+// repstream.<slot> (package kafkalog) and acknowledges to the slot only
+// what the brokers have; each apply reads the topic into its own queue
+// and applies it as run does, recording in its target, with the rows, what
+// it applied (the exactly-once record) and beside it the offset to read
+// from again.
+
+// runHalf runs the half the configuration's role names, riding through
+// transient faults as runResilient does.
+func (e *Engine) runHalf(ctx context.Context) error {
+	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
+	for attempt := 1; ; attempt++ {
+		var err error
+		if e.cfg.Role == config.RoleCapture {
+			err = e.runCapture(ctx)
+		} else {
+			err = e.runApply(ctx)
+		}
+		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) {
+			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
+				e.log.Info("stopped")
+				return nil
+			}
+			return explainLocal(err, e.cfg.SpillDir)
+		}
+		if !e.waitToReconnect(ctx, bo, err, attempt, "connection lost: starting over from the recorded positions") {
+			return nil
+		}
+	}
+}
+
+// runCapture is `repstream capture --kafka`: the publication, the event
+// trigger and the slot as run makes them (no initial copy: each apply
+// makes its own), the topic, then the slot's stream into the topic.
+func (e *Engine) runCapture(ctx context.Context) (err error) {
+	cfg := e.cfg
+	e.start = time.Now()
+	brokers := kafkalog.Brokers(cfg.Kafka)
+	topic := kafkalog.Topic(cfg.Slot)
+	adm, admCl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	info, err := kafkalog.EnsureTopic(ctx, adm, topic)
+	if err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
+	e.log.Info("kafka topic", "topic", info.Name, "created", info.Created, "partitions", info.Partitions,
+		"replication_factor", info.ReplicationFactor, "min_insync_replicas", info.MinInsyncReplicas, "brokers", info.Brokers)
+
+	src, err := install.ConnectSource(ctx, cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	if err := install.CheckSource(ctx, src); err != nil {
+		return err
+	}
+	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
+		return err
+	}
+	e.reachedOnce = true
+	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var undo install.Undo
+	e.slotCreated = false
+	defer func() {
+		if err != nil && firstStart && !e.slotCreated {
+			undo.Run(ctx, e.log)
+		}
+	}()
+	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
+	if err != nil {
+		return err
+	}
+	if createdPub {
+		undo.Publication(src, cfg.Publication)
+	}
+	if _, err := e.publishedTables(ctx, src, &undo); err != nil {
+		return err
+	}
+	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if !slot.Exists {
+		res, closeSlot, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, false)
+		if err != nil {
+			return err
+		}
+		closeSlot()
+		e.slotCreated = true
+		if slot.Confirmed, err = change.ParseLSN(res.ConsistentPoint); err != nil {
+			return err
+		}
+		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
+	} else if slot.WALStatus == "lost" {
+		return fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
+	}
+	var sysid string
+	var version int
+	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int FROM pg_control_system()").Scan(&sysid, &version); err != nil {
+		return fmt.Errorf("read the source's identity: %w", err)
+	}
+	proto := capture.ProtoVersionFor(version / 10000)
+	src.Close(ctx)
+
+	tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
+	if err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
+	epoch := kafkalog.NextEpoch(tail, time.Now())
+	start := max(slot.Confirmed, tail.LastCommit)
+	prod, err := kafkalog.NewProducer(brokers, topic)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = prod.Flush(fctx)
+		prod.Close()
+	}()
+	wm := apply.NewWatermark(slot.Confirmed)
+	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Epoch: epoch, Proto: uint8(proto),
+		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log})
+	ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: pgDatabase(cfg.Source), Slot: cfg.Slot,
+		Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
+	if err := w.Start(ctx, ep); err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
+	e.log.Info("capture session started", "topic", topic, "epoch", epoch, "slot_confirmed", slot.Confirmed,
+		"topic_last_commit", tail.LastCommit, "start", start)
+	capt, err := capture.New(capture.Options{
+		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
+		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
+		DDLMessages: e.ddl == ddlTrigger, Raw: w, Acker: wm, Stats: e.stats, Logger: e.log,
+	})
+	if err != nil {
+		return err
+	}
+	e.wm = wm
+	e.watchWatermark(wm)
+	e.setPhase("streaming")
+	err = capt.Run(ctx)
+	e.walsenderPID = capt.BackendPID()
+	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
+}
+
+// pgDatabase is the database a DSN names ("" if it cannot be read).
+func pgDatabase(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return ""
+	}
+	return cfg.Database
+}
+
+// runApply is `repstream apply --kafka`: the target's tables as run makes
+// them, an initial copy of its own (every table at a snapshot of a
+// temporary slot: the transactions of the topic after it apply on top),
+// then the topic into the target.
+func (e *Engine) runApply(ctx context.Context) (err error) {
+	cfg := e.cfg
+	e.start = time.Now()
+	brokers := kafkalog.Brokers(cfg.Kafka)
+	topic := kafkalog.Topic(cfg.Slot)
+	adm, admCl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	topicStart, _, err := kafkalog.Offsets(ctx, adm, topic)
+	if errors.Is(err, kafkalog.ErrNoTopic) {
+		return fmt.Errorf("kafka %s: topic %s does not exist: start `repstream capture --slot %s --kafka %s` on the source first", cfg.Kafka, topic, cfg.Slot, cfg.Kafka)
+	}
+	if err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
+
+	src, tgt, err := e.connectChecked(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	defer tgt.Close(context.Background())
+	var undo install.Undo
+	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
+		return err
+	}
+	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
+		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
+	}
+	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
+		return err
+	}
+	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	firstStart := !prog.Exists
+	defer func() {
+		if err != nil && firstStart {
+			undo.Run(ctx, e.log)
+		}
+	}()
+	if e.ddl, err = captureDDL(ctx, src, cfg); err != nil {
+		return err
+	}
+	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	e.schemaMayLag, e.copyResumed = resuming(prog, firstStart, e.ddl)
+	if err := e.prepareTables(ctx, src, tgt, tables, false, &undo); err != nil {
+		return err
+	}
+	e.binary = false // the topic carries text values: its applies may be any version
+	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, prog.Snapshot != target.SnapshotDone); err != nil {
+		return err
+	}
+	if prog.Snapshot != target.SnapshotDone {
+		if prog, err = e.copyForKafka(ctx, tgt, tables, topicStart); err != nil {
+			return err
+		}
+		firstStart = false // the copy is recorded: a later failure keeps it
+	}
+	if err := e.beforeStreaming(ctx, src, tgt, tables, prog.Low); err != nil {
+		return err
+	}
+	src.Close(ctx)
+	tgt.Close(ctx)
+	return e.streamKafka(ctx, brokers, topic, prog)
+}
+
+// captureDDL is how the capture half follows schema changes: by the event
+// trigger when it is installed on the source for this slot (the messages
+// come in the topic), else from the Relation messages (unless --ddl=false).
+func captureDDL(ctx context.Context, src *pgx.Conn, cfg config.Config) (ddlMode, error) {
+	switch cfg.DDL {
+	case "false":
+		return ddlOff, nil
+	case "relation":
+		return ddlRelation, nil
+	}
+	var trigger bool
+	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl')").Scan(&trigger); err != nil {
+		return ddlOff, fmt.Errorf("look up the event trigger on the source: %w", err)
+	}
+	if trigger {
+		return ddlTrigger, nil
+	}
+	return ddlRelation, nil
+}
+
+// copyForKafka makes this target's initial copy (or finishes one an
+// earlier start began): the tables not copied yet, at a temporary slot's
+// snapshot (tablesync), then the record: applied up to the oldest table's
+// sync position, the topic to read from its start.
+func (e *Engine) copyForKafka(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, topicStart int64) (target.Progress, error) {
+	cfg := e.cfg
+	if err := target.InitProgress(ctx, tgt, cfg.Slot, 0, target.SnapshotRunning, false); err != nil {
+		return target.Progress{}, err
+	}
+	e.setPhase("copying")
+	if err := e.sync.ResumeCopy(ctx, tgt, tables); err != nil {
+		return target.Progress{}, err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return target.Progress{}, err
+	}
+	var low change.LSN
+	for i, s := range syncs {
+		if i == 0 || s.SyncLSN < low {
+			low = s.SyncLSN
+		}
+	}
+	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotDone, false); err != nil {
+		return target.Progress{}, err
+	}
+	if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, topicStart); err != nil {
+		return target.Progress{}, err
+	}
+	e.log.Info("initial copy done: the topic's transactions after it follow", "applied_up_to", low, "topic_offset", topicStart)
+	return target.LoadProgress(ctx, tgt, cfg.Slot)
+}
+
+// streamKafka applies the topic from the recorded offset: a Reader feeds
+// the slot's messages to a capture.Decoder into the queue, apply applies
+// it as in run, and the low watermark is recorded with the offset to read
+// from again.
+func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string, prog target.Progress) error {
+	cfg := e.cfg
+	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
+	if err != nil {
+		return onSide("target", err)
+	}
+	defer tgt.Close(context.Background())
+	from := prog.KafkaOffset
+	if from < 0 {
+		from = 0
+	}
+	admin, admCl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	if err := kafkalog.CheckStart(ctx, admin, topic, from); err != nil {
+		if errors.Is(err, kafkalog.ErrTrimmed) {
+			return fmt.Errorf("target %s: %w: the transactions it still needs are gone; run `repstream drop --slot %s --target ...` for this target and start `repstream apply` again for a new initial copy",
+				pgDatabase(cfg.Target), err, cfg.Slot)
+		}
+		return err
+	}
+	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	defer q.Close()
+	e.queue = q
+	e.wm = apply.NewWatermark(prog.Low)
+	e.watchWatermark(e.wm)
+	e.setPhase("streaming")
+	wm := e.wm
+	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
+		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
+		Applied: prog.IsApplied,
+		NewDecoder: func(proto int, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
+			return capture.NewDecoder(capture.Options{Slot: cfg.Slot, Publication: cfg.Publication,
+				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}, proto)
+		},
+		AbortInProgress: q.AbortInProgress,
+		Logger:          e.log,
+	})
+	e.kafka.Store(rd)
+	apOpts := apply.Options{
+		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
+		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
+		Applied: prog.IsApplied, Watermark: wm, Stats: e.stats, Logger: e.log,
+		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
+		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+		Tables:            e.tables, Quiesce: true,
+		Behind: rd.Behind, Gathers: func() bool { return false },
+	}
+	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
+	if err != nil {
+		return err
+	}
+	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
+	ap, err := apply.New(apOpts)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return rd.Run(gctx) })
+	g.Go(func() error { return onSide("target", ap.Run(gctx, q)) })
+	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, nil}) })
+	persisted := prog.Low
+	persistedAt := from
+	persist := func(ctx context.Context) error {
+		low := wm.Flush()
+		off := rd.ResumeOffset(low)
+		if low <= persisted && off == persistedAt {
+			return nil
+		}
+		if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, off); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return onSide("target", err)
+		}
+		persisted, persistedAt = low, off
+		return nil
+	}
+	g.Go(func() error {
+		t := time.NewTicker(persistEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if err := persist(gctx); err != nil {
+				return err
+			}
+		}
+	})
+	err = g.Wait()
+	pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	perr := persist(pctx)
+	cancel()
+	e.logSummary()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
+		e.log.Info("stopped", "applied_up_to", wm.Flush(), "topic_offset", persistedAt)
+		return nil
+	}
+	return errors.Join(err, perr)
+}
+
+// kafkaStatus is the apply's position in the topic, for Status.
+func (e *Engine) kafkaStatus(s *stats.LiveStatus) {
+	rd := e.kafka.Load()
+	if rd == nil {
+		return
+	}
+	next, end := rd.Position()
+	s.Role, s.KafkaTopic, s.KafkaOffset, s.KafkaEnd = string(e.cfg.Role), kafkalog.Topic(e.cfg.Slot), next, end
+}

@@ -1,0 +1,313 @@
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgoutput"
+)
+
+// Decoder takes the slot's messages a Reader reads (capture.Decoder).
+type Decoder interface {
+	Message(ctx context.Context, walStart change.LSN, data []byte) error
+	Close()
+}
+
+// ErrTrimmed: the offset to read from is no longer in the topic (its
+// retention removed it).
+var ErrTrimmed = errors.New("no longer in the topic")
+
+// ReaderOptions configure a Reader.
+type ReaderOptions struct {
+	Brokers []string
+	Topic   string
+	From    int64 // the offset to read from (ResumeOffset of the last run, or the topic's start)
+	// Slot and Publication are what the EPOCH markers must name.
+	Slot, Publication string
+	// Applied reports whether the transaction ending at end is applied on
+	// the target: a transaction whose first records the Reader did not
+	// read (it starts after them) must be.
+	Applied func(end change.LSN) bool
+	// NewDecoder makes the decoder of a capture session's messages.
+	NewDecoder func(proto int, e *Epoch) (Decoder, error)
+	// AbortInProgress drops what the queue holds of transactions not
+	// committed: a new capture session sends them again from their start.
+	AbortInProgress func() (int, error)
+	Logger          *slog.Logger
+}
+
+// Reader reads a slot's topic (apply --kafka) and feeds the slot's
+// messages to a Decoder: records of an older capture session than one
+// already seen are dropped, an EPOCH marker drops the transactions the
+// previous session left open, messages of a transaction whose start came
+// before the first offset read are dropped (it must be applied already),
+// and fragments are put together. ResumeOffset says where a later run
+// must start reading for a given applied low watermark.
+type Reader struct {
+	o   ReaderOptions
+	log *slog.Logger
+	pts *resumePoints
+	dec Decoder
+	asm Assembler
+	msg pgoutput.Message
+
+	epoch    uint32
+	proto    int
+	started  bool
+	inStream bool
+	// skipXid: the transaction being dropped (its start was not read), or 0.
+	skipXid uint32
+	curXid  uint32 // open non-streamed transaction
+	inTxn   bool
+
+	offset, high atomic.Int64 // the next offset to read; the topic's end
+	records      atomic.Int64
+}
+
+// NewReader returns a Reader; Run reads.
+func NewReader(o ReaderOptions) *Reader {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reader{o: o, log: o.Logger.With("component", "kafka"), pts: newResumePoints(o.From)}
+	r.offset.Store(o.From)
+	return r
+}
+
+// ResumeOffset is the offset a later run reads from when every
+// transaction ending at or below low is applied.
+func (r *Reader) ResumeOffset(low change.LSN) int64 { return r.pts.resume(low) }
+
+// Position returns the next offset to read and the topic's end offset as
+// last seen: their difference is this target's lag in records.
+func (r *Reader) Position() (next, end int64) { return r.offset.Load(), r.high.Load() }
+
+// Behind reports whether more than a few hundred records wait to be read.
+func (r *Reader) Behind() bool {
+	next, end := r.Position()
+	return end-next > 256
+}
+
+// CheckStart checks that From is in the topic.
+func CheckStart(ctx context.Context, adm *kadm.Client, topic string, from int64) error {
+	start, end, err := Offsets(ctx, adm, topic)
+	if err != nil {
+		return err
+	}
+	if from < start {
+		return fmt.Errorf("%w: topic %s starts at offset %d, and this target must read from offset %d", ErrTrimmed, topic, start, from)
+	}
+	if from > end {
+		return fmt.Errorf("topic %s ends at offset %d, and this target has read up to offset %d: the topic was deleted and made again", topic, end, from)
+	}
+	return nil
+}
+
+// Run reads until ctx ends or an error.
+func (r *Reader) Run(ctx context.Context) error {
+	defer func() {
+		if r.dec != nil {
+			r.dec.Close()
+		}
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.o.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.o.Topic: {0: kgo.NewOffset().At(r.o.From)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	r.log.Info("reading the topic", "topic", r.o.Topic, "from_offset", r.o.From)
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, fe := range fs.Errors() {
+			switch {
+			case errors.Is(fe.Err, kerr.OffsetOutOfRange):
+				return fmt.Errorf("%w: topic %s, offset %d", ErrTrimmed, r.o.Topic, r.offset.Load())
+			case errors.Is(fe.Err, kerr.UnknownTopicOrPartition), errors.Is(fe.Err, kerr.UnknownTopicID):
+				return fmt.Errorf("topic %s is gone (deleted?) at offset %d: %w", r.o.Topic, r.offset.Load(), fe.Err)
+			case errors.Is(fe.Err, context.Canceled), errors.Is(fe.Err, kgo.ErrClientClosed):
+				return ctx.Err()
+			default:
+				r.log.Warn("reading the topic: retrying", "topic", r.o.Topic, "offset", r.offset.Load(), "err", fe.Err)
+			}
+		}
+		var ferr error
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.HighWatermark > 0 {
+				r.high.Store(p.HighWatermark)
+			}
+			for _, rec := range p.Records {
+				if ferr != nil {
+					return
+				}
+				if ferr = r.record(ctx, rec); ferr == nil {
+					r.offset.Store(rec.Offset + 1)
+					r.pts.read(rec.Offset + 1)
+					r.records.Add(1)
+				}
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+	}
+}
+
+func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
+	h, body, err := ParseHeader(rec.Value)
+	if err != nil {
+		return fmt.Errorf("topic %s offset %d: %w", r.o.Topic, rec.Offset, err)
+	}
+	if r.started && h.Epoch < r.epoch {
+		r.log.Debug("record of an earlier capture session dropped", "offset", rec.Offset, "epoch", h.Epoch)
+		return nil
+	}
+	var ep *Epoch
+	if h.Kind == KindEpoch {
+		e, err := ParseEpoch(body)
+		if err != nil {
+			return fmt.Errorf("topic %s offset %d: %w", r.o.Topic, rec.Offset, err)
+		}
+		if e.Slot != r.o.Slot || e.Publication != r.o.Publication {
+			return fmt.Errorf("topic %s offset %d: written by a capture of slot %q, publication %q; this apply is of slot %q, publication %q",
+				r.o.Topic, rec.Offset, e.Slot, e.Publication, r.o.Slot, r.o.Publication)
+		}
+		ep = &e
+	}
+	if !r.started || h.Epoch > r.epoch || ep != nil {
+		if err := r.newSession(h, ep, rec.Offset); err != nil {
+			return err
+		}
+	}
+	wrap := func(err error, walStart change.LSN) error {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("topic %s offset %d (LSN %s): %w", r.o.Topic, rec.Offset, walStart, err)
+	}
+	switch h.Kind {
+	case KindData:
+		return Frames(body, func(f Frame) error { return wrap(r.frame(ctx, rec.Offset, f), f.WALStart) })
+	case KindFragment:
+		fr, err := ParseFragment(body)
+		if err != nil {
+			return wrap(err, 0)
+		}
+		f, done, err := r.asm.Add(fr)
+		if err != nil || !done {
+			return wrap(err, fr.WALStart)
+		}
+		return wrap(r.frame(ctx, rec.Offset, f), f.WALStart)
+	}
+	return nil
+}
+
+// newSession starts reading a capture session's records: with its EPOCH
+// marker (ep), what the previous one left open is dropped.
+func (r *Reader) newSession(h Header, ep *Epoch, offset int64) error {
+	if r.started && ep != nil {
+		n, err := r.o.AbortInProgress()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			r.log.Info("a new capture session: transactions the last one left open are dropped (they come again whole)", "transactions", n, "offset", offset, "epoch", h.Epoch)
+		}
+		r.pts.abortOpen()
+	}
+	if r.dec != nil {
+		r.dec.Close()
+	}
+	dec, err := r.o.NewDecoder(int(h.Proto), ep)
+	if err != nil {
+		return err
+	}
+	r.dec, r.epoch, r.proto, r.started = dec, h.Epoch, int(h.Proto), true
+	r.asm.Reset()
+	r.inStream, r.inTxn, r.skipXid = false, false, 0
+	return nil
+}
+
+// frame tracks where transactions start and end, drops the messages of a
+// transaction whose start was not read, and decodes the rest.
+func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
+	if len(f.Data) == 0 {
+		return nil
+	}
+	m := &r.msg
+	switch t := f.Data[0]; t {
+	case pgoutput.MsgBegin, pgoutput.MsgCommit, pgoutput.MsgStreamStart, pgoutput.MsgStreamStop,
+		pgoutput.MsgStreamCommit, pgoutput.MsgStreamAbort:
+		m.Reset()
+		if err := pgoutput.Parse(f.Data, false, r.proto, m); err != nil {
+			return err
+		}
+		switch t {
+		case pgoutput.MsgBegin:
+			r.inTxn, r.curXid = true, m.Xid
+			r.pts.begin(m.Xid, offset)
+		case pgoutput.MsgCommit:
+			if !r.inTxn {
+				// Its Begin came before the first record read.
+				return r.unseen(m.Xid, m.EndLSN)
+			}
+			r.inTxn = false
+			r.pts.commit(r.curXid, m.EndLSN)
+		case pgoutput.MsgStreamStart:
+			r.inStream = true
+			if m.Flags&1 != 0 {
+				r.pts.begin(m.Xid, offset)
+			} else if !r.pts.isOpen(m.Xid) {
+				r.skipXid = m.Xid
+				return nil
+			}
+		case pgoutput.MsgStreamStop:
+			r.inStream = false
+			if r.skipXid != 0 {
+				r.skipXid = 0
+				return nil
+			}
+		case pgoutput.MsgStreamCommit:
+			if !r.pts.isOpen(m.Xid) {
+				return r.unseen(m.Xid, m.EndLSN)
+			}
+			r.pts.commit(m.Xid, m.EndLSN)
+		case pgoutput.MsgStreamAbort:
+			if !r.pts.isOpen(m.Xid) {
+				return nil
+			}
+			if m.SubXid == 0 || m.SubXid == m.Xid {
+				r.pts.abort(m.Xid)
+			}
+		}
+	default:
+		if r.skipXid != 0 || !r.inTxn && !r.inStream {
+			return nil // a transaction whose start was not read
+		}
+	}
+	return r.dec.Message(ctx, f.WALStart, f.Data)
+}
+
+// unseen checks a transaction whose start came before the first record
+// read: it must be applied already.
+func (r *Reader) unseen(xid uint32, end change.LSN) error {
+	if r.o.Applied(end) {
+		return nil
+	}
+	return fmt.Errorf("%w: transaction %d (ending at %s) began before the first record read, and is not applied on the target", ErrTrimmed, xid, end)
+}

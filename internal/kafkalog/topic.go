@@ -1,0 +1,220 @@
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// Topic is the topic a slot's stream goes to.
+func Topic(slot string) string { return "repstream." + slot }
+
+// Brokers splits a --kafka value ("host:port,host:port").
+func Brokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// NewProducer returns the capture's client: every record acknowledged by
+// all in-sync replicas, idempotent (no duplicates and no reordering on
+// retries), retried without limit while the brokers are away (the slot
+// waits meanwhile), sent at once.
+func NewProducer(brokers []string, topic string) (*kgo.Client, error) {
+	return kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchMaxBytes(DefaultMaxRecord+(64<<10)),
+		kgo.MaxBufferedRecords(1<<20),
+		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
+		kgo.UnknownTopicRetries(-1),
+	)
+}
+
+// NewAdmin returns an admin client of brokers (close its underlying client).
+func NewAdmin(brokers []string) (*kadm.Client, *kgo.Client, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl, nil
+}
+
+// TopicInfo is what EnsureTopic found or made.
+type TopicInfo struct {
+	Name              string
+	Created           bool
+	Partitions        int
+	ReplicationFactor int
+	MinInsyncReplicas string
+	Brokers           int
+}
+
+func (t TopicInfo) String() string {
+	return fmt.Sprintf("topic %s: %d partition, replication factor %d, min.insync.replicas %s, %d broker(s)",
+		t.Name, t.Partitions, t.ReplicationFactor, t.MinInsyncReplicas, t.Brokers)
+}
+
+// EnsureTopic makes the topic if it is missing: one partition (the
+// source's commit order), replicated on min(3, brokers) brokers, with
+// min.insync.replicas 2 when there are 3 replicas. A topic that is there
+// must have one partition.
+func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo, error) {
+	info := TopicInfo{Name: topic}
+	bs, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return info, fmt.Errorf("reach the Kafka brokers: %w", err)
+	}
+	info.Brokers = len(bs)
+	tds, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return info, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		rf := min(3, len(bs))
+		cfg := map[string]*string{}
+		if rf >= 3 {
+			two := "2"
+			cfg["min.insync.replicas"] = &two
+		}
+		if _, err := adm.CreateTopic(ctx, 1, int16(rf), cfg, topic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return info, fmt.Errorf("create topic %s (1 partition, replication factor %d): %w", topic, rf, err)
+		}
+		info.Created = true
+		// Wait for the new topic's leader.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			tds, err = adm.ListTopics(ctx, topic)
+			if err == nil {
+				if td, ok = tds[topic]; ok && td.Err == nil && len(td.Partitions) > 0 && td.Partitions[0].Leader >= 0 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return info, fmt.Errorf("topic %s has no leader 30 s after its creation", topic)
+			}
+			select {
+			case <-ctx.Done():
+				return info, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	} else if td.Err != nil {
+		return info, fmt.Errorf("describe topic %s: %w", topic, td.Err)
+	}
+	info.Partitions = len(td.Partitions)
+	if info.Partitions != 1 {
+		return info, fmt.Errorf("topic %s has %d partitions: a slot's stream needs exactly one (the source's commit order); delete it or use another slot name", topic, info.Partitions)
+	}
+	info.ReplicationFactor = len(td.Partitions[0].Replicas)
+	info.MinInsyncReplicas = "?"
+	if rcs, err := adm.DescribeTopicConfigs(ctx, topic); err == nil {
+		if rc, err := rcs.On(topic, nil); err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "min.insync.replicas" {
+					info.MinInsyncReplicas = c.MaybeValue()
+				}
+			}
+		}
+	}
+	return info, nil
+}
+
+// Offsets returns the topic's first and next offsets (partition 0).
+// ErrNoTopic: the topic does not exist.
+func Offsets(ctx context.Context, adm *kadm.Client, topic string) (start, end int64, err error) {
+	so, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the offsets of topic %s: %w", topic, err)
+	}
+	s, ok := so.Lookup(topic, 0)
+	if !ok || errors.Is(s.Err, kerr.UnknownTopicOrPartition) {
+		return 0, 0, fmt.Errorf("%w: %s", ErrNoTopic, topic)
+	}
+	if s.Err != nil {
+		return 0, 0, fmt.Errorf("read the offsets of topic %s: %w", topic, s.Err)
+	}
+	eo, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the offsets of topic %s: %w", topic, err)
+	}
+	e, ok := eo.Lookup(topic, 0)
+	if !ok || e.Err != nil {
+		return 0, 0, fmt.Errorf("read the end offset of topic %s: %v", topic, e.Err)
+	}
+	return s.Offset, e.Offset, nil
+}
+
+// ErrNoTopic: the slot's topic does not exist.
+var ErrNoTopic = errors.New("no such topic")
+
+// TailInfo is what the last record of a topic says.
+type TailInfo struct {
+	Empty      bool // no record to read (new, or all past retention)
+	Epoch      uint32
+	LastCommit change.LSN
+	End        int64 // the next offset
+}
+
+// Tail reads the topic's last record: the epoch of the capture session
+// that wrote it and the last commit the topic holds.
+func Tail(ctx context.Context, adm *kadm.Client, brokers []string, topic string) (TailInfo, error) {
+	start, end, err := Offsets(ctx, adm, topic)
+	if err != nil {
+		return TailInfo{}, err
+	}
+	if end <= start {
+		return TailInfo{Empty: true, End: end}, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(end - 1)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()))
+	if err != nil {
+		return TailInfo{}, err
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return TailInfo{}, fmt.Errorf("read the last record of topic %s (offset %d): %w", topic, end-1, err)
+		}
+		var last *kgo.Record
+		fs.EachRecord(func(r *kgo.Record) { last = r })
+		for _, fe := range fs.Errors() {
+			return TailInfo{}, fmt.Errorf("read the last record of topic %s (offset %d): %w", topic, end-1, fe.Err)
+		}
+		if last == nil || last.Offset < end-1 {
+			continue
+		}
+		h, _, err := ParseHeader(last.Value)
+		if err != nil {
+			return TailInfo{}, fmt.Errorf("topic %s offset %d: %w", topic, last.Offset, err)
+		}
+		return TailInfo{Epoch: h.Epoch, LastCommit: h.LastCommit, End: end}, nil
+	}
+}
+
+// NextEpoch is the epoch of a capture session after one that wrote tail:
+// higher than every epoch the topic has held, also when retention has
+// removed them all (the clock's seconds).
+func NextEpoch(tail TailInfo, now time.Time) uint32 {
+	return max(tail.Epoch+1, uint32(now.Unix()))
+}

@@ -1,0 +1,331 @@
+package kafkalog
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgoutput"
+)
+
+// Defaults of WriterOptions.
+const (
+	DefaultMaxRecord   = 900 << 10 // under the broker's default message.max.bytes (1 MiB)
+	DefaultMaxInFlight = 64 << 20
+)
+
+// WriterOptions configure a Writer.
+type WriterOptions struct {
+	Client *kgo.Client // a producer: acks=all, idempotent (NewProducer)
+	Topic  string
+	Epoch  uint32 // this capture session's (Start writes its marker)
+	Proto  uint8  // the slot's pgoutput protocol version
+	// LastCommit is the end LSN of the last transaction the topic holds
+	// (Tail): a transaction whose commit comes before it is in the topic
+	// already and is not written again.
+	LastCommit change.LSN
+	// Acked is called (on the client's goroutine) with the end LSN of each
+	// transaction once every record of it is acknowledged by the brokers,
+	// or at once for one skipped as already in the topic.
+	Acked       func(end change.LSN)
+	MaxRecord   int   // bytes of a record's value at most (DefaultMaxRecord)
+	MaxInFlight int64 // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
+	Logger      *slog.Logger
+}
+
+// Writer writes a slot's messages to the topic as records (capture
+// --kafka): it is capture's raw sink (capture.RawSink). Messages are
+// appended to the record being filled, which is produced at every
+// transaction boundary (commit, the end of a stream block, an abort) and
+// whenever it is full; a message larger than a record is produced as
+// fragments, one record each, in a row.
+//
+// Every transaction (and every stream block) is self-describing: before
+// the first change of a relation in it, the Writer writes the Relation
+// message it last saw for that relation unless the unit carries it
+// already, so that a consumer can start reading at the first record of
+// any transaction.
+//
+// Invariants: records are produced in message order to partition 0 by one
+// idempotent producer, so the brokers hold them in that order without
+// gaps or repeats; Acked(end) is called only once the record holding the
+// commit of the transaction ending at end (and so every record before it)
+// is acknowledged by all in-sync replicas. Message and Err are called from
+// one goroutine (capture's); the client's callbacks only touch failed.
+type Writer struct {
+	o WriterOptions
+
+	buf        []byte // the record being filled: header, then frames
+	frames     int
+	lastCommit change.LSN
+	ends       []change.LSN // commits in buf
+
+	skipping  bool // the current transaction is in the topic already
+	inStream  bool
+	streamXid uint32
+	// Relation messages last seen, without their type byte and in-stream
+	// xid: outside streams, and per open streamed transaction (pgoutput's
+	// own scoping).
+	rels       map[uint32][]byte
+	streamRels map[uint32]map[uint32][]byte
+	described  map[uint32]bool // relations described in the current unit
+
+	mu     sync.Mutex
+	failed error
+}
+
+// NewWriter returns a Writer; Start writes its epoch marker.
+func NewWriter(o WriterOptions) *Writer {
+	if o.MaxRecord <= 0 {
+		o.MaxRecord = DefaultMaxRecord
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Acked == nil {
+		o.Acked = func(change.LSN) {}
+	}
+	return &Writer{o: o, lastCommit: o.LastCommit, rels: map[uint32][]byte{},
+		streamRels: map[uint32]map[uint32][]byte{}, described: map[uint32]bool{}}
+}
+
+// Start writes the session's EPOCH marker and waits until the brokers
+// have it: consumers drop what an earlier session left half written.
+func (w *Writer) Start(ctx context.Context, e Epoch) error {
+	v := AppendHeader(nil, Header{Kind: KindEpoch, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto})
+	v = AppendEpoch(v, e)
+	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}).FirstErr(); err != nil {
+		return fmt.Errorf("write the epoch marker to topic %s: %w", w.o.Topic, err)
+	}
+	return nil
+}
+
+// Err is the first produce that failed, if any: the run stops on it.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
+}
+
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = err
+	}
+}
+
+// waitRoom waits until fewer than MaxInFlight bytes are unacknowledged;
+// it changes nothing, so a deadline can interrupt it.
+func (w *Writer) waitRoom(ctx context.Context) error {
+	for w.o.Client.BufferedProduceBytes() > w.o.MaxInFlight {
+		if err := w.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Message writes one message of the slot (capture.RawSink).
+func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, m *pgoutput.Message) error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	if err := w.waitRoom(ctx); err != nil {
+		return err
+	}
+	switch m.Type {
+	case pgoutput.MsgBegin:
+		clear(w.described)
+		// m.LSN is where the commit record starts: before the end of the
+		// last commit in the topic, the transaction is there already.
+		w.skipping = m.LSN < w.lastCommit
+		if w.skipping {
+			return nil
+		}
+	case pgoutput.MsgCommit:
+		if w.skipping {
+			w.skipping = false
+			w.o.Acked(m.EndLSN)
+			return nil
+		}
+		w.append(walStart, data)
+		w.lastCommit = m.EndLSN
+		w.ends = append(w.ends, m.EndLSN)
+		w.flush()
+		return nil
+	case pgoutput.MsgStreamStart:
+		w.inStream, w.streamXid = true, m.Xid
+		clear(w.described)
+	case pgoutput.MsgStreamStop:
+		w.append(walStart, data)
+		w.inStream = false
+		w.flush()
+		return nil
+	case pgoutput.MsgStreamCommit:
+		for id, r := range w.streamRels[m.Xid] {
+			w.rels[id] = r
+		}
+		delete(w.streamRels, m.Xid)
+		w.append(walStart, data)
+		w.lastCommit = m.EndLSN
+		w.ends = append(w.ends, m.EndLSN)
+		w.flush()
+		return nil
+	case pgoutput.MsgStreamAbort:
+		if m.SubXid == 0 || m.SubXid == m.Xid {
+			delete(w.streamRels, m.Xid)
+		}
+		w.append(walStart, data)
+		w.flush()
+		return nil
+	case pgoutput.MsgRelation:
+		// Kept without the xid an in-stream Relation carries: describe
+		// writes it in or out of a stream.
+		raw := append([]byte(nil), data[1:]...)
+		if w.inStream && w.o.Proto >= 2 {
+			raw = raw[4:]
+		}
+		if w.inStream {
+			rs := w.streamRels[w.streamXid]
+			if rs == nil {
+				rs = map[uint32][]byte{}
+				w.streamRels[w.streamXid] = rs
+			}
+			rs[m.Relation.ID] = raw
+		} else {
+			w.rels[m.Relation.ID] = raw
+		}
+		if w.skipping {
+			return nil
+		}
+		w.described[m.Relation.ID] = true
+	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete:
+		if w.skipping {
+			return nil
+		}
+		if err := w.describe(walStart, m.RelID); err != nil {
+			return err
+		}
+	case pgoutput.MsgTruncate:
+		if w.skipping {
+			return nil
+		}
+		for _, id := range m.TruncateRelIDs {
+			if err := w.describe(walStart, id); err != nil {
+				return err
+			}
+		}
+	default:
+		if w.skipping {
+			return nil
+		}
+	}
+	w.append(walStart, data)
+	return nil
+}
+
+// describe writes the relation's last Relation message unless the
+// current unit has described it.
+func (w *Writer) describe(walStart change.LSN, id uint32) error {
+	if w.described[id] {
+		return nil
+	}
+	raw := w.rels[id]
+	if w.inStream {
+		if r, ok := w.streamRels[w.streamXid][id]; ok {
+			raw = r
+		}
+	}
+	if raw == nil {
+		return fmt.Errorf("change at %s for relation OID %d that the slot never described", walStart, id)
+	}
+	w.described[id] = true
+	msg := make([]byte, 0, 5+len(raw))
+	msg = append(msg, pgoutput.MsgRelation)
+	if w.inStream && w.o.Proto >= 2 {
+		msg = binary.BigEndian.AppendUint32(msg, w.streamXid)
+	}
+	w.append(walStart, append(msg, raw...))
+	return nil
+}
+
+// append adds one message to the record being filled, producing that
+// record first if the message does not fit, or the message as fragments
+// if it fits no record.
+func (w *Writer) append(walStart change.LSN, data []byte) {
+	room := w.o.MaxRecord - headerLen
+	if FrameSize(len(data)) > room {
+		w.flush()
+		chunk := room - fragHeaderLen
+		for off := 0; off < len(data); off += chunk {
+			end := min(off+chunk, len(data))
+			v := AppendHeader(make([]byte, 0, headerLen+fragHeaderLen+end-off), w.header(KindFragment))
+			v = AppendFragment(v, walStart, len(data), off, data[off:end])
+			w.produce(v, nil)
+		}
+		return
+	}
+	if len(w.buf)+FrameSize(len(data)) > w.o.MaxRecord {
+		w.flush()
+	}
+	if len(w.buf) == 0 {
+		w.buf = AppendHeader(make([]byte, 0, 4096), w.header(KindData))
+	}
+	w.buf = AppendFrame(w.buf, Frame{WALStart: walStart, Data: data})
+	w.frames++
+}
+
+func (w *Writer) header(kind byte) Header {
+	return Header{Kind: kind, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto}
+}
+
+// flush produces the record being filled, if it holds anything.
+func (w *Writer) flush() {
+	if w.frames == 0 {
+		return
+	}
+	// The header's last commit: the newest commit in this record.
+	copy(w.buf, AppendHeader(nil, w.header(KindData)))
+	var ends []change.LSN
+	if len(w.ends) > 0 {
+		ends = append(ends, w.ends...)
+		w.ends = w.ends[:0]
+	}
+	w.produce(w.buf, ends)
+	w.buf, w.frames = nil, 0
+}
+
+func (w *Writer) produce(v []byte, ends []change.LSN) {
+	rec := &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}
+	w.o.Client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		if err != nil {
+			w.fail(fmt.Errorf("write to topic %s (record of %d bytes, last commit %s): %w", w.o.Topic, len(r.Value), w.lastCommitOf(ends), err))
+			return
+		}
+		for _, e := range ends {
+			w.o.Acked(e)
+		}
+	})
+}
+
+func (w *Writer) lastCommitOf(ends []change.LSN) string {
+	if len(ends) == 0 {
+		return "none"
+	}
+	return ends[len(ends)-1].String()
+}
