@@ -32,7 +32,10 @@ spilled in the interval), APL(n) the n apply workers together, EGR eager apply
 when it ran, SNAP the initial copy while it copies; B, I and F are the
 percentages of the interval each stage spent busy, idle and waiting (flow
 control); lag is the WAL received but not yet durably applied on the target.
---format json prints one JSON object per
+For the halves joined by Kafka, the --http of a 'repstream capture' prints
+"unacked" (the WAL received and not yet acknowledged by the brokers) instead
+of lag, and that of a 'repstream apply' adds TOPIC (the records of the topic it
+has not read yet). --format json prints one JSON object per
 interval instead (every component, every apply worker).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -151,7 +151,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	}()
 	wm := apply.NewWatermark(slot.Confirmed)
 	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Epoch: epoch, Proto: uint8(proto),
-		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log})
+		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: pgDatabase(cfg.Source), Slot: cfg.Slot,
 		Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
 	if err := w.Start(ctx, ep); err != nil {
@@ -361,6 +361,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 		},
 		AbortInProgress: q.AbortInProgress,
 		Logger:          e.log,
+		Stats:           e.stats.Component("kafka"),
 	})
 	e.kafka.Store(rd)
 	apOpts := apply.Options{
@@ -431,10 +432,10 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 
 // kafkaStatus is the apply's position in the topic, for Status.
 func (e *Engine) kafkaStatus(s *stats.LiveStatus) {
+	s.KafkaTopic = kafkalog.Topic(e.cfg.Slot)
 	rd := e.kafka.Load()
 	if rd == nil {
 		return
 	}
-	next, end := rd.Position()
-	s.Role, s.KafkaTopic, s.KafkaOffset, s.KafkaEnd = string(e.cfg.Role), kafkalog.Topic(e.cfg.Slot), next, end
+	s.KafkaOffset, s.KafkaEnd = rd.Position()
 }

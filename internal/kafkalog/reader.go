@@ -14,6 +14,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgoutput"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // Decoder takes the slot's messages a Reader reads (capture.Decoder).
@@ -43,6 +44,9 @@ type ReaderOptions struct {
 	// committed: a new capture session sends them again from their start.
 	AbortInProgress func() (int, error)
 	Logger          *slog.Logger
+	// Stats is the "kafka" component: counters records, bytes,
+	// fetch_errors; gauges next_offset, end_offset, lag_records.
+	Stats *stats.Component
 }
 
 // Reader reads a slot's topic (apply --kafka) and feeds the slot's
@@ -70,7 +74,9 @@ type Reader struct {
 	inTxn   bool
 
 	offset, high atomic.Int64 // the next offset to read; the topic's end
-	records      atomic.Int64
+
+	cRecords, cBytes, cFetchErrors *atomic.Int64
+	gNext, gEnd, gLag              *atomic.Int64
 }
 
 // NewReader returns a Reader; Run reads.
@@ -78,8 +84,15 @@ func NewReader(o ReaderOptions) *Reader {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Stats == nil {
+		o.Stats = stats.NewRegistry().Component("kafka")
+	}
 	r := &Reader{o: o, log: o.Logger.With("component", "kafka"), pts: newResumePoints(o.From)}
 	r.offset.Store(o.From)
+	st := o.Stats
+	r.cRecords, r.cBytes, r.cFetchErrors = st.Counter("records"), st.Counter("bytes"), st.Counter("fetch_errors")
+	r.gNext, r.gEnd, r.gLag = st.Gauge("next_offset"), st.Gauge("end_offset"), st.Gauge("lag_records")
+	r.gNext.Store(o.From)
 	return r
 }
 
@@ -143,6 +156,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			case errors.Is(fe.Err, context.Canceled), errors.Is(fe.Err, kgo.ErrClientClosed):
 				return ctx.Err()
 			default:
+				r.cFetchErrors.Add(1)
 				r.log.Warn("reading the topic: retrying", "topic", r.o.Topic, "offset", r.offset.Load(), "err", fe.Err)
 			}
 		}
@@ -158,10 +172,15 @@ func (r *Reader) Run(ctx context.Context) error {
 				if ferr = r.record(ctx, rec); ferr == nil {
 					r.offset.Store(rec.Offset + 1)
 					r.pts.read(rec.Offset + 1)
-					r.records.Add(1)
+					r.cRecords.Add(1)
+					r.cBytes.Add(int64(len(rec.Value)))
 				}
 			}
 		})
+		next, end := r.Position()
+		r.gNext.Store(next)
+		r.gEnd.Store(end)
+		r.gLag.Store(max(end-next, 0))
 		if ferr != nil {
 			return ferr
 		}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgoutput"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // Defaults of WriterOptions.
@@ -37,6 +39,10 @@ type WriterOptions struct {
 	MaxRecord   int   // bytes of a record's value at most (DefaultMaxRecord)
 	MaxInFlight int64 // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
 	Logger      *slog.Logger
+	// Stats is the "kafka" component: counters records, bytes, acked_records,
+	// waits_ns (waiting for the brokers to acknowledge: flow control);
+	// gauge unacked_bytes.
+	Stats *stats.Component
 }
 
 // Writer writes a slot's messages to the topic as records (capture
@@ -78,6 +84,9 @@ type Writer struct {
 
 	mu     sync.Mutex
 	failed error
+
+	cRecords, cBytes, cAcked, cWaitNs *atomic.Int64
+	gUnacked                          *atomic.Int64
 }
 
 // NewWriter returns a Writer; Start writes its epoch marker.
@@ -94,8 +103,15 @@ func NewWriter(o WriterOptions) *Writer {
 	if o.Acked == nil {
 		o.Acked = func(change.LSN) {}
 	}
-	return &Writer{o: o, lastCommit: o.LastCommit, rels: map[uint32][]byte{},
+	if o.Stats == nil {
+		o.Stats = stats.NewRegistry().Component("kafka")
+	}
+	w := &Writer{o: o, lastCommit: o.LastCommit, rels: map[uint32][]byte{},
 		streamRels: map[uint32]map[uint32][]byte{}, described: map[uint32]bool{}}
+	st := o.Stats
+	w.cRecords, w.cBytes, w.cAcked, w.cWaitNs = st.Counter("records"), st.Counter("bytes"), st.Counter("acked_records"), st.Counter("waits_ns")
+	w.gUnacked = st.Gauge("unacked_bytes")
+	return w
 }
 
 // Start writes the session's EPOCH marker and waits until the brokers
@@ -127,6 +143,11 @@ func (w *Writer) fail(err error) {
 // waitRoom waits until fewer than MaxInFlight bytes are unacknowledged;
 // it changes nothing, so a deadline can interrupt it.
 func (w *Writer) waitRoom(ctx context.Context) error {
+	if w.o.Client.BufferedProduceBytes() <= w.o.MaxInFlight {
+		return nil
+	}
+	start := time.Now()
+	defer func() { w.cWaitNs.Add(int64(time.Since(start))) }()
 	for w.o.Client.BufferedProduceBytes() > w.o.MaxInFlight {
 		if err := w.Err(); err != nil {
 			return err
@@ -312,7 +333,11 @@ func (w *Writer) flush() {
 
 func (w *Writer) produce(v []byte, ends []change.LSN) {
 	rec := &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}
+	w.cRecords.Add(1)
+	w.cBytes.Add(int64(len(v)))
+	w.gUnacked.Store(w.o.Client.BufferedProduceBytes() + int64(len(v)))
 	w.o.Client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		w.cAcked.Add(1)
 		if err != nil {
 			w.fail(fmt.Errorf("write to topic %s (record of %d bytes, last commit %s): %w", w.o.Topic, len(r.Value), w.lastCommitOf(ends), err))
 			return

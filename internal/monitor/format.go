@@ -26,7 +26,10 @@ const Header = "TIME     CAP chg/s B/s B/I/F% | Q mem [SP spilled] | APL(n) chg/
 // 1024), counts use k and M (powers of 1000). EGR eager apply when it applied anything.
 // B, I and F are the percentages of the interval spent busy, idle and
 // waiting (flow control). lag is the WAL received but not yet durably
-// applied ("?" without positions). Times are printed in UTC.
+// applied ("?" without positions). Times are printed in UTC. For the
+// halves joined by Kafka: a capture prints "unacked", the WAL received
+// and not yet acknowledged by the brokers, instead of lag; an apply adds
+// TOPIC, the records of the topic it has not read yet.
 func FormatLine(iv Interval) string {
 	var b strings.Builder
 	b.WriteString(iv.Time.UTC().Format("15:04:05"))
@@ -46,10 +49,21 @@ func FormatLine(iv Interval) string {
 	if sn, ok := iv.Component("snapshot"); ok && sn.ItemsPerSec > 0 {
 		fmt.Fprintf(&b, " | SNAP %s %s", count(sn.ItemsPerSec), shares(sn))
 	}
+	if iv.Role == "apply" {
+		if iv.TopicLagRecords < 0 {
+			b.WriteString(" | TOPIC ?")
+		} else {
+			fmt.Fprintf(&b, " | TOPIC %s rec", count(float64(iv.TopicLagRecords)))
+		}
+	}
+	lag := "lag"
+	if iv.Role == "capture" {
+		lag = "unacked" // by the brokers
+	}
 	if iv.BehindBytes < 0 {
-		b.WriteString(" | lag ?")
+		fmt.Fprintf(&b, " | %s ?", lag)
 	} else {
-		fmt.Fprintf(&b, " | lag %s", size(float64(iv.BehindBytes)))
+		fmt.Fprintf(&b, " | %s %s", lag, size(float64(iv.BehindBytes)))
 	}
 	return b.String()
 }

@@ -51,6 +51,12 @@ type Interval struct {
 	// BehindBytes is how much WAL repstream received that is not yet durably
 	// applied (received_lsn - applied_low); -1 when /status gave no positions.
 	BehindBytes int64 `json:"behind_bytes"`
+	// Role is "capture" or "apply" for the halves joined by Kafka ("" for
+	// run). For a capture, BehindBytes is the WAL not yet acknowledged by
+	// the brokers; for an apply, TopicLagRecords is how many records of
+	// the topic it has not read yet (-1: not known).
+	Role            string `json:"role,omitempty"`
+	TopicLagRecords int64  `json:"topic_lag_records,omitempty"`
 }
 
 // Measure computes the interval prev→cur. A worker is an "apply.<n>"
@@ -89,6 +95,13 @@ func Measure(prev, cur Sample) Interval {
 	low, err2 := change.ParseLSN(cur.Status.AppliedLow)
 	if err1 == nil && err2 == nil && recv != 0 {
 		iv.BehindBytes = max(int64(recv)-int64(low), 0)
+	}
+	iv.Role = cur.Status.Role
+	if iv.Role == "apply" {
+		iv.TopicLagRecords = -1
+		if cur.Status.KafkaEnd > 0 {
+			iv.TopicLagRecords = max(cur.Status.KafkaEnd-cur.Status.KafkaOffset, 0)
+		}
 	}
 	return iv
 }

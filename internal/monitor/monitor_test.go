@@ -189,6 +189,14 @@ func TestTopGolden(t *testing.T) {
 	}
 	prevCopy, curCopy := snaps(capt(0, 10, 0), comp{name: "snapshot", items: 500000, bytes: 50 << 20, busy: 10})
 	out.WriteString(FormatLine(Measure(Sample{Stats: prevCopy}, Sample{Stats: curCopy})) + "\n")
+	// The halves joined by Kafka: a capture's lag is what the brokers
+	// have not acknowledged; an apply adds the topic's records unread.
+	captureStatus := cs.Status
+	captureStatus.Role = "capture"
+	out.WriteString(FormatLine(Measure(ps, Sample{Stats: cur, Status: captureStatus})) + "\n")
+	applyStatus := cs.Status
+	applyStatus.Role, applyStatus.KafkaOffset, applyStatus.KafkaEnd = "apply", 1200, 4700
+	out.WriteString(FormatLine(Measure(ps, Sample{Stats: cur, Status: applyStatus})) + "\n")
 	golden.Check(t, "top.txt", out.String())
 	b, err := json.Marshal(iv)
 	if err != nil {
