@@ -19,6 +19,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -304,6 +305,7 @@ error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 
 func dropCmd(stderr io.Writer) *cobra.Command {
 	s := &settings{cfg: config.Default()}
+	var targetOnly bool
 	cmd := &cobra.Command{
 		Use:   "drop",
 		Short: "Remove the slot, the publication if repstream created it, its state on the target and its spill directory; what other replications share goes with the last",
@@ -312,10 +314,19 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 			if err := s.resolveAdmin(cmd, stderr); err != nil {
 				return err
 			}
+			if targetOnly {
+				c := s.cfg
+				if !cmd.Flags().Changed("spill-dir") {
+					c.SpillDir, c.Role = "", config.RoleApply
+					c.EnsureDefaults()
+				}
+				return install.DropTarget(cmd.Context(), c.Target, c.Slot, c.SpillDir, s.logger(stderr))
+			}
 			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, s.cfg.Publication, s.cfg.SpillDir, s.logger(stderr))
 		},
 	}
 	s.bindConnection(cmd.Flags())
+	cmd.Flags().BoolVar(&targetOnly, "target-only", false, "remove only the slot's state on --target (and the apply's spill directory): for one target of `repstream apply --kafka`, leaving the slot, the publication, the topic and the other targets as they are; then `repstream apply` copies that target again")
 	cmd.Flags().StringVar(&s.cfg.SpillDir, "spill-dir", "", "the run's --spill-dir, if it had one: removed with its spill files (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
@@ -203,4 +204,127 @@ func TestKafkaCaptureApply(t *testing.T) {
 	capt.stop()
 	ap1.stop()
 	ap2.stop()
+}
+
+// sameTables waits until each table of db on tgtC equals the source's.
+func sameTables(t *testing.T, s *pgx.Conn, tgtDSN string, timeout time.Duration, procs []*proc, tables ...string) {
+	t.Helper()
+	ctx := t.Context()
+	tc, err := pgx.Connect(ctx, tgtDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close(context.Background())
+	for _, table := range tables {
+		pgtest.WaitFor(t, table+" equal to the source", timeout, func() (bool, error) {
+			for _, p := range procs {
+				p.alive()
+			}
+			n1, h1 := checksum(t, s, table, "x")
+			var n2 int64
+			var h2 string
+			q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(x::text, '|' ORDER BY x)), '') FROM %s x", table)
+			if err := tc.QueryRow(ctx, q).Scan(&n2, &h2); err != nil {
+				return false, err
+			}
+			if n1 != n2 || h1 != h2 {
+				return false, fmt.Errorf("source %d rows, target %d", n1, n2)
+			}
+			return true, nil
+		})
+	}
+}
+
+// TestKafkaTrimmedOffset (issue 30): an apply whose next offset is gone
+// from the topic (retention; here DeleteRecords) stops with an error that
+// names the target and the way out, never a silent reset; `drop
+// --target-only` then a new start seeds that target again, while the
+// capture keeps its slot.
+func TestKafkaTrimmedOffset(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	src := pgtest.Shared(t, "source")
+	tgtC := pgtest.Shared(t, "target")
+	srcDB, tgtDB := pgtest.NewDB(t, src), pgtest.NewDB(t, tgtC)
+	ctx := t.Context()
+	s, err := pgx.Connect(ctx, src.DSN(srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if _, err := s.Exec(ctx, "CREATE TABLE tr (id int PRIMARY KEY, v text); INSERT INTO tr SELECT g, 'old' FROM generate_series(1, 100) g"); err != nil {
+		t.Fatal(err)
+	}
+	slot := "kt_" + strings.TrimPrefix(srcDB, "t_")
+	if len(slot) > 40 {
+		slot = slot[:40]
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), src.DSN(srcDB)); err == nil {
+			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(context.Background())
+		}
+	})
+	brokers := strings.Join(k.Addrs(), ",")
+	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", brokers}
+	spill := filepath.Join(t.TempDir(), "spill")
+	applyArgs := append([]string{"apply", "--target", tgtC.DSN(tgtDB), "--create-tables", "--spill-dir", spill}, common...)
+	capt := startProc(t, "capture", append([]string{"capture", "--tables", "public.tr"}, common...)...)
+	ap := startProc(t, "apply", applyArgs...)
+	insert := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			if _, err := s.Exec(ctx, "INSERT INTO tr VALUES ($1, 'new')", i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert(101, 150)
+	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
+	ap.stop()
+	insert(151, 200)
+	// The records the stopped apply still needs go (retention would).
+	adm := k.Admin(t)
+	topic := "repstream." + slot
+	var end int64
+	pgtest.WaitFor(t, "the capture to write the new rows", 30*time.Second, func() (bool, error) {
+		o, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false, err
+		}
+		lo, _ := o.Lookup(topic, 0)
+		end = lo.Offset
+		var confirmed bool
+		err = s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= pg_current_wal_lsn() FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&confirmed)
+		return confirmed, err
+	})
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: topic, Partition: 0, At: end})
+	if _, err := adm.DeleteRecords(ctx, os); err != nil {
+		t.Fatal(err)
+	}
+	ap = startProc(t, "apply (after the trim)", applyArgs...)
+	select {
+	case err := <-ap.exited:
+		out := ap.out.tail(20)
+		if err == nil || !strings.Contains(out, "re-seed") || !strings.Contains(out, tgtDB) || !strings.Contains(out, "drop --target-only") {
+			t.Fatalf("apply after its offset was trimmed: exit %v, want an error naming the target %s and `drop --target-only`:\n%s", err, tgtDB, out)
+		}
+		ap.exited <- err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("apply after its offset was trimmed did not stop:\n%s", ap.out.tail(20))
+	}
+	// The way out: this target's state dropped, the slot kept, a new copy.
+	drop := exec.Command(repstreamBinary(t), "drop", "--target-only", "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot, "--spill-dir", spill)
+	if out, err := drop.CombinedOutput(); err != nil {
+		t.Fatalf("drop --target-only: %v\n%s", err, out)
+	}
+	var active bool
+	if err := s.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil || !active {
+		t.Fatalf("the capture's slot after drop --target-only: active %v, %v", active, err)
+	}
+	ap = startProc(t, "apply (re-seeded)", applyArgs...)
+	insert(201, 220)
+	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
+	capt.stop()
+	ap.stop()
 }

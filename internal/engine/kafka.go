@@ -176,6 +176,9 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
 }
 
+// topicWait is how long an apply waits for its topic at start.
+const topicWait = 30 * time.Second
+
 // pgDatabase is the database a DSN names ("" if it cannot be read).
 func pgDatabase(dsn string) string {
 	cfg, err := pgx.ParseConfig(dsn)
@@ -199,7 +202,19 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	defer admCl.Close()
+	// A capture started at the same moment makes the topic within seconds.
 	topicStart, _, err := kafkalog.Offsets(ctx, adm, topic)
+	for waited := time.Duration(0); errors.Is(err, kafkalog.ErrNoTopic) && waited < topicWait; waited += time.Second {
+		if waited == 0 {
+			e.log.Info("waiting for the topic: is `repstream capture` starting?", "topic", topic, "up_to", topicWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		topicStart, _, err = kafkalog.Offsets(ctx, adm, topic)
+	}
 	if errors.Is(err, kafkalog.ErrNoTopic) {
 		return fmt.Errorf("kafka %s: topic %s does not exist: start `repstream capture --slot %s --kafka %s` on the source first", cfg.Kafka, topic, cfg.Slot, cfg.Kafka)
 	}
@@ -336,11 +351,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 	}
 	defer admCl.Close()
 	if err := kafkalog.CheckStart(ctx, admin, topic, from); err != nil {
-		if errors.Is(err, kafkalog.ErrTrimmed) {
-			return fmt.Errorf("target %s: %w: the transactions it still needs are gone; run `repstream drop --slot %s --target ...` for this target and start `repstream apply` again for a new initial copy",
-				pgDatabase(cfg.Target), err, cfg.Slot)
-		}
-		return err
+		return e.reseedAdvice(err)
 	}
 	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
 	if err != nil {
@@ -427,7 +438,18 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 		e.log.Info("stopped", "applied_up_to", wm.Flush(), "topic_offset", persistedAt)
 		return nil
 	}
-	return errors.Join(err, perr)
+	return errors.Join(e.reseedAdvice(err), perr)
+}
+
+// reseedAdvice says, of an offset gone from the topic (retention), which
+// target it is and how to seed it again; other errors are returned as
+// they are.
+func (e *Engine) reseedAdvice(err error) error {
+	if !errors.Is(err, kafkalog.ErrTrimmed) {
+		return err
+	}
+	return fmt.Errorf("target %s: %w: the transactions it still needs are gone from the topic; re-seed this target: `repstream drop --target-only --slot %s --source ... --target ...`, then start `repstream apply` again (a new initial copy)",
+		pgDatabase(e.cfg.Target), err, e.cfg.Slot)
 }
 
 // kafkaStatus is the apply's position in the topic, for Status.

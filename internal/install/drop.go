@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/provision"
@@ -93,6 +94,49 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 	}
 	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
 		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
+	}
+	return nil
+}
+
+// DropTarget removes repstream's state for the slot on one target only
+// (`drop --target-only`: an apply of the Kafka mode), leaving the source,
+// the slot, the publication and the topic to the capture and the other
+// targets; the schema repstream goes with the target's last replication.
+// spillDir is the apply's spill directory: removed with its files.
+func DropTarget(ctx context.Context, targetDSN, slot, spillDir string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tgt, err := target.Connect(ctx, targetDSN, "repstream-drop")
+	if err != nil {
+		return err
+	}
+	defer tgt.Close(context.Background())
+	exists, err := provision.CheckSchema(ctx, tgt, "target")
+	if err != nil {
+		return err
+	}
+	if !exists {
+		log.Info("nothing of repstream on the target", "slot", slot)
+		return nil
+	}
+	if err := target.EnsureState(ctx, tgt); err != nil {
+		return err
+	}
+	if err := target.WaitForPreviousApply(ctx, tgt, slot, 5*time.Second, log); err != nil {
+		return fmt.Errorf("an apply of slot %q still runs on the target: stop it first (%w)", slot, err)
+	}
+	kept, err := target.Release(ctx, tgt, slot, log)
+	if err != nil {
+		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
+	}
+	if len(kept) > 0 {
+		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
+	} else {
+		log.Info("dropped the slot's state and the schema repstream on the target (the source, the slot and the topic are kept)", "slot", slot)
+	}
+	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
+		log.Warn("the apply's spill directory is left", "dir", spillDir, "err", err)
 	}
 	return nil
 }
