@@ -300,6 +300,7 @@ error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --format json)")
 	cmd.Flags().StringVar(&format, "format", format, "text or json")
 	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this (0: never)")
+	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, the target's offset in it and its lag in records (exit 2 when the topic cannot be read or the target's offset is gone from it)")
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/slotstatus"
 )
 
@@ -59,6 +60,9 @@ func runStatus(cmd *cobra.Command, s *settings, format string, maxInactive time.
 	case err != nil:
 		return err
 	default:
+		if s.cfg.Kafka != "" {
+			slotstatus.AddKafka(cmd.Context(), &st, kafkalog.Brokers(s.cfg.Kafka))
+		}
 		v = st.Check(maxInactive)
 	}
 	if format == "json" {

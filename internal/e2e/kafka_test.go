@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -235,6 +236,18 @@ func sameTables(t *testing.T, s *pgx.Conn, tgtDSN string, timeout time.Duration,
 	}
 }
 
+// logTails logs the last lines of each process's output when the test has
+// failed (a wait timed out).
+func logTails(t *testing.T, procs ...*proc) {
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("KAFKA_TEST_LOGS") != "" {
+			for _, p := range procs {
+				t.Logf("%s:\n%s", p.name, p.out.tail(25))
+			}
+		}
+	})
+}
+
 // TestKafkaTrimmedOffset (issue 30): an apply whose next offset is gone
 // from the topic (retention; here DeleteRecords) stops with an error that
 // names the target and the way out, never a silent reset; `drop
@@ -270,6 +283,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	applyArgs := append([]string{"apply", "--target", tgtC.DSN(tgtDB), "--create-tables", "--spill-dir", spill}, common...)
 	capt := startProc(t, "capture", append([]string{"capture", "--tables", "public.tr"}, common...)...)
 	ap := startProc(t, "apply", applyArgs...)
+	logTails(t, capt, ap)
 	insert := func(from, to int) {
 		t.Helper()
 		for i := from; i <= to; i++ {
@@ -281,26 +295,36 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	insert(101, 150)
 	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
 	ap.stop()
-	insert(151, 200)
-	// The records the stopped apply still needs go (retention would).
 	adm := k.Admin(t)
 	topic := "repstream." + slot
-	var end int64
-	pgtest.WaitFor(t, "the capture to write the new rows", 30*time.Second, func() (bool, error) {
+	endOffset := func() int64 {
+		t.Helper()
 		o, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil {
-			return false, err
+			t.Fatal(err)
 		}
 		lo, _ := o.Lookup(topic, 0)
-		end = lo.Offset
-		var confirmed bool
-		err = s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= pg_current_wal_lsn() FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&confirmed)
-		return confirmed, err
+		return lo.Offset
+	}
+	before := endOffset()
+	insert(151, 200)
+	// The records the stopped apply still needs go (retention would).
+	var end int64
+	pgtest.WaitFor(t, "the capture to write the 50 new rows (a record each)", 30*time.Second, func() (bool, error) {
+		if end = endOffset(); end >= before+50 {
+			return true, nil
+		}
+		return false, fmt.Errorf("topic end %d, was %d", end, before)
 	})
-	var os kadm.Offsets
-	os.Add(kadm.Offset{Topic: topic, Partition: 0, At: end})
-	if _, err := adm.DeleteRecords(ctx, os); err != nil {
+	var trim kadm.Offsets
+	trim.Add(kadm.Offset{Topic: topic, Partition: 0, At: end})
+	if _, err := adm.DeleteRecords(ctx, trim); err != nil {
 		t.Fatal(err)
+	}
+	// status --kafka says so, exit code 2.
+	st := exec.Command(repstreamBinary(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	if out, err := st.CombinedOutput(); err == nil || st.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "drop --target-only") || !strings.Contains(string(out), "kafka topic") {
+		t.Fatalf("status --kafka with the target's offset trimmed: %v, want exit 2 naming drop --target-only:\n%s", err, out)
 	}
 	ap = startProc(t, "apply (after the trim)", applyArgs...)
 	select {
@@ -323,6 +347,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		t.Fatalf("the capture's slot after drop --target-only: active %v, %v", active, err)
 	}
 	ap = startProc(t, "apply (re-seeded)", applyArgs...)
+	logTails(t, capt, ap)
 	insert(201, 220)
 	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
 	capt.stop()

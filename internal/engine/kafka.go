@@ -86,6 +86,11 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return err
 	}
 	e.reachedOnce = true
+	// Another capture streaming from the slot makes it active (so does, for
+	// a moment, the walsender of one that just died): refuse, not retry.
+	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
+		return err
+	}
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
 	if err != nil {
 		return err
@@ -248,6 +253,12 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 			undo.Run(ctx, e.log)
 		}
 	}()
+	// The capture makes the topic first, then the publication and the
+	// slot: copy only once they are there, or the copy would miss what
+	// the slot never sees.
+	if err := waitCaptureSlot(ctx, src, cfg, e); err != nil {
+		return err
+	}
 	if e.ddl, err = captureDDL(ctx, src, cfg); err != nil {
 		return err
 	}
@@ -275,6 +286,34 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	src.Close(ctx)
 	tgt.Close(ctx)
 	return e.streamKafka(ctx, brokers, topic, prog)
+}
+
+// waitCaptureSlot waits up to topicWait for the capture's slot and
+// publication on the source.
+func waitCaptureSlot(ctx context.Context, src *pgx.Conn, cfg config.Config, e *Engine) error {
+	for waited := time.Duration(0); ; waited += 200 * time.Millisecond {
+		slot, err := install.LookupSlot(ctx, src, cfg.Slot)
+		if err != nil {
+			return err
+		}
+		var pub bool
+		if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = $1)", cfg.Publication).Scan(&pub); err != nil {
+			return fmt.Errorf("look up publication %q on the source: %w", cfg.Publication, err)
+		}
+		switch {
+		case slot.Exists && pub:
+			return nil
+		case waited >= topicWait:
+			return fmt.Errorf("replication slot %q or publication %q is missing on the source: `repstream capture --slot %s` makes them; is it running against this source?", cfg.Slot, cfg.Publication, cfg.Slot)
+		case waited == 0:
+			e.log.Info("waiting for the capture's slot and publication on the source", "slot", cfg.Slot, "publication", cfg.Publication, "up_to", topicWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // captureDDL is how the capture half follows schema changes: by the event

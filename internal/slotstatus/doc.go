@@ -7,4 +7,5 @@
 //	doc.go     this overview
 //	status.go  SlotStatus, Status, Format: the positions, for people and for --format json
 //	health.go  SlotMissingError, Verdict, SlotStatus.Check, readSlotHealth: the verdict
+//	kafka.go   KafkaStatus, AddKafka: a target's place in the slot's topic (status --kafka)
 package slotstatus

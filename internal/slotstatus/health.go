@@ -58,6 +58,9 @@ func (s SlotStatus) Check(maxInactive time.Duration) Verdict {
 		v.Problem = fmt.Sprintf("replication slot %q has been inactive for %s (more than --max-inactive %s): is repstream running? the slot retains %s of WAL on the source",
 			s.Slot, (time.Duration(s.InactiveSeconds) * time.Second).String(), maxInactive, stats.HumanBytes(s.RetainedBytes))
 	}
+	if s.Kafka != nil && v.Problem == "" {
+		s.Kafka.check(s.Slot, &v)
+	}
 	if s.WALStatus == "unreserved" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replication slot %q has wal_status unreserved: the WAL it needs exceeds max_wal_size and will be removed at the next checkpoint unless repstream catches up (max_slot_wal_keep_size)", s.Slot))
 	}

@@ -46,3 +46,32 @@ func TestSlotStatusCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaCheck: status --kafka fails when the topic cannot be read or
+// the target's offset is gone from it (retention), and says how to re-seed.
+func TestKafkaCheck(t *testing.T) {
+	ok := SlotStatus{Slot: "s", Active: true, WALStatus: "reserved"}
+	for _, tc := range []struct {
+		name string
+		k    KafkaStatus
+		want string // in Problem; "" for healthy
+	}{
+		{"reading", KafkaStatus{Topic: "repstream.s", Start: 0, End: 10, Offset: 4, LagRecords: 6}, ""},
+		{"no offset yet", KafkaStatus{Topic: "repstream.s", End: 10, Offset: -1}, ""},
+		{"brokers down", KafkaStatus{Topic: "repstream.s", Error: "kafka [127.0.0.1:1]: dial tcp: connection refused"}, "127.0.0.1:1"},
+		{"trimmed", KafkaStatus{Topic: "repstream.s", Start: 50, End: 60, Offset: 40}, "drop --target-only"},
+	} {
+		st := ok
+		k := tc.k
+		st.Kafka = &k
+		v := st.Check(0)
+		if tc.want == "" && v.Problem != "" || tc.want != "" && !strings.Contains(v.Problem, tc.want) {
+			t.Errorf("%s: problem %q, want one containing %q", tc.name, v.Problem, tc.want)
+		}
+		var b strings.Builder
+		st.Format(&b)
+		if !strings.Contains(b.String(), "kafka topic        repstream.s") {
+			t.Errorf("%s: Format does not show the topic:\n%s", tc.name, b.String())
+		}
+	}
+}

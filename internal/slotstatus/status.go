@@ -35,6 +35,11 @@ type SlotStatus struct {
 	// TablesNotCopied are the tables added or being copied (pending,
 	// copying): the replication is not caught up while there are any.
 	TablesNotCopied []string `json:"tables_not_copied,omitempty"`
+	// Kafka is the slot's topic as this target reads it (status --kafka;
+	// kafka.go), nil without --kafka.
+	Kafka *KafkaStatus `json:"kafka,omitempty"`
+
+	targetOffset int64 // the target's recorded kafka_offset (-1: none)
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -87,6 +92,10 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	}
 	st.Applied = applied.String()
 	st.Snapshot = string(prog.Snapshot)
+	st.targetOffset = -1
+	if prog.Exists {
+		st.targetOffset = prog.KafkaOffset
+	}
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err
 	}
@@ -120,6 +129,9 @@ func (s SlotStatus) Format(w io.Writer) {
 		fmt.Fprintf(w, "tables not copied  %s\n", strings.Join(s.TablesNotCopied, ", "))
 	}
 	fmt.Fprintf(w, "retained WAL       %s\n", stats.HumanBytes(s.RetainedBytes))
+	if s.Kafka != nil {
+		s.Kafka.format(w)
+	}
 	switch {
 	case s.Active:
 	case s.InactiveSeconds >= 0:
