@@ -1,0 +1,88 @@
+// Package kafkalog is the record format and the client side of Kafka mode:
+// `repstream capture --kafka` writes a replication slot's pgoutput messages
+// as records of topic repstream.<slot> (Writer); `repstream apply --kafka`
+// reads them back and feeds them to a decoder (Reader).
+//
+// # Record format
+//
+// A record's value is a 17-byte header, then a body of the header's kind.
+// Integers are big-endian and unsigned.
+//
+//	offset  size  field
+//	0       2     magic "RS"
+//	2       1     format version: 1
+//	3       1     kind: 'D' frames, 'F' fragment, 'E' epoch marker
+//	4       4     epoch: the capture session that wrote the record
+//	8       8     last commit: end LSN of the last transaction whose commit is in this record or an earlier one
+//	16      1     proto: the pgoutput protocol version of the messages
+//
+// A 'D' body is one or more frames, each one whole pgoutput message:
+//
+//	0       8     walStart: the WAL position of the message's XLogData
+//	8       4     length n, > 0
+//	12      n     the message
+//
+// An 'F' body is one piece of a message too large for a record:
+//
+//	0       8     walStart
+//	8       4     total: the message's length
+//	12      4     offset of the chunk in the message
+//	16      n     chunk: n > 0, offset+n <= total
+//
+// An 'E' body (epoch marker) starts a capture session:
+//
+//	0       8     Start: every transaction ending after it follows the marker
+//	8       ...   SystemID, Database, Slot, Publication: each a u16 length and that many bytes
+//	end-1   1     flags: bit 0 DDLMessages (repstream.ddl messages captured); other bits written 0, ignored
+//
+// A value that is none of these (too short, another magic, version or
+// kind, a truncated or empty frame, a fragment past its total, trailing
+// bytes after a marker) is refused with an error wrapping ErrCorrupt.
+//
+// # Invariants
+//
+//   - One partition: the topic has exactly one, and records hold the
+//     slot's messages in the order it sent them, so transactions in commit
+//     order (streamed ones interleaved as pgoutput interleaves them). One
+//     idempotent acks=all producer writes them: no gaps, no repeats.
+//   - A record ends at every transaction boundary: a Commit, Stream Stop,
+//     Stream Commit or Stream Abort is the last frame of its record, so a
+//     record holds at most one commit, and its header's last commit is
+//     that commit's end when it holds one.
+//   - Self-describing transactions: before a relation's first change
+//     (Insert, Update, Delete, Truncate) in each transaction and in each
+//     stream block, the Writer re-sends the Relation message it last saw
+//     for it unless that unit carries one already, so a consumer can start
+//     at the first record of any transaction.
+//   - Epochs: each capture session first writes an 'E' record, with an
+//     epoch above every earlier one (NextEpoch), and stamps every record
+//     with it. A consumer drops records of an epoch below one already seen;
+//     at a marker it drops what the previous session left open (the new
+//     session sends those transactions again from their Begin). A restarted
+//     capture skips the transactions whose commit comes before the last
+//     commit of the topic's last record (Tail): the topic holds them.
+//   - Fragments: a message larger than a record is written as 'F' records
+//     in a row, offsets 0 to total, nothing between them; an Assembler puts
+//     them back and refuses any other order.
+//
+// # Resuming
+//
+// The Reader keeps resumePoints: the first offset of every open
+// transaction (the record of its Begin, or of its first Stream Start),
+// and the end LSN and first offset of each committed one. ResumeOffset(low)
+// is the minimum of the next offset to read, the first offsets of the open
+// transactions and those of the committed transactions ending above low
+// (the applied low watermark); commits at or below low are forgotten, a
+// commit of a transaction never begun is ignored. A later run reads from
+// that offset and drops the messages of transactions whose Begin it did
+// not read: they must be applied already (else ErrTrimmed).
+//
+// Files:
+//
+//	doc.go      this overview: the record format, its invariants, resuming
+//	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
+//	writer.go   Writer (capture --kafka's raw sink): messages batched into records up to each transaction boundary, fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats
+//	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
+//	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
+//	topic.go    Topic, Brokers, NewProducer, NewAdmin, EnsureTopic (one partition), Offsets, Tail, NextEpoch
+package kafkalog
