@@ -1,7 +1,9 @@
 package kafkalog
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +74,14 @@ type Reader struct {
 	skipXid uint32
 	curXid  uint32 // open non-streamed transaction
 	inTxn   bool
+	// rels holds, per relation OID, the last Relation message outside a
+	// stream that the decoder took (reset with the decoder, and when a
+	// streamed transaction commits: its relations become the decoder's).
+	// The Writer repeats it in every transaction; one the same as the last
+	// is not passed on: a new one makes the decoder a new version of the
+	// relation, which apply takes for a schema change — a barrier, every
+	// transaction applied alone.
+	rels map[uint32][]byte
 
 	offset, high atomic.Int64 // the next offset to read; the topic's end
 
@@ -259,6 +269,7 @@ func (r *Reader) newSession(h Header, ep *Epoch, offset int64) error {
 	r.dec, r.epoch, r.proto, r.started = dec, h.Epoch, int(h.Proto), true
 	r.asm.Reset()
 	r.inStream, r.inTxn, r.skipXid = false, false, 0
+	r.rels = map[uint32][]byte{}
 	return nil
 }
 
@@ -306,6 +317,7 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 				return r.unseen(m.Xid, m.EndLSN)
 			}
 			r.pts.commit(m.Xid, m.EndLSN)
+			clear(r.rels)
 		case pgoutput.MsgStreamAbort:
 			if !r.pts.isOpen(m.Xid) {
 				return nil
@@ -317,6 +329,13 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 	default:
 		if r.skipXid != 0 || !r.inTxn && !r.inStream {
 			return nil // a transaction whose start was not read
+		}
+		if t == pgoutput.MsgRelation && !r.inStream && len(f.Data) >= 5 {
+			id := binary.BigEndian.Uint32(f.Data[1:5])
+			if bytes.Equal(r.rels[id], f.Data) {
+				return nil // the decoder has it
+			}
+			r.rels[id] = bytes.Clone(f.Data)
 		}
 	}
 	return r.dec.Message(ctx, f.WALStart, f.Data)

@@ -1,0 +1,758 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/pgcluster"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+)
+
+// Faults of Kafka mode (issue 30): brokers missing at the start, lost and
+// back while capture and apply run, a partition leader killed, a value
+// larger than any record, a foreign record in the topic, a second capture
+// of the slot, an apply killed inside its grouped target transactions.
+// Each test ends with its targets compared row for row with the source,
+// with a keyless insert-only table (events) that counts every insert, so
+// that a transaction applied twice shows.
+
+// kafkaEnv is a source database, its slot's name and the brokers of a
+// Kafka mode test.
+type kafkaEnv struct {
+	t       *testing.T
+	src     *pgcluster.Cluster
+	tgtC    *pgcluster.Cluster
+	srcDB   string
+	s       *pgx.Conn // the test's own source connection
+	slot    string
+	brokers string
+}
+
+// newKafkaEnv makes a source database with the tables acct (keyed,
+// updated), ledger (keyed, insert-only) and events (keyless, insert-only:
+// a transaction applied twice shows as a row twice), whose slot is
+// dropped at the end.
+func newKafkaEnv(t *testing.T, brokers string) *kafkaEnv {
+	t.Helper()
+	e := &kafkaEnv{t: t, src: pgtest.Shared(t, "source"), tgtC: pgtest.Shared(t, "target"), brokers: brokers}
+	e.srcDB = pgtest.NewDB(t, e.src)
+	// The slot's name keeps the database's sequence suffix: unique.
+	name := strings.TrimPrefix(e.srcDB, "t_")
+	if len(name) > 40 {
+		i := strings.LastIndexByte(name, '_')
+		name = name[:40-(len(name)-i)] + name[i:]
+	}
+	e.slot = "k_" + name
+	ctx := t.Context()
+	var err error
+	if e.s, err = pgx.Connect(ctx, e.src.DSN(e.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.s.Close(context.Background())
+		c, err := pgx.Connect(context.Background(), e.src.DSN(e.srcDB))
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(context.Background())
+		}
+	})
+	e.exec(`CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE TABLE ledger (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE events (at bigint NOT NULL, what text);
+		ALTER TABLE events REPLICA IDENTITY FULL;
+		INSERT INTO acct SELECT g, 0, 'start' FROM generate_series(1, 1000) g;
+		INSERT INTO events SELECT -g, 'before' FROM generate_series(1, 100) g;`)
+	return e
+}
+
+func (e *kafkaEnv) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.s.Exec(e.t.Context(), sql, args...); err != nil {
+		e.t.Fatalf("source: %s: %v", firstLine(sql), err)
+	}
+}
+
+func (e *kafkaEnv) topic() string { return kafkalog.Topic(e.slot) }
+
+func (e *kafkaEnv) common() []string {
+	return []string{"--source", e.src.DSN(e.srcDB), "--slot", e.slot, "--kafka", e.brokers, "--log-level", "info"}
+}
+
+func (e *kafkaEnv) captureArgs(extra ...string) []string {
+	a := append([]string{"capture", "--tables", "public.*", "--status-interval", "1s"}, e.common()...)
+	return append(a, extra...)
+}
+
+func (e *kafkaEnv) applyArgs(db string, extra ...string) []string {
+	a := append([]string{"apply", "--target", e.tgtC.DSN(db), "--create-tables",
+		"--spill-dir", filepath.Join(e.t.TempDir(), "spill")}, e.common()...)
+	return append(a, extra...)
+}
+
+// newTarget makes a target database and a connection to it.
+func (e *kafkaEnv) newTarget() (string, *pgx.Conn) {
+	e.t.Helper()
+	db := pgtest.NewDB(e.t, e.tgtC)
+	c, err := pgx.Connect(e.t.Context(), e.tgtC.DSN(db))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close(context.Background()) })
+	return db, c
+}
+
+// startCapture starts a capture and waits for it to hold the slot (the
+// topic exists from then on).
+func (e *kafkaEnv) startCapture(name string, extra ...string) *proc {
+	e.t.Helper()
+	p := startProc(e.t, name, e.captureArgs(extra...)...)
+	logTails(e.t, p)
+	pgtest.WaitFor(e.t, "the capture's slot active", 60*time.Second, func() (bool, error) {
+		p.alive()
+		var n int
+		err := e.s.QueryRow(e.t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", e.slot).Scan(&n)
+		return n == 1, err
+	})
+	return p
+}
+
+// startApply starts an apply into db.
+func (e *kafkaEnv) startApply(name, db string, extra ...string) *proc {
+	e.t.Helper()
+	p := startProc(e.t, name, e.applyArgs(db, extra...)...)
+	logTails(e.t, p)
+	return p
+}
+
+// tableOrder is a table and the order its rows are compared in.
+type tableOrder struct{ table, order string }
+
+var kafkaTables = []tableOrder{{"acct", "id"}, {"ledger", "id"}, {"events", "at, what"}}
+
+// tableSum is a table's row count and the md5 of its rows in order.
+func tableSum(ctx context.Context, c *pgx.Conn, tb tableOrder) (int64, string, error) {
+	var n int64
+	var h string
+	q := fmt.Sprintf("SELECT count(*), coalesce(md5(string_agg(x::text, '|' ORDER BY %s)), '') FROM %s x", tb.order, tb.table)
+	err := c.QueryRow(ctx, q).Scan(&n, &h)
+	return n, h, err
+}
+
+// waitSame waits until every table of tables has the same rows on src and
+// tgt, failing t after timeout or as soon as one of alive has exited.
+func waitSame(t *testing.T, src, tgt *pgx.Conn, tables []tableOrder, timeout time.Duration, alive ...*proc) {
+	t.Helper()
+	ctx := t.Context()
+	for _, tb := range tables {
+		pgtest.WaitFor(t, fmt.Sprintf("%s equal on source and target", tb.table), timeout, func() (bool, error) {
+			for _, p := range alive {
+				p.alive()
+			}
+			n1, h1, err := tableSum(ctx, src, tb)
+			if err != nil {
+				return false, fmt.Errorf("source: %w", err)
+			}
+			n2, h2, err := tableSum(ctx, tgt, tb)
+			if err != nil {
+				return false, fmt.Errorf("target: %w", err)
+			}
+			if n1 != n2 || h1 != h2 {
+				return false, fmt.Errorf("source %d rows (%s), target %d rows (%s)", n1, h1, n2, h2)
+			}
+			return true, nil
+		})
+	}
+	// A duplicate of an insert-only row would be counted above; say so
+	// plainly when it happens.
+	for _, tb := range tables {
+		if tb.table != "events" {
+			continue
+		}
+		var dup int64
+		if err := tgt.QueryRow(ctx, "SELECT count(*) FROM (SELECT at FROM events GROUP BY at HAVING count(*) > 1) d").Scan(&dup); err != nil {
+			t.Fatal(err)
+		}
+		if dup > 0 {
+			t.Fatalf("target: %d events rows applied more than once", dup)
+		}
+	}
+}
+
+// waitLedger waits until the target holds the ledger row id (the apply
+// streams up to there), failing t after timeout or as soon as one of
+// alive has exited.
+func waitLedger(t *testing.T, tgt *pgx.Conn, id int64, timeout time.Duration, alive ...*proc) {
+	t.Helper()
+	pgtest.WaitFor(t, fmt.Sprintf("ledger row %d on the target", id), timeout, func() (bool, error) {
+		for _, p := range alive {
+			p.alive()
+		}
+		var ok bool
+		err := tgt.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM ledger WHERE id = $1)", id).Scan(&ok)
+		return ok, err
+	})
+}
+
+// kafkaLoader writes small transactions to the source, one statement each,
+// until halted: transaction n updates an acct row and inserts ledger row
+// n, and every keylessEvery-th also inserts events row n. A keyless table
+// makes a transaction a barrier the apply does not group with others, so
+// most transactions leave it alone.
+type kafkaLoader struct {
+	t        *testing.T
+	next     atomic.Int64 // the events.at of the next insert
+	done     atomic.Int64 // transactions committed
+	maxLat   atomic.Int64 // the slowest commit, in nanoseconds
+	stopping chan struct{}
+	stopped  chan struct{}
+	mu       sync.Mutex
+	err      error
+}
+
+// startKafkaLoad starts a kafkaLoader on dsn pausing pause between transactions.
+func startKafkaLoad(t *testing.T, dsn string, pause time.Duration, keylessEvery int64) *kafkaLoader {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &kafkaLoader{t: t, stopping: make(chan struct{}), stopped: make(chan struct{})}
+	l.next.Store(1)
+	go func() {
+		defer close(l.stopped)
+		defer c.Close(context.Background())
+		for {
+			select {
+			case <-l.stopping:
+				return
+			default:
+			}
+			n := l.next.Load()
+			t0 := time.Now()
+			_, err := c.Exec(context.Background(), `WITH u AS (UPDATE acct SET v = v + 1 WHERE id = $1), l AS (INSERT INTO ledger (id) VALUES ($2))
+				INSERT INTO events SELECT $2, 'load' WHERE $2 % $3 = 0`, n%1000+1, n, keylessEvery)
+			if err != nil {
+				l.mu.Lock()
+				l.err = err
+				l.mu.Unlock()
+				return
+			}
+			if d := int64(time.Since(t0)); d > l.maxLat.Load() {
+				l.maxLat.Store(d)
+			}
+			l.next.Add(1)
+			l.done.Add(1)
+			if pause > 0 {
+				time.Sleep(pause)
+			}
+		}
+	}()
+	t.Cleanup(l.halt)
+	return l
+}
+
+// halt stops the loader and fails t if a write failed.
+func (l *kafkaLoader) halt() {
+	select {
+	case <-l.stopping:
+	default:
+		close(l.stopping)
+	}
+	<-l.stopped
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		l.t.Errorf("source load: %v", l.err)
+		l.err = nil
+	}
+}
+
+// waitLoad waits until the loader has committed n more transactions.
+func (l *kafkaLoader) waitLoad(n int64, timeout time.Duration) {
+	l.t.Helper()
+	want := l.done.Load() + n
+	pgtest.WaitFor(l.t, fmt.Sprintf("%d more source transactions", n), timeout, func() (bool, error) {
+		l.mu.Lock()
+		err := l.err
+		l.mu.Unlock()
+		return l.done.Load() >= want, err
+	})
+}
+
+// exitOf waits up to timeout for p to exit and returns its error (nil:
+// exit status 0); it fails t if p is still running then.
+func exitOf(t *testing.T, p *proc, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("%s still runs after %s:\n%s", p.name, timeout, p.out.tail(40))
+		return nil
+	}
+}
+
+// lineWith is the last line of out holding every one of subs ("" if none).
+func lineWith(out string, subs ...string) string {
+	lines := strings.Split(out, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(lines[i], s)
+		}
+		if ok {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
+}
+
+// closedAddr is the address of a listener just closed: nothing listens there.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestKafkaBrokerDownAtStart: capture and apply given brokers where nothing
+// listens fail at once, naming the address, having made nothing on the
+// source or the target; with a broker there afterwards, the same commands
+// replicate.
+func TestKafkaBrokerDownAtStart(t *testing.T) {
+	addr := closedAddr(t)
+	e := newKafkaEnv(t, addr)
+	tgtDB, tgt := e.newTarget()
+	ctx := t.Context()
+
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"capture", e.captureArgs()},
+		{"apply", e.applyArgs(tgtDB)},
+	} {
+		t0 := time.Now()
+		p := startProc(t, c.name, c.argv...)
+		err := exitOf(t, p, 30*time.Second)
+		out := p.out.tail(20)
+		t.Logf("%s exited after %s: %v: %s", c.name, time.Since(t0).Round(time.Millisecond), err, strings.TrimSpace(out))
+		if err == nil {
+			t.Fatalf("%s with no broker at %s exited 0:\n%s", c.name, addr, out)
+		}
+		if !strings.Contains(out, addr) {
+			t.Fatalf("%s: the error does not name the broker address %s:\n%s", c.name, addr, out)
+		}
+	}
+	var n int
+	if err := e.s.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the failed capture left %d slot(s) or publication(s) on the source", n)
+	}
+	if err := tgt.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'repstream%' OR nspname = '_repstream'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the failed apply left %d repstream schema(s) on the target", n)
+	}
+
+	// The brokers come: the same commands, with their address, replicate.
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e.brokers = strings.Join(k.Addrs(), ",")
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(200, 30*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+}
+
+// slotConfirmed is the slot's confirmed_flush_lsn and how many bytes it is
+// past lsn (negative: before it).
+func (e *kafkaEnv) slotConfirmed(lsn string) (string, int64) {
+	e.t.Helper()
+	var c string
+	var past int64
+	if err := e.s.QueryRow(e.t.Context(), "SELECT confirmed_flush_lsn::text, (confirmed_flush_lsn - $2::pg_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+		e.slot, lsn).Scan(&c, &past); err != nil {
+		e.t.Fatal(err)
+	}
+	return c, past
+}
+
+// TestKafkaBrokerLostWhileRunning: the only broker killed -9 under a
+// steady load of small transactions: the source goes on committing
+// unhindered, the slot is not acknowledged past what was committed before
+// the kill (nor at all while the broker is away), capture and apply ride
+// through, and once the broker is back everything arrives, once.
+func TestKafkaBrokerLostWhileRunning(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	ctx := t.Context()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(200, 30*time.Second)
+	waitLedger(t, tgt, l.next.Load()-1, 60*time.Second, capt, ap) // the apply streams
+
+	if err := k.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	var killedAt string
+	if err := e.s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&killedAt); err != nil {
+		t.Fatal(err)
+	}
+	before := l.done.Load()
+	l.maxLat.Store(0)
+	t0 := time.Now()
+	// Acknowledgements the broker gave before it died reach the slot within
+	// a status interval (1 s, here 2.5 s for a slow machine); from then on
+	// the slot must stand still.
+	time.Sleep(2500 * time.Millisecond)
+	c1, past1 := e.slotConfirmed(killedAt)
+	time.Sleep(time.Until(t0.Add(5 * time.Second)))
+	c2, past2 := e.slotConfirmed(killedAt)
+	during := l.done.Load() - before
+	t.Logf("broker down 5 s: %d source transactions committed (slowest %s); slot confirmed %s then %s; WAL at the kill %s",
+		during, time.Duration(l.maxLat.Load()).Round(time.Millisecond), c1, c2, killedAt)
+	if past1 > 0 || past2 > 0 {
+		t.Fatalf("with the broker down the slot is confirmed up to %s, %d bytes past the WAL end at the kill (%s)", c2, max(past1, past2), killedAt)
+	}
+	if c1 != c2 {
+		t.Fatalf("with the broker down the slot's confirmed position moved from %s to %s", c1, c2)
+	}
+	if during < 20 || time.Duration(l.maxLat.Load()) > 3*time.Second {
+		t.Fatalf("the source was held up while the broker was down: %d transactions in 5 s, the slowest took %s",
+			during, time.Duration(l.maxLat.Load()))
+	}
+	capt.alive()
+	ap.alive()
+
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	t1 := time.Now()
+	if err := k.Restart(rctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("broker back after %s", time.Since(t1).Round(time.Millisecond))
+	l.waitLoad(200, 30*time.Second)
+	l.halt()
+	t2 := time.Now()
+	waitSame(t, e.s, tgt, kafkaTables, 90*time.Second, capt, ap)
+	t.Logf("target equal %s after the load stopped", time.Since(t2).Round(time.Millisecond))
+	var end string
+	if err := e.s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the slot confirmed past the kill", 30*time.Second, func() (bool, error) {
+		_, past := e.slotConfirmed(killedAt)
+		return past > 0, nil
+	})
+	capt.stop()
+	ap.stop()
+}
+
+// TestKafkaLeaderKilled: three brokers (replication factor 3,
+// min.insync.replicas 2); under a steady load the partition leader of the
+// slot's topic is killed -9: nothing lost, nothing applied twice.
+func TestKafkaLeaderKilled(t *testing.T) {
+	if testing.Short() || os.Getenv("REPSTREAM_KAFKA_FAULTS") == "" {
+		t.Skip("starts three brokers and kills the leader: set REPSTREAM_KAFKA_FAULTS=1 to run it")
+	}
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 3})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 2*time.Millisecond, 10)
+	l.waitLoad(300, 30*time.Second)
+	waitLedger(t, tgt, l.next.Load()-1, 60*time.Second, capt, ap) // the apply streams
+
+	leader := k.Leader(t, e.topic(), 0)
+	t.Logf("partition leader of %s: broker %d; killing it after %d source transactions", e.topic(), leader, l.done.Load())
+	if err := k.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	l.waitLoad(500, 60*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 90*time.Second, capt, ap)
+	t.Logf("target equal %s after the kill (%d source transactions)", time.Since(t0).Round(time.Millisecond), l.done.Load())
+	if nl := k.Leader(t, e.topic(), 0); nl == leader {
+		t.Fatalf("broker %d still leads after its kill", leader)
+	}
+	capt.stop()
+	ap.stop()
+}
+
+// TestKafkaLargeValue: a 50 MB text value (larger than any record: it
+// goes as fragments, inside a transaction streamed in progress) arrives
+// byte for byte, and stays when an update leaves it unchanged.
+func TestKafkaLargeValue(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	e.exec("CREATE TABLE big (id int PRIMARY KEY, n int NOT NULL, payload text)")
+	tgtDB, tgt := e.newTarget()
+	ctx := t.Context()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	tables := append([]tableOrder{{"big", "id"}}, kafkaTables...)
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap) // the initial copy is done
+
+	// 50 MiB of md5 hex digits, none repeated: 1,638,400 digests.
+	t0 := time.Now()
+	e.exec(`INSERT INTO big SELECT 1, 0, string_agg(md5(g::text), '' ORDER BY g) FROM generate_series(1, 1638400) g;
+		INSERT INTO events VALUES (1, 'after the big row')`)
+	e.exec("INSERT INTO big VALUES (2, 0, 'small')")
+	var size int64
+	var sum string
+	if err := e.s.QueryRow(ctx, "SELECT octet_length(payload), md5(payload) FROM big WHERE id = 1").Scan(&size, &sum); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("source row of %d bytes written in %s", size, time.Since(t0).Round(time.Millisecond))
+	if size != 50<<20 {
+		t.Fatalf("the source value has %d bytes, want %d", size, 50<<20)
+	}
+	check := func(what string) {
+		t.Helper()
+		pgtest.WaitFor(t, what, 90*time.Second, func() (bool, error) {
+			capt.alive()
+			ap.alive()
+			var n int
+			var tsize int64
+			var tsum string
+			err := tgt.QueryRow(ctx, "SELECT n, octet_length(payload), md5(payload) FROM big WHERE id = 1").Scan(&n, &tsize, &tsum)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			var sn int
+			if err := e.s.QueryRow(ctx, "SELECT n FROM big WHERE id = 1").Scan(&sn); err != nil {
+				return false, err
+			}
+			if n != sn {
+				return false, nil
+			}
+			if tsize != size || tsum != sum {
+				t.Fatalf("%s: the target's value has %d bytes, md5 %s; the source's %d bytes, md5 %s", what, tsize, tsum, size, sum)
+			}
+			return true, nil
+		})
+	}
+	check("the 50 MB row on the target")
+	t.Logf("50 MB row on the target %s after the insert began", time.Since(t0).Round(time.Millisecond))
+	kinds := recordKinds(t, k, e.topic())
+	t.Logf("topic records by kind: %d data, %d fragments, %d epoch markers", kinds[kafkalog.KindData], kinds[kafkalog.KindFragment], kinds[kafkalog.KindEpoch])
+	if min := (50 << 20) / kafkalog.DefaultMaxRecord; kinds[kafkalog.KindFragment] < min {
+		t.Fatalf("%d fragment records, want at least %d for the 50 MB value", kinds[kafkalog.KindFragment], min)
+	}
+	// An update that leaves the value alone (pgoutput sends it as unchanged TOAST).
+	e.exec("UPDATE big SET n = n + 1 WHERE id = 1")
+	check("the update of the 50 MB row on the target")
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+}
+
+// TestKafkaCorruptRecord: a record that repstream did not write, in the
+// middle of the slot's topic, stops the apply with an error naming the
+// topic and the record's offset (a restart stops there again), having
+// applied everything before it; the capture goes on.
+func TestKafkaCorruptRecord(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(200, 30*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+
+	cl := k.Client(t, kgo.DefaultProduceTopic(e.topic()))
+	rec := &kgo.Record{Value: []byte("hello")}
+	if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("foreign record at offset %d of %s", rec.Offset, e.topic())
+	// Changes after it: in the topic behind the foreign record.
+	e.exec("INSERT INTO events VALUES (0, 'after the foreign record')")
+
+	want := []string{e.topic(), fmt.Sprintf("offset %d", rec.Offset)}
+	for i, p := range []*proc{ap, nil} {
+		if p == nil {
+			p = e.startApply("apply (restarted)", tgtDB)
+		}
+		t0 := time.Now()
+		err := exitOf(t, p, 30*time.Second)
+		out := p.out.tail(20)
+		t.Logf("apply %d exited after %s: %v", i+1, time.Since(t0).Round(time.Millisecond), err)
+		if err == nil {
+			t.Fatalf("%s exited 0 on a foreign record:\n%s", p.name, out)
+		}
+		line := lineWith(out, want...)
+		if line == "" {
+			t.Fatalf("%s: no error names %q:\n%s", p.name, want, out)
+		}
+		t.Logf("%s", line)
+	}
+	capt.alive()
+	// Everything before the foreign record is applied, nothing after it.
+	var n int
+	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM events WHERE at = 0").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("a change written after the foreign record was applied")
+	}
+	e.exec("DELETE FROM events WHERE at = 0")
+	waitSame(t, e.s, tgt, kafkaTables, 10*time.Second, capt)
+	capt.stop()
+}
+
+// TestKafkaTwoCaptures: a second capture of a slot that a capture streams
+// from refuses, saying the slot is in use, without disturbing the first:
+// its transactions all reach the target, once.
+func TestKafkaTwoCaptures(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(100, 30*time.Second)
+
+	t0 := time.Now()
+	second := startProc(t, "capture 2", e.captureArgs()...)
+	err := exitOf(t, second, 40*time.Second)
+	out := second.out.tail(20)
+	t.Logf("second capture exited after %s: %v", time.Since(t0).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatalf("a second capture of the slot exited 0:\n%s", out)
+	}
+	if !strings.Contains(out, "active") && !strings.Contains(out, "in use") {
+		t.Fatalf("the second capture's error does not say the slot is in use:\n%s", out)
+	}
+	t.Logf("%s", lastLine(out))
+	capt.alive()
+	l.waitLoad(200, 30*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	// The refused capture wrote nothing: the topic holds one session.
+	if n := recordKinds(t, k, e.topic())[kafkalog.KindEpoch]; n != 1 {
+		t.Fatalf("the topic holds %d epoch markers, want 1 (the refused capture wrote one)", n)
+	}
+	capt.stop()
+	ap.stop()
+}
+
+// recordKinds counts the records of topic by kind.
+func recordKinds(t *testing.T, k *kafkatest.Cluster, topic string) map[byte]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	o, err := k.Admin(t).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := o.Lookup(topic, 0)
+	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}))
+	n := map[byte]int{}
+	for next := int64(0); next < end.Offset; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s up to offset %d of %d: %v", topic, next, end.Offset, ctx.Err())
+		}
+		for _, r := range fs.Records() {
+			h, _, err := kafkalog.ParseHeader(r.Value)
+			if err != nil {
+				t.Fatalf("%s offset %d: %v", topic, r.Offset, err)
+			}
+			n[h.Kind]++
+			next = r.Offset + 1
+		}
+	}
+	return n
+}
+
+// TestKafkaKillApplyInGroup: under a steady load of many small
+// transactions (the apply groups them, many to a target transaction) the
+// apply is killed -9 while it streams, as soon as it has applied after a
+// restart, and halfway through the backlog that built up while it was
+// down; restarted each time: no transaction lost, none applied twice.
+func TestKafkaKillApplyInGroup(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	ctx := t.Context()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", tgtDB)
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap) // the initial copy is done
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 0, 250)
+	applied := func() int64 {
+		var n int64
+		if err := tgt.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var atKill int64
+	for round := 1; round <= 3; round++ {
+		want := atKill + 1
+		if round == 3 {
+			want = atKill + (l.done.Load()-atKill)/2
+		}
+		pgtest.WaitForEvery(t, fmt.Sprintf("the apply to apply %d transactions", want), 60*time.Second, 5*time.Millisecond, func() (bool, error) {
+			ap.alive()
+			return applied() >= want, nil
+		})
+		ap.kill()
+		atKill = applied()
+		t.Logf("round %d: apply killed with %d of %d source transactions applied", round, atKill, l.done.Load())
+		// A backlog for the restarted apply to group.
+		l.waitLoad(1500, 30*time.Second)
+		ap = e.startApply(fmt.Sprintf("apply (restart %d)", round), tgtDB)
+	}
+	l.waitLoad(500, 30*time.Second)
+	l.halt()
+	t0 := time.Now()
+	waitSame(t, e.s, tgt, kafkaTables, 90*time.Second, capt, ap)
+	t.Logf("target equal %s after the load stopped", time.Since(t0).Round(time.Millisecond))
+	// Rows written by one target transaction share its xmin.
+	var groups, largest int64
+	if err := tgt.QueryRow(ctx, "SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM ledger GROUP BY xmin::text) g").Scan(&groups, &largest); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d source transactions applied in %d target transactions, the largest of %d", l.done.Load(), groups, largest)
+	if largest < 10 {
+		t.Fatalf("the apply did not group: at most %d source transactions in a target transaction", largest)
+	}
+	capt.stop()
+	ap.stop()
+}
