@@ -107,11 +107,15 @@ type Options struct {
 	// Queue (capture --kafka: package kafkalog writes them to a topic):
 	// capture still tracks transactions, registers each commit with the
 	// Acker before Raw sees it, and acknowledges what the Acker says.
-	Raw    RawSink
-	Acker  Acker
-	Eager  Eager // optional
-	Stats  *stats.Registry
-	Logger *slog.Logger
+	Raw RawSink
+	// Started, if set, is called once the slot is held (START_REPLICATION
+	// succeeded), before the first message is read: capture --kafka
+	// writes its epoch marker there, when no other capture can write.
+	Started func(ctx context.Context) error
+	Acker   Acker
+	Eager   Eager // optional
+	Stats   *stats.Registry
+	Logger  *slog.Logger
 }
 
 // Capture is the receive loop. One goroutine (the one calling Run) owns the
@@ -305,6 +309,11 @@ func (c *Capture) Run(ctx context.Context) error {
 		}
 	}
 	defer c.closeConn()
+	if c.opts.Started != nil {
+		if err := c.opts.Started(ctx); err != nil {
+			return err
+		}
+	}
 	c.received = c.opts.StartLSN
 	c.startNano.Store(time.Now().UnixNano())
 	defer func() {

@@ -138,11 +138,12 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	proto := capture.ProtoVersionFor(version / 10000)
 	src.Close(ctx)
 
+	// Where to start: after what the topic holds. Read again once the
+	// slot is held (Started): until then another capture may write.
 	tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
 	if err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
-	epoch := kafkalog.NextEpoch(tail, time.Now())
 	start := max(slot.Confirmed, tail.LastCommit)
 	prod, err := kafkalog.NewProducer(brokers, topic)
 	if err != nil {
@@ -155,20 +156,27 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		prod.Close()
 	}()
 	wm := apply.NewWatermark(slot.Confirmed)
-	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Epoch: epoch, Proto: uint8(proto),
+	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto),
 		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
-	ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: pgDatabase(cfg.Source), Slot: cfg.Slot,
-		Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
-	if err := w.Start(ctx, ep); err != nil {
-		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	started := func(ctx context.Context) error {
+		held, err := kafkalog.Tail(ctx, adm, brokers, topic)
+		if err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: pgDatabase(cfg.Source), Slot: cfg.Slot,
+			Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
+		if err := w.Start(ctx, held, ep); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		e.log.Info("capture session started: the slot is held, its epoch marker written", "topic", topic,
+			"slot_confirmed", slot.Confirmed, "topic_last_commit", held.LastCommit, "start", start)
+		return nil
 	}
-	e.log.Info("capture session started", "topic", topic, "epoch", epoch, "slot_confirmed", slot.Confirmed,
-		"topic_last_commit", tail.LastCommit, "start", start)
 	capt, err := capture.New(capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
-		DDLMessages: e.ddl == ddlTrigger, Raw: w, Acker: wm, Stats: e.stats, Logger: e.log,
+		DDLMessages: e.ddl == ddlTrigger, Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
 		return err

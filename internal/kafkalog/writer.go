@@ -26,7 +26,7 @@ const (
 type WriterOptions struct {
 	Client *kgo.Client // a producer: acks=all, idempotent (NewProducer)
 	Topic  string
-	Epoch  uint32 // this capture session's (Start writes its marker)
+	Epoch  uint32 // this capture session's (Start sets it and writes its marker)
 	Proto  uint8  // the slot's pgoutput protocol version
 	// LastCommit is the end LSN of the last transaction the topic holds
 	// (Tail): a transaction whose commit comes before it is in the topic
@@ -115,8 +115,14 @@ func NewWriter(o WriterOptions) *Writer {
 }
 
 // Start writes the session's EPOCH marker and waits until the brokers
-// have it: consumers drop what an earlier session left half written.
-func (w *Writer) Start(ctx context.Context, e Epoch) error {
+// have it: consumers drop what an earlier session left half written. It
+// is called once the slot is held (capture.Options.Started), when no
+// other capture writes to the topic any more, with the topic's tail as
+// read then: the session's epoch is the next after the tail's, and what
+// the tail holds is not written again.
+func (w *Writer) Start(ctx context.Context, tail TailInfo, e Epoch) error {
+	w.o.Epoch = NextEpoch(tail, time.Now())
+	w.lastCommit = max(w.lastCommit, tail.LastCommit)
 	v := AppendHeader(nil, Header{Kind: KindEpoch, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto})
 	v = AppendEpoch(v, e)
 	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}).FirstErr(); err != nil {
@@ -202,6 +208,16 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 			w.rels[id] = r
 		}
 		delete(w.streamRels, m.Xid)
+		if m.EndLSN <= w.lastCommit {
+			// In the topic already: the session before wrote more after the
+			// tail this session started from was read. Its blocks, written
+			// again, are aborted instead.
+			abort := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgStreamAbort}, m.Xid)
+			w.append(walStart, binary.BigEndian.AppendUint32(abort, m.Xid))
+			w.flush()
+			w.o.Acked(m.EndLSN)
+			return nil
+		}
 		w.append(walStart, data)
 		w.lastCommit = m.EndLSN
 		w.ends = append(w.ends, m.EndLSN)
