@@ -170,9 +170,19 @@ func TestKafkaCaptureApply(t *testing.T) {
 	// The second target starts late: its own initial copy.
 	ap2 := startProc(t, "apply 2", applyArgs(tgt2)...)
 	small(200)
-	// Apply 1 killed and restarted.
+	// Apply 1 killed: the slot does not wait for it (a stopped target
+	// costs the source nothing), then it is restarted.
 	ap1.kill()
 	small(100)
+	var walNow string
+	if err := s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walNow); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the slot to confirm "+walNow+" with apply 1 stopped", 30*time.Second, func() (bool, error) {
+		var ok bool
+		err := s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", slot, walNow).Scan(&ok)
+		return ok, err
+	})
 	ap1 = startProc(t, "apply 1 (restarted)", applyArgs(tgt1)...)
 	exec1("UPDATE big SET payload = 'updated' WHERE id % 1000 = 0")
 	small(200)
