@@ -363,3 +363,92 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	capt.stop()
 	ap.stop()
 }
+
+// TestKafkaTablesAdd (issue 30): `tables add` through Kafka, one target
+// after the other: the first adds the table to the publication, and its
+// apply copies the table at a snapshot of its own while it runs. Another
+// target's apply that meets the table's rows before its own `tables add`
+// stops, saying so (never applies around it); after `tables add` for it,
+// started again, it copies the table and applies its later changes.
+func TestKafkaTablesAdd(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	src := pgtest.Shared(t, "source")
+	tgtC := pgtest.Shared(t, "target")
+	srcDB := pgtest.NewDB(t, src)
+	tgt1, tgt2 := pgtest.NewDB(t, tgtC), pgtest.NewDB(t, tgtC)
+	ctx := t.Context()
+	s, err := pgx.Connect(ctx, src.DSN(srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if _, err := s.Exec(ctx, `CREATE TABLE first (id int PRIMARY KEY, v text); CREATE TABLE later (id int PRIMARY KEY, v text);
+		INSERT INTO later SELECT g, 'before' FROM generate_series(1, 500) g`); err != nil {
+		t.Fatal(err)
+	}
+	slot := "ka_" + strings.TrimPrefix(srcDB, "t_")
+	if len(slot) > 40 {
+		slot = slot[:40]
+	}
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), src.DSN(srcDB)); err == nil {
+			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(context.Background())
+		}
+	})
+	brokers := strings.Join(k.Addrs(), ",")
+	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", brokers}
+	capt := startProc(t, "capture", append([]string{"capture", "--tables", "public.first"}, common...)...)
+	var aps []*proc
+	for i, db := range []string{tgt1, tgt2} {
+		aps = append(aps, startProc(t, fmt.Sprintf("apply %d", i+1), append([]string{"apply", "--target", tgtC.DSN(db), "--create-tables",
+			"--spill-dir", filepath.Join(t.TempDir(), "spill")}, common...)...))
+	}
+	logTails(t, append([]*proc{capt}, aps...)...)
+	if _, err := s.Exec(ctx, "INSERT INTO first SELECT g, 'x' FROM generate_series(1, 100) g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []string{tgt1, tgt2} {
+		sameTables(t, s, tgtC.DSN(db), 60*time.Second, append([]*proc{capt}, aps...), "first")
+	}
+	tablesAdd := func(db, wait string) {
+		t.Helper()
+		add := exec.Command(repstreamBinary(t), "tables", "add", "public.later", "--create-tables", "--source", src.DSN(srcDB),
+			"--target", tgtC.DSN(db), "--slot", slot, "--wait", wait)
+		if out, err := add.CombinedOutput(); err != nil {
+			t.Fatalf("tables add on %s: %v\n%s", db, err, out)
+		}
+	}
+	tablesAdd(tgt1, "60s")
+	if _, err := s.Exec(ctx, "UPDATE later SET v = 'while one target has it' WHERE id = 500"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-aps[1].exited:
+		if out := aps[1].out.tail(5); err == nil || !strings.Contains(out, "tables add") {
+			t.Fatalf("apply 2 meeting a table added for target 1 only: exit %v, want an error naming `tables add`:\n%s", err, out)
+		}
+		aps[1].exited <- err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("apply 2 did not stop at the rows of a table it lacks:\n%s", aps[1].out.tail(10))
+	}
+	tablesAdd(tgt2, "0s")
+	aps[1] = startProc(t, "apply 2 (after its tables add)", append([]string{"apply", "--target", tgtC.DSN(tgt2), "--create-tables",
+		"--spill-dir", filepath.Join(t.TempDir(), "spill")}, common...)...)
+	logTails(t, aps[1])
+	for i := range 200 {
+		if _, err := s.Exec(ctx, "UPDATE later SET v = 'after' WHERE id = $1", i+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Exec(ctx, "INSERT INTO first VALUES ($1, 'y')", 1000+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, db := range []string{tgt1, tgt2} {
+		sameTables(t, s, tgtC.DSN(db), 60*time.Second, append([]*proc{capt}, aps...), "first", "later")
+	}
+	capt.stop()
+	for _, ap := range aps {
+		ap.stop()
+	}
+}

@@ -100,10 +100,14 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
+	// A target of the Kafka mode (it has recorded a topic offset) shares
+	// the publication with the slot's other targets: a table another
+	// target added is published but not yet copied here.
+	kafkaTarget := prog.Exists && prog.KafkaOffset >= 0
 	var res []AddResult
 	var todo []schema.TableName
 	for _, n := range names {
-		if slices.Contains(published, n) && !isPending(syncs, n) {
+		if slices.Contains(published, n) && !isPending(syncs, n) && (!kafkaTarget || isKnown(syncs, n)) {
 			res = append(res, AddResult{n.String(), "already replicated"})
 			continue
 		}
@@ -124,7 +128,15 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 		}
 		return res, nil
 	}
-	return addPending(ctx, src, tgt, cfg.Slot, pub, todo, published, slot.Active, opts.NoticeWait, res, log)
+	running := slot.Active
+	if kafkaTarget {
+		// The slot is the capture's: what must filter the tables is this
+		// target's apply.
+		if running, err = target.ApplyRunning(ctx, tgt, cfg.Slot); err != nil {
+			return res, err
+		}
+	}
+	return addPending(ctx, src, tgt, cfg.Slot, pub, todo, published, running, opts.NoticeWait, res, log)
 }
 
 // addPending adds the tables todo once the slot exists: recorded pending,
@@ -155,6 +167,15 @@ func addPending(ctx context.Context, src, tgt *pgx.Conn, slot, pub string, todo,
 		log.Info("table added", "table", n.String(), "publication", pub, "engine_running", running)
 	}
 	return res, nil
+}
+
+func isKnown(syncs []target.TableSync, n schema.TableName) bool {
+	for _, s := range syncs {
+		if s.Schema == n.Schema && s.Name == n.Name {
+			return true
+		}
+	}
+	return false
 }
 
 func isPending(syncs []target.TableSync, n schema.TableName) bool {

@@ -111,3 +111,16 @@ func EndPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, log *slo
 	}
 	return nil
 }
+
+// ApplyRunning reports whether an apply of slot holds sessions on the
+// target now (the shared apply lock is held).
+func ApplyRunning(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	var held bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+		AND ((classid::bigint << 32) | objid::bigint) = $1 AND granted)`, applyLockKey(slot)).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("look for the apply sessions of slot %q: %w", slot, err)
+	}
+	return held, nil
+}
