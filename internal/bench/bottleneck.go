@@ -36,7 +36,8 @@ func bottleneckOf(snaps []stats.Snapshot, t0 time.Time) (string, string) {
 	return v.Bottleneck, v.Worker
 }
 
-// writeBottlenecks prints one line naming each repstream run's bottleneck.
+// writeBottlenecks prints one line naming each repstream run's bottleneck
+// (the kafka system's: the apply's, then the capture's).
 func writeBottlenecks(w io.Writer, runs []*RunResult) {
 	started := false
 	for _, r := range runs {
@@ -52,6 +53,9 @@ func writeBottlenecks(w io.Writer, runs []*RunResult) {
 		fmt.Fprintf(w, "%s: **%s**", r.Label, r.Bottleneck)
 		if r.BottleneckWorker != "" {
 			fmt.Fprintf(w, " (busiest %s)", r.BottleneckWorker)
+		}
+		if r.CaptureBottleneck != "" {
+			fmt.Fprintf(w, " in the apply, **%s** in the capture", r.CaptureBottleneck)
 		}
 	}
 	if started {

@@ -54,7 +54,7 @@ func writeCharts(rep *Report, dir string) ([]string, error) {
 			return names, err
 		}
 		for i, r := range rep.Runs {
-			if r.System != SystemRepstream || len(r.Components) == 0 {
+			if (r.System != SystemRepstream && r.System != SystemKafka) || len(r.Components) == 0 {
 				continue
 			}
 			name := fmt.Sprintf("components-%d.png", i+1)

@@ -10,7 +10,7 @@ import (
 
 // systemsChart: every verified run side by side, time (top) and CPU seconds
 // by process group (bottom: engine, walsender, source backends, target
-// backends).
+// backends, the kafka system's broker).
 func systemsChart(rep *Report, path string) error {
 	var runs []*RunResult
 	for _, r := range rep.Runs {
@@ -56,6 +56,7 @@ func systemsChart(rep *Report, path string) error {
 		{"walsender", func(r *RunResult) float64 { return r.Resources.WalsenderCPUSeconds }},
 		{"source backends", func(r *RunResult) float64 { return r.Resources.SourceBackendsCPUSeconds }},
 		{"target backends", func(r *RunResult) float64 { return r.Resources.TargetBackendsCPUSeconds }},
+		{"Kafka broker", func(r *RunResult) float64 { return r.Resources.BrokerCPUSeconds }},
 	}
 	var most float64
 	for gi, g := range groups {
@@ -69,7 +70,7 @@ func systemsChart(rep *Report, path string) error {
 			return err
 		}
 		bc.Color = palette[(gi+1)%len(palette)]
-		bc.Offset = vg.Points(float64(gi)*10 - 15)
+		bc.Offset = vg.Points(float64(gi)*10 - 5*float64(len(groups)-1))
 		bot.Add(bc)
 		bot.Legend.Add(g.name, bc)
 	}

@@ -16,14 +16,21 @@
 //   - live: replication runs while the workload loads; replication time is
 //     from the first source commit to the last change visible on the target.
 //   - backlog: the slot exists (repstream: a first `run --until-caught-up`
-//     creates it; native: the subscription is created disabled), the workload
-//     loads, then replication starts; replication time is that catch-up.
+//     creates it; kafka: capture until its slot exists and apply until its
+//     initial copy is done, both stopped; native: the subscription is created
+//     disabled), the workload loads, then replication starts; replication
+//     time is that catch-up.
 //
 // "Visible" is detected the same way for both systems: a marker row committed
 // on the source after the load appears on the target, and then every
 // replicated table's row count equals the source's. Then each table is
 // compared (count and md5 of its ordered rows); a run that does not verify is
 // reported FAILED and its figures are not shown.
+//
+// The kafka system is repstream's Kafka mode: `repstream capture` and
+// `repstream apply`, two subprocesses, joined by one throwaway Kafka broker
+// (internal/kafkatest) that the first kafka run starts and Run closes; its
+// JVM's CPU is counted too (kafka.go).
 //
 // repstream runs as a subprocess (the repstream binary itself), so its CPU
 // time and peak RSS come from the kernel, and its per-component stats are

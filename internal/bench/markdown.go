@@ -54,6 +54,7 @@ var figures = []figure{
 	{"apply worker CPU (native / pglogical)", "s", true, func(r *RunResult) float64 { return r.Resources.ApplyWorkerCPUSeconds }},
 	{"target backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TargetBackendsCPUSeconds }},
 	{"source backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.SourceBackendsCPUSeconds }},
+	{"broker CPU (kafka)", "s", true, func(r *RunResult) float64 { return r.Resources.BrokerCPUSeconds }},
 	{"total CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TotalCPUSeconds }},
 	{"source WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.SourceBytes) / 1e6 }},
 	{"target WAL", "MB", true, func(r *RunResult) float64 { return float64(r.WAL.TargetBytes) / 1e6 }},
@@ -108,6 +109,9 @@ func WriteMarkdown(w io.Writer, rep *Report, pngs []string) {
 		fmt.Fprintf(w, "- connections (both systems): %s\n", rep.Settings.Connection)
 	}
 	fmt.Fprintf(w, "- repstream: values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides, else text; `--binary=false` forces text\n")
+	if rep.Settings.Kafka != "" {
+		fmt.Fprintf(w, "- kafka: %s\n", rep.Settings.Kafka)
+	}
 	for _, k := range sortedKeys(rep.Settings.Peers) {
 		fmt.Fprintf(w, "- %s: %s\n", k, rep.Settings.Peers[k])
 	}
@@ -230,6 +234,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 	if rep.Settings.Repeat > 1 {
 		writeRoundsMarkdown(w, rep)
 	}
+	writeKafkaDirect(w, rep)
 	fmt.Fprintf(w, "## Verification\n\n| run | table | source rows | target rows | equal |\n|---|---|---:|---:|---|\n")
 	for _, r := range runs {
 		if len(r.Tables) == 0 {
@@ -277,25 +282,29 @@ func firstWords(s string, n int) string {
 
 // nativeOf is the native run r is compared with: the one of r's round (with
 // --repeat), else the last native run; nil if there is none.
-func nativeOf(runs []*RunResult, r *RunResult) *RunResult {
+func nativeOf(runs []*RunResult, r *RunResult) *RunResult { return baseOf(runs, r, SystemNative) }
+
+// baseOf is the run of system base that r is compared with: the one of r's
+// round (with --repeat), else the last one; nil if there is none.
+func baseOf(runs []*RunResult, r *RunResult, base System) *RunResult {
 	var n *RunResult
 	for _, x := range runs {
-		if x.System == SystemNative && (r.Round == 0 || x.Round == r.Round) {
+		if x.System == base && (r.Round == 0 || x.Round == r.Round) {
 			n = x
 		}
 	}
 	return n
 }
 
-// systemRoundRatios returns f's sys/native ratio of every round in which
+// systemRoundRatios returns f's sys/base ratio of every round in which
 // both runs verified, in round order.
-func systemRoundRatios(runs []*RunResult, f figure, sys System) []float64 {
+func systemRoundRatios(runs []*RunResult, f figure, sys, base System) []float64 {
 	var out []float64
 	for _, r := range runs {
 		if r.System != sys || !r.Verified {
 			continue
 		}
-		n := nativeOf(runs, r)
+		n := baseOf(runs, r, base)
 		if n == nil || !n.Verified || f.get(n) == 0 {
 			continue
 		}
@@ -324,14 +333,29 @@ func writeRoundsMarkdown(w io.Writer, rep *Report) {
 		}
 	}
 	for _, sys := range systems {
-		writeSystemRounds(w, rep, sys)
+		writeSystemRounds(w, rep, sys, SystemNative)
 	}
 }
 
-func writeSystemRounds(w io.Writer, rep *Report, sys System) {
-	fmt.Fprintf(w, "| figure | median %s / native | min | max | per round |\n|---|---:|---:|---:|---|\n", sys)
+// writeKafkaDirect compares the kafka system with repstream's direct mode
+// (`run`), round by round, when both ran.
+func writeKafkaDirect(w io.Writer, rep *Report) {
+	var kafka, direct bool
+	for _, r := range rep.Runs {
+		kafka = kafka || r.System == SystemKafka
+		direct = direct || r.System == SystemRepstream
+	}
+	if !kafka || !direct {
+		return
+	}
+	fmt.Fprintf(w, "## Kafka path against direct mode\n\nkafka (`repstream capture` and `repstream apply` through a broker) over repstream (`repstream run`), each run against the repstream run of its round.\n\n")
+	writeSystemRounds(w, rep, SystemKafka, SystemRepstream)
+}
+
+func writeSystemRounds(w io.Writer, rep *Report, sys, base System) {
+	fmt.Fprintf(w, "| figure | median %s / %s | min | max | per round |\n|---|---:|---:|---:|---|\n", sys, base)
 	for _, f := range figuresFor(rep) {
-		rs := systemRoundRatios(rep.Runs, f, sys)
+		rs := systemRoundRatios(rep.Runs, f, sys, base)
 		if len(rs) == 0 || slices.Max(rs) == 0 { // e.g. the native apply worker's CPU
 			continue
 		}

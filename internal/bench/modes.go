@@ -40,10 +40,13 @@ const (
 	SystemPglogical System = "pglogical" // pglogical 2 node + subscription (peer)
 	SystemPgstream  System = "pgstream"  // xataio/pgstream postgres -> postgres with wal2json (peer)
 	SystemPgcopydb  System = "pgcopydb"  // pgcopydb clone, initial-copy workload only (peer)
+	// SystemKafka is this engine's Kafka mode: `repstream capture` and
+	// `repstream apply` joined by a throwaway broker (kafka.go).
+	SystemKafka System = "kafka"
 )
 
 // KnownSystems lists every system --systems accepts.
-var KnownSystems = []System{SystemRepstream, SystemNative, SystemPglogical, SystemPgstream, SystemPgcopydb}
+var KnownSystems = []System{SystemRepstream, SystemNative, SystemPglogical, SystemPgstream, SystemPgcopydb, SystemKafka}
 
 // AllSystems is the default: every system, repstream first.
 var AllSystems = []System{SystemRepstream, SystemNative}
@@ -51,8 +54,8 @@ var AllSystems = []System{SystemRepstream, SystemNative}
 func (s System) String() string { return string(s) }
 
 // IsPeer is true for the systems the bench compares with that are neither
-// repstream nor native.
-func (s System) IsPeer() bool { return s != SystemRepstream && s != SystemNative }
+// repstream (direct or through Kafka) nor native.
+func (s System) IsPeer() bool { return s != SystemRepstream && s != SystemNative && s != SystemKafka }
 
 // ParseSystem parses a system name.
 func ParseSystem(v string) (System, error) {

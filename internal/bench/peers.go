@@ -39,6 +39,8 @@ func installHint(s System) string {
 		return "apt-get install pgcopydb (or: make bench-peers)"
 	case SystemPgstream:
 		return "go install github.com/xataio/pgstream@" + PgstreamVersion + " and apt-get install postgresql-15-wal2json (or: make bench-peers)"
+	case SystemKafka:
+		return "make kafka"
 	}
 	return ""
 }
@@ -89,6 +91,8 @@ func peerSupport(s System, wl *Workload) string {
 		return "pgcopydb copies a database once: it runs in the initial-copy workload only"
 	case s == SystemPgstream && wl.Copy:
 		return "pgstream's snapshot is not wired into the initial-copy workload (it streams in the other workloads)"
+	case s == SystemKafka && wl.Copy:
+		return "the Kafka path's initial copy is each apply's own, that of run: the initial-copy workload measures it as repstream"
 	}
 	return ""
 }
@@ -162,6 +166,11 @@ func selectSystems(o *Options, wl *Workload) map[string]string {
 		if why == "" && s.IsPeer() {
 			if why = localPeerCheck(s, o.SourceDSN == ""); why != "" {
 				why += "; install: " + installHint(s)
+			}
+		}
+		if why == "" && s == SystemKafka {
+			if err := kafkaAvailable(); err != nil {
+				why = err.Error() + "; install: " + installHint(s)
 			}
 		}
 		if why != "" {

@@ -37,7 +37,9 @@ type Settings struct {
 	// the command that installs a missing peer).
 	Skipped map[string]string `json:"skipped,omitempty"`
 	// Peers describes how each peer was set up.
-	Peers          map[string]string `json:"peers,omitempty"`
+	Peers map[string]string `json:"peers,omitempty"`
+	// Kafka describes how the kafka system was set up ("" without it).
+	Kafka          string            `json:"kafka,omitempty"`
 	Vary           string            `json:"vary,omitempty"`
 	Repeat         int               `json:"repeat,omitempty"`
 	RepstreamFlags []string          `json:"repstream_flags"`
@@ -61,7 +63,7 @@ type Machine struct {
 
 // RunResult is one system's run of the workload.
 type RunResult struct {
-	System System `json:"system"` // "repstream", "native", or a peer: "pglogical", "pgstream", "pgcopydb"
+	System System `json:"system"` // "repstream", "kafka", "native", or a peer: "pglogical", "pgstream", "pgcopydb"
 	Label  string `json:"label"`  // system plus the varied setting, e.g. "repstream apply-parallelism=2"
 	// VaryValue is the value of the varied setting ("" without --vary).
 	VaryValue string `json:"vary_value,omitempty"`
@@ -94,6 +96,11 @@ type RunResult struct {
 	// workers together, or "none"; BottleneckWorker the busiest worker.
 	Bottleneck       string `json:"bottleneck,omitempty"`
 	BottleneckWorker string `json:"bottleneck_worker,omitempty"`
+	// CaptureFinalStats and CaptureBottleneck (kafka system) are the
+	// capture half's; FinalStats, Bottleneck and Components are the
+	// apply's.
+	CaptureFinalStats *stats.Snapshot `json:"capture_final_stats,omitempty"`
+	CaptureBottleneck string          `json:"capture_bottleneck,omitempty"`
 }
 
 // LoadFigures describe the workload's load on the source.
@@ -147,8 +154,11 @@ type Resources struct {
 	// walsenders (the copy's COPY TO sessions); metered in the
 	// initial-copy workload only (elsewhere the load's own session is there).
 	SourceBackendsCPUSeconds float64 `json:"source_backends_cpu_seconds,omitempty"`
+	// BrokerCPUSeconds (kafka system): the Kafka broker's JVM, utime+stime
+	// from /proc/<pid>/stat at the system's start and at its stop.
+	BrokerCPUSeconds float64 `json:"broker_cpu_seconds,omitempty"`
 	// TotalCPUSeconds = engine + walsender + source backends + target
-	// backends (the apply worker is one of the target backends).
+	// backends (the apply worker is one of the target backends) + broker.
 	TotalCPUSeconds float64 `json:"total_cpu_seconds"`
 }
 

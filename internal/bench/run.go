@@ -32,6 +32,7 @@ type systemRun struct {
 	srcDSN, tgtDSN, slot string
 	sys                  replSystem
 	rsys                 *repstreamSys // nil for other systems
+	broker               *kafkaBroker  // the kafka system's (nil for others)
 	probe                *Probe
 	smp                  *sampler
 	loadEnv              *LoadEnv
@@ -96,6 +97,16 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 	defer r.dropDB(r.tgt, db)
 	run := &systemRun{r: r, sp: sp, res: res, srcDSN: r.src.dsnFor(db), tgtDSN: r.tgt.dsnFor(db),
 		slot: fmt.Sprintf("bench_%d_%s", sp.idx, sp.system), m: readings{mode: r.o.Mode}}
+	if sp.system == SystemKafka {
+		b, err := r.kafka(ctx)
+		if err != nil {
+			return err
+		}
+		run.broker = b
+		if r.o.kafkaAfterRun != nil {
+			defer r.o.kafkaAfterRun(b) // after the cleanup
+		}
+	}
 	run.setUp()
 	// Cleanup runs before the databases are dropped (defers run LIFO).
 	defer run.sys.cleanup(context.Background())
@@ -133,6 +144,9 @@ func (s *systemRun) setUp() {
 		return
 	case SystemPgstream:
 		s.sys = newPgstream(env, append(slices.Clone(s.r.wl.Tables), ProbeTable))
+		return
+	case SystemKafka:
+		s.sys = newKafka(env, s.r.o.Binary, s.sp.flags, s.broker)
 		return
 	}
 	n := newNative(env, s.r.version)
@@ -173,8 +187,8 @@ func (s *systemRun) beginMeasure(at time.Time) error {
 	if s.m.tgtWAL0, err = currentLSN(s.ctx, s.tgtDSN); err != nil {
 		return err
 	}
-	if s.rsys != nil {
-		s.rsys.setEpoch(at)
+	if e, ok := s.sys.(interface{ setEpoch(time.Time) }); ok {
+		e.setEpoch(at) // repstream, kafka
 	}
 	s.smp.begin(s.ctx, at)
 	return nil

@@ -65,6 +65,10 @@ type Options struct {
 	// Charts can be turned off (tests of the runner that do not need them).
 	NoCharts bool
 	Logger   *slog.Logger
+
+	// Tests: kafkaStarted is called once the broker is started,
+	// kafkaAfterRun after each kafka run's cleanup.
+	kafkaStarted, kafkaAfterRun func(*kafkaBroker)
 }
 
 // server is a PostgreSQL server the bench uses: a throwaway cluster or an
@@ -141,6 +145,9 @@ type runner struct {
 	keepDBs bool
 	// lastNative is when the last native subscription was started.
 	lastNative time.Time
+	// broker is the Kafka broker of the kafka runs (nil until the first
+	// one starts it; closed when Run returns).
+	broker *kafkaBroker
 }
 
 // nativeSpacing waits, before a native run starts its subscription, until
@@ -265,6 +272,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.ServerSettings = withPreload(o.ServerSettings, o.Systems)
 	r.o = o
 	r.keepDBs = slices.Contains(o.Systems, SystemPglogical)
+	defer r.closeKafka()
 
 	// Servers.
 	if o.SourceDSN != "" {
@@ -312,6 +320,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Settings.Skipped = skipped
 	}
 	rep.Settings.Peers = peerSettings(o.Systems)
+	if slices.Contains(o.Systems, SystemKafka) {
+		rep.Settings.Kafka = kafkaSettings()
+	}
 	if wl.Name == "dbl" {
 		err = r.runDBL(ctx, rep, specs)
 	} else {

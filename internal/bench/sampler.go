@@ -191,7 +191,7 @@ func (s *sampler) fillResources(res *RunResult) {
 	r.ApplyWorkerCPUSeconds = s.meter.total("apply")
 	r.TargetBackendsCPUSeconds = s.meter.total("target") + r.ApplyWorkerCPUSeconds
 	r.SourceBackendsCPUSeconds = s.meter.total("source")
-	r.TotalCPUSeconds = r.EngineCPUSeconds + r.WalsenderCPUSeconds + r.SourceBackendsCPUSeconds + r.TargetBackendsCPUSeconds
+	r.TotalCPUSeconds = r.EngineCPUSeconds + r.WalsenderCPUSeconds + r.SourceBackendsCPUSeconds + r.TargetBackendsCPUSeconds + r.BrokerCPUSeconds
 }
 
 // liveLine renders one status line: phase, load progress, target rate, lag

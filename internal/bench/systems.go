@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,6 +76,10 @@ type repstreamSys struct {
 	// preMade (initial-copy --pre-made): the target's tables exist; run
 	// without --create-tables.
 	preMade bool
+	// half (kafka system): "capture" or "apply", the half of Kafka mode the
+	// process is, run with argv instead of baseArgs' `run` (kafka.go).
+	half string
+	argv []string
 
 	mu       sync.Mutex
 	snaps    []stats.Snapshot
@@ -88,6 +93,9 @@ func newRepstream(env sysEnv, binary string, flags []string) *repstreamSys {
 }
 
 func (r *repstreamSys) baseArgs() []string {
+	if r.argv != nil {
+		return slices.Clone(r.argv)
+	}
 	if r.copyMode && r.preMade {
 		return []string{"run", "--source", r.env.srcDSN, "--target", r.env.tgtDSN,
 			"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot", "--until-caught-up", "--log-level", "info"}
@@ -100,8 +108,21 @@ func (r *repstreamSys) baseArgs() []string {
 		"--slot", r.env.slot, "--publication", r.env.pub, "--snapshot=false", "--log-level", "info"}
 }
 
+// name names the process in messages: "repstream", or "repstream capture"
+// and "repstream apply".
+func (r *repstreamSys) name() string {
+	if r.half != "" {
+		return "repstream " + r.half
+	}
+	return "repstream"
+}
+
 func (r *repstreamSys) logPath() string {
-	return filepath.Join(r.env.outDir, "logs", strings.ReplaceAll(r.env.label, " ", "_")+".repstream.log")
+	suffix := ".repstream.log"
+	if r.half != "" {
+		suffix = "." + r.half + ".log"
+	}
+	return filepath.Join(r.env.outDir, "logs", strings.ReplaceAll(r.env.label, " ", "_")+suffix)
 }
 
 func (r *repstreamSys) openLog() (*os.File, error) {
@@ -157,7 +178,7 @@ func (r *repstreamSys) start(ctx context.Context) error {
 		f.Close()
 		return fmt.Errorf("start %s: %w", r.binary, err)
 	}
-	r.env.log.Info("repstream started", "pid", r.cmd.Process.Pid, "args", strings.Join(r.flags, " "), "log", r.logPath())
+	r.env.log.Info(r.name()+" started", "pid", r.cmd.Process.Pid, "args", strings.Join(r.flags, " "), "log", r.logPath())
 	go func() {
 		r.waitErr = r.cmd.Wait()
 		close(r.done)
@@ -176,13 +197,13 @@ func (r *repstreamSys) start(ctx context.Context) error {
 			if r.copyMode && r.waitErr == nil {
 				return nil // copied before the status endpoint was asked
 			}
-			return fmt.Errorf("repstream exited at start: %v; log %s:\n%s", r.waitErr, r.logPath(), tail(r.logPath(), 15))
+			return fmt.Errorf("%s exited at start: %v; log %s:\n%s", r.name(), r.waitErr, r.logPath(), tail(r.logPath(), 15))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("repstream's status endpoint %s did not answer within 60s", r.addr)
+			return fmt.Errorf("%s's status endpoint %s did not answer within 60s", r.name(), r.addr)
 		}
 	}
 }
@@ -190,7 +211,7 @@ func (r *repstreamSys) start(ctx context.Context) error {
 func (r *repstreamSys) dead() <-chan struct{} { return r.done }
 
 func (r *repstreamSys) deadErr() error {
-	return fmt.Errorf("repstream exited during the run (%v); log %s:\n%s", r.waitErr, r.logPath(), tail(r.logPath(), 15))
+	return fmt.Errorf("%s exited during the run (%v); log %s:\n%s", r.name(), r.waitErr, r.logPath(), tail(r.logPath(), 15))
 }
 
 func (r *repstreamSys) fetch(ctx context.Context) (stats.Snapshot, error) {
@@ -312,14 +333,39 @@ func (r *repstreamSys) stop(ctx context.Context, res *RunResult) error {
 }
 
 func (r *repstreamSys) cleanup(ctx context.Context) {
+	r.kill()
+	dropSlot(ctx, r.env.srcDSN, r.env.slot, r.env.log)
+}
+
+// kill kills the process if it was started and not stopped.
+func (r *repstreamSys) kill() {
 	if r.cmd != nil && !r.stopped {
 		_ = r.cmd.Process.Kill()
 		<-r.done
+		r.stopped = true
 		if r.logf != nil {
 			r.logf.Close()
 		}
 	}
-	dropSlot(ctx, r.env.srcDSN, r.env.slot, r.env.log)
+}
+
+// terminate stops the process with SIGTERM (SIGKILL after 30 s) without
+// reading its figures.
+func (r *repstreamSys) terminate() {
+	if r.cmd == nil || r.stopped {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+	r.stopped = true
+	if r.logf != nil {
+		r.logf.Close()
+	}
 }
 
 // dropSlot drops a logical slot (waiting for its walsender to go away).

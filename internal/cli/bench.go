@@ -45,7 +45,9 @@ Examples:
   repstream bench single-row --mode backlog --systems repstream,native,pglogical,pgstream
 
 Peers (pglogical, pgstream, pgcopydb) run when installed (make peers); a
-missing one is skipped with the command that installs it.`,
+missing one is skipped with the command that installs it. kafka runs
+repstream's Kafka mode (capture and apply) through one throwaway broker from
+the jars make kafka caches; without them it is skipped.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var level slog.Level
@@ -104,7 +106,7 @@ missing one is skipped with the command that installs it.`,
 	}
 	fs := cmd.Flags()
 	fs.Var(&o.Mode, "mode", "live: replicate while loading; backlog: load with replication stopped, then measure the catch-up")
-	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native, and the peers pglogical, pgstream, pgcopydb (initial-copy only); a peer not installed is skipped")
+	fs.Var((*bench.Systems)(&o.Systems), "systems", "systems to compare: repstream, native, kafka (repstream capture and apply through a throwaway Kafka broker; needs make kafka), and the peers pglogical, pgstream, pgcopydb (initial-copy only); a peer not installed is skipped")
 	fs.Float64Var(&o.Params.Scale, "scale", 1, "fraction of the seed's size (1 = full size)")
 	fs.Int64Var(&o.Params.Rows, "rows", 0, "rows to load (overrides --scale)")
 	fs.IntVar(&o.Params.TxnRows, "txn-rows", 0, "conditions: rows per transaction (default 100)")

@@ -1,0 +1,327 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/stats"
+)
+
+// The kafka system: repstream's Kafka mode (docs/kafka.md), its two halves
+// as two processes joined by one throwaway broker. `repstream capture`
+// writes the slot's stream to the topic repstream.<slot>, `repstream apply`
+// reads it into the target. The broker is started once per bench
+// invocation, the first time a kafka run needs it, and shared by every
+// kafka run; each run deletes its topic at the end.
+
+// kafkaAvailable says what is missing to start a broker (nil: nothing).
+var kafkaAvailable = func() error { return kafkatest.Available(kafkatest.Home()) }
+
+// kafkaBrokerHeapMB is the broker's JVM heap (kafkatest's default).
+const kafkaBrokerHeapMB = kafkatest.DefaultHeapMB
+
+// kafkaSettings describes the kafka system's setup (report.json
+// settings.kafka).
+func kafkaSettings() string {
+	return fmt.Sprintf("repstream capture and repstream apply (each with the repstream flags) through one throwaway Apache Kafka %s broker "+
+		"(KRaft, one broker and controller, %d MiB heap, on this machine, started once for the invocation; its JVM's CPU is broker_cpu_seconds); "+
+		"topic repstream.<slot> (1 partition, replication factor 1, acks=all, idempotent producer), deleted after each run; "+
+		"before the load: capture started until its slot exists, apply (no --create-tables) until its initial copy of the empty tables is done, "+
+		"both stopped with SIGTERM; at start both started again, capture first; the apply's values are text (the topic carries pgoutput text)",
+		kafkatest.Version, kafkaBrokerHeapMB)
+}
+
+// kafkaBroker is the invocation's broker.
+type kafkaBroker struct {
+	cluster *kafkatest.Cluster
+	addrs   string // the --kafka value
+	pid     int    // the broker's JVM
+}
+
+// kafka returns the invocation's broker, starting it on first use.
+func (r *runner) kafka(ctx context.Context) (*kafkaBroker, error) {
+	if r.broker != nil {
+		return r.broker, nil
+	}
+	fmt.Fprintf(r.out, "starting a Kafka %s broker ...\n", kafkatest.Version)
+	t0 := time.Now()
+	c, err := kafkatest.StartCluster(ctx, kafkatest.Options{Brokers: 1, Name: "bench", HeapMB: kafkaBrokerHeapMB, Logger: r.o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("start the Kafka broker: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Dir(), "broker-0", "pid"))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("read the Kafka broker's pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("read the Kafka broker's pid: %w", err)
+	}
+	r.broker = &kafkaBroker{cluster: c, addrs: strings.Join(c.Addrs(), ","), pid: pid}
+	r.log.Info("kafka broker started", "addrs", r.broker.addrs, "pid", pid, "dir", c.Dir(), "seconds", time.Since(t0).Seconds())
+	if r.o.kafkaStarted != nil {
+		r.o.kafkaStarted(r.broker)
+	}
+	return r.broker, nil
+}
+
+// closeKafka stops the broker, if one was started.
+func (r *runner) closeKafka() {
+	if r.broker == nil {
+		return
+	}
+	if err := r.broker.cluster.Close(); err != nil {
+		r.log.Warn("close the Kafka broker", "err", err)
+	}
+	r.broker = nil
+}
+
+// kafkaSys runs the two halves. capture and apply are the processes of the
+// measured interval (start to stop); prepare runs halves of its own.
+//
+// Invariants: done is closed once, after start, when either measured half
+// has exited (then exited names it); cpu0 is the broker's CPU seconds at
+// start, valid when cpuOK.
+type kafkaSys struct {
+	env     sysEnv
+	binary  string
+	flags   []string
+	broker  *kafkaBroker
+	capture *repstreamSys
+	apply   *repstreamSys
+	// prep are prepare's processes (killed by cleanup if still there).
+	prep []*repstreamSys
+
+	cpu0  float64
+	cpuOK bool
+
+	done   chan struct{}
+	exited *repstreamSys
+}
+
+func newKafka(env sysEnv, binary string, flags []string, broker *kafkaBroker) *kafkaSys {
+	k := &kafkaSys{env: env, binary: binary, flags: flags, broker: broker, done: make(chan struct{})}
+	k.capture, k.apply = k.half("capture"), k.half("apply")
+	return k
+}
+
+// half returns a process (not started) of one half.
+func (k *kafkaSys) half(role string) *repstreamSys {
+	h := newRepstream(k.env, k.binary, k.flags)
+	h.half = role
+	h.argv = []string{role, "--source", k.env.srcDSN}
+	if role == "apply" {
+		h.argv = append(h.argv, "--target", k.env.tgtDSN)
+	}
+	h.argv = append(h.argv, "--slot", k.env.slot, "--publication", k.env.pub, "--kafka", k.broker.addrs, "--log-level", "info")
+	return h
+}
+
+func (k *kafkaSys) topic() string { return kafkalog.Topic(k.env.slot) }
+
+// prepare makes the slot and the apply's initial copy (of the empty
+// tables) with the load not yet begun: capture until its slot exists, apply
+// until its progress record says the copy is done and it streams; then both
+// stop (SIGTERM), and the workload loads with replication stopped.
+func (k *kafkaSys) prepare(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	capt, ap := k.half("capture"), k.half("apply")
+	k.prep = append(k.prep, capt, ap)
+	defer func() {
+		ap.terminate()
+		capt.terminate()
+	}()
+	if err := capt.start(ctx); err != nil {
+		return err
+	}
+	src, err := pgx.Connect(ctx, withApp(k.env.srcDSN))
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	err = waitFor(ctx, capt, time.Minute, "capture's slot "+k.env.slot+" on the source", func() (bool, error) {
+		var ok bool
+		err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)", k.env.slot).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
+		return err
+	}
+	if err := ap.start(ctx); err != nil {
+		return err
+	}
+	tgt, err := pgx.Connect(ctx, withApp(k.env.tgtDSN))
+	if err != nil {
+		return err
+	}
+	defer tgt.Close(context.Background())
+	err = waitFor(ctx, ap, 2*time.Minute, "apply's initial copy (repstream.progress snapshot 'done')", func() (bool, error) {
+		var snap string
+		err := tgt.QueryRow(ctx, "SELECT snapshot FROM repstream.progress WHERE slot = $1", k.env.slot).Scan(&snap)
+		if errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err) {
+			return false, nil
+		}
+		return snap == "done", err
+	})
+	if err != nil {
+		return err
+	}
+	return waitStreaming(ctx, ap)
+}
+
+// waitStreaming waits until a half's /status says it streams.
+func waitStreaming(ctx context.Context, h *repstreamSys) error {
+	return waitFor(ctx, h, time.Minute, h.name()+" streaming (its /status phase)", func() (bool, error) {
+		s, err := h.fetch(ctx)
+		if err != nil {
+			return false, nil
+		}
+		eng, _ := s.Component(stats.CompEngine)
+		return eng.Info[stats.InfoPhase] == "streaming", nil
+	})
+}
+
+// waitFor polls cond every 50 ms until it is true, the process h exits, or
+// limit passes.
+func waitFor(ctx context.Context, h *repstreamSys, limit time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for the %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s within %s; log %s:\n%s", what, limit, h.logPath(), tail(h.logPath(), 15))
+		}
+		select {
+		case <-h.done:
+			return fmt.Errorf("%s exited while waiting for the %s: %v; log %s:\n%s", h.name(), what, h.waitErr, h.logPath(), tail(h.logPath(), 15))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func isUndefinedTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "SQLSTATE 42P01")
+}
+
+// start starts capture, then apply, and waits until the apply streams.
+func (k *kafkaSys) start(ctx context.Context) error {
+	if v, err := procCPUSeconds(k.broker.pid); err == nil {
+		k.cpu0, k.cpuOK = v, true
+	}
+	if err := k.capture.start(ctx); err != nil {
+		return err
+	}
+	if err := k.apply.start(ctx); err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-k.capture.done:
+			k.exited = k.capture
+		case <-k.apply.done:
+			k.exited = k.apply
+		}
+		close(k.done)
+	}()
+	return waitStreaming(ctx, k.apply)
+}
+
+func (k *kafkaSys) dead() <-chan struct{} { return k.done }
+
+func (k *kafkaSys) deadErr() error {
+	if k.exited == nil {
+		return errors.New("neither half of the kafka system exited")
+	}
+	return k.exited.deadErr()
+}
+
+func (k *kafkaSys) poll(ctx context.Context) {
+	k.capture.poll(ctx)
+	k.apply.poll(ctx)
+}
+
+// setEpoch sets time zero of both halves' component samples.
+func (k *kafkaSys) setEpoch(t time.Time) {
+	k.capture.setEpoch(t)
+	k.apply.setEpoch(t)
+}
+
+func (k *kafkaSys) live() string {
+	c, a := k.capture.live(), k.apply.live()
+	if c == "" && a == "" {
+		return ""
+	}
+	return "capture " + c + " | apply " + a
+}
+
+// stop stops both halves (SIGINT, at once) and reads the broker's CPU:
+// the engine's figures are the two processes' together, the components,
+// stats and bottleneck the apply's (the capture's in CaptureFinalStats and
+// CaptureBottleneck).
+func (k *kafkaSys) stop(ctx context.Context, res *RunResult) error {
+	var cr, ar RunResult
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = k.capture.stop(ctx, &cr) }()
+	go func() { defer wg.Done(); _ = k.apply.stop(ctx, &ar) }()
+	wg.Wait()
+	if k.cpuOK {
+		if v, err := procCPUSeconds(k.broker.pid); err == nil {
+			res.Resources.BrokerCPUSeconds = max(0, v-k.cpu0)
+		}
+	}
+	res.Resources.EngineCPUSeconds = cr.Resources.EngineCPUSeconds + ar.Resources.EngineCPUSeconds
+	res.Resources.EnginePeakRSSBytes = cr.Resources.EnginePeakRSSBytes + ar.Resources.EnginePeakRSSBytes
+	res.Spill.EngineBytes = cr.Spill.EngineBytes + ar.Spill.EngineBytes
+	res.Components = ar.Components
+	res.FinalStats = ar.FinalStats
+	res.Bottleneck, res.BottleneckWorker = ar.Bottleneck, ar.BottleneckWorker
+	res.CaptureFinalStats = cr.FinalStats
+	res.CaptureBottleneck = cr.Bottleneck
+	return nil
+}
+
+// cleanup kills what is left, drops the slot and deletes the topic, so
+// that nothing of the run remains but its logs.
+func (k *kafkaSys) cleanup(ctx context.Context) {
+	for _, h := range append([]*repstreamSys{k.apply, k.capture}, k.prep...) {
+		h.kill()
+	}
+	dropSlot(ctx, k.env.srcDSN, k.env.slot, k.env.log)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	adm, cl, err := kafkalog.NewAdmin(kafkalog.Brokers(k.broker.addrs))
+	if err != nil {
+		k.env.log.Warn("delete the topic: kafka client", "topic", k.topic(), "err", err)
+		return
+	}
+	defer cl.Close()
+	resps, err := adm.DeleteTopics(ctx, k.topic())
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		k.env.log.Warn("delete the topic", "topic", k.topic(), "err", err)
+	}
+}
