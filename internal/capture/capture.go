@@ -949,13 +949,25 @@ func NewDecoder(opts Options, proto int) (*Decoder, error) {
 	return &Decoder{c: c}, nil
 }
 
-// Message decodes one message, as the slot sent it at walStart.
+// Message decodes one message, as the slot sent it at walStart: the
+// source had decoded its WAL up to there (what Eager's TryTake is told).
 func (d *Decoder) Message(ctx context.Context, walStart change.LSN, data []byte) error {
+	d.c.advanceReceived(walStart)
 	return d.c.handle(ctx, walStart, data)
 }
 
-// Close releases what the decoder holds.
+// Close releases what the decoder holds. The streamed transaction Eager
+// applies, if one is open, is rolled back: the decoder's source sends it
+// again from its start (a new capture session).
 func (d *Decoder) Close() {
+	if xid := d.c.eagerXid; xid != 0 && d.c.opts.Eager != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := d.c.opts.Eager.Abort(ctx, xid, 0); err != nil {
+			d.c.log.Warn("roll back the transaction eager apply had open", "xid", xid, "err", err)
+		}
+		cancel()
+		d.c.eagerXid = 0
+	}
 	if d.c.addCancel != nil {
 		d.c.addCancel()
 	}

@@ -148,6 +148,9 @@ func TestKafkaCaptureApply(t *testing.T) {
 		}
 	}
 	small(300)
+	// Apply 1 is streaming (its copy done) before the large transaction:
+	// it applies it eagerly while the topic brings it in progress.
+	sameTables(t, s, tgtC.DSN(tgt1), 60*time.Second, []*proc{capt, ap1}, "acct")
 	// The large transaction: streamed in progress (64kB decoding work mem).
 	tx, err := s.Begin(ctx)
 	if err != nil {

@@ -410,12 +410,39 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 	e.watchWatermark(e.wm)
 	e.setPhase("streaming")
 	wm := e.wm
+	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
+	if err != nil {
+		return err
+	}
+	// Eager apply of a large transaction while the topic brings it in
+	// progress, as in run; a new capture session rolls it back (the
+	// decoder's Close) and it comes again from its start.
+	var eager *apply.Eager
+	if cfg.Eager && e.eagerWithConflicts(cfg.OnError, len(skips)) {
+		skipBelow := prog.Low
+		for _, a := range prog.Applied {
+			skipBelow = max(skipBelow, a)
+		}
+		eager = apply.NewEager(apply.EagerOptions{
+			Watermark: wm, SkipBelow: skipBelow, Stats: e.stats, Logger: e.log, Tables: e.tables,
+			NewWriter: func(ctx context.Context, st *stats.Component) (apply.EagerWriter, func(), error) {
+				return target.OpenSession(ctx, target.SessionOptions{
+					DSN: cfg.Target, AppName: "repstream-eager",
+					Writer: eagerWriter(e.writerOptions(true), st, e.log),
+				})
+			},
+		})
+	}
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
 		Applied: prog.IsApplied,
 		NewDecoder: func(proto int, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
-			return capture.NewDecoder(capture.Options{Slot: cfg.Slot, Publication: cfg.Publication,
-				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}, proto)
+			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication,
+				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
+			if eager != nil {
+				o.Eager = eager
+			}
+			return capture.NewDecoder(o, proto)
 		},
 		AbortInProgress: q.AbortInProgress,
 		Logger:          e.log,
@@ -432,11 +459,10 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 		Tables:            e.tables, Quiesce: true,
 		Behind: rd.Behind, Gathers: func() bool { return false },
 	}
-	skips, err := target.LoadSkipRequests(ctx, tgt, cfg.Slot, prog.Low)
-	if err != nil {
-		return err
-	}
 	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
+	if eager != nil {
+		apOpts.Eager = eager
+	}
 	ap, err := apply.New(apOpts)
 	if err != nil {
 		return err
@@ -444,7 +470,10 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return rd.Run(gctx) })
 	g.Go(func() error { return onSide("target", ap.Run(gctx, q)) })
-	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, nil}) })
+	if eager != nil {
+		g.Go(func() error { return onSide("target", eager.Run(gctx)) })
+	}
+	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}) })
 	persisted := prog.Low
 	persistedAt := from
 	persist := func(ctx context.Context) error {
