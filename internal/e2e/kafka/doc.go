@@ -1,0 +1,14 @@
+// Package kafka holds the end-to-end tests of the Kafka mode (`repstream
+// capture` and `repstream apply` joined by a topic): real brokers
+// (internal/kafkatest), real PostgreSQL (internal/pgcluster/pgtest), the
+// repstream binary run as separate processes and killed -9 where a test
+// says so. A package of its own so that `go test ./...` runs it beside
+// internal/e2e rather than after it.
+//
+// Files:
+//
+//	doc.go                this overview
+//	main_test.go          TestMain; the helpers (the binary, process handles, checksums)
+//	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply
+//	fault_test.go         brokers down, lost, the leader killed; a 50 MB value; a foreign record; two captures; an apply killed inside a group
+package kafka
