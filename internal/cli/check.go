@@ -9,6 +9,7 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/healthcheck"
+	"github.com/repstream/repstream/internal/kafkalog"
 )
 
 func checkCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -26,7 +27,9 @@ the slot (active, wal_status, retained WAL); on the target each table (exists
 or would be created with --create-tables, columns compatible, and, unless
 --ddl=false, owned by the role, as schema changes need), whether the role
 may SET session_replication_role, max_connections against --apply-parallelism,
-and repstream's state schema.
+and repstream's state schema. With --kafka (the halves joined by Kafka): the
+brokers, the slot's topic (one partition, its replication factor and
+min.insync.replicas) and the offset the target has recorded in it.
 
 Exits 1 when any item is FAIL.`,
 		Args: cobra.NoArgs,
@@ -40,7 +43,7 @@ Exits 1 when any item is FAIL.`,
 			rep, err := healthcheck.Run(cmd.Context(), healthcheck.Options{
 				Source: s.cfg.Source, Target: s.cfg.Target, Tables: s.cfg.Tables,
 				Publication: s.cfg.Publication, Slot: s.cfg.Slot, CreateTables: s.cfg.CreateTables,
-				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Logger: s.logger(stderr),
+				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Kafka: kafkalog.Brokers(s.cfg.Kafka), Logger: s.logger(stderr),
 			})
 			if err != nil {
 				return err
@@ -66,6 +69,7 @@ Exits 1 when any item is FAIL.`,
 	fs.BoolVar(&s.cfg.CreateTables, "create-tables", false, "a table missing on the target will be created by the run (not a failure)")
 	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
 	fs.StringVar(&s.cfg.DDL, "ddl", s.cfg.DDL, "the run's --ddl: with true or relation, schema changes are applied to the target tables, which needs their ownership")
+	fs.StringVar(&s.cfg.Kafka, "kafka", "", "for the halves joined by Kafka (capture, apply): the brokers; checks them, the slot's topic (one partition, its replication) and the target's offset in it")
 	fs.StringVar(&format, "format", "text", "text or json")
 	return cmd
 }

@@ -33,7 +33,11 @@ type Options struct {
 	// DDL is the run's --ddl ("" is the default, true): unless "false",
 	// schema changes are applied to the target tables, which needs their
 	// owner's privileges.
-	DDL    string
+	DDL string
+	// Kafka, for the halves joined by Kafka, is the brokers: the brokers,
+	// the slot's topic and the target's offset in it are checked too
+	// (side "kafka", kafka.go).
+	Kafka  []string
 	Logger *slog.Logger
 }
 
@@ -89,6 +93,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if c.trustedSchema(ctx, "target", c.tgt) {
 			c.stateSchema(ctx)
 		}
+	}
+	if len(opts.Kafka) > 0 {
+		c.kafka(ctx)
 	}
 	if err := ctx.Err(); err != nil {
 		return &c.r, fmt.Errorf("check: %w", err)

@@ -118,14 +118,22 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo
 	} else if td.Err != nil {
 		return info, fmt.Errorf("describe topic %s: %w", topic, td.Err)
 	}
-	info.Partitions = len(td.Partitions)
+	describe(ctx, adm, td, &info)
 	if info.Partitions != 1 {
 		return info, fmt.Errorf("topic %s has %d partitions: a slot's stream needs exactly one (the source's commit order); delete it or use another slot name", topic, info.Partitions)
 	}
-	info.ReplicationFactor = len(td.Partitions[0].Replicas)
+	return info, nil
+}
+
+// describe fills info from a topic's metadata and configuration.
+func describe(ctx context.Context, adm *kadm.Client, td kadm.TopicDetail, info *TopicInfo) {
+	info.Partitions = len(td.Partitions)
+	if info.Partitions > 0 {
+		info.ReplicationFactor = len(td.Partitions[0].Replicas)
+	}
 	info.MinInsyncReplicas = "?"
-	if rcs, err := adm.DescribeTopicConfigs(ctx, topic); err == nil {
-		if rc, err := rcs.On(topic, nil); err == nil {
+	if rcs, err := adm.DescribeTopicConfigs(ctx, td.Topic); err == nil {
+		if rc, err := rcs.On(td.Topic, nil); err == nil {
 			for _, c := range rc.Configs {
 				if c.Key == "min.insync.replicas" {
 					info.MinInsyncReplicas = c.MaybeValue()
@@ -133,6 +141,29 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo
 			}
 		}
 	}
+}
+
+// DescribeTopic reads the brokers and the topic without changing
+// anything (`check --kafka`): ErrNoTopic when the topic is missing.
+func DescribeTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo, error) {
+	info := TopicInfo{Name: topic}
+	bs, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return info, fmt.Errorf("reach the Kafka brokers: %w", err)
+	}
+	info.Brokers = len(bs)
+	tds, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return info, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return info, fmt.Errorf("%w: %s", ErrNoTopic, topic)
+	}
+	if td.Err != nil {
+		return info, fmt.Errorf("describe topic %s: %w", topic, td.Err)
+	}
+	describe(ctx, adm, td, &info)
 	return info, nil
 }
 

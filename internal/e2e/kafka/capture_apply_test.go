@@ -339,6 +339,14 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	if out, err := st.CombinedOutput(); err == nil || st.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "drop --target-only") || !strings.Contains(string(out), "kafka topic") {
 		t.Fatalf("status --kafka with the target's offset trimmed: %v, want exit 2 naming drop --target-only:\n%s", err, out)
 	}
+	// And check --kafka: the brokers and the topic OK, the offset FAIL.
+	ck := exec.Command(repstreamBinary(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	out, err := ck.CombinedOutput()
+	for _, want := range []string{"OK    kafka   brokers: 1 reachable", "kafka   topic " + topic + ": one copy", "FAIL  kafka   target's offset", "drop --target-only"} {
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("check --kafka with the target's offset trimmed: %v, want a failure and %q:\n%s", err, want, out)
+		}
+	}
 	ap = startProc(t, "apply (after the trim)", applyArgs...)
 	select {
 	case err := <-ap.exited:

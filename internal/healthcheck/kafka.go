@@ -1,0 +1,82 @@
+package healthcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/repstream/repstream/internal/kafkalog"
+)
+
+// kafka checks the brokers and the slot's topic (check --kafka), and the
+// target's offset in it: side "kafka".
+func (c *checker) kafka(ctx context.Context) {
+	brokers := c.opts.Kafka
+	adm, cl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		c.r.add(Fail, "kafka", "brokers", "give --kafka as host:port[,host:port...]", "%v", err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	topic := kafkalog.Topic(c.opts.Slot)
+	info, err := kafkalog.DescribeTopic(ctx, adm, topic)
+	switch {
+	case errors.Is(err, kafkalog.ErrNoTopic):
+		c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
+		c.r.add(Warn, "kafka", "topic "+topic, "start `repstream capture --slot "+c.opts.Slot+"`: it makes the topic", "missing")
+		return
+	case err != nil:
+		c.r.add(Fail, "kafka", "brokers", "check the addresses and that the brokers run (a firewall, advertised.listeners)", "%v: %v", brokers, err)
+		return
+	}
+	c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
+	switch {
+	case info.Partitions != 1:
+		c.r.add(Fail, "kafka", "topic "+topic, "delete the topic (or use another slot): repstream writes one partition, the source's commit order",
+			"%d partitions", info.Partitions)
+	case info.ReplicationFactor < 3 && info.Brokers >= 3:
+		c.r.add(Warn, "kafka", "topic "+topic, "raise the topic's replication factor to 3 (kafka-reassign-partitions)",
+			"replication factor %d on a cluster of %d brokers: losing a broker may lose the stream", info.ReplicationFactor, info.Brokers)
+	case info.ReplicationFactor < 2:
+		c.r.add(Warn, "kafka", "topic "+topic, "a cluster of 3 brokers keeps 3 copies (min.insync.replicas 2)",
+			"one copy (replication factor 1): a lost broker loses the stream")
+	default:
+		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s", info.ReplicationFactor, info.MinInsyncReplicas)
+	}
+	c.kafkaOffset(ctx, adm, topic)
+}
+
+// kafkaOffset checks that the offset the target recorded is still in the
+// topic.
+func (c *checker) kafkaOffset(ctx context.Context, adm *kadm.Client, topic string) {
+	if c.tgt == nil {
+		return
+	}
+	var off int64
+	err := c.tgt.QueryRow(ctx, "SELECT kafka_offset FROM repstream.progress WHERE slot = $1", c.opts.Slot).Scan(&off)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && off < 0:
+		c.r.add(OK, "kafka", "target's offset", "", "none recorded: no apply has streamed to this target yet")
+		return
+	case err != nil:
+		c.r.add(Warn, "kafka", "target's offset", "", "cannot read it from repstream.progress: %v", err)
+		return
+	}
+	start, end, err := kafkalog.Offsets(ctx, adm, topic)
+	if err != nil {
+		c.r.add(Fail, "kafka", "target's offset", "", "read the topic's offsets: %v", err)
+		return
+	}
+	if off < start {
+		c.r.add(Fail, "kafka", "target's offset", fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply`", c.opts.Slot),
+			"%d, gone from the topic (it starts at %d: retention)", off, start)
+		return
+	}
+	c.r.add(OK, "kafka", "target's offset", "", "%d of %d to %d (%d records behind at most)", off, start, end, max(end-off, 0))
+}
