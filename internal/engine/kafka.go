@@ -33,6 +33,9 @@ import (
 // runHalf runs the half the configuration's role names, riding through
 // transient faults as runResilient does.
 func (e *Engine) runHalf(ctx context.Context) error {
+	pctx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	go e.probeBrokers(pctx, kafkalog.Brokers(e.cfg.Kafka))
 	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -536,4 +539,48 @@ func (e *Engine) kafkaStatus(s *stats.LiveStatus) {
 		return
 	}
 	s.KafkaOffset, s.KafkaEnd = rd.Position()
+}
+
+// brokerProbeEvery is how often a half asks the brokers whether they are
+// there (/metrics repstream_connection_up{side="kafka"}, /healthz).
+const brokerProbeEvery = 5 * time.Second
+
+// probeBrokers asks the brokers for their list every brokerProbeEvery until
+// ctx ends, recording the answer in the "kafka" component as the source
+// and target probes do (stats.GaugeUp, GaugeLastOKUnixNano, InfoLastError,
+// and the gauge "brokers"): /healthz says unhealthy while they cannot be
+// reached.
+func (e *Engine) probeBrokers(ctx context.Context, brokers []string) {
+	st := e.stats.Component(stats.CompKafka)
+	up, lastOK, count := st.Gauge(stats.GaugeUp), st.Gauge(stats.GaugeLastOKUnixNano), st.Gauge("brokers")
+	adm, cl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		st.SetInfo(stats.InfoLastError, err.Error())
+		return
+	}
+	defer cl.Close()
+	t := time.NewTicker(brokerProbeEvery)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		bs, err := adm.ListBrokers(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			up.Store(0)
+			st.SetInfo(stats.InfoLastError, fmt.Sprintf("kafka %s: %v", e.cfg.Kafka, err))
+		} else {
+			up.Store(1)
+			lastOK.Store(time.Now().UnixNano())
+			count.Store(int64(len(bs)))
+			st.SetInfo(stats.InfoLastError, "")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

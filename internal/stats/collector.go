@@ -248,6 +248,9 @@ func (c *Collector) collectEngine(e *emitter, s Snapshot) {
 			e.gauge(dUp, float64(cs.Gauges[GaugeUp]), side)
 		}
 	}
+	if cs, ok := s.Component(CompKafka); ok && cs.Gauges[GaugeLastOKUnixNano] != 0 || ok && cs.Info[InfoLastError] != "" {
+		e.gauge(dUp, float64(cs.Gauges[GaugeUp]), CompKafka) // the brokers (Kafka mode)
+	}
 	if cs, ok := s.Component(CompConflicts); ok {
 		for _, k := range sortedKeys(cs.Counters) {
 			e.counter(dConflicts, float64(cs.Counters[k]), k)

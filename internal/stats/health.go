@@ -26,7 +26,7 @@ type HealthReport struct {
 
 // Health judges a snapshot: healthy while the run starts, copies or
 // replicates, unhealthy (with one reason per problem) when a probe of the
-// source or the target failed or is stale, the slot is lost (wal_status
+// source, the target or (Kafka mode) the brokers failed or is stale, the slot is lost (wal_status
 // lost) or the apply lag passes opts.MaxApplyLag.
 func Health(s Snapshot, opts HealthOptions) (bool, []string) {
 	stale := opts.Stale
@@ -34,7 +34,7 @@ func Health(s Snapshot, opts HealthOptions) (bool, []string) {
 		stale = 30 * time.Second
 	}
 	var reasons []string
-	for _, side := range []string{CompSource, CompTarget} {
+	for _, side := range []string{CompSource, CompTarget, CompKafka} {
 		cs, ok := s.Component(side)
 		if !ok {
 			continue // not probed yet

@@ -18,6 +18,10 @@ const (
 	CompTarget = "target"
 	// CompEngine holds the run's phase (info "phase") and apply-lag input.
 	CompEngine = "engine"
+	// CompKafka is the Kafka mode's component: the topic's reader or
+	// writer (counters, offsets) and the brokers' probe (GaugeUp,
+	// GaugeLastOKUnixNano, InfoLastError, as for the source and target).
+	CompKafka = "kafka"
 	// CompConflicts has one counter per conflict kind (the kind is the
 	// counter's name).
 	CompConflicts = "conflicts"
