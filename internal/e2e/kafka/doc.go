@@ -11,4 +11,5 @@
 //	main_test.go          TestMain; the helpers (the binary, process handles, checksums)
 //	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply
 //	fault_test.go         brokers down, lost, the leader killed; a 50 MB value; a foreign record; two captures; an apply killed inside a group
+//	ddl_test.go           schema changes through the topic; --on-error park
 package kafka
