@@ -113,6 +113,8 @@ func Advise(prev, cur stats.Snapshot, in Inputs) Verdict {
 		rec("%s is busy %d%% of the interval and holds the pipeline back", b.Name, pct(b.Busy))
 	}
 
+	adviseKafka(prev, cur, iv, th, rec)
+
 	flowNs := counterDelta(prev, cur, "capture", "flow_control_ns")
 	flow := max(queue.Waiting, float64(flowNs)/1e9/iv.Seconds)
 	if flow >= th.Flow {
@@ -122,6 +124,27 @@ func Advise(prev, cur stats.Snapshot, in Inputs) Verdict {
 		rec("%s of transactions spilled to disk: they did not fit in the queue's free memory; raise --memory above the largest transaction (with --eager, large transactions the source streams apply before they commit instead)", size(float64(iv.SpilledBytes)))
 	}
 	return v
+}
+
+// adviseKafka adds what the halves joined by Kafka measure: a capture
+// waiting for the brokers' acknowledgements, an apply retrying its reads
+// or far behind the topic.
+func adviseKafka(prev, cur stats.Snapshot, iv Interval, th Thresholds, rec func(string, ...any)) {
+	k, ok := cur.Component(stats.CompKafka)
+	if !ok {
+		return
+	}
+	if _, capture := k.Gauges["unacked_bytes"]; capture {
+		if wait := float64(counterDelta(prev, cur, stats.CompKafka, "waits_ns")) / 1e9 / iv.Seconds; wait >= th.Flow {
+			rec("the brokers are the limit: capture waited %d%% of the interval for their acknowledgements (at most 64 MiB unacknowledged): check the brokers' disks and network, and the topic's min.insync.replicas against its in-sync replicas; the slot waits meanwhile", pct(min(wait, 1)))
+		}
+	}
+	if n := counterDelta(prev, cur, stats.CompKafka, "fetch_errors"); n > 0 {
+		rec("apply retried reading the topic %d time(s) in the interval: the brokers were unreachable or the partition's leader moved (repstream_connection_up{side=\"kafka\"})", n)
+	}
+	if lag, apply := k.Gauges["lag_records"]; apply && lag > 0 {
+		rec("this target is %d records behind the topic's end: what it has not read yet waits in the topic, not on the source (the slot does not wait for a target)", lag)
+	}
 }
 
 func adviseApply(a Load, iv Interval, prev, cur stats.Snapshot, in Inputs, rec func(string, ...any)) {

@@ -231,3 +231,34 @@ func TestFormatNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestAdviseKafka: the halves joined by Kafka get their own
+// recommendations: a capture waiting for the brokers, an apply retrying
+// its reads and behind the topic.
+func TestAdviseKafka(t *testing.T) {
+	prevCapture, curCapture := snaps(capt(1000, 2, 8), comp{name: "kafka", counters: map[string]int64{"waits_ns": 0}, gauges: map[string]int64{"unacked_bytes": 0}})
+	k, _ := curCapture.Component("kafka")
+	k.Counters["waits_ns"] = 8e9
+	for i := range curCapture.Components {
+		if curCapture.Components[i].Name == "kafka" {
+			curCapture.Components[i] = k
+		}
+	}
+	v := Advise(prevCapture, curCapture, Inputs{Thresholds: DefaultThresholds(), CPUs: 2})
+	if got := strings.Join(v.Recommendations, "\n"); !strings.Contains(got, "the brokers are the limit") {
+		t.Errorf("capture waiting for acknowledgements: recommendations lack the brokers:\n%s", got)
+	}
+	prevApply, curApply := snaps(capt(1000, 2, 0), comp{name: "kafka", counters: map[string]int64{"fetch_errors": 0}, gauges: map[string]int64{"lag_records": 5000}})
+	for i := range curApply.Components {
+		if curApply.Components[i].Name == "kafka" {
+			curApply.Components[i].Counters = map[string]int64{"fetch_errors": 3}
+		}
+	}
+	v = Advise(prevApply, curApply, Inputs{Thresholds: DefaultThresholds(), CPUs: 2})
+	got := strings.Join(v.Recommendations, "\n")
+	for _, want := range []string{"retried reading the topic 3 time(s)", "5000 records behind the topic's end"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("apply: recommendations lack %q:\n%s", want, got)
+		}
+	}
+}
