@@ -195,9 +195,14 @@ func ParseEpoch(body []byte) (Epoch, error) {
 // value is ready.
 type Assembler struct {
 	buf      []byte
+	total    int // the message's announced size
 	walStart change.LSN
 	active   bool
 }
+
+// assembleGrow is the most Add allocates ahead of the bytes it has: a
+// damaged first fragment announcing gigabytes costs no more than this.
+const assembleGrow = 64 << 20
 
 // Active reports whether a message is partly assembled.
 func (a *Assembler) Active() bool { return a.active }
@@ -208,9 +213,9 @@ func (a *Assembler) Add(f Fragment) (Frame, bool, error) {
 		if a.active {
 			return Frame{}, false, fmt.Errorf("%w: a new message at %s begins before the one at %s is complete", ErrCorrupt, f.WALStart, a.walStart)
 		}
-		a.active, a.walStart = true, f.WALStart
-		a.buf = make([]byte, 0, f.Total)
-	} else if !a.active || f.WALStart != a.walStart || f.Offset != len(a.buf) || f.Total != cap(a.buf) {
+		a.active, a.walStart, a.total = true, f.WALStart, f.Total
+		a.buf = make([]byte, 0, min(f.Total, assembleGrow))
+	} else if !a.active || f.WALStart != a.walStart || f.Offset != len(a.buf) || f.Total != a.total {
 		return Frame{}, false, fmt.Errorf("%w: fragment [%d, %d) of the message at %s out of sequence", ErrCorrupt, f.Offset, f.Offset+len(f.Chunk), f.WALStart)
 	}
 	a.buf = append(a.buf, f.Chunk...)
