@@ -12,4 +12,5 @@
 //	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply
 //	fault_test.go         brokers down, lost, the leader killed; a 50 MB value; a foreign record; two captures; an apply killed inside a group
 //	ddl_test.go           schema changes through the topic; --on-error park
+//	acceptance_test.go    the check as one run on three brokers (a broker left down, kills, a target stopped while 300,000 rows come)
 package kafka
