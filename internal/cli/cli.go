@@ -389,7 +389,17 @@ itself.`
 		}
 		s.cfg.Role = role
 		log := s.logger(stderr)
-		err := engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
+		// REPSTREAM_CPUPROFILE as for run, one file per half: <path>.<role>.
+		prof := os.Getenv("REPSTREAM_CPUPROFILE")
+		if prof != "" {
+			prof += "." + string(role)
+		}
+		stop, err := startCPUProfile(prof, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		err = engine.New(s.cfg, log, stats.NewRegistry(stats.WithVersion(BuildVersion()))).Run(cmd.Context())
 		if err != nil && cmd.Context().Err() != nil && errors.Is(err, context.Canceled) {
 			log.Info("stopped before streaming began: the next start resumes", "where", err.Error())
 			return nil
