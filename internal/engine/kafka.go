@@ -152,15 +152,16 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	wm := apply.NewWatermark(slot.Confirmed)
+	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto),
+		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	defer func() {
+		w.Close() // the record being filled
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = prod.Flush(fctx)
 		prod.Close()
 	}()
-	wm := apply.NewWatermark(slot.Confirmed)
-	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto),
-		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	started := func(ctx context.Context) error {
 		held, err := kafkalog.Tail(ctx, adm, brokers, topic)
 		if err != nil {

@@ -45,15 +45,16 @@
 //     slot's messages in the order it sent them, so transactions in commit
 //     order (streamed ones interleaved as pgoutput interleaves them). One
 //     idempotent acks=all producer writes them: no gaps, no repeats.
-//   - A record ends at every transaction boundary: a Commit, Stream Stop,
-//     Stream Commit or Stream Abort is the last frame of its record, so a
-//     record holds at most one commit, and its header's last commit is
-//     that commit's end when it holds one.
-//   - Self-describing transactions: before a relation's first change
-//     (Insert, Update, Delete, Truncate) in each transaction and in each
-//     stream block, the Writer re-sends the Relation message it last saw
-//     for it unless that unit carries one already, so a consumer can start
-//     at the first record of any transaction.
+//   - A record holds whole frames of one or more transactions: at a
+//     transaction boundary (a Commit, Stream Stop, Stream Commit or Stream
+//     Abort) it is produced at once when it holds 64 KiB, else within 1 ms
+//     with the transactions that came meanwhile; its header's last commit
+//     is the end of the newest commit in it or before it.
+//   - Self-describing records: before a relation's first change (Insert,
+//     Update, Delete, Truncate) in each record and in each stream block,
+//     the Writer re-sends the Relation message it last saw for it unless
+//     the record (or block) carries one already, so a consumer can start at
+//     any record; consumers start at the record of a transaction's Begin.
 //   - Epochs: each capture session first writes an 'E' record, with an
 //     epoch above every earlier one (NextEpoch), and stamps every record
 //     with it. A consumer drops records of an epoch below one already seen;

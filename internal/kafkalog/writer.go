@@ -20,6 +20,11 @@ import (
 const (
 	DefaultMaxRecord   = 900 << 10 // under the broker's default message.max.bytes (1 MiB)
 	DefaultMaxInFlight = 64 << 20
+	// DefaultBatchBytes: a record that reaches this size at a transaction
+	// boundary is produced at once; a smaller one waits up to
+	// DefaultLinger for the transactions that follow.
+	DefaultBatchBytes = 64 << 10
+	DefaultLinger     = time.Millisecond
 )
 
 // WriterOptions configure a Writer.
@@ -38,6 +43,8 @@ type WriterOptions struct {
 	Acked       func(end change.LSN)
 	MaxRecord   int   // bytes of a record's value at most (DefaultMaxRecord)
 	MaxInFlight int64 // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
+	BatchBytes  int           // DefaultBatchBytes
+	Linger      time.Duration // DefaultLinger
 	Logger      *slog.Logger
 	// Stats is the "kafka" component: counters records, bytes, acked_records,
 	// waits_ns (waiting for the brokers to acknowledge: flow control);
@@ -47,23 +54,26 @@ type WriterOptions struct {
 
 // Writer writes a slot's messages to the topic as records (capture
 // --kafka): it is capture's raw sink (capture.RawSink). Messages are
-// appended to the record being filled, which is produced at every
-// transaction boundary (commit, the end of a stream block, an abort) and
-// whenever it is full; a message larger than a record is produced as
-// fragments, one record each, in a row.
+// appended to the record being filled. At a transaction boundary (a
+// commit, the end of a stream block, an abort) the record is produced at
+// once if it holds BatchBytes, else at most Linger later, with the
+// transactions that came meanwhile (a backlog fills records, a lone
+// commit waits Linger); a full record is produced at once; a message
+// larger than a record is produced as fragments, one record each, in a
+// row.
 //
-// Every transaction (and every stream block) is self-describing: before
-// the first change of a relation in it, the Writer writes the Relation
-// message it last saw for that relation unless the unit carries it
-// already, so that a consumer can start reading at the first record of
-// any transaction.
+// Records are self-describing: before the first change of a relation in a
+// record (and in each stream block, whose Relation messages belong to its
+// transaction), the Writer writes the Relation message it last saw for
+// that relation, so that a consumer can start reading at any record.
 //
 // Invariants: records are produced in message order to partition 0 by one
 // idempotent producer, so the brokers hold them in that order without
 // gaps or repeats; Acked(end) is called only once the record holding the
 // commit of the transaction ending at end (and so every record before it)
 // is acknowledged by all in-sync replicas. Message and Err are called from
-// one goroutine (capture's); the client's callbacks only touch failed.
+// one goroutine (capture's); bmu guards the record being filled against
+// the linger timer's flush; the client's callbacks only touch failed.
 type Writer struct {
 	o WriterOptions
 
@@ -80,7 +90,11 @@ type Writer struct {
 	// own scoping).
 	rels       map[uint32][]byte
 	streamRels map[uint32]map[uint32][]byte
-	described  map[uint32]bool // relations described in the current unit
+	described  map[uint32]bool // relations described in the current record (or stream block)
+
+	bmu   sync.Mutex  // the record being filled: Message and the linger timer
+	timer *time.Timer // flushes the record Linger after a boundary
+	armed bool        // timer set for the record being filled
 
 	mu     sync.Mutex
 	failed error
@@ -96,6 +110,12 @@ func NewWriter(o WriterOptions) *Writer {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = DefaultBatchBytes
+	}
+	if o.Linger <= 0 {
+		o.Linger = DefaultLinger
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -175,9 +195,10 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 	if err := w.waitRoom(ctx); err != nil {
 		return err
 	}
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
 	switch m.Type {
 	case pgoutput.MsgBegin:
-		clear(w.described)
 		// m.LSN is where the commit record starts: before the end of the
 		// last commit in the topic, the transaction is there already.
 		w.skipping = m.LSN < w.lastCommit
@@ -193,7 +214,7 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 		w.append(walStart, data)
 		w.lastCommit = m.EndLSN
 		w.ends = append(w.ends, m.EndLSN)
-		w.flush()
+		w.boundary()
 		return nil
 	case pgoutput.MsgStreamStart:
 		w.inStream, w.streamXid = true, m.Xid
@@ -201,7 +222,8 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 	case pgoutput.MsgStreamStop:
 		w.append(walStart, data)
 		w.inStream = false
-		w.flush()
+		clear(w.described) // the block's Relation messages were its transaction's
+		w.boundary()
 		return nil
 	case pgoutput.MsgStreamCommit:
 		for id, r := range w.streamRels[m.Xid] {
@@ -214,21 +236,21 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 			// again, are aborted instead.
 			abort := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgStreamAbort}, m.Xid)
 			w.append(walStart, binary.BigEndian.AppendUint32(abort, m.Xid))
-			w.flush()
+			w.boundary()
 			w.o.Acked(m.EndLSN)
 			return nil
 		}
 		w.append(walStart, data)
 		w.lastCommit = m.EndLSN
 		w.ends = append(w.ends, m.EndLSN)
-		w.flush()
+		w.boundary()
 		return nil
 	case pgoutput.MsgStreamAbort:
 		if m.SubXid == 0 || m.SubXid == m.Xid {
 			delete(w.streamRels, m.Xid)
 		}
 		w.append(walStart, data)
-		w.flush()
+		w.boundary()
 		return nil
 	case pgoutput.MsgRelation:
 		// Kept without the xid an in-stream Relation carries: describe
@@ -322,6 +344,9 @@ func (w *Writer) append(walStart change.LSN, data []byte) {
 	}
 	if len(w.buf) == 0 {
 		w.buf = AppendHeader(make([]byte, 0, 4096), w.header(KindData))
+		if !w.inStream {
+			clear(w.described) // a reader may start at this record
+		}
 	}
 	w.buf = AppendFrame(w.buf, Frame{WALStart: walStart, Data: data})
 	w.frames++
@@ -331,8 +356,50 @@ func (w *Writer) header(kind byte) Header {
 	return Header{Kind: kind, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto}
 }
 
+// boundary ends a transaction or a stream block in the record being
+// filled: produced now if it holds BatchBytes, else within Linger.
+func (w *Writer) boundary() {
+	if len(w.buf) >= w.o.BatchBytes {
+		w.flush()
+		return
+	}
+	if w.armed {
+		return
+	}
+	w.armed = true
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.o.Linger, w.lingerFlush)
+		return
+	}
+	w.timer.Reset(w.o.Linger)
+}
+
+// lingerFlush is the linger timer's: the record waited long enough.
+func (w *Writer) lingerFlush() {
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
+	if w.armed {
+		w.flush()
+	}
+}
+
+// Close produces the record being filled (the capture stops) and stops
+// the linger timer.
+func (w *Writer) Close() {
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
+	w.flush()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
 // flush produces the record being filled, if it holds anything.
 func (w *Writer) flush() {
+	if w.armed {
+		w.armed = false
+		w.timer.Stop()
+	}
 	if w.frames == 0 {
 		return
 	}

@@ -321,14 +321,21 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	}
 	before := endOffset()
 	insert(151, 200)
-	// The records the stopped apply still needs go (retention would).
-	var end int64
-	pgtest.WaitFor(t, "the capture to write the 50 new rows (a record each)", 30*time.Second, func() (bool, error) {
-		if end = endOffset(); end >= before+50 {
-			return true, nil
-		}
-		return false, fmt.Errorf("topic end %d, was %d", end, before)
+	// The records the stopped apply still needs go (retention would):
+	// once the brokers hold the new rows (the slot confirms past them).
+	var wal string
+	if err := s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the capture to write the 50 new rows", 30*time.Second, func() (bool, error) {
+		var ok bool
+		err := s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", slot, wal).Scan(&ok)
+		return ok, err
 	})
+	end := endOffset()
+	if end <= before {
+		t.Fatalf("topic end %d after the new rows, was %d", end, before)
+	}
 	var trim kadm.Offsets
 	trim.Add(kadm.Offset{Topic: topic, Partition: 0, At: end})
 	if _, err := adm.DeleteRecords(ctx, trim); err != nil {
