@@ -41,8 +41,8 @@ type WriterOptions struct {
 	// transaction once every record of it is acknowledged by the brokers,
 	// or at once for one skipped as already in the topic.
 	Acked       func(end change.LSN)
-	MaxRecord   int   // bytes of a record's value at most (DefaultMaxRecord)
-	MaxInFlight int64 // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
+	MaxRecord   int           // bytes of a record's value at most (DefaultMaxRecord)
+	MaxInFlight int64         // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
 	BatchBytes  int           // DefaultBatchBytes
 	Linger      time.Duration // DefaultLinger
 	Logger      *slog.Logger
