@@ -77,69 +77,10 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	e.log.Info("kafka topic", "topic", info.Name, "created", info.Created, "partitions", info.Partitions,
 		"replication_factor", info.ReplicationFactor, "min_insync_replicas", info.MinInsyncReplicas, "brokers", info.Brokers)
 
-	src, err := install.ConnectSource(ctx, cfg.Source)
+	slot, sysid, proto, err := e.provisionCapture(ctx)
 	if err != nil {
 		return err
 	}
-	defer src.Close(context.Background())
-	if err := install.CheckSource(ctx, src); err != nil {
-		return err
-	}
-	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
-		return err
-	}
-	e.reachedOnce = true
-	// Another capture streaming from the slot makes it active (so does, for
-	// a moment, the walsender of one that just died): refuse, not retry.
-	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
-		return err
-	}
-	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
-	if err != nil {
-		return err
-	}
-	var undo install.Undo
-	e.slotCreated = false
-	defer func() {
-		if err != nil && firstStart && !e.slotCreated {
-			undo.Run(ctx, e.log)
-		}
-	}()
-	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
-	if err != nil {
-		return err
-	}
-	if createdPub {
-		undo.Publication(src, cfg.Publication)
-	}
-	if _, err := e.publishedTables(ctx, src, &undo); err != nil {
-		return err
-	}
-	slot, err := install.LookupSlot(ctx, src, cfg.Slot)
-	if err != nil {
-		return err
-	}
-	if !slot.Exists {
-		res, closeSlot, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, false)
-		if err != nil {
-			return err
-		}
-		closeSlot()
-		e.slotCreated = true
-		if slot.Confirmed, err = change.ParseLSN(res.ConsistentPoint); err != nil {
-			return err
-		}
-		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
-	} else if slot.WALStatus == "lost" {
-		return fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
-	}
-	var sysid string
-	var version int
-	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int FROM pg_control_system()").Scan(&sysid, &version); err != nil {
-		return fmt.Errorf("read the source's identity: %w", err)
-	}
-	proto := capture.ProtoVersionFor(version / 10000)
-	src.Close(ctx)
 
 	// Where to start: after what the topic holds. Read again once the
 	// slot is held (Started): until then another capture may write.
@@ -191,6 +132,76 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	err = capt.Run(ctx)
 	e.walsenderPID = capt.BackendPID()
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
+}
+
+// provisionCapture checks the source and makes what the capture needs as
+// run makes it (the publication, the event trigger, the slot: a first
+// start that fails before its slot exists leaves nothing behind), and
+// returns the slot, the source's system identifier and the pgoutput
+// protocol it speaks.
+func (e *Engine) provisionCapture(ctx context.Context) (slot install.Slot, sysid string, proto int, err error) {
+	cfg := e.cfg
+	src, err := install.ConnectSource(ctx, cfg.Source)
+	if err != nil {
+		return slot, "", 0, err
+	}
+	defer src.Close(context.Background())
+	if err := install.CheckSource(ctx, src); err != nil {
+		return slot, "", 0, err
+	}
+	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
+		return slot, "", 0, err
+	}
+	e.reachedOnce = true
+	// Another capture streaming from the slot makes it active (so does, for
+	// a moment, the walsender of one that just died): refuse, not retry.
+	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
+		return slot, "", 0, err
+	}
+	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
+	if err != nil {
+		return slot, "", 0, err
+	}
+	var undo install.Undo
+	e.slotCreated = false
+	defer func() {
+		if err != nil && firstStart && !e.slotCreated {
+			undo.Run(ctx, e.log)
+		}
+	}()
+	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
+	if err != nil {
+		return slot, "", 0, err
+	}
+	if createdPub {
+		undo.Publication(src, cfg.Publication)
+	}
+	if _, err := e.publishedTables(ctx, src, &undo); err != nil {
+		return slot, "", 0, err
+	}
+	slot, err = install.LookupSlot(ctx, src, cfg.Slot)
+	if err != nil {
+		return slot, "", 0, err
+	}
+	if !slot.Exists {
+		res, closeSlot, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, false)
+		if err != nil {
+			return slot, "", 0, err
+		}
+		closeSlot()
+		e.slotCreated = true
+		if slot.Confirmed, err = change.ParseLSN(res.ConsistentPoint); err != nil {
+			return slot, "", 0, err
+		}
+		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
+	} else if slot.WALStatus == "lost" {
+		return slot, "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
+	}
+	var version int
+	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int FROM pg_control_system()").Scan(&sysid, &version); err != nil {
+		return slot, "", 0, fmt.Errorf("read the source's identity: %w", err)
+	}
+	return slot, sysid, capture.ProtoVersionFor(version / 10000), nil
 }
 
 // topicWait is how long an apply waits for its topic at start.
@@ -453,21 +464,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 		Stats:           e.stats.Component("kafka"),
 	})
 	e.kafka.Store(rd)
-	apOpts := apply.Options{
-		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
-		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
-		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
-		Applied: prog.IsApplied, Watermark: wm, Stats: e.stats, Logger: e.log,
-		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
-		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
-		Tables:            e.tables, Quiesce: true,
-		Behind: rd.Behind, Gathers: func() bool { return false },
-	}
-	apOpts.OnError, apOpts.SkipRequested = cfg.OnError, skips.Take
-	if eager != nil {
-		apOpts.Eager = eager
-	}
-	ap, err := apply.New(apOpts)
+	ap, err := apply.New(e.kafkaApplyOptions(prog, wm, rd, eager, skips))
 	if err != nil {
 		return err
 	}
@@ -478,44 +475,15 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 		g.Go(func() error { return onSide("target", eager.Run(gctx)) })
 	}
 	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}) })
-	persisted := prog.Low
-	persistedAt := from
-	persist := func(ctx context.Context) error {
-		low := wm.Flush()
-		off := rd.ResumeOffset(low)
-		if low <= persisted && off == persistedAt {
-			return nil
-		}
-		if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, off); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return onSide("target", err)
-		}
-		persisted, persistedAt = low, off
-		return nil
-	}
-	g.Go(func() error {
-		t := time.NewTicker(persistEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-			}
-			if err := persist(gctx); err != nil {
-				return err
-			}
-		}
-	})
+	pr := &kafkaPersister{tgt: tgt, slot: cfg.Slot, wm: wm, rd: rd, low: prog.Low, offset: from}
+	g.Go(func() error { return pr.loop(gctx) })
 	err = g.Wait()
 	pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	perr := persist(pctx)
+	perr := pr.persist(pctx)
 	cancel()
 	e.logSummary()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
-		e.log.Info("stopped", "applied_up_to", wm.Flush(), "topic_offset", persistedAt)
+		e.log.Info("stopped", "applied_up_to", wm.Flush(), "topic_offset", pr.offset)
 		return nil
 	}
 	return errors.Join(e.reseedAdvice(err), perr)
@@ -582,6 +550,74 @@ func (e *Engine) probeBrokers(ctx context.Context, brokers []string) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// kafkaApplyOptions are apply's options in an apply --kafka: as run's,
+// with the topic's reader saying when a backlog is read.
+func (e *Engine) kafkaApplyOptions(prog target.Progress, wm *apply.Watermark, rd *kafkalog.Reader, eager *apply.Eager, skips target.SkipRequests) apply.Options {
+	cfg := e.cfg
+	o := apply.Options{
+		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
+		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
+		Applied: prog.IsApplied, Watermark: wm, Stats: e.stats, Logger: e.log,
+		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
+		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
+		Tables:            e.tables, Quiesce: true,
+		Behind: rd.Behind, Gathers: func() bool { return false },
+		OnError: cfg.OnError, SkipRequested: skips.Take,
+	}
+	if eager != nil {
+		o.Eager = eager
+	}
+	return o
+}
+
+// kafkaPersister records an apply's low watermark in the target with the
+// topic offset to read from again (a resume point for that watermark:
+// kafkalog.Reader.ResumeOffset), at most every persistEvery.
+//
+// Invariant: low and offset are what the target has recorded.
+type kafkaPersister struct {
+	tgt    *pgx.Conn
+	slot   string
+	wm     *apply.Watermark
+	rd     *kafkalog.Reader
+	low    change.LSN
+	offset int64
+}
+
+// persist records the watermark and its offset if either moved.
+func (p *kafkaPersister) persist(ctx context.Context) error {
+	low := p.wm.Flush()
+	off := p.rd.ResumeOffset(low)
+	if low <= p.low && off == p.offset {
+		return nil
+	}
+	if err := target.AdvanceLowAt(ctx, p.tgt, p.slot, low, off); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return onSide("target", err)
+	}
+	p.low, p.offset = low, off
+	return nil
+}
+
+// loop persists every persistEvery until ctx ends.
+func (p *kafkaPersister) loop(ctx context.Context) error {
+	t := time.NewTicker(persistEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := p.persist(ctx); err != nil {
+			return err
 		}
 	}
 }

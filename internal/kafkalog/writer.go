@@ -205,52 +205,11 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 		if w.skipping {
 			return nil
 		}
-	case pgoutput.MsgCommit:
-		if w.skipping {
-			w.skipping = false
-			w.o.Acked(m.EndLSN)
-			return nil
-		}
-		w.append(walStart, data)
-		w.lastCommit = m.EndLSN
-		w.ends = append(w.ends, m.EndLSN)
-		w.boundary()
-		return nil
 	case pgoutput.MsgStreamStart:
 		w.inStream, w.streamXid = true, m.Xid
 		clear(w.described)
-	case pgoutput.MsgStreamStop:
-		w.append(walStart, data)
-		w.inStream = false
-		clear(w.described) // the block's Relation messages were its transaction's
-		w.boundary()
-		return nil
-	case pgoutput.MsgStreamCommit:
-		for id, r := range w.streamRels[m.Xid] {
-			w.rels[id] = r
-		}
-		delete(w.streamRels, m.Xid)
-		if m.EndLSN <= w.lastCommit {
-			// In the topic already: the session before wrote more after the
-			// tail this session started from was read. Its blocks, written
-			// again, are aborted instead.
-			abort := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgStreamAbort}, m.Xid)
-			w.append(walStart, binary.BigEndian.AppendUint32(abort, m.Xid))
-			w.boundary()
-			w.o.Acked(m.EndLSN)
-			return nil
-		}
-		w.append(walStart, data)
-		w.lastCommit = m.EndLSN
-		w.ends = append(w.ends, m.EndLSN)
-		w.boundary()
-		return nil
-	case pgoutput.MsgStreamAbort:
-		if m.SubXid == 0 || m.SubXid == m.Xid {
-			delete(w.streamRels, m.Xid)
-		}
-		w.append(walStart, data)
-		w.boundary()
+	case pgoutput.MsgCommit, pgoutput.MsgStreamStop, pgoutput.MsgStreamCommit, pgoutput.MsgStreamAbort:
+		w.endUnit(walStart, data, m)
 		return nil
 	case pgoutput.MsgRelation:
 		// Kept without the xid an in-stream Relation carries: describe
@@ -296,6 +255,53 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 	}
 	w.append(walStart, data)
 	return nil
+}
+
+// endUnit writes a message that ends a transaction or a stream block (a
+// commit, a stream stop, commit or abort) and marks the boundary.
+func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) {
+	switch m.Type {
+	case pgoutput.MsgCommit:
+		if w.skipping {
+			w.skipping = false
+			w.o.Acked(m.EndLSN)
+			return
+		}
+		w.append(walStart, data)
+		w.lastCommit = m.EndLSN
+		w.ends = append(w.ends, m.EndLSN)
+		w.boundary()
+	case pgoutput.MsgStreamStop:
+		w.append(walStart, data)
+		w.inStream = false
+		clear(w.described) // the block's Relation messages were its transaction's
+		w.boundary()
+	case pgoutput.MsgStreamCommit:
+		for id, r := range w.streamRels[m.Xid] {
+			w.rels[id] = r
+		}
+		delete(w.streamRels, m.Xid)
+		if m.EndLSN <= w.lastCommit {
+			// In the topic already: the session before wrote more after the
+			// tail this session started from was read. Its blocks, written
+			// again, are aborted instead.
+			abort := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgStreamAbort}, m.Xid)
+			w.append(walStart, binary.BigEndian.AppendUint32(abort, m.Xid))
+			w.boundary()
+			w.o.Acked(m.EndLSN)
+			return
+		}
+		w.append(walStart, data)
+		w.lastCommit = m.EndLSN
+		w.ends = append(w.ends, m.EndLSN)
+		w.boundary()
+	case pgoutput.MsgStreamAbort:
+		if m.SubXid == 0 || m.SubXid == m.Xid {
+			delete(w.streamRels, m.Xid)
+		}
+		w.append(walStart, data)
+		w.boundary()
+	}
 }
 
 // describe writes the relation's last Relation message unless the

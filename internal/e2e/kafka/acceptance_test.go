@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // TestKafkaAcceptance is issue 30's check as one run, on three brokers:
@@ -58,25 +59,12 @@ func TestKafkaAcceptance(t *testing.T) {
 	if err := e.s.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
 		t.Fatal(err)
 	}
-	slotConfirms := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			var ok bool
-			if err := e.s.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, wal).Scan(&ok); err != nil {
-				t.Fatal(err)
-			}
-			if ok {
-				return
-			}
-			capt.alive()
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the slot did not confirm %s in 90 s", what, wal)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	slotConfirms("with target B stopped")
+	pgtest.WaitFor(t, "the slot to confirm "+wal+" with target B stopped", 90*time.Second, func() (bool, error) {
+		capt.alive()
+		var ok bool
+		err := e.s.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, wal).Scan(&ok)
+		return ok, err
+	})
 	apB = e.startApply("apply B (restarted)", dbB)
 	l.waitLoad(100, 60*time.Second)
 	l.halt()

@@ -152,6 +152,12 @@ func TestKafkaCaptureApply(t *testing.T) {
 	// it applies it eagerly while the topic brings it in progress.
 	sameTables(t, s, tgtC.DSN(tgt1), 60*time.Second, []*proc{capt, ap1}, "acct")
 	// The large transaction: streamed in progress (64kB decoding work mem).
+	o, err := k.Admin(t).ListEndOffsets(ctx, "repstream."+slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, _ := o.Lookup("repstream."+slot, 0)
+	streamFrom := lo.Offset
 	tx, err := s.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -159,8 +165,18 @@ func TestKafkaCaptureApply(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO big SELECT g, repeat(md5(g::text), 3) FROM generate_series(1, 100000) g"); err != nil {
 		t.Fatal(err)
 	}
-	// The capture killed while the transaction streams, and restarted.
-	time.Sleep(time.Second)
+	// The capture killed while the transaction streams (its first blocks
+	// in the topic), and restarted.
+	adm := k.Admin(t)
+	topic := "repstream." + slot
+	pgtest.WaitFor(t, "the large transaction's first blocks in the topic", 30*time.Second, func() (bool, error) {
+		o, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false, err
+		}
+		lo, _ := o.Lookup(topic, 0)
+		return lo.Offset >= streamFrom+3, nil
+	})
 	capt.kill()
 	if _, err := tx.Exec(ctx, "INSERT INTO big SELECT g, 'second half' FROM generate_series(100001, 200000) g; INSERT INTO events VALUES (-1, 'big')"); err != nil {
 		t.Fatal(err)
