@@ -75,19 +75,9 @@ func (t TopicInfo) String() string {
 // min.insync.replicas 2 when there are 3 replicas. A topic that is there
 // must have one partition.
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo, error) {
-	info := TopicInfo{Name: topic}
-	bs, err := adm.ListBrokers(ctx)
-	if err != nil {
-		return info, fmt.Errorf("reach the Kafka brokers: %w", err)
-	}
-	info.Brokers = len(bs)
-	tds, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return info, fmt.Errorf("describe topic %s: %w", topic, err)
-	}
-	td, ok := tds[topic]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-		rf := min(3, len(bs))
+	info, err := DescribeTopic(ctx, adm, topic)
+	if errors.Is(err, ErrNoTopic) {
+		rf := min(3, info.Brokers)
 		cfg := map[string]*string{}
 		if rf >= 3 {
 			two := "2"
@@ -96,33 +86,40 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo
 		if _, err := adm.CreateTopic(ctx, 1, int16(rf), cfg, topic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return info, fmt.Errorf("create topic %s (1 partition, replication factor %d): %w", topic, rf, err)
 		}
-		info.Created = true
-		// Wait for the new topic's leader.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			tds, err = adm.ListTopics(ctx, topic)
-			if err == nil {
-				if td, ok = tds[topic]; ok && td.Err == nil && len(td.Partitions) > 0 && td.Partitions[0].Leader >= 0 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				return info, fmt.Errorf("topic %s has no leader 30 s after its creation", topic)
-			}
-			select {
-			case <-ctx.Done():
-				return info, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+		if err := waitLeader(ctx, adm, topic); err != nil {
+			return info, err
 		}
-	} else if td.Err != nil {
-		return info, fmt.Errorf("describe topic %s: %w", topic, td.Err)
+		info, err = DescribeTopic(ctx, adm, topic)
+		info.Created = true
 	}
-	describe(ctx, adm, td, &info)
+	if err != nil {
+		return info, err
+	}
 	if info.Partitions != 1 {
 		return info, fmt.Errorf("topic %s has %d partitions: a slot's stream needs exactly one (the source's commit order); delete it or use another slot name", topic, info.Partitions)
 	}
 	return info, nil
+}
+
+// waitLeader waits up to 30 s for a new topic's partition to have a leader.
+func waitLeader(ctx context.Context, adm *kadm.Client, topic string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			if td, ok := tds[topic]; ok && td.Err == nil && len(td.Partitions) > 0 && td.Partitions[0].Leader >= 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s has no leader 30 s after its creation", topic)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // describe fills info from a topic's metadata and configuration.
