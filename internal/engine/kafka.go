@@ -382,10 +382,12 @@ func (e *Engine) copyForKafka(ctx context.Context, tgt *pgx.Conn, tables []schem
 			low = s.SyncLSN
 		}
 	}
-	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotDone, false); err != nil {
+	// The offset first, then the copy done: a stop in between copies again
+	// rather than leave a finished copy without its offset.
+	if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, topicStart); err != nil {
 		return target.Progress{}, err
 	}
-	if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, topicStart); err != nil {
+	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotDone, false); err != nil {
 		return target.Progress{}, err
 	}
 	e.log.Info("initial copy done: the topic's transactions after it follow", "applied_up_to", low, "topic_offset", topicStart)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -323,6 +324,20 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	}
 	insert(101, 150)
 	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
+	// Stopped once it streams: its copy done and its offset recorded.
+	tc, err := pgx.Connect(ctx, tgtC.DSN(tgtDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close(context.Background())
+	pgtest.WaitFor(t, "the apply's offset recorded", 30*time.Second, func() (bool, error) {
+		var off int64
+		err := tc.QueryRow(ctx, "SELECT kafka_offset FROM repstream.progress WHERE slot = $1 AND snapshot = 'done'", slot).Scan(&off)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, err
+		}
+		return err == nil && off >= 0, err
+	})
 	ap.stop()
 	adm := k.Admin(t)
 	topic := "repstream." + slot
