@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/repstream/repstream/internal/apply"
@@ -44,7 +45,7 @@ func (e *Engine) runHalf(ctx context.Context) error {
 		} else {
 			err = e.runApply(ctx)
 		}
-		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) {
+		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) && !kafkaRetriable(err) {
 			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
 				e.log.Info("stopped")
 				return nil
@@ -622,4 +623,13 @@ func (p *kafkaPersister) loop(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// kafkaRetriable reports whether err is an error the Kafka protocol says
+// a later attempt may not meet (a leader election under way, an offset not
+// available yet, a broker not the leader any more): the half starts over,
+// as for a lost connection.
+func kafkaRetriable(err error) bool {
+	var ke *kerr.Error
+	return errors.As(err, &ke) && ke.Retriable
 }

@@ -183,8 +183,11 @@ func Offsets(ctx context.Context, adm *kadm.Client, topic string) (start, end in
 		return 0, 0, fmt.Errorf("read the offsets of topic %s: %w", topic, err)
 	}
 	e, ok := eo.Lookup(topic, 0)
-	if !ok || e.Err != nil {
-		return 0, 0, fmt.Errorf("read the end offset of topic %s: %v", topic, e.Err)
+	if !ok {
+		return 0, 0, fmt.Errorf("read the end offset of topic %s: no answer for partition 0", topic)
+	}
+	if e.Err != nil {
+		return 0, 0, fmt.Errorf("read the end offset of topic %s: %w", topic, e.Err)
 	}
 	return s.Offset, e.Offset, nil
 }
