@@ -624,15 +624,18 @@ func (c *Capture) sendStatus(replyRequested bool) error {
 
 // handle decodes one XLogData payload. Row changes are copied out of the
 // connection's buffer (which the next receive overwrites) before decoding, so
-// the tuples a Change points at belong to it.
+// the tuples a Change points at belong to it; a raw sink gets the buffer
+// itself (valid only during its Message call, as RawSink says).
 func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
 	c.cMessages.Add(1)
-	switch data[0] {
-	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
-		data = append([]byte(nil), data...)
+	if c.opts.Raw == nil {
+		switch data[0] {
+		case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
+			data = append([]byte(nil), data...)
+		}
 	}
 	m := &c.msg // one Message, reused for every message
 	m.Reset()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/probe"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
@@ -130,6 +132,13 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	e.wm = wm
 	e.watchWatermark(wm)
 	e.setPhase("streaming")
+	// The source's WAL position: far ahead of the stream (a backlog),
+	// records are made larger and fewer.
+	wctx, stopWAL := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { probe.WALLoop(wctx, cfg.Source, w.SourceWAL) })
+	defer wg.Wait()
+	defer stopWAL()
 	err = capt.Run(ctx)
 	e.walsenderPID = capt.BackendPID()
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))

@@ -48,8 +48,13 @@
 //   - A record holds whole frames of one or more transactions: at a
 //     transaction boundary (a Commit, Stream Stop, Stream Commit or Stream
 //     Abort) it is produced at once when it holds 64 KiB, else within 1 ms
-//     with the transactions that came meanwhile; its header's last commit
-//     is the end of the newest commit in it or before it.
+//     with the transactions that came meanwhile. While the capture is more
+//     than 4 MiB of WAL behind the source's position (Writer.SourceWAL,
+//     read every quarter second), a backlog, those are 512 KiB and 50 ms:
+//     the transactions are old already, and each record and produce
+//     request costs the brokers and every reader about as much as a
+//     hundred kilobytes of data. Its header's last commit is the end of
+//     the newest commit in it or before it.
 //   - Self-describing records: before a relation's first change (Insert,
 //     Update, Delete, Truncate) in each record and in each stream block,
 //     the Writer re-sends the Relation message it last saw for it unless
@@ -82,7 +87,7 @@
 //
 //	doc.go      this overview: the record format, its invariants, resuming
 //	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
-//	writer.go   Writer (capture --kafka's raw sink): messages batched into records up to each transaction boundary, fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats
+//	writer.go   Writer (capture --kafka's raw sink): messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer, NewAdmin, EnsureTopic (one partition), Offsets, Tail, NextEpoch

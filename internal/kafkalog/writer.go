@@ -25,11 +25,27 @@ const (
 	// DefaultLinger for the transactions that follow.
 	DefaultBatchBytes = 64 << 10
 	DefaultLinger     = time.Millisecond
+	// While the capture is more than DefaultCatchUpDistance of WAL behind
+	// the source's (SourceWAL), its transactions are old already and
+	// records are larger and fewer: a record is produced at a boundary
+	// once it holds DefaultCatchUpBytes, else at most DefaultCatchUpLinger
+	// later. Every record and every produce request costs the brokers
+	// (and each reader) about as much as a hundred kilobytes of data.
+	DefaultCatchUpDistance = 4 << 20
+	DefaultCatchUpBytes    = 512 << 10
+	DefaultCatchUpLinger   = 50 * time.Millisecond
 )
+
+// Producer is what a Writer needs of its client (*kgo.Client: NewProducer).
+type Producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+	BufferedProduceBytes() int64
+}
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
-	Client *kgo.Client // a producer: acks=all, idempotent (NewProducer)
+	Client Producer // a producer: acks=all, idempotent (NewProducer)
 	Topic  string
 	Epoch  uint32 // this capture session's (Start sets it and writes its marker)
 	Proto  uint8  // the slot's pgoutput protocol version
@@ -45,7 +61,12 @@ type WriterOptions struct {
 	MaxInFlight int64         // bytes produced and not yet acknowledged at most (DefaultMaxInFlight)
 	BatchBytes  int           // DefaultBatchBytes
 	Linger      time.Duration // DefaultLinger
-	Logger      *slog.Logger
+	// While catching up (SourceWAL): DefaultCatchUpDistance,
+	// DefaultCatchUpBytes, DefaultCatchUpLinger.
+	CatchUpDistance int64
+	CatchUpBytes    int
+	CatchUpLinger   time.Duration
+	Logger          *slog.Logger
 	// Stats is the "kafka" component: counters records, bytes, acked_records,
 	// waits_ns (waiting for the brokers to acknowledge: flow control);
 	// gauge unacked_bytes.
@@ -58,7 +79,10 @@ type WriterOptions struct {
 // commit, the end of a stream block, an abort) the record is produced at
 // once if it holds BatchBytes, else at most Linger later, with the
 // transactions that came meanwhile (a backlog fills records, a lone
-// commit waits Linger); a full record is produced at once; a message
+// commit waits Linger). While the capture is far behind the source's WAL
+// (SourceWAL), CatchUpBytes and CatchUpLinger take their place: the
+// transactions are old already, and fewer, larger records spare the
+// brokers and the readers. A full record is produced at once; a message
 // larger than a record is produced as fragments, one record each, in a
 // row.
 //
@@ -96,6 +120,9 @@ type Writer struct {
 	timer *time.Timer // flushes the record Linger after a boundary
 	armed bool        // timer set for the record being filled
 
+	lastStart change.LSN   // the WAL start of the last message appended
+	sourceWAL atomic.Int64 // the source's WAL position (SourceWAL); 0: unknown
+
 	mu     sync.Mutex
 	failed error
 
@@ -116,6 +143,15 @@ func NewWriter(o WriterOptions) *Writer {
 	}
 	if o.Linger <= 0 {
 		o.Linger = DefaultLinger
+	}
+	if o.CatchUpDistance <= 0 {
+		o.CatchUpDistance = DefaultCatchUpDistance
+	}
+	if o.CatchUpBytes <= 0 {
+		o.CatchUpBytes = DefaultCatchUpBytes
+	}
+	if o.CatchUpLinger <= 0 {
+		o.CatchUpLinger = DefaultCatchUpLinger
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -349,23 +385,44 @@ func (w *Writer) append(walStart change.LSN, data []byte) {
 		w.flush()
 	}
 	if len(w.buf) == 0 {
-		w.buf = AppendHeader(make([]byte, 0, 4096), w.header(KindData))
+		size := w.o.BatchBytes
+		if w.catchingUp() {
+			size = w.o.CatchUpBytes
+		}
+		w.buf = AppendHeader(make([]byte, 0, size+(4<<10)), w.header(KindData))
 		if !w.inStream {
 			clear(w.described) // a reader may start at this record
 		}
 	}
 	w.buf = AppendFrame(w.buf, Frame{WALStart: walStart, Data: data})
 	w.frames++
+	w.lastStart = walStart
 }
 
 func (w *Writer) header(kind byte) Header {
 	return Header{Kind: kind, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto}
 }
 
+// SourceWAL tells the Writer the source's current WAL position (0:
+// unknown); safe to call from any goroutine.
+func (w *Writer) SourceWAL(lsn change.LSN) { w.sourceWAL.Store(int64(lsn)) }
+
+// catchingUp says whether the source's WAL is more than CatchUpDistance
+// ahead of the last message appended.
+func (w *Writer) catchingUp() bool {
+	src := w.sourceWAL.Load()
+	return src > 0 && src-int64(w.lastStart) > w.o.CatchUpDistance
+}
+
 // boundary ends a transaction or a stream block in the record being
-// filled: produced now if it holds BatchBytes, else within Linger.
+// filled: produced now if it holds BatchBytes, else within Linger (while
+// catching up: CatchUpBytes, CatchUpLinger).
 func (w *Writer) boundary() {
-	if len(w.buf) >= w.o.BatchBytes {
+	batch, linger := w.o.BatchBytes, w.o.Linger
+	if w.catchingUp() {
+		batch, linger = w.o.CatchUpBytes, w.o.CatchUpLinger
+	}
+	if len(w.buf) >= batch {
 		w.flush()
 		return
 	}
@@ -374,10 +431,10 @@ func (w *Writer) boundary() {
 	}
 	w.armed = true
 	if w.timer == nil {
-		w.timer = time.AfterFunc(w.o.Linger, w.lingerFlush)
+		w.timer = time.AfterFunc(linger, w.lingerFlush)
 		return
 	}
-	w.timer.Reset(w.o.Linger)
+	w.timer.Reset(linger)
 }
 
 // lingerFlush is the linger timer's: the record waited long enough.

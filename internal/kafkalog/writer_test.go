@@ -1,0 +1,206 @@
+package kafkalog
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgoutput"
+)
+
+// fakeProducer keeps what is produced and acknowledges it at once.
+type fakeProducer struct {
+	mu   sync.Mutex
+	recs [][]byte
+}
+
+func (p *fakeProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.mu.Lock()
+	p.recs = append(p.recs, r.Value)
+	p.mu.Unlock()
+	if promise != nil {
+		promise(r, nil)
+	}
+}
+
+func (p *fakeProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	var res kgo.ProduceResults
+	for _, r := range rs {
+		p.Produce(ctx, r, nil)
+		res = append(res, kgo.ProduceResult{Record: r})
+	}
+	return res
+}
+
+func (p *fakeProducer) BufferedProduceBytes() int64 { return 0 }
+
+func (p *fakeProducer) records() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([][]byte(nil), p.recs...)
+}
+
+// txnWriter feeds w one-row transactions (protocol 1, relation 16384),
+// each about 120 bytes of WAL apart, from WAL position at.
+type txnWriter struct {
+	t    *testing.T
+	w    *Writer
+	at   change.LSN
+	xid  uint32
+	rel  bool
+	acks []change.LSN
+}
+
+func (tw *txnWriter) msg(walStart change.LSN, data []byte) {
+	tw.t.Helper()
+	var m pgoutput.Message
+	if err := pgoutput.Parse(data, false, 1, &m); err != nil {
+		tw.t.Fatalf("parse %q: %v", data[0], err)
+	}
+	if err := tw.w.Message(context.Background(), walStart, data, &m); err != nil {
+		tw.t.Fatal(err)
+	}
+}
+
+func (tw *txnWriter) txn() {
+	tw.t.Helper()
+	tw.xid++
+	start := tw.at
+	end := start + 120
+	tw.at = end
+	begin := []byte{pgoutput.MsgBegin}
+	begin = binary.BigEndian.AppendUint64(begin, uint64(end-8))
+	begin = binary.BigEndian.AppendUint64(begin, 0)
+	begin = binary.BigEndian.AppendUint32(begin, tw.xid)
+	tw.msg(start, begin)
+	if !tw.rel {
+		rel := []byte{pgoutput.MsgRelation}
+		rel = binary.BigEndian.AppendUint32(rel, 16384)
+		rel = append(rel, "public\x00t\x00"...)
+		rel = append(rel, 'd')
+		rel = binary.BigEndian.AppendUint16(rel, 1)
+		rel = append(rel, 1)
+		rel = append(rel, "id\x00"...)
+		rel = binary.BigEndian.AppendUint32(rel, 23)
+		rel = binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF)
+		tw.msg(start, rel)
+		tw.rel = true
+	}
+	ins := []byte{pgoutput.MsgInsert}
+	ins = binary.BigEndian.AppendUint32(ins, 16384)
+	ins = append(ins, 'N')
+	ins = change.AppendTuple(ins, []byte{change.KindText}, [][]byte{[]byte("a value of some forty bytes, as rows go")})
+	tw.msg(start+40, ins)
+	commit := []byte{pgoutput.MsgCommit, 0}
+	commit = binary.BigEndian.AppendUint64(commit, uint64(end-8))
+	commit = binary.BigEndian.AppendUint64(commit, uint64(end))
+	commit = binary.BigEndian.AppendUint64(commit, 0)
+	tw.msg(end-8, commit)
+}
+
+func newTestWriter(t *testing.T, p *fakeProducer, linger time.Duration) *txnWriter {
+	tw := &txnWriter{t: t, at: 0x1000000}
+	tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Linger: linger, CatchUpLinger: linger,
+		Acked: func(end change.LSN) { tw.acks = append(tw.acks, end) }})
+	return tw
+}
+
+// TestWriterCatchUpRecords: a stream far behind the source's WAL
+// (SourceWAL) goes in records of CatchUpBytes, a stream near it in
+// records of BatchBytes; every transaction is acknowledged once, in order,
+// and the records hold every frame.
+func TestWriterCatchUpRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sourceWAL func(at change.LSN) change.LSN
+		min, max  int
+	}{
+		{"unknown", func(change.LSN) change.LSN { return 0 }, DefaultBatchBytes, DefaultBatchBytes + 1024},
+		{"near", func(at change.LSN) change.LSN { return at + 1<<20 }, DefaultBatchBytes, DefaultBatchBytes + 1024},
+		{"far behind", func(at change.LSN) change.LSN { return at + 64<<20 }, DefaultCatchUpBytes, DefaultCatchUpBytes + 1024},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &fakeProducer{}
+			// A linger that never fires: records are produced by size.
+			tw := newTestWriter(t, p, time.Hour)
+			const txns = 20000
+			for range txns {
+				tw.w.SourceWAL(tc.sourceWAL(tw.at))
+				tw.txn()
+			}
+			tw.w.Close()
+			recs := p.records()
+			if len(recs) < 2 {
+				t.Fatalf("%d records", len(recs))
+			}
+			frames := 0
+			for i, r := range recs {
+				if i < len(recs)-1 && (len(r) < tc.min || len(r) > tc.max) {
+					t.Errorf("record %d of %d: %d bytes, want %d to %d", i, len(recs), len(r), tc.min, tc.max)
+				}
+				h, body, err := ParseHeader(r)
+				if err != nil || h.Kind != KindData {
+					t.Fatalf("record %d: %+v %v", i, h, err)
+				}
+				if err := Frames(body, func(Frame) error { frames++; return nil }); err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+			}
+			// Begin, insert, commit per transaction, and the Relation
+			// message once per record.
+			if want := 3*txns + len(recs); frames != want {
+				t.Errorf("%d frames, want %d", frames, want)
+			}
+			if len(tw.acks) != txns {
+				t.Fatalf("%d transactions acknowledged, want %d", len(tw.acks), txns)
+			}
+			for i := 1; i < len(tw.acks); i++ {
+				if tw.acks[i] <= tw.acks[i-1] {
+					t.Fatalf("acknowledgement %d (%s) not after %s", i, tw.acks[i], tw.acks[i-1])
+				}
+			}
+		})
+	}
+}
+
+// TestWriterLinger: a lone transaction is produced Linger after its
+// commit while the stream is live, CatchUpLinger after it while the stream
+// is far behind the source.
+func TestWriterLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProducer{}
+		tw := &txnWriter{t: t, at: 0x1000000}
+		tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Acked: func(change.LSN) {}})
+		defer tw.w.Close()
+		tw.txn()
+		time.Sleep(DefaultLinger - time.Microsecond)
+		synctest.Wait()
+		if n := len(p.records()); n != 0 {
+			t.Fatalf("%d records before the linger ends", n)
+		}
+		time.Sleep(time.Microsecond)
+		synctest.Wait()
+		if n := len(p.records()); n != 1 {
+			t.Fatalf("%d records once the linger ends, want 1", n)
+		}
+
+		tw.w.SourceWAL(tw.at + 64<<20)
+		tw.txn()
+		time.Sleep(DefaultCatchUpLinger - time.Microsecond)
+		synctest.Wait()
+		if n := len(p.records()); n != 1 {
+			t.Fatalf("catching up: %d records before the catch-up linger ends, want 1", n)
+		}
+		time.Sleep(time.Microsecond)
+		synctest.Wait()
+		if n := len(p.records()); n != 2 {
+			t.Fatalf("catching up: %d records once the catch-up linger ends, want 2", n)
+		}
+	})
+}
