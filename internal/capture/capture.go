@@ -959,6 +959,11 @@ func (d *Decoder) Message(ctx context.Context, walStart change.LSN, data []byte)
 	return d.c.handle(ctx, walStart, data)
 }
 
+// Streaming reports whether a streamed transaction is open (in progress):
+// apply must not then wait to fill a group (Capture.Behind). Safe for
+// concurrent use.
+func (d *Decoder) Streaming() bool { return d.c.streamsOpen.Load() > 0 }
+
 // Close releases what the decoder holds. The streamed transaction Eager
 // applies, if one is open, is rolled back: the decoder's source sends it
 // again from its start (a new capture session).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -460,6 +461,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 			},
 		})
 	}
+	var dec atomic.Pointer[capture.Decoder] // the session's, for behind
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
 		Applied: prog.IsApplied,
@@ -469,14 +471,24 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 			if eager != nil {
 				o.Eager = eager
 			}
-			return capture.NewDecoder(o, proto)
+			d, err := capture.NewDecoder(o, proto)
+			if err == nil {
+				dec.Store(d)
+			}
+			return d, err
 		},
 		AbortInProgress: q.AbortInProgress,
 		Logger:          e.log,
 		Stats:           e.stats.Component("kafka"),
 	})
 	e.kafka.Store(rd)
-	ap, err := apply.New(e.kafkaApplyOptions(prog, wm, rd, eager, skips))
+	// A backlog, as Capture.Behind says in run: not while a streamed
+	// transaction is open (eager apply waits for what committed before).
+	behind := func() bool {
+		d := dec.Load()
+		return rd.Behind() && (d == nil || !d.Streaming())
+	}
+	ap, err := apply.New(e.kafkaApplyOptions(prog, wm, behind, eager, skips))
 	if err != nil {
 		return err
 	}
@@ -567,8 +579,8 @@ func (e *Engine) probeBrokers(ctx context.Context, brokers []string) {
 }
 
 // kafkaApplyOptions are apply's options in an apply --kafka: as run's,
-// with the topic's reader saying when a backlog is read.
-func (e *Engine) kafkaApplyOptions(prog target.Progress, wm *apply.Watermark, rd *kafkalog.Reader, eager *apply.Eager, skips target.SkipRequests) apply.Options {
+// with behind saying when a backlog is read.
+func (e *Engine) kafkaApplyOptions(prog target.Progress, wm *apply.Watermark, behind func() bool, eager *apply.Eager, skips target.SkipRequests) apply.Options {
 	cfg := e.cfg
 	o := apply.Options{
 		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
@@ -578,7 +590,7 @@ func (e *Engine) kafkaApplyOptions(prog target.Progress, wm *apply.Watermark, rd
 		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
 		CatchUpGroupBytes: min(int64(cfg.GroupMaxBytes)/4, int64(cfg.Memory)/8),
 		Tables:            e.tables, Quiesce: true,
-		Behind: rd.Behind, Gathers: func() bool { return false },
+		Behind: behind, Gathers: func() bool { return false },
 		OnError: cfg.OnError, SkipRequested: skips.Take,
 	}
 	if eager != nil {

@@ -84,6 +84,7 @@ type Reader struct {
 	rels map[uint32][]byte
 
 	offset, high atomic.Int64 // the next offset to read; the topic's end
+	big          atomic.Bool  // the last record read was of a catch-up's size
 
 	cRecords, cBytes, cFetchErrors *atomic.Int64
 	gNext, gEnd, gLag              *atomic.Int64
@@ -114,10 +115,17 @@ func (r *Reader) ResumeOffset(low change.LSN) int64 { return r.pts.resume(low) }
 // last seen: their difference is this target's lag in records.
 func (r *Reader) Position() (next, end int64) { return r.offset.Load(), r.high.Load() }
 
-// Behind reports whether more than a few hundred records wait to be read.
+// bigRecord: a record at least this large was written by a capture
+// catching up a backlog (DefaultCatchUpBytes), or holds part of a large
+// transaction.
+const bigRecord = DefaultCatchUpBytes / 2
+
+// Behind reports whether this target reads a backlog: more than a few
+// hundred records wait to be read, or the last record read was large and
+// more follow it. Safe for concurrent use.
 func (r *Reader) Behind() bool {
 	next, end := r.Position()
-	return end-next > 256
+	return end-next > 256 || end > next && r.big.Load()
 }
 
 // CheckStart checks that From is in the topic.
@@ -184,6 +192,7 @@ func (r *Reader) Run(ctx context.Context) error {
 					r.pts.read(rec.Offset + 1)
 					r.cRecords.Add(1)
 					r.cBytes.Add(int64(len(rec.Value)))
+					r.big.Store(len(rec.Value) >= bigRecord)
 				}
 			}
 		})
