@@ -204,3 +204,28 @@ func TestWriterLinger(t *testing.T) {
 		}
 	})
 }
+
+// TestReaderBehind: a backlog is more than 256 records to read, or a
+// catch-up's large record read with more to come.
+func TestReaderBehind(t *testing.T) {
+	for _, tc := range []struct {
+		next, end int64
+		big       bool
+		want      bool
+	}{
+		{100, 100, false, false},
+		{100, 356, false, false},
+		{100, 357, false, true},
+		{100, 100, true, false}, // the last record read was large, nothing follows
+		{100, 101, true, true},
+		{100, 101, false, false},
+	} {
+		var r Reader
+		r.offset.Store(tc.next)
+		r.high.Store(tc.end)
+		r.big.Store(tc.big)
+		if got := r.Behind(); got != tc.want {
+			t.Errorf("next %d, end %d, big %v: Behind %v, want %v", tc.next, tc.end, tc.big, got, tc.want)
+		}
+	}
+}
