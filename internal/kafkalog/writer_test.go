@@ -178,30 +178,23 @@ func TestWriterLinger(t *testing.T) {
 		tw := &txnWriter{t: t, at: 0x1000000}
 		tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Acked: func(change.LSN) {}})
 		defer tw.w.Close()
+		// after waits d, then checks that want records were produced.
+		after := func(d time.Duration, want int, when string) {
+			t.Helper()
+			time.Sleep(d)
+			synctest.Wait()
+			if n := len(p.records()); n != want {
+				t.Fatalf("%s: %d records, want %d", when, n, want)
+			}
+		}
 		tw.txn()
-		time.Sleep(DefaultLinger - time.Microsecond)
-		synctest.Wait()
-		if n := len(p.records()); n != 0 {
-			t.Fatalf("%d records before the linger ends", n)
-		}
-		time.Sleep(time.Microsecond)
-		synctest.Wait()
-		if n := len(p.records()); n != 1 {
-			t.Fatalf("%d records once the linger ends, want 1", n)
-		}
+		after(DefaultLinger-time.Microsecond, 0, "before the linger ends")
+		after(time.Microsecond, 1, "once the linger ends")
 
 		tw.w.SourceWAL(tw.at + 64<<20)
 		tw.txn()
-		time.Sleep(DefaultCatchUpLinger - time.Microsecond)
-		synctest.Wait()
-		if n := len(p.records()); n != 1 {
-			t.Fatalf("catching up: %d records before the catch-up linger ends, want 1", n)
-		}
-		time.Sleep(time.Microsecond)
-		synctest.Wait()
-		if n := len(p.records()); n != 2 {
-			t.Fatalf("catching up: %d records once the catch-up linger ends, want 2", n)
-		}
+		after(DefaultCatchUpLinger-time.Microsecond, 1, "catching up, before the catch-up linger ends")
+		after(time.Microsecond, 2, "catching up, once the catch-up linger ends")
 	})
 }
 
