@@ -4,10 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/repstream/repstream/internal/change"
-	"github.com/repstream/repstream/internal/pgdsn"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // WALInterval is how often WALLoop reads the source's WAL position.
@@ -19,21 +17,14 @@ const WALInterval = 250 * time.Millisecond
 // passes it to f; 0 while the source does not answer. It returns when ctx
 // ends. capture --kafka uses it to tell a backlog from a live stream.
 func WALLoop(ctx context.Context, dsn string, f func(change.LSN)) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = conn.Close(cctx)
-		}
-	}()
+	p := &prober{side: stats.CompSource, dsn: dsn} // connect and close only
+	defer p.close()
 	t := time.NewTicker(WALInterval)
 	defer t.Stop()
 	for {
-		lsn, err := readWAL(ctx, dsn, &conn)
-		if err != nil && conn != nil {
-			_ = conn.Close(context.Background())
-			conn = nil
+		lsn, err := readWAL(ctx, p)
+		if err != nil {
+			p.close()
 		}
 		if ctx.Err() != nil {
 			return
@@ -47,21 +38,14 @@ func WALLoop(ctx context.Context, dsn string, f func(change.LSN)) {
 	}
 }
 
-func readWAL(ctx context.Context, dsn string, conn **pgx.Conn) (change.LSN, error) {
+func readWAL(ctx context.Context, p *prober) (change.LSN, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if *conn == nil || (*conn).IsClosed() {
-		cfg, err := pgdsn.ParsePgx(dsn)
-		if err != nil {
-			return 0, err
-		}
-		cfg.RuntimeParams["application_name"] = "repstream-monitor"
-		if *conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
-			return 0, err
-		}
+	if err := p.connect(ctx); err != nil {
+		return 0, err
 	}
 	var s string
-	err := (*conn).QueryRow(ctx, `SELECT (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
+	err := p.conn.QueryRow(ctx, `SELECT (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
 		ELSE pg_catalog.pg_current_wal_lsn() END)::text`).Scan(&s)
 	if err != nil {
 		return 0, err
