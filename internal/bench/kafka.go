@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,49 +34,80 @@ const kafkaBrokerHeapMB = kafkatest.DefaultHeapMB
 
 // kafkaSettings describes the kafka system's setup (report.json
 // settings.kafka).
-func kafkaSettings() string {
-	return fmt.Sprintf("repstream capture and repstream apply (each with the repstream flags) through one throwaway Apache Kafka %s broker "+
-		"(KRaft, one broker and controller, %d MiB heap, on this machine, started once for the invocation; its JVM's CPU is broker_cpu_seconds); "+
-		"topic repstream.<slot> (1 partition, replication factor 1, acks=all, idempotent producer), deleted after each run; "+
+func kafkaSettings(brokers, targets int) string {
+	cluster := "one throwaway Apache Kafka %s broker (KRaft, one broker and controller"
+	topic := "1 partition, replication factor 1"
+	if brokers > 1 {
+		cluster = fmt.Sprintf("a throwaway Apache Kafka %%s cluster of %d brokers (KRaft, each a broker and controller", brokers)
+		topic = fmt.Sprintf("1 partition, replication factor %d, min.insync.replicas %d", brokers, min(brokers, 2))
+	}
+	s := fmt.Sprintf("repstream capture and repstream apply (each with the repstream flags) through "+cluster+
+		", %d MiB heap each, on this machine, started once for the invocation; their JVMs' CPU is broker_cpu_seconds); "+
+		"topic repstream.<slot> (%s, acks=all, idempotent producer), deleted after each run; "+
 		"before the load: capture started until its slot exists, apply (no --create-tables) until its initial copy of the empty tables is done, "+
 		"both stopped with SIGTERM; at start both started again, capture first; the apply's values are text (the topic carries pgoutput text)",
-		kafkatest.Version, kafkaBrokerHeapMB)
+		kafkatest.Version, kafkaBrokerHeapMB, topic)
+	if targets > 1 {
+		s += "; a second target (its own database on the target server, its own apply, prepared the same way) stays stopped while the workload loads " +
+			"and starts once the first target has everything: stopped_target gives its catch-up and verification, its apply's CPU is not in the engine's"
+	}
+	return s
 }
 
-// kafkaBroker is the invocation's broker.
+// kafkaBroker is the invocation's Kafka cluster.
 type kafkaBroker struct {
 	cluster *kafkatest.Cluster
 	addrs   string // the --kafka value
-	pid     int    // the broker's JVM
+	pids    []int  // the brokers' JVMs
 }
 
-// kafka returns the invocation's broker, starting it on first use.
+// cpuSeconds is the CPU the brokers' JVMs have used.
+func (b *kafkaBroker) cpuSeconds() (float64, error) {
+	var sum float64
+	for _, pid := range b.pids {
+		v, err := procCPUSeconds(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// kafka returns the invocation's Kafka cluster, starting it on first use.
 func (r *runner) kafka(ctx context.Context) (*kafkaBroker, error) {
 	if r.broker != nil {
 		return r.broker, nil
 	}
-	fmt.Fprintf(r.out, "starting a Kafka %s broker ...\n", kafkatest.Version)
+	fmt.Fprintf(r.out, "starting Kafka %s (%d broker(s)) ...\n", kafkatest.Version, r.o.KafkaBrokers)
 	t0 := time.Now()
-	c, err := kafkatest.StartCluster(ctx, kafkatest.Options{Brokers: 1, Name: "bench", HeapMB: kafkaBrokerHeapMB, Logger: r.o.Logger})
+	c, err := kafkatest.StartCluster(ctx, kafkatest.Options{Brokers: r.o.KafkaBrokers, Name: "bench", HeapMB: kafkaBrokerHeapMB, Logger: r.o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("start the Kafka broker: %w", err)
 	}
-	b, err := os.ReadFile(filepath.Join(c.Dir(), "broker-0", "pid"))
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read the Kafka broker's pid: %w", err)
+	b := &kafkaBroker{cluster: c, addrs: strings.Join(c.Addrs(), ",")}
+	for i := range c.Len() {
+		pid, err := readPid(filepath.Join(c.Dir(), "broker-"+strconv.Itoa(i), "pid"))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("read the Kafka broker's pid: %w", err)
+		}
+		b.pids = append(b.pids, pid)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read the Kafka broker's pid: %w", err)
-	}
-	r.broker = &kafkaBroker{cluster: c, addrs: strings.Join(c.Addrs(), ","), pid: pid}
-	r.log.Info("kafka broker started", "addrs", r.broker.addrs, "pid", pid, "dir", c.Dir(), "seconds", time.Since(t0).Seconds())
+	r.broker = b
+	r.log.Info("kafka started", "addrs", b.addrs, "pids", b.pids, "dir", c.Dir(), "seconds", time.Since(t0).Seconds())
 	if r.o.kafkaStarted != nil {
-		r.o.kafkaStarted(r.broker)
+		r.o.kafkaStarted(b)
 	}
-	return r.broker, nil
+	return b, nil
+}
+
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // closeKafka stops the broker, if one was started.
@@ -95,6 +127,10 @@ func (r *runner) closeKafka() {
 // Invariants: done is closed once, after start, when either measured half
 // has exited (then exited names it); cpu0 is the broker's CPU seconds at
 // start, valid when cpuOK.
+//
+// With a second target (env.tgt2DSN), stopped is its apply: prepared like
+// the first, not started with the others; catchUpStopped starts it once
+// the first target has everything (stoppedFor is how long it was stopped).
 type kafkaSys struct {
 	env     sysEnv
 	binary  string
@@ -102,6 +138,10 @@ type kafkaSys struct {
 	broker  *kafkaBroker
 	capture *repstreamSys
 	apply   *repstreamSys
+	stopped *repstreamSys // nil with one target
+
+	started    time.Time // when start began
+	stoppedFor time.Duration
 	// prep are prepare's processes (killed by cleanup if still there).
 	prep []*repstreamSys
 
@@ -115,16 +155,29 @@ type kafkaSys struct {
 func newKafka(env sysEnv, binary string, flags []string, broker *kafkaBroker) *kafkaSys {
 	k := &kafkaSys{env: env, binary: binary, flags: flags, broker: broker, done: make(chan struct{})}
 	k.capture, k.apply = k.half("capture"), k.half("apply")
+	if env.tgt2DSN != "" {
+		k.stopped = k.secondApply()
+	}
 	return k
 }
 
-// half returns a process (not started) of one half.
+// half returns a process (not started) of one half; an apply's target is
+// the first.
 func (k *kafkaSys) half(role string) *repstreamSys {
+	return k.halfOn(role, role, k.env.tgtDSN)
+}
+
+// secondApply returns an apply (not started) into the second target.
+func (k *kafkaSys) secondApply() *repstreamSys { return k.halfOn("apply", "apply-2", k.env.tgt2DSN) }
+
+// halfOn returns a process (not started) of one half, named name in logs
+// and messages; an apply writes into tgtDSN.
+func (k *kafkaSys) halfOn(role, name, tgtDSN string) *repstreamSys {
 	h := newRepstream(k.env, k.binary, k.flags)
-	h.half = role
+	h.half = name
 	h.argv = []string{role, "--source", k.env.srcDSN}
 	if role == "apply" {
-		h.argv = append(h.argv, "--target", k.env.tgtDSN)
+		h.argv = append(h.argv, "--target", tgtDSN)
 	}
 	h.argv = append(h.argv, "--slot", k.env.slot, "--publication", k.env.pub, "--kafka", k.broker.addrs, "--log-level", "info")
 	return h
@@ -132,19 +185,16 @@ func (k *kafkaSys) half(role string) *repstreamSys {
 
 func (k *kafkaSys) topic() string { return kafkalog.Topic(k.env.slot) }
 
-// prepare makes the slot and the apply's initial copy (of the empty
-// tables) with the load not yet begun: capture until its slot exists, apply
-// until its progress record says the copy is done and it streams; then both
-// stop (SIGTERM), and the workload loads with replication stopped.
+// prepare makes the slot and each apply's initial copy (of the empty
+// tables) with the load not yet begun: capture until its slot exists, each
+// apply until its progress record says the copy is done and it streams;
+// then all stop (SIGTERM), and the workload loads with replication stopped.
 func (k *kafkaSys) prepare(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	capt, ap := k.half("capture"), k.half("apply")
-	k.prep = append(k.prep, capt, ap)
-	defer func() {
-		ap.terminate()
-		capt.terminate()
-	}()
+	capt := k.half("capture")
+	k.prep = append(k.prep, capt)
+	defer capt.terminate()
 	if err := capt.start(ctx); err != nil {
 		return err
 	}
@@ -161,15 +211,29 @@ func (k *kafkaSys) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := k.prepareApply(ctx, k.half("apply"), k.env.tgtDSN); err != nil {
+		return err
+	}
+	if k.stopped != nil {
+		return k.prepareApply(ctx, k.secondApply(), k.env.tgt2DSN)
+	}
+	return nil
+}
+
+// prepareApply runs ap until its initial copy into tgtDSN is done and it
+// streams, then stops it.
+func (k *kafkaSys) prepareApply(ctx context.Context, ap *repstreamSys, tgtDSN string) error {
+	k.prep = append(k.prep, ap)
+	defer ap.terminate()
 	if err := ap.start(ctx); err != nil {
 		return err
 	}
-	tgt, err := pgx.Connect(ctx, withApp(k.env.tgtDSN))
+	tgt, err := pgx.Connect(ctx, withApp(tgtDSN))
 	if err != nil {
 		return err
 	}
 	defer tgt.Close(context.Background())
-	err = waitFor(ctx, ap, 2*time.Minute, "apply's initial copy (repstream.progress snapshot 'done')", func() (bool, error) {
+	err = waitFor(ctx, ap, 2*time.Minute, ap.name()+"'s initial copy (repstream.progress snapshot 'done')", func() (bool, error) {
 		var snap string
 		err := tgt.QueryRow(ctx, "SELECT snapshot FROM repstream.progress WHERE slot = $1", k.env.slot).Scan(&snap)
 		if errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err) {
@@ -226,7 +290,8 @@ func isUndefinedTable(err error) bool {
 
 // start starts capture, then apply, and waits until the apply streams.
 func (k *kafkaSys) start(ctx context.Context) error {
-	if v, err := procCPUSeconds(k.broker.pid); err == nil {
+	k.started = time.Now()
+	if v, err := k.broker.cpuSeconds(); err == nil {
 		k.cpu0, k.cpuOK = v, true
 	}
 	if err := k.capture.start(ctx); err != nil {
@@ -245,6 +310,42 @@ func (k *kafkaSys) start(ctx context.Context) error {
 		close(k.done)
 	}()
 	return waitStreaming(ctx, k.apply)
+}
+
+// catchUpStopped starts the second target's apply and waits until every
+// one of tables has the source's row count there (the load and the probes
+// are over: the source's counts stay as they are).
+func (k *kafkaSys) catchUpStopped(ctx context.Context, tables []string) (*StoppedTarget, error) {
+	src, err := pgx.Connect(ctx, withApp(k.env.srcDSN))
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close(context.Background())
+	want, err := counts(ctx, src, tables)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	st := &StoppedTarget{StoppedSeconds: t0.Sub(k.started).Seconds()}
+	if err := k.stopped.start(ctx); err != nil {
+		return nil, err
+	}
+	tgt, err := pgx.Connect(ctx, withApp(k.env.tgt2DSN))
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close(context.Background())
+	var got []int64
+	err = waitFor(ctx, k.stopped, 10*time.Minute, "second target's row counts "+fmt.Sprint(want), func() (bool, error) {
+		got, err = counts(ctx, tgt, tables)
+		return slices.Equal(got, want), err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (it has %v)", err, got)
+	}
+	st.CatchUpSeconds = time.Since(t0).Seconds()
+	k.env.log.Info("second target caught up", "stopped_seconds", st.StoppedSeconds, "catch_up_seconds", st.CatchUpSeconds)
+	return st, nil
 }
 
 func (k *kafkaSys) dead() <-chan struct{} { return k.done }
@@ -280,14 +381,21 @@ func (k *kafkaSys) live() string {
 // stats and bottleneck the apply's (the capture's in CaptureFinalStats and
 // CaptureBottleneck).
 func (k *kafkaSys) stop(ctx context.Context, res *RunResult) error {
-	var cr, ar RunResult
+	var cr, ar, sr RunResult
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = k.capture.stop(ctx, &cr) }()
 	go func() { defer wg.Done(); _ = k.apply.stop(ctx, &ar) }()
+	if k.stopped != nil && k.stopped.cmd != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = k.stopped.stop(ctx, &sr) }()
+	}
 	wg.Wait()
+	if st := res.StoppedTarget; st != nil {
+		st.ApplyCPUSeconds = sr.Resources.EngineCPUSeconds
+	}
 	if k.cpuOK {
-		if v, err := procCPUSeconds(k.broker.pid); err == nil {
+		if v, err := k.broker.cpuSeconds(); err == nil {
 			res.Resources.BrokerCPUSeconds = max(0, v-k.cpu0)
 		}
 	}
@@ -305,8 +413,10 @@ func (k *kafkaSys) stop(ctx context.Context, res *RunResult) error {
 // cleanup kills what is left, drops the slot and deletes the topic, so
 // that nothing of the run remains but its logs.
 func (k *kafkaSys) cleanup(ctx context.Context) {
-	for _, h := range append([]*repstreamSys{k.apply, k.capture}, k.prep...) {
-		h.kill()
+	for _, h := range append([]*repstreamSys{k.apply, k.capture, k.stopped}, k.prep...) {
+		if h != nil {
+			h.kill()
+		}
 	}
 	dropSlot(ctx, k.env.srcDSN, k.env.slot, k.env.log)
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -73,7 +73,7 @@ func TestKafkaMarkdown(t *testing.T) {
 	}
 	rep := sampleReport()
 	rep.Settings.Repeat = 2
-	rep.Settings.Kafka = kafkaSettings()
+	rep.Settings.Kafka = kafkaSettings(1, 1)
 	rep.Runs = []*RunResult{
 		mk(SystemRepstream, 1, 2, 0), mk(SystemKafka, 1, 3, 0.5), mk(SystemNative, 1, 4, 0),
 		mk(SystemNative, 2, 5, 0), mk(SystemKafka, 2, 2, 0.25), mk(SystemRepstream, 2, 2, 0),
@@ -145,7 +145,7 @@ func TestKafkaBench(t *testing.T) {
 				Systems:   []System{SystemRepstream, SystemKafka, SystemNative},
 				SourceDSN: src.DSN("postgres"), TargetDSN: tgt.DSN("postgres"),
 				Binary: repstreamBinary, Out: out, Timeout: 2 * time.Minute, Live: &live,
-				kafkaStarted:  func(b *kafkaBroker) { pids = append(pids, b.pid) },
+				kafkaStarted:  func(b *kafkaBroker) { pids = append(pids, b.pids...) },
 				kafkaAfterRun: func(b *kafkaBroker) { left = append(left, topicsLeft(ctx, b)...) },
 			})
 			if err != nil {
@@ -206,6 +206,81 @@ func TestKafkaBench(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestKafkaBenchStoppedTarget runs the kafka system through three brokers
+// into two targets, the second stopped while a tiny fly loads: both
+// targets verify, the second's catch-up and the source's retained WAL are
+// reported (the report's section too), and all three brokers' CPU counts.
+func TestKafkaBenchStoppedTarget(t *testing.T) {
+	if err := kafkaAvailable(); err != nil {
+		if v := os.Getenv(kafkatest.EnvRequire); v != "" && v != "0" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	src, tgt := servers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	var live bytes.Buffer
+	var pids []int
+	rep, err := Run(ctx, Options{
+		Workload: "fly", Mode: ModeLive, Params: Params{Rows: 7 * 200, Rate: 400},
+		Systems:   []System{SystemKafka},
+		SourceDSN: src.DSN("postgres"), TargetDSN: tgt.DSN("postgres"),
+		KafkaBrokers: 3, KafkaTargets: 2,
+		Binary: repstreamBinary, Out: out, Timeout: 2 * time.Minute, Live: &live,
+		kafkaStarted: func(b *kafkaBroker) { pids = append(pids, b.pids...) },
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\nlive output:\n%s\nlogs:\n%s", err, live.String(), logs(out))
+	}
+	if len(rep.Runs) != 1 {
+		t.Fatalf("runs = %d, want 1", len(rep.Runs))
+	}
+	r := rep.Runs[0]
+	if !r.Verified || r.Error != "" {
+		t.Errorf("verified=%v error=%q", r.Verified, r.Error)
+	}
+	st := r.StoppedTarget
+	if st == nil {
+		t.Fatal("no stopped_target in the result")
+	}
+	if !st.Verified || len(st.Tables) == 0 || st.StoppedSeconds <= 0 || st.CatchUpSeconds <= 0 || st.ApplyCPUSeconds <= 0 {
+		t.Errorf("stopped target %+v", st)
+	}
+	for _, c := range st.Tables {
+		if c.Replicated && c.SourceRows == 0 {
+			t.Errorf("second target: %s has no rows on the source: the check compared nothing", c.Table)
+		}
+	}
+	if r.WAL.SourceRetainedMaxBytes <= 0 {
+		t.Errorf("source retained WAL max %d", r.WAL.SourceRetainedMaxBytes)
+	}
+	if len(pids) != 3 {
+		t.Errorf("broker pids %v, want 3", pids)
+	}
+	if !strings.Contains(rep.Settings.Kafka, "3 brokers") || !strings.Contains(rep.Settings.Kafka, "second target") {
+		t.Errorf("settings.kafka %q", rep.Settings.Kafka)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## A stopped target", "| source WAL retained for the slot, max (MB) |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "logs", "kafka.apply-2.log")); err != nil {
+		t.Errorf("second apply's log: %v", err)
+	}
+	for _, pid := range pids {
+		if err := processGone(pid); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -36,6 +36,11 @@ func TestOptionsValidate(t *testing.T) {
 		{"dbl repeat", Options{Workload: "dbl", Repeat: 2}, "not for dbl"},
 		{"vary", Options{Workload: "conditions", Vary: "apply-parallelism"}, "--vary"},
 		{"source alone", Options{Workload: "conditions", SourceDSN: "host=x"}, "--source and --target go together"},
+		{"brokers", Options{Workload: "fly", Systems: []System{SystemKafka}, KafkaBrokers: 4}, "--kafka-brokers 4"},
+		{"targets", Options{Workload: "fly", Systems: []System{SystemKafka}, KafkaTargets: 3}, "--kafka-targets 3"},
+		{"brokers without kafka", Options{Workload: "fly", KafkaBrokers: 3}, "add kafka to --systems"},
+		{"stopped target in backlog", Options{Workload: "fly", Mode: ModeBacklog, Systems: []System{SystemKafka}, KafkaTargets: 2}, "live mode only"},
+		{"stopped target in initial-copy", Options{Workload: "initial-copy", Systems: []System{SystemKafka}, KafkaTargets: 2}, "not for initial-copy"},
 		{"unix socket", Options{Workload: "conditions", SourceDSN: "host=x", TargetDSN: "host=y", UnixSocket: true}, "--unix-socket"},
 	} {
 		o := tc.o

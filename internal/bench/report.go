@@ -101,6 +101,21 @@ type RunResult struct {
 	// apply's.
 	CaptureFinalStats *stats.Snapshot `json:"capture_final_stats,omitempty"`
 	CaptureBottleneck string          `json:"capture_bottleneck,omitempty"`
+	// StoppedTarget (kafka system, --kafka-targets 2) is the second
+	// target's, stopped while the workload loaded.
+	StoppedTarget *StoppedTarget `json:"stopped_target,omitempty"`
+}
+
+// StoppedTarget is the kafka system's second target: its apply stays
+// stopped from the system's start until the first target has everything,
+// then starts and catches up from the topic alone.
+type StoppedTarget struct {
+	StoppedSeconds float64 `json:"stopped_seconds"`  // from the system's start to its apply's
+	CatchUpSeconds float64 `json:"catch_up_seconds"` // from its apply's start until every table's count equals the source's
+	// ApplyCPUSeconds is its apply process's CPU (not in the engine's).
+	ApplyCPUSeconds float64      `json:"apply_cpu_seconds"`
+	Verified        bool         `json:"verified"`
+	Tables          []TableCheck `json:"tables"`
 }
 
 // LoadFigures describe the workload's load on the source.
@@ -167,6 +182,10 @@ type WALFigures struct {
 	SourceBytes int64   `json:"source_bytes"`
 	TargetBytes int64   `json:"target_bytes"`
 	Ratio       float64 `json:"target_source_ratio"`
+	// SourceRetainedMaxBytes is the most WAL the source kept for the
+	// slot (pg_current_wal_lsn() - restart_lsn) at any sample of the
+	// measured interval.
+	SourceRetainedMaxBytes int64 `json:"source_retained_max_bytes"`
 }
 
 // SpillFigures count bytes written aside because a transaction did not fit.
@@ -192,6 +211,8 @@ type TimelinePoint struct {
 	T          float64 `json:"t"` // seconds since the measured interval began
 	RowsPerSec float64 `json:"rows_per_sec"`
 	LagSeconds float64 `json:"lag_seconds"` // probe lag at that moment (age of the oldest unseen probe)
+	// RetainedWALBytes is the WAL the source kept for the slot then.
+	RetainedWALBytes int64 `json:"retained_wal_bytes"`
 }
 
 // ProbePoint is one probe row.

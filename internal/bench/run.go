@@ -30,6 +30,7 @@ type systemRun struct {
 	ctx context.Context // the run's: bounded by Options.Timeout
 
 	srcDSN, tgtDSN, slot string
+	tgt2DSN              string // the kafka system's second target ("": none)
 	sys                  replSystem
 	rsys                 *repstreamSys // nil for other systems
 	broker               *kafkaBroker  // the kafka system's (nil for others)
@@ -106,6 +107,17 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 		if r.o.kafkaAfterRun != nil {
 			defer r.o.kafkaAfterRun(b) // after the cleanup
 		}
+		if r.o.KafkaTargets > 1 {
+			db2 := db + "_b"
+			if err := r.createDB(ctx, r.tgt, db2); err != nil {
+				return err
+			}
+			defer r.dropDB(r.tgt, db2)
+			if err := execOn(ctx, r.tgt.dsnFor(db2), r.wl.DDL+"\n"+ProbeDDL); err != nil {
+				return fmt.Errorf("create the workload's tables on the second target: %w", err)
+			}
+			run.tgt2DSN = r.tgt.dsnFor(db2)
+		}
 	}
 	run.setUp()
 	// Cleanup runs before the databases are dropped (defers run LIFO).
@@ -132,7 +144,7 @@ func (r *runner) doRun(ctx context.Context, sp runSpec, res *RunResult) error {
 
 // setUp makes the system's handle.
 func (s *systemRun) setUp() {
-	env := sysEnv{srcDSN: s.srcDSN, tgtDSN: s.tgtDSN, slot: s.slot, pub: "bench_pub", outDir: s.r.o.Out, label: s.sp.label,
+	env := sysEnv{srcDSN: s.srcDSN, tgtDSN: s.tgtDSN, tgt2DSN: s.tgt2DSN, slot: s.slot, pub: "bench_pub", outDir: s.r.o.Out, label: s.sp.label,
 		log: s.r.log.With("system", s.sp.label)}
 	switch s.sp.system {
 	case SystemRepstream:
@@ -301,6 +313,12 @@ func (s *systemRun) collect(ctx context.Context) error {
 	}
 	s.smp.sampleNow(s.ctx) // last CPU readings before processes go away
 	slotStats(s.ctx, s.srcDSN, s.slot, s.res)
+	if k, ok := s.sys.(*kafkaSys); ok && k.stopped != nil {
+		s.smp.setPhase("target 2")
+		if s.res.StoppedTarget, err = k.catchUpStopped(s.ctx, append(slices.Clone(s.r.wl.Tables), ProbeTable)); err != nil {
+			return err
+		}
+	}
 	s.stopBG()
 	if s.probeErr != nil {
 		return s.probeErr
@@ -318,10 +336,23 @@ func (s *systemRun) verify(ctx context.Context) error {
 	checks, ok, payload, err := verify(ctx, s.srcDSN, s.tgtDSN, s.r.wl.Tables, s.r.wl.Unreplicated)
 	res.Tables = checks
 	s.m.payload = payload
+	retained := res.WAL.SourceRetainedMaxBytes
 	res.Load, res.Replication, res.WAL = runFigures(s.m)
+	res.WAL.SourceRetainedMaxBytes = retained
 	if err != nil {
 		return err
 	}
 	setVerified(res, checks, ok)
+	if st := res.StoppedTarget; st != nil {
+		checks, ok, _, err := verify(ctx, s.srcDSN, s.tgt2DSN, s.r.wl.Tables, s.r.wl.Unreplicated)
+		st.Tables, st.Verified = checks, ok
+		if err != nil {
+			return fmt.Errorf("the second target: %w", err)
+		}
+		if !ok && res.Verified {
+			setVerified(res, checks, false)
+			res.Error = "the second target: " + res.Error
+		}
+	}
 	return nil
 }

@@ -66,6 +66,16 @@ type Options struct {
 	NoCharts bool
 	Logger   *slog.Logger
 
+	// KafkaBrokers is how many brokers the kafka system's throwaway Kafka
+	// cluster has (default 1, at most 3; with 3 the topic has replication
+	// factor 3 and min.insync.replicas 2).
+	KafkaBrokers int
+	// KafkaTargets is how many targets the kafka system applies to
+	// (default 1). The second is stopped while the workload loads: its
+	// apply starts once the first target has everything, and the run
+	// measures its catch-up and the source's retained WAL meanwhile.
+	KafkaTargets int
+
 	// Tests: kafkaStarted is called once the broker is started,
 	// kafkaAfterRun after each kafka run's cleanup.
 	kafkaStarted, kafkaAfterRun func(*kafkaBroker)
@@ -198,6 +208,12 @@ func (o *Options) EnsureDefaults() {
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Minute
 	}
+	if o.KafkaBrokers <= 0 {
+		o.KafkaBrokers = 1
+	}
+	if o.KafkaTargets <= 0 {
+		o.KafkaTargets = 1
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -232,6 +248,21 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := parseVary(o.Vary); err != nil {
 		errs = append(errs, err)
+	}
+	if o.KafkaBrokers > 3 {
+		errs = append(errs, fmt.Errorf("--kafka-brokers %d: 1 to 3 (each broker takes about 350 MB)", o.KafkaBrokers))
+	}
+	if o.KafkaTargets > 2 {
+		errs = append(errs, fmt.Errorf("--kafka-targets %d: 1 or 2 (the second is the stopped one)", o.KafkaTargets))
+	}
+	if (o.KafkaBrokers > 1 || o.KafkaTargets > 1) && !slices.Contains(o.Systems, SystemKafka) {
+		errs = append(errs, errors.New("--kafka-brokers and --kafka-targets are the kafka system's: add kafka to --systems"))
+	}
+	if o.KafkaTargets > 1 && o.Mode != ModeLive {
+		errs = append(errs, errors.New("--kafka-targets 2: live mode only (the second target is stopped while the workload loads)"))
+	}
+	if o.KafkaTargets > 1 && o.Workload == "initial-copy" {
+		errs = append(errs, errors.New("--kafka-targets 2: not for initial-copy"))
 	}
 	if (o.SourceDSN == "") != (o.TargetDSN == "") {
 		errs = append(errs, errors.New("--source and --target go together"))
@@ -321,7 +352,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Settings.Peers = peerSettings(o.Systems)
 	if slices.Contains(o.Systems, SystemKafka) {
-		rep.Settings.Kafka = kafkaSettings()
+		rep.Settings.Kafka = kafkaSettings(o.KafkaBrokers, o.KafkaTargets)
 	}
 	if wl.Name == "dbl" {
 		err = r.runDBL(ctx, rep, specs)

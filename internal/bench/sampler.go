@@ -44,11 +44,14 @@ type sampler struct {
 	lastTup   int64
 	lastAt    time.Time
 	lastRate  float64
+	// retainedMax is the most WAL the source kept for the slot
+	// (pg_current_wal_lsn() - restart_lsn) at any sample; -1 before one.
+	retainedMax int64
 }
 
 func newSampler(r *runner, sp runSpec, srcDSN, tgtDSN, slot string, tables []string, probe *Probe, sys replSystem) *sampler {
 	return &sampler{r: r, label: sp.label, srcDSN: srcDSN, tgtDSN: tgtDSN, slot: slot, tables: tables, probe: probe,
-		sys: sys, meter: newCPUMeter(), phase: "setup", start: time.Now()}
+		sys: sys, meter: newCPUMeter(), phase: "setup", start: time.Now(), retainedMax: -1}
 }
 
 func (s *sampler) setPhase(p string) {
@@ -159,6 +162,7 @@ func (s *sampler) sample(ctx context.Context, first bool) {
 		return
 	}
 	s.meter.observe(s.pids(ctx), first)
+	retained := s.retained(ctx)
 	var tup int64
 	err := s.tgt.QueryRow(ctx, "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)", s.tables).Scan(&tup)
 	if err != nil {
@@ -167,7 +171,7 @@ func (s *sampler) sample(ctx context.Context, first bool) {
 	now := time.Now()
 	if first || s.lastAt.IsZero() {
 		s.lastTup, s.lastAt = tup, now
-		s.points = append(s.points, TimelinePoint{T: now.Sub(s.t0).Seconds(), LagSeconds: s.probe.Lag(now).Seconds()})
+		s.points = append(s.points, TimelinePoint{T: now.Sub(s.t0).Seconds(), LagSeconds: s.probe.Lag(now).Seconds(), RetainedWALBytes: retained})
 		return
 	}
 	dt := now.Sub(s.lastAt).Seconds()
@@ -176,7 +180,20 @@ func (s *sampler) sample(ctx context.Context, first bool) {
 	}
 	s.lastRate = float64(tup-s.lastTup) / dt
 	s.lastTup, s.lastAt = tup, now
-	s.points = append(s.points, TimelinePoint{T: now.Sub(s.t0).Seconds(), RowsPerSec: s.lastRate, LagSeconds: s.probe.Lag(now).Seconds()})
+	s.points = append(s.points, TimelinePoint{T: now.Sub(s.t0).Seconds(), RowsPerSec: s.lastRate, LagSeconds: s.probe.Lag(now).Seconds(),
+		RetainedWALBytes: retained})
+}
+
+// retained reads the WAL the source keeps for the slot and keeps the most
+// seen (0 when the slot is not there or the reading fails).
+func (s *sampler) retained(ctx context.Context) int64 {
+	var v int64
+	err := s.src.QueryRow(ctx, "SELECT coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0) FROM pg_replication_slots WHERE slot_name = $1", s.slot).Scan(&v)
+	if err != nil {
+		return 0
+	}
+	s.retainedMax = max(s.retainedMax, v)
+	return v
 }
 
 func (s *sampler) timeline() []TimelinePoint {
@@ -186,6 +203,9 @@ func (s *sampler) timeline() []TimelinePoint {
 }
 
 func (s *sampler) fillResources(res *RunResult) {
+	s.mu.Lock()
+	res.WAL.SourceRetainedMaxBytes = max(0, s.retainedMax)
+	s.mu.Unlock()
 	r := &res.Resources
 	r.WalsenderCPUSeconds = s.meter.total("walsender")
 	r.ApplyWorkerCPUSeconds = s.meter.total("apply")

@@ -26,6 +26,7 @@ import (
 // sysEnv is what a system needs to replicate one run's databases.
 type sysEnv struct {
 	srcDSN, tgtDSN string // the run's source and target databases
+	tgt2DSN        string // the kafka system's second target ("": none)
 	slot, pub      string
 	outDir         string
 	label          string
