@@ -109,8 +109,9 @@ func scatter(p *plot.Plot, name string, c color.Color, pts plotter.XYs) error {
 	return nil
 }
 
-// timelineChart: throughput (top) and probe latency (bottom) over time, one
-// series per run.
+// timelineChart: throughput (top) and probe latency (below) over time, one
+// series per run; with a stopped target (kafka, --kafka-targets 2), the
+// source's WAL retained for the slot too.
 func timelineChart(rep *Report, path string) error {
 	top := plot.New()
 	top.Title.Text = fmt.Sprintf("%s (%s): rows applied on the target per second", rep.Workload, rep.Mode)
@@ -122,11 +123,19 @@ func timelineChart(rep *Report, path string) error {
 	bot.X.Label.Text = "probe commit time (s)"
 	bot.Y.Label.Text = "latency (ms)"
 	bot.Legend.Top = true
+	ret := plot.New()
+	ret.Title.Text = "source WAL retained for the slot (a second target stopped until the load ended)"
+	ret.X.Label.Text = "seconds since the measured interval began"
+	ret.Y.Label.Text = "MB"
+	ret.Legend.Top = true
+	stopped := false
 	for i, r := range rep.Runs {
 		c := palette[i%len(palette)]
-		var tp, lp plotter.XYs
+		stopped = stopped || r.StoppedTarget != nil
+		var tp, lp, rp plotter.XYs
 		for _, t := range r.Timeline {
 			tp = append(tp, plotter.XY{X: t.T, Y: t.RowsPerSec})
+			rp = append(rp, plotter.XY{X: t.T, Y: float64(t.RetainedWALBytes) / 1e6})
 		}
 		for _, p := range r.Probes {
 			if p.LatencyMs >= 0 && p.T >= 0 {
@@ -143,6 +152,12 @@ func timelineChart(rep *Report, path string) error {
 		if err := scatter(bot, label, c, lp); err != nil {
 			return err
 		}
+		if err := line(ret, label, c, rp); err != nil {
+			return err
+		}
+	}
+	if stopped {
+		return savePanels(path, 900, 1000, top, bot, ret)
 	}
 	return savePanels(path, 900, 700, top, bot)
 }

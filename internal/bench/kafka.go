@@ -45,7 +45,7 @@ func kafkaSettings(brokers, targets int) string {
 		", %d MiB heap each, on this machine, started once for the invocation; their JVMs' CPU is broker_cpu_seconds); "+
 		"topic repstream.<slot> (%s, acks=all, idempotent producer), deleted after each run; "+
 		"before the load: capture started until its slot exists, apply (no --create-tables) until its initial copy of the empty tables is done, "+
-		"both stopped with SIGTERM; at start both started again, capture first; the apply's values are text (the topic carries pgoutput text)",
+		"both stopped with SIGTERM; at start both started again, capture first; values travel as the capture chooses (binary, its default, when every column is of a built-in type, as in direct mode)",
 		kafkatest.Version, kafkaBrokerHeapMB, topic)
 	if targets > 1 {
 		s += "; a second target (its own database on the target server, its own apply, prepared the same way) stays stopped while the workload loads " +
@@ -130,7 +130,7 @@ func (r *runner) closeKafka() {
 //
 // With a second target (env.tgt2DSN), stopped is its apply: prepared like
 // the first, not started with the others; catchUpStopped starts it once
-// the first target has everything (stoppedFor is how long it was stopped).
+// the first target has everything.
 type kafkaSys struct {
 	env     sysEnv
 	binary  string
@@ -140,8 +140,7 @@ type kafkaSys struct {
 	apply   *repstreamSys
 	stopped *repstreamSys // nil with one target
 
-	started    time.Time // when start began
-	stoppedFor time.Duration
+	started time.Time // when start began
 	// prep are prepare's processes (killed by cleanup if still there).
 	prep []*repstreamSys
 

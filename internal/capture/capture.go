@@ -745,6 +745,7 @@ func (c *Capture) forgetStream(xid uint32) {
 // describe records a Relation message: inside a stream, for that stream's
 // transaction only (until it commits).
 func (c *Capture) describe(r *change.Relation) {
+	r.Binary = c.opts.Binary
 	c.linkPrevious(r)
 	if c.inStream {
 		rs := c.streamRels[c.streamXid]
@@ -919,8 +920,32 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate:
 		c.cChanges.Add(1)
 		c.stats.Add(1, int64(len(data)))
+	case pgoutput.MsgRelation:
+		if err := c.binaryCarries(m.Relation); err != nil {
+			return fmt.Errorf("relation at %s: %w", walStart, err)
+		}
 	}
 	return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) })
+}
+
+// ErrTextNeeded is returned by a raw session streaming binary values when a
+// relation has a column of a type that is not built in: its binary format
+// may embed the source's OIDs, which no target could read. The session
+// ends before the raw sink has any of it; start again without Binary.
+var ErrTextNeeded = errors.New("values must travel as text")
+
+// binaryCarries checks, in a binary raw session, that r's values can
+// travel in binary.
+func (c *Capture) binaryCarries(r *change.Relation) error {
+	if !c.opts.Binary {
+		return nil
+	}
+	for _, col := range r.Columns {
+		if col.TypeOID == 0 || col.TypeOID >= change.FirstNormalOID {
+			return fmt.Errorf("%w: column %q of %s has type OID %d, not built in", ErrTextNeeded, col.Name, r.String(), col.TypeOID)
+		}
+	}
+	return nil
 }
 
 func (c *Capture) rawCommit(info change.TxnInfo) {

@@ -10,6 +10,10 @@ const (
 	IdentityIndex   byte = 'i' // a chosen unique index
 )
 
+// FirstNormalOID is PostgreSQL's FirstNormalObjectId: types below it are
+// built in, with the same OID and binary format in every database.
+const FirstNormalOID = 16384
+
 // Column is one column of a Relation as the source describes it.
 // Generated columns are never sent by pgoutput, so they never appear here.
 type Column struct {
@@ -34,6 +38,12 @@ type Relation struct {
 	// saw the relation. Schema changes without repstream's event trigger
 	// are found by comparing the two (--ddl=relation).
 	Previous *Relation
+
+	// Binary says that the values of its changes are in pgoutput's binary
+	// format (the slot streamed with binary 'true'): set by the decoder for
+	// its session. A target writer applies them with binary COPY and
+	// parameters whatever its own setting.
+	Binary bool
 }
 
 // String returns schema.table, unquoted, for messages.

@@ -53,7 +53,11 @@ type Engine struct {
 	queue  *queue.Queue
 	stopAt change.LSN
 	binary bool // values travel in binary (config Binary and every column eligible)
-	start  time.Time
+	// captureText (capture into Kafka) is why this process's capture
+	// sessions stream text: a session streaming binary met a column type
+	// that is not built in ("": none did).
+	captureText string
+	start       time.Time
 	// watch closes target connections that went silent (reconnect.go);
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch
@@ -305,7 +309,13 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		return err
 	}
 	e.binary = cfg.Binary && noBinary == ""
-	if cfg.Binary && noBinary != "" {
+	switch {
+	case noBinary == "":
+	case cfg.Role == config.RoleApply:
+		// The capture chose the values' format for every apply.
+		e.log.Warn("this target cannot take values in binary: if the capture writes them so (its default, when every column is of a built-in type), "+
+			"this apply stops at that table's first change; make the column's type the source's, or start the capture with --binary=false", "reason", noBinary)
+	case cfg.Binary:
 		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 	return nil
@@ -549,11 +559,16 @@ func (p applyPause) Quiesce(ctx context.Context, fn func(ctx context.Context) er
 // schema changes are followed. eager: for eager apply, whose added
 // columns are read as the source has them at the transaction's end.
 func (e *Engine) writerOptions(eager bool) target.WriterOptions {
-	return target.WriterOptions{
+	w := target.WriterOptions{
 		Slot: e.cfg.Slot, Binary: e.binary,
 		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager),
 		Publication: e.cfg.Publication, Resync: e.resync,
 	}
+	if e.cfg.Role == config.RoleApply {
+		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +
+			"make the target column's type the source's and start this apply again (a capture started with --binary=false writes text from then on)"
+	}
+	return w
 }
 
 // eagerWriter is eager apply's writer options: the template with its stats

@@ -48,6 +48,9 @@ func (e *Engine) runHalf(ctx context.Context) error {
 		} else {
 			err = e.runApply(ctx)
 		}
+		if errors.Is(err, errRestartSession) && ctx.Err() == nil {
+			continue // at once: nothing failed
+		}
 		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) && !kafkaRetriable(err) {
 			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
 				e.log.Info("stopped")
@@ -60,6 +63,10 @@ func (e *Engine) runHalf(ctx context.Context) error {
 		}
 	}
 }
+
+// errRestartSession ends a capture session that must start again at once,
+// with what it learnt (e.captureText).
+var errRestartSession = errors.New("the capture session starts again")
 
 // runCapture is `repstream capture --kafka`: the publication, the event
 // trigger and the slot as run makes them (no initial copy: each apply
@@ -98,7 +105,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return err
 	}
 	wm := apply.NewWatermark(slot.Confirmed)
-	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto),
+	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto), Binary: e.binary,
 		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	defer func() {
 		w.Close() // the record being filled
@@ -123,7 +130,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	}
 	capt, err := capture.New(capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
-		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto,
+		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto, Binary: e.binary,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
 		DDLMessages: e.ddl == ddlTrigger, Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
 	})
@@ -142,6 +149,14 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	defer stopWAL()
 	err = capt.Run(ctx)
 	e.walsenderPID = capt.BackendPID()
+	if errors.Is(err, capture.ErrTextNeeded) {
+		// A relation this session cannot carry in binary (a schema
+		// change, a table added): the next session streams text, from
+		// what the topic holds; its records say so.
+		e.captureText = err.Error()
+		e.log.Warn("a column's type is not built in: starting the capture session again with values in text", "reason", err)
+		return errRestartSession
+	}
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
 }
 
@@ -187,7 +202,8 @@ func (e *Engine) provisionCapture(ctx context.Context) (slot install.Slot, sysid
 	if createdPub {
 		undo.Publication(src, cfg.Publication)
 	}
-	if _, err := e.publishedTables(ctx, src, &undo); err != nil {
+	tables, err := e.publishedTables(ctx, src, &undo)
+	if err != nil {
 		return slot, "", 0, err
 	}
 	slot, err = install.LookupSlot(ctx, src, cfg.Slot)
@@ -212,7 +228,40 @@ func (e *Engine) provisionCapture(ctx context.Context) (slot install.Slot, sysid
 	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int FROM pg_control_system()").Scan(&sysid, &version); err != nil {
 		return slot, "", 0, fmt.Errorf("read the source's identity: %w", err)
 	}
-	return slot, sysid, capture.ProtoVersionFor(version / 10000), nil
+	proto = capture.ProtoVersionFor(version / 10000)
+	if err := e.chooseCaptureBinary(ctx, src, tables, proto); err != nil {
+		return slot, "", 0, err
+	}
+	return slot, sysid, proto, nil
+}
+
+// chooseCaptureBinary decides whether this capture session streams values
+// in binary (e.binary): --binary (the default), a source that can
+// (PostgreSQL 14, protocol 2), every published column of a built-in type,
+// and no session of this process found one that is not (e.captureText).
+// Each apply checks its own target's column types against them.
+func (e *Engine) chooseCaptureBinary(ctx context.Context, src *pgx.Conn, tables []schema.TableName, proto int) error {
+	e.binary = false
+	switch {
+	case !e.cfg.Binary:
+		return nil
+	case proto < 2:
+		e.log.Info("values travel as text, not binary", "reason", "the source's pgoutput protocol is 1 (PostgreSQL 13 or older)")
+		return nil
+	case e.captureText != "":
+		e.log.Info("values travel as text, not binary", "reason", e.captureText)
+		return nil
+	}
+	why, err := install.SourceBinaryProblem(ctx, src, tables)
+	if err != nil {
+		return err
+	}
+	if why != "" {
+		e.log.Info("values travel as text, not binary", "reason", why)
+		return nil
+	}
+	e.binary = true
+	return nil
 }
 
 // topicWait is how long an apply waits for its topic at start.
@@ -304,7 +353,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if err := e.prepareTables(ctx, src, tgt, tables, false, &undo); err != nil {
 		return err
 	}
-	e.binary = false // the topic carries text values: its applies may be any version
+	e.binary = false // each record says its values' format: the writer follows it (change.Relation.Binary)
 	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, prog.Snapshot != target.SnapshotDone); err != nil {
 		return err
 	}
@@ -465,8 +514,8 @@ func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
 		Applied: prog.IsApplied,
-		NewDecoder: func(proto int, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
-			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication,
+		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
+			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
 				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
 			if eager != nil {
 				o.Eager = eager

@@ -87,6 +87,9 @@ func (x *Encoder) rel(r *change.Relation) int {
 // Add appends c.
 func (x *Encoder) Add(c *change.Change) {
 	ec := encodedChg{Op: string(rune(c.Op)), LSN: c.LSN.String(), Xid: c.Xid, Rel: -1}
+	if c.Rel != nil && c.Rel.Binary {
+		x.e.Binary = true // the decoder's session streamed binary values (Kafka mode: the record's)
+	}
 	if c.Rel != nil {
 		ec.Rel = x.rel(c.Rel)
 	}

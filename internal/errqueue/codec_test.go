@@ -121,3 +121,35 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestEncoderBinaryFromRelation: an encoding started as text is binary
+// once a change's relation says its values are (Kafka mode: the apply's
+// writer is text, the topic's records binary), so a parked transaction is
+// retried with the format its values have.
+func TestEncoderBinaryFromRelation(t *testing.T) {
+	rel := &change.Relation{Namespace: "public", Name: "t", Columns: []change.Column{{Name: "id", TypeOID: 23, Key: true}}, Binary: true}
+	id := binary.BigEndian.AppendUint32(nil, 5)
+	x := NewEncoder(false)
+	x.Add(&change.Change{Op: change.OpInsert, LSN: 0x10, Rel: rel, New: change.AppendTuple(nil, []byte("b"), [][]byte{id})})
+	b, err := x.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Binary {
+		t.Fatal("decoded as text: the relation's values were binary")
+	}
+	y := NewEncoder(false)
+	rel2 := *rel
+	rel2.Binary = false
+	y.Add(&change.Change{Op: change.OpInsert, LSN: 0x10, Rel: &rel2, New: change.AppendTuple(nil, []byte("t"), [][]byte{[]byte("5")})})
+	if b, err = y.Bytes(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Decode(b); err != nil || d.Binary {
+		t.Fatalf("text relation: binary=%v, %v", d.Binary, err)
+	}
+}

@@ -372,6 +372,23 @@ func createBare(ctx context.Context, src *pgx.Conn, tx pgx.Tx, st *schema.Table,
 	return target.DeferBuild(ctx, tx, slot, st.TableName(), keys, indexes)
 }
 
+// SourceBinaryProblem says why the tables' values cannot travel in binary
+// whatever the target ("" if they can): a published column whose type is
+// not built in (a capture into Kafka, whose applies check their own
+// targets).
+func SourceBinaryProblem(ctx context.Context, src *pgx.Conn, tables []schema.TableName) (string, error) {
+	for _, t := range tables {
+		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
+		if err != nil {
+			return "", fmt.Errorf("source table %s: %w", t, err)
+		}
+		if why := binaryProblem(st, st); why != "" {
+			return why, nil
+		}
+	}
+	return "", nil
+}
+
 func binaryProblem(st, tt *schema.Table) string {
 	for _, c := range st.Columns {
 		if c.Generated {

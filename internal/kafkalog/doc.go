@@ -5,16 +5,20 @@
 //
 // # Record format
 //
-// A record's value is a 17-byte header, then a body of the header's kind.
+// A record's value is an 18-byte header, then a body of the header's kind.
 // Integers are big-endian and unsigned.
 //
 //	offset  size  field
 //	0       2     magic "RS"
-//	2       1     format version: 1
+//	2       1     format version: 2
 //	3       1     kind: 'D' frames, 'F' fragment, 'E' epoch marker
 //	4       4     epoch: the capture session that wrote the record
 //	8       8     last commit: end LSN of the last transaction whose commit is in this record or an earlier one
 //	16      1     proto: the pgoutput protocol version of the messages
+//	17      1     flags: bit 0 Binary (the values are in pgoutput's binary format); other bits written 0, ignored
+//
+// Version 1 records (17 bytes of header, no flags: text values) are read
+// as well.
 //
 // A 'D' body is one or more frames, each one whole pgoutput message:
 //
@@ -34,6 +38,9 @@
 //	0       8     Start: every transaction ending after it follows the marker
 //	8       ...   SystemID, Database, Slot, Publication: each a u16 length and that many bytes
 //	end-1   1     flags: bit 0 DDLMessages (repstream.ddl messages captured); other bits written 0, ignored
+//
+// A capture session's records all have its value format: one of the same
+// epoch in another is refused (ErrCorrupt).
 //
 // A value that is none of these (too short, another magic, version or
 // kind, a truncated or empty frame, a fragment past its total, trailing

@@ -41,7 +41,8 @@ type ReaderOptions struct {
 	// read (it starts after them) must be.
 	Applied func(end change.LSN) bool
 	// NewDecoder makes the decoder of a capture session's messages.
-	NewDecoder func(proto int, e *Epoch) (Decoder, error)
+	// binary: the values are in pgoutput's binary format (Header.Binary).
+	NewDecoder func(proto int, binary bool, e *Epoch) (Decoder, error)
 	// AbortInProgress drops what the queue holds of transactions not
 	// committed: a new capture session sends them again from their start.
 	AbortInProgress func() (int, error)
@@ -68,6 +69,7 @@ type Reader struct {
 
 	epoch    uint32
 	proto    int
+	binary   bool // the session's values are binary
 	started  bool
 	inStream bool
 	// skipXid: the transaction being dropped (its start was not read), or 0.
@@ -227,6 +229,10 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 		}
 		ep = &e
 	}
+	if r.started && h.Epoch == r.epoch && ep == nil && (h.Binary != r.binary || int(h.Proto) != r.proto) {
+		return fmt.Errorf("topic %s offset %d: %w: epoch %d's records change their protocol or value format (%d, binary %v; were %d, binary %v)",
+			r.o.Topic, rec.Offset, ErrCorrupt, h.Epoch, h.Proto, h.Binary, r.proto, r.binary)
+	}
 	if !r.started || h.Epoch > r.epoch || ep != nil {
 		if err := r.newSession(h, ep, rec.Offset); err != nil {
 			return err
@@ -271,11 +277,11 @@ func (r *Reader) newSession(h Header, ep *Epoch, offset int64) error {
 	if r.dec != nil {
 		r.dec.Close()
 	}
-	dec, err := r.o.NewDecoder(int(h.Proto), ep)
+	dec, err := r.o.NewDecoder(int(h.Proto), h.Binary, ep)
 	if err != nil {
 		return err
 	}
-	r.dec, r.epoch, r.proto, r.started = dec, h.Epoch, int(h.Proto), true
+	r.dec, r.epoch, r.proto, r.binary, r.started = dec, h.Epoch, int(h.Proto), h.Binary, true
 	r.asm.Reset()
 	r.inStream, r.inTxn, r.skipXid = false, false, 0
 	r.rels = map[uint32][]byte{}

@@ -17,8 +17,9 @@ const (
 
 const (
 	magic0, magic1 = 'R', 'S'
-	version        = 1
-	headerLen      = 17 // magic(2) version(1) kind(1) epoch(4) lastCommit(8) proto(1)
+	version        = 2
+	headerLen      = 18 // magic(2) version(1) kind(1) epoch(4) lastCommit(8) proto(1) flags(1)
+	headerLenV1    = 17 // version 1: no flags (text values)
 	frameHeaderLen = 12 // walStart(8) length(4)
 	fragHeaderLen  = 16 // walStart(8) total(4) offset(4)
 )
@@ -36,6 +37,9 @@ type Header struct {
 	// skips to.
 	LastCommit change.LSN
 	Proto      uint8 // the pgoutput protocol version of the messages
+	// Binary: the messages' values are in pgoutput's binary format (the
+	// capture session streamed with binary 'true'); else text.
+	Binary bool
 }
 
 // Frame is one pgoutput message as the slot sent it: the WAL position of
@@ -62,7 +66,11 @@ func AppendHeader(dst []byte, h Header) []byte {
 	dst = append(dst, magic0, magic1, version, h.Kind)
 	dst = binary.BigEndian.AppendUint32(dst, h.Epoch)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(h.LastCommit))
-	return append(dst, h.Proto)
+	var flags byte
+	if h.Binary {
+		flags |= 1
+	}
+	return append(dst, h.Proto, flags)
 }
 
 // AppendFrame appends one frame to a KindData record's body.
@@ -100,11 +108,20 @@ func AppendEpoch(dst []byte, e Epoch) []byte {
 
 // ParseHeader reads a record's header; body is the rest of the value.
 func ParseHeader(v []byte) (h Header, body []byte, err error) {
-	if len(v) < headerLen || v[0] != magic0 || v[1] != magic1 {
+	if len(v) < headerLenV1 || v[0] != magic0 || v[1] != magic1 {
 		return h, nil, fmt.Errorf("%w: no repstream header", ErrCorrupt)
 	}
-	if v[2] != version {
-		return h, nil, fmt.Errorf("%w: format version %d (this repstream reads %d)", ErrCorrupt, v[2], version)
+	n := headerLen
+	switch v[2] {
+	case 1:
+		n = headerLenV1
+	case version:
+		if len(v) < headerLen {
+			return h, nil, fmt.Errorf("%w: no repstream header", ErrCorrupt)
+		}
+		h.Binary = v[17]&1 != 0
+	default:
+		return h, nil, fmt.Errorf("%w: format version %d (this repstream reads 1 and %d)", ErrCorrupt, v[2], version)
 	}
 	h.Kind = v[3]
 	switch h.Kind {
@@ -115,7 +132,7 @@ func ParseHeader(v []byte) (h Header, body []byte, err error) {
 	h.Epoch = binary.BigEndian.Uint32(v[4:])
 	h.LastCommit = change.LSN(binary.BigEndian.Uint64(v[8:]))
 	h.Proto = v[16]
-	return h, v[headerLen:], nil
+	return h, v[n:], nil
 }
 
 // Frames calls yield for every frame of a KindData body, in order; the

@@ -49,7 +49,7 @@ func parseRecord(v []byte) (record, error) {
 
 // The golden records: one of each kind.
 var (
-	goldenHeader = Header{Epoch: 0x6A1B2C3D, LastCommit: 0x16B374D848, Proto: 4}
+	goldenHeader = Header{Epoch: 0x6A1B2C3D, LastCommit: 0x16B374D848, Proto: 4, Binary: true}
 	goldenFrames = []Frame{
 		{WALStart: 0x16B374D900, Data: []byte("B\x00\x00\x00\x16\xb3\x74\xda\x00")},
 		{WALStart: 0x16B374D9A0, Data: []byte("I\x00\x00\x40\x01N\x00\x01t\x00\x00\x00\x012")},
@@ -129,16 +129,72 @@ func TestRecordGolden(t *testing.T) {
 	}
 }
 
+// TestRecordVersion1 reads the records of format version 1 (a 17-byte
+// header, no flags: text values), as captures before version 2 wrote
+// them: testdata/*.v1.golden are their exact bytes.
+func TestRecordVersion1(t *testing.T) {
+	for _, tc := range []struct {
+		kind byte
+		file string
+	}{{KindData, "data.v1.golden"}, {KindFragment, "fragment.v1.golden"}, {KindEpoch, "epoch.v1.golden"}} {
+		t.Run(tc.file, func(t *testing.T) {
+			dump, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := undump(t, string(dump))
+			if v[2] != 1 {
+				t.Fatalf("version %d", v[2])
+			}
+			r, err := parseRecord(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := goldenHeader
+			want.Kind, want.Binary = tc.kind, false
+			if r.h != want {
+				t.Fatalf("header %+v, want %+v", r.h, want)
+			}
+			// The body is the current encoding's: only the header grew.
+			cur := goldenRecord(tc.kind)
+			if !bytes.Equal(v[headerLenV1:], cur[headerLen:]) {
+				t.Fatalf("body % x, want % x", v[headerLenV1:], cur[headerLen:])
+			}
+		})
+	}
+}
+
+// undump reverses hex.Dump.
+func undump(t *testing.T, dump string) []byte {
+	t.Helper()
+	var out []byte
+	for _, line := range strings.Split(strings.TrimRight(dump, "\n"), "\n") {
+		if len(line) < 10 {
+			t.Fatalf("dump line %q", line)
+		}
+		hexPart := line[10:]
+		if i := strings.IndexByte(hexPart, '|'); i >= 0 {
+			hexPart = hexPart[:i]
+		}
+		b, err := hex.DecodeString(strings.ReplaceAll(hexPart, " ", ""))
+		if err != nil {
+			t.Fatalf("dump line %q: %v", line, err)
+		}
+		out = append(out, b...)
+	}
+	return out
+}
+
 // TestRecordLayout checks the byte offsets doc.go documents, independently
 // of the encoders' own idea of them.
 func TestRecordLayout(t *testing.T) {
 	be := binary.BigEndian
 	v := goldenRecord(KindData)
-	if string(v[0:2]) != "RS" || v[2] != 1 || v[3] != 'D' ||
-		be.Uint32(v[4:]) != goldenHeader.Epoch || be.Uint64(v[8:]) != uint64(goldenHeader.LastCommit) || v[16] != goldenHeader.Proto {
-		t.Fatalf("header bytes % x", v[:17])
+	if string(v[0:2]) != "RS" || v[2] != 2 || v[3] != 'D' ||
+		be.Uint32(v[4:]) != goldenHeader.Epoch || be.Uint64(v[8:]) != uint64(goldenHeader.LastCommit) || v[16] != goldenHeader.Proto || v[17] != 1 {
+		t.Fatalf("header bytes % x", v[:18])
 	}
-	b := v[17:]
+	b := v[18:]
 	for i, f := range goldenFrames {
 		if be.Uint64(b) != uint64(f.WALStart) || be.Uint32(b[8:]) != uint32(len(f.Data)) || !bytes.Equal(b[12:12+len(f.Data)], f.Data) {
 			t.Fatalf("frame %d bytes % x", i, b)
@@ -153,7 +209,7 @@ func TestRecordLayout(t *testing.T) {
 	if v[3] != 'F' {
 		t.Fatalf("kind %q", v[3])
 	}
-	b = v[17:]
+	b = v[18:]
 	fr := goldenFragment
 	if be.Uint64(b) != uint64(fr.WALStart) || be.Uint32(b[8:]) != uint32(fr.Total) || be.Uint32(b[12:]) != uint32(fr.Offset) || string(b[16:]) != string(fr.Chunk) {
 		t.Fatalf("fragment bytes % x", b)
@@ -163,7 +219,7 @@ func TestRecordLayout(t *testing.T) {
 	if v[3] != 'E' {
 		t.Fatalf("kind %q", v[3])
 	}
-	b = v[17:]
+	b = v[18:]
 	e := goldenEpoch
 	if be.Uint64(b) != uint64(e.Start) {
 		t.Fatalf("epoch start % x", b[:8])
@@ -189,6 +245,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Kind: KindFragment, Epoch: 1, LastCommit: 1, Proto: 1},
 		{Kind: KindEpoch, Epoch: ^uint32(0), LastCommit: ^change.LSN(0), Proto: 255},
 		{Kind: KindData, Epoch: goldenHeader.Epoch, LastCommit: goldenHeader.LastCommit, Proto: goldenHeader.Proto},
+		{Kind: KindData, Epoch: 7, LastCommit: 9, Proto: 2, Binary: true},
 	} {
 		prefix := []byte("prefix")
 		v := AppendHeader(append([]byte(nil), prefix...), h)
@@ -332,7 +389,8 @@ func TestMalformed(t *testing.T) {
 		{"wrong magic", with(hdr(KindData), func(b []byte) { b[0] = 'r' })},
 		{"wrong magic second byte", with(hdr(KindData), func(b []byte) { b[1] = 'T' })},
 		{"version 0", with(hdr(KindData), func(b []byte) { b[2] = 0 })},
-		{"version 2", with(hdr(KindData), func(b []byte) { b[2] = 2 })},
+		{"version 3", with(hdr(KindData), func(b []byte) { b[2] = 3 })},
+		{"version 2 without its flags", with(hdr(KindData), func(b []byte) { b[2] = 2 })[:headerLen-1]},
 		{"unknown kind", with(hdr(KindData), func(b []byte) { b[3] = 'X' })},
 		{"lower-case kind", with(hdr(KindData), func(b []byte) { b[3] = 'd' })},
 		{"kind zero", with(hdr(KindData), func(b []byte) { b[3] = 0 })},

@@ -49,6 +49,7 @@ type WriterOptions struct {
 	Topic  string
 	Epoch  uint32 // this capture session's (Start sets it and writes its marker)
 	Proto  uint8  // the slot's pgoutput protocol version
+	Binary bool   // the slot streams values in binary (Header.Binary)
 	// LastCommit is the end LSN of the last transaction the topic holds
 	// (Tail): a transaction whose commit comes before it is in the topic
 	// already and is not written again.
@@ -179,7 +180,7 @@ func NewWriter(o WriterOptions) *Writer {
 func (w *Writer) Start(ctx context.Context, tail TailInfo, e Epoch) error {
 	w.o.Epoch = NextEpoch(tail, time.Now())
 	w.lastCommit = max(w.lastCommit, tail.LastCommit)
-	v := AppendHeader(nil, Header{Kind: KindEpoch, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto})
+	v := AppendHeader(nil, w.header(KindEpoch))
 	v = AppendEpoch(v, e)
 	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}).FirstErr(); err != nil {
 		return fmt.Errorf("write the epoch marker to topic %s: %w", w.o.Topic, err)
@@ -400,7 +401,7 @@ func (w *Writer) append(walStart change.LSN, data []byte) {
 }
 
 func (w *Writer) header(kind byte) Header {
-	return Header{Kind: kind, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto}
+	return Header{Kind: kind, Epoch: w.o.Epoch, LastCommit: w.lastCommit, Proto: w.o.Proto, Binary: w.o.Binary}
 }
 
 // SourceWAL tells the Writer the source's current WAL position (0:

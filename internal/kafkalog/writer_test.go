@@ -3,6 +3,10 @@ package kafkalog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -220,5 +224,54 @@ func TestReaderBehind(t *testing.T) {
 		if got := r.Behind(); got != tc.want {
 			t.Errorf("next %d, end %d, big %v: Behind %v, want %v", tc.next, tc.end, tc.big, got, tc.want)
 		}
+	}
+}
+
+// formatDecoder records the sessions a Reader starts and the messages it
+// passes on.
+type formatDecoder struct {
+	sessions *[]string
+	msgs     *int
+}
+
+func (d formatDecoder) Message(context.Context, change.LSN, []byte) error { *d.msgs++; return nil }
+func (d formatDecoder) Close()                                            {}
+
+// TestReaderValueFormat: the Reader makes each capture session's decoder
+// with the value format its records carry (binary or text, from the
+// header); a record of the same epoch in another format is refused as
+// corrupt, naming topic and offset.
+func TestReaderValueFormat(t *testing.T) {
+	var sessions []string
+	msgs := 0
+	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p",
+		NewDecoder: func(proto int, binary bool, e *Epoch) (Decoder, error) {
+			sessions = append(sessions, fmt.Sprintf("proto %d binary %v marker %v", proto, binary, e != nil))
+			return formatDecoder{&sessions, &msgs}, nil
+		},
+		AbortInProgress: func() (int, error) { return 0, nil },
+	})
+	ctx := context.Background()
+	marker := func(epoch uint32, binary bool) []byte {
+		v := AppendHeader(nil, Header{Kind: KindEpoch, Epoch: epoch, Proto: 2, Binary: binary})
+		return AppendEpoch(v, Epoch{Start: 0x100, Slot: "s", Publication: "p"})
+	}
+	begin := []byte{pgoutput.MsgBegin, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}
+	data := func(epoch uint32, binary bool) []byte {
+		v := AppendHeader(nil, Header{Kind: KindData, Epoch: epoch, Proto: 2, Binary: binary})
+		return AppendFrame(v, Frame{WALStart: 0x200, Data: begin})
+	}
+	for i, v := range [][]byte{marker(1, true), data(1, true), marker(2, false), data(2, false)} {
+		if err := r.record(ctx, &kgo.Record{Value: v, Offset: int64(i)}); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	want := []string{"proto 2 binary true marker true", "proto 2 binary false marker true"}
+	if !slices.Equal(sessions, want) || msgs != 2 {
+		t.Fatalf("sessions %q, messages %d; want %q, 2", sessions, msgs, want)
+	}
+	err := r.record(ctx, &kgo.Record{Value: data(2, true), Offset: 4})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "offset 4") {
+		t.Fatalf("a binary record in a text epoch: %v", err)
 	}
 }

@@ -45,7 +45,14 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 			return nil, err
 		}
 	}
-	p, err := newPlan(rel, tab, textEq, w.opts.Binary)
+	p, err := newPlan(rel, tab, textEq, w.opts.Binary || rel.Binary)
+	if errors.Is(err, ErrBinaryIncompatible) {
+		advice := w.opts.BinaryAdvice
+		if advice == "" {
+			advice = "restart repstream, which decides at start whether values travel in binary (it will use text)"
+		}
+		return nil, fmt.Errorf("%w: %s", err, advice)
+	}
 	if err != nil {
 		return nil, err
 	}

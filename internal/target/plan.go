@@ -1,6 +1,7 @@
 package target
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -135,7 +136,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		p.write[i] = !tab.Columns[ti].Generated
 		if binary && p.write[i] {
 			if err := BinaryCompatible(c.TypeOID, tab.Columns[ti].TypeOID); err != nil {
-				return nil, fmt.Errorf("column %q of %s: %w: restart repstream, which decides at start whether values travel in binary (it will use text)", c.Name, rel.String(), err)
+				return nil, fmt.Errorf("column %q of %s: %w: %w", c.Name, rel.String(), ErrBinaryIncompatible, err)
 			}
 		}
 		p.textEq[i] = textEqCols[c.Name]
@@ -499,9 +500,12 @@ WITH RECURSIVE ty(col, oid, depth) AS (
 SELECT DISTINCT ty.col FROM ty JOIN pg_catalog.pg_type t ON t.oid = ty.oid
 WHERE t.typcategory = 'G' OR t.oid IN (114, 142)`
 
-// FirstNormalOID is PostgreSQL's FirstNormalObjectId: types below it are
-// built in, with the same OID and binary format in every database.
-const FirstNormalOID = 16384
+// ErrBinaryIncompatible is wrapped by a plan's refusal of a column whose
+// binary values the target column cannot take (BinaryCompatible).
+var ErrBinaryIncompatible = errors.New("values in binary")
+
+// FirstNormalOID is PostgreSQL's FirstNormalObjectId (change.FirstNormalOID).
+const FirstNormalOID = change.FirstNormalOID
 
 // BinaryCompatible reports why a source column's binary values cannot be
 // applied to a target column (nil if they can): both must have the same

@@ -46,7 +46,11 @@ type WriterOptions struct {
 	// Binary: values arrive in pgoutput's binary format; inserts go through
 	// binary COPY and statements get binary parameters. Every written column
 	// must then have the same built-in type on both sides (checked per table).
+	// A relation whose change.Relation.Binary is set is applied so too.
 	Binary bool
+	// BinaryAdvice is the way out the error of a column that cannot take
+	// binary values gives (default: restart, which chooses text).
+	BinaryAdvice string
 
 	// RelationDDL: no event trigger reports schema changes (--ddl=relation);
 	// a relation version that differs from its previous one changes the

@@ -1,10 +1,12 @@
 package kafka
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
 )
 
@@ -52,6 +54,73 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	}
 	if cols != "id,v,remark,region" {
 		t.Errorf("target acct columns %q, want id,v,remark,region", cols)
+	}
+	capt.stop()
+	ap.stop()
+}
+
+// TestKafkaBinaryValues: the capture streams values in binary (its
+// default, every published column being of a built-in type), its records
+// say so, and the apply writes them with binary COPY and parameters: a
+// table of many built-in types arrives equal through inserts, updates and
+// deletes. A schema change to a column of a type that is not built in (an
+// enum) makes the capture start its session again in text, from what the
+// topic holds: the rows before and after it arrive equal, none twice.
+func TestKafkaBinaryValues(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	const moodSQL = `CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`
+	e.exec(moodSQL)
+	const kindsRows = `INSERT INTO kinds SELECT g, g * 1.5, g / 3.0, '2026-01-01'::timestamptz + g * interval '1 hour', '2026-01-01'::date + g,
+		jsonb_build_object('g', g, 'a', jsonb_build_array(g, 'x')), ARRAY[g, -g, NULL], md5(g::text)::uuid, decode(md5(g::text), 'hex'),
+		g * interval '1 minute', repeat('é', g % 50), g % 2 = 0 FROM generate_series($1::int, $2::int) g`
+	e.exec(`CREATE TABLE kinds (id int PRIMARY KEY, n numeric(20,6), f float8, ts timestamptz, d date, j jsonb, a int[], u uuid,
+		b bytea, iv interval, tx text, ok boolean)`)
+	e.exec(kindsRows, 1, 300)
+	db, tgt := e.newTarget()
+	if _, err := tgt.Exec(t.Context(), moodSQL); err != nil {
+		t.Fatal(err)
+	}
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	tables := append(slices.Clone(kafkaTables), tableOrder{"kinds", "id"})
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
+	e.exec(kindsRows, 301, 1000)
+	e.exec(`UPDATE kinds SET n = n + 1, j = j || '{"u": 1}', a = a || 0, tx = NULL WHERE id % 3 = 0`)
+	e.exec(`DELETE FROM kinds WHERE id % 10 = 0`)
+	e.exec(`UPDATE acct SET v = v + 1, note = 'binary' WHERE id <= 200`)
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
+	var binary, text int
+	for _, h := range recordHeaders(t, k, e.topic()) {
+		if h.Kind == kafkalog.KindData && h.Binary {
+			binary++
+		} else if h.Kind == kafkalog.KindData {
+			text++
+		}
+	}
+	if binary == 0 || text != 0 {
+		t.Fatalf("data records: %d binary, %d text; want all binary", binary, text)
+	}
+
+	e.exec(`ALTER TABLE kinds ADD COLUMN m mood`)
+	e.exec(`UPDATE kinds SET m = 'ok' WHERE id <= 100`)
+	e.exec(kindsRows, 2001, 2100)
+	e.exec(`UPDATE kinds SET m = 'happy' WHERE id > 2000`)
+	e.exec(`INSERT INTO events SELECT g, 'after the enum' FROM generate_series(1, 50) g`)
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
+	binary, text = 0, 0
+	for _, h := range recordHeaders(t, k, e.topic()) {
+		if h.Kind == kafkalog.KindData && h.Binary {
+			binary++
+		} else if h.Kind == kafkalog.KindData {
+			text++
+		}
+	}
+	if text == 0 {
+		t.Fatalf("data records after the enum column: %d binary, %d text; want text ones", binary, text)
+	}
+	if l := lineWith(capt.out.tail(1000), "values in text"); l == "" {
+		t.Errorf("the capture's log does not say it went on in text:\n%s", capt.out.tail(20))
 	}
 	capt.stop()
 	ap.stop()

@@ -675,6 +675,16 @@ func TestKafkaTwoCaptures(t *testing.T) {
 // recordKinds counts the records of topic by kind.
 func recordKinds(t *testing.T, k *kafkatest.Cluster, topic string) map[byte]int {
 	t.Helper()
+	n := map[byte]int{}
+	for _, h := range recordHeaders(t, k, topic) {
+		n[h.Kind]++
+	}
+	return n
+}
+
+// recordHeaders reads the headers of every record of topic, in order.
+func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.Header {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	o, err := k.Admin(t).ListEndOffsets(ctx, topic)
@@ -683,7 +693,7 @@ func recordKinds(t *testing.T, k *kafkatest.Cluster, topic string) map[byte]int 
 	}
 	end, _ := o.Lookup(topic, 0)
 	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}))
-	n := map[byte]int{}
+	var hs []kafkalog.Header
 	for next := int64(0); next < end.Offset; {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -694,11 +704,11 @@ func recordKinds(t *testing.T, k *kafkatest.Cluster, topic string) map[byte]int 
 			if err != nil {
 				t.Fatalf("%s offset %d: %v", topic, r.Offset, err)
 			}
-			n[h.Kind]++
+			hs = append(hs, h)
 			next = r.Offset + 1
 		}
 	}
-	return n
+	return hs
 }
 
 // TestKafkaKillApplyInGroup: under a steady load of many small
