@@ -57,6 +57,9 @@ type Engine struct {
 	// sessions stream text: a session streaming binary met a column type
 	// that is not built in ("": none did).
 	captureText string
+	// topicBinary (apply from Kafka): the topic's last record, at start,
+	// had binary values.
+	topicBinary bool
 	start       time.Time
 	// watch closes target connections that went silent (reconnect.go);
 	// walsenderPID is the walsender of the last streaming attempt.
@@ -311,6 +314,9 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 	e.binary = cfg.Binary && noBinary == ""
 	switch {
 	case noBinary == "":
+	case cfg.Role == config.RoleApply && e.topicBinary:
+		return fmt.Errorf("the capture writes this slot's values in binary (repstream capture --binary, the default), and this target cannot take them: %s: "+
+			"make the target column's type the source's, or start the capture with --binary=false first", noBinary)
 	case cfg.Role == config.RoleApply:
 		// The capture chose the values' format for every apply.
 		e.log.Warn("this target cannot take values in binary: if the capture writes them so (its default, when every column is of a built-in type), "+

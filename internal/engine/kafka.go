@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"golang.org/x/sync/errgroup"
 
@@ -264,6 +265,31 @@ func (e *Engine) chooseCaptureBinary(ctx context.Context, src *pgx.Conn, tables 
 	return nil
 }
 
+// topicFormat reads whether the topic's last record has binary values;
+// a topic still empty (a capture starting writes its epoch marker once
+// it holds the slot) is read again for up to markerWait. Not known: false.
+func (e *Engine) topicFormat(ctx context.Context, adm *kadm.Client, brokers []string, topic string) bool {
+	for waited := time.Duration(0); ; waited += 200 * time.Millisecond {
+		tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
+		if err != nil {
+			e.log.Debug("the topic's last record not read: its values' format is not known yet", "err", err)
+			return false
+		}
+		if !tail.Empty || waited >= markerWait {
+			return tail.Binary
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// markerWait is how long an apply waits at start for a first record in
+// an empty topic (topicFormat).
+const markerWait = 10 * time.Second
+
 // topicWait is how long an apply waits for its topic at start.
 const topicWait = 30 * time.Second
 
@@ -350,6 +376,9 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	e.schemaMayLag, e.copyResumed = resuming(prog, firstStart, e.ddl)
+	// The values' format the capture writes now: a target that cannot
+	// take binary ones is refused before anything.
+	e.topicBinary = e.topicFormat(ctx, adm, brokers, topic)
 	if err := e.prepareTables(ctx, src, tgt, tables, false, &undo); err != nil {
 		return err
 	}

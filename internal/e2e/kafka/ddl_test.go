@@ -8,6 +8,7 @@ import (
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // TestKafkaSchemaChanges (issue 30): schema changes on the source go
@@ -122,6 +123,45 @@ func TestKafkaBinaryValues(t *testing.T) {
 	if l := lineWith(capt.out.tail(1000), "values in text"); l == "" {
 		t.Errorf("the capture's log does not say it went on in text:\n%s", capt.out.tail(20))
 	}
+	capt.stop()
+	ap.stop()
+}
+
+// TestKafkaBinaryTargetMismatch: an apply whose target has a column of
+// another type than the source's (bigint for integer) is refused at start
+// while the capture writes binary values, naming the column and the way
+// out, with nothing left on the target; once the capture runs with
+// --binary=false, the same apply starts and the target equals the source.
+func TestKafkaBinaryTargetMismatch(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	db, tgt := e.newTarget()
+	if _, err := tgt.Exec(t.Context(), `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, note text)`); err != nil {
+		t.Fatal(err)
+	}
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	err := exitOf(t, ap, 90*time.Second)
+	out := ap.out.tail(1000)
+	if err == nil || lineWith(out, `column "id" of public.acct`, "binary", "--binary=false") == "" {
+		t.Fatalf("apply: %v, want a refusal naming the column and --binary=false:\n%s", err, ap.out.tail(30))
+	}
+	var left int
+	if err := tgt.QueryRow(t.Context(), `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relname IN ('ledger', 'events')`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("tables the refused apply created are left: %d, %v", left, err)
+	}
+
+	capt.stop()
+	capt = e.startCapture("capture (text)", "--binary=false")
+	e.exec(`UPDATE acct SET v = v + 1 WHERE id <= 10`)
+	pgtest.WaitFor(t, "a text record in the topic", 30*time.Second, func() (bool, error) {
+		hs := recordHeaders(t, k, e.topic())
+		return len(hs) > 0 && !hs[len(hs)-1].Binary, nil
+	})
+	ap = e.startApply("apply (again)", db)
+	e.exec(`UPDATE acct SET v = v + 1, note = 'text' WHERE id <= 100`)
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
 }
