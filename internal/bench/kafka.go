@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
@@ -29,12 +30,9 @@ import (
 // kafkaAvailable says what is missing to start a broker (nil: nothing).
 var kafkaAvailable = func() error { return kafkatest.Available(kafkatest.Home()) }
 
-// kafkaBrokerHeapMB is the broker's JVM heap (kafkatest's default).
-const kafkaBrokerHeapMB = kafkatest.DefaultHeapMB
-
 // kafkaSettings describes the kafka system's setup (report.json
 // settings.kafka).
-func kafkaSettings(brokers, targets int) string {
+func kafkaSettings(brokers, targets, heapMB int) string {
 	cluster := "one throwaway Apache Kafka %s broker (KRaft, one broker and controller"
 	topic := "1 partition, replication factor 1"
 	if brokers > 1 {
@@ -46,7 +44,7 @@ func kafkaSettings(brokers, targets int) string {
 		"topic repstream.<slot> (%s, acks=all, idempotent producer), deleted after each run; "+
 		"before the load: capture started until its slot exists, apply (no --create-tables) until its initial copy of the empty tables is done, "+
 		"both stopped with SIGTERM; at start both started again, capture first; values travel as the capture chooses (binary, its default, when every column is of a built-in type, as in direct mode)",
-		kafkatest.Version, kafkaBrokerHeapMB, topic)
+		kafkatest.Version, heapMB, topic)
 	if targets > 1 {
 		s += "; a second target (its own database on the target server, its own apply, prepared the same way) stays stopped while the workload loads " +
 			"and starts once the first target has everything: stopped_target gives its catch-up and verification, its apply's CPU is not in the engine's"
@@ -81,7 +79,7 @@ func (r *runner) kafka(ctx context.Context) (*kafkaBroker, error) {
 	}
 	fmt.Fprintf(r.out, "starting Kafka %s (%d broker(s)) ...\n", kafkatest.Version, r.o.KafkaBrokers)
 	t0 := time.Now()
-	c, err := kafkatest.StartCluster(ctx, kafkatest.Options{Brokers: r.o.KafkaBrokers, Name: "bench", HeapMB: kafkaBrokerHeapMB, Logger: r.o.Logger})
+	c, err := kafkatest.StartCluster(ctx, kafkatest.Options{Brokers: r.o.KafkaBrokers, Name: "bench", HeapMB: r.o.KafkaHeapMB, Logger: r.o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("start the Kafka broker: %w", err)
 	}
@@ -94,12 +92,71 @@ func (r *runner) kafka(ctx context.Context) (*kafkaBroker, error) {
 		}
 		b.pids = append(b.pids, pid)
 	}
-	r.broker = b
 	r.log.Info("kafka started", "addrs", b.addrs, "pids", b.pids, "dir", c.Dir(), "seconds", time.Since(t0).Seconds())
+	fmt.Fprintf(r.out, "warming Kafka up for %s ...\n", kafkaWarmUp)
+	if err := b.warmUp(ctx, kafkaWarmUp); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("warm the Kafka broker up: %w", err)
+	}
+	r.broker = b
 	if r.o.kafkaStarted != nil {
 		r.o.kafkaStarted(b)
 	}
 	return b, nil
+}
+
+// DefaultKafkaHeapMB is the bench brokers' JVM heap: Kafka's own default
+// (kafka-server-start.sh's -Xmx1G), not the tests' smaller one. With less
+// the young collections, about 25 ms each, come often enough to show in a
+// live run's p99.
+const DefaultKafkaHeapMB = 1024
+
+// kafkaWarmUp is how long a fresh cluster serves produce and fetch
+// requests before the first measured run.
+const kafkaWarmUp = 5 * time.Second
+
+// warmUp produces small records one at a time, as a live capture does,
+// and reads each back, for d: the brokers' JVMs compile their request
+// paths before the first measured run instead of during it (a fresh
+// broker's first seconds are slower than its steady state). Its topic is
+// deleted after.
+func (b *kafkaBroker) warmUp(ctx context.Context, d time.Duration) error {
+	brokers := kafkalog.Brokers(b.addrs)
+	adm, admCl, err := kafkalog.NewAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	const topic = "bench-warm-up"
+	if _, err := kafkalog.EnsureTopic(ctx, adm, topic); err != nil {
+		return err
+	}
+	defer func() { _, _ = adm.DeleteTopics(context.Background(), topic) }()
+	prod, err := kafkalog.NewProducer(brokers, topic)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	val := make([]byte, 2<<10)
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: val}).FirstErr(); err != nil {
+			return err
+		}
+		fs := cons.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, fe := range fs.Errors() {
+			return fe.Err
+		}
+	}
+	return nil
 }
 
 func readPid(path string) (int, error) {

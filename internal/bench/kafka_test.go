@@ -73,7 +73,7 @@ func TestKafkaMarkdown(t *testing.T) {
 	}
 	rep := sampleReport()
 	rep.Settings.Repeat = 2
-	rep.Settings.Kafka = kafkaSettings(1, 1)
+	rep.Settings.Kafka = kafkaSettings(1, 1, DefaultKafkaHeapMB)
 	rep.Runs = []*RunResult{
 		mk(SystemRepstream, 1, 2, 0), mk(SystemKafka, 1, 3, 0.5), mk(SystemNative, 1, 4, 0),
 		mk(SystemNative, 2, 5, 0), mk(SystemKafka, 2, 2, 0.25), mk(SystemRepstream, 2, 2, 0),

@@ -75,6 +75,9 @@ type Options struct {
 	// apply starts once the first target has everything, and the run
 	// measures its catch-up and the source's retained WAL meanwhile.
 	KafkaTargets int
+	// KafkaHeapMB is each broker's JVM heap in MiB (default
+	// DefaultKafkaHeapMB).
+	KafkaHeapMB int
 
 	// Tests: kafkaStarted is called once the broker is started,
 	// kafkaAfterRun after each kafka run's cleanup.
@@ -214,6 +217,9 @@ func (o *Options) EnsureDefaults() {
 	if o.KafkaTargets <= 0 {
 		o.KafkaTargets = 1
 	}
+	if o.KafkaHeapMB <= 0 {
+		o.KafkaHeapMB = DefaultKafkaHeapMB
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -255,8 +261,11 @@ func (o *Options) Validate() error {
 	if o.KafkaTargets > 2 {
 		errs = append(errs, fmt.Errorf("--kafka-targets %d: 1 or 2 (the second is the stopped one)", o.KafkaTargets))
 	}
-	if (o.KafkaBrokers > 1 || o.KafkaTargets > 1) && !slices.Contains(o.Systems, SystemKafka) {
-		errs = append(errs, errors.New("--kafka-brokers and --kafka-targets are the kafka system's: add kafka to --systems"))
+	if (o.KafkaBrokers > 1 || o.KafkaTargets > 1 || o.KafkaHeapMB != DefaultKafkaHeapMB) && !slices.Contains(o.Systems, SystemKafka) {
+		errs = append(errs, errors.New("--kafka-brokers, --kafka-targets and --kafka-heap are the kafka system's: add kafka to --systems"))
+	}
+	if o.KafkaHeapMB < 128 {
+		errs = append(errs, fmt.Errorf("--kafka-heap %d: at least 128 (MiB)", o.KafkaHeapMB))
 	}
 	if o.KafkaTargets > 1 && o.Mode != ModeLive {
 		errs = append(errs, errors.New("--kafka-targets 2: live mode only (the second target is stopped while the workload loads)"))
@@ -352,7 +361,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Settings.Peers = peerSettings(o.Systems)
 	if slices.Contains(o.Systems, SystemKafka) {
-		rep.Settings.Kafka = kafkaSettings(o.KafkaBrokers, o.KafkaTargets)
+		rep.Settings.Kafka = kafkaSettings(o.KafkaBrokers, o.KafkaTargets, o.KafkaHeapMB)
 	}
 	if wl.Name == "dbl" {
 		err = r.runDBL(ctx, rep, specs)

@@ -117,6 +117,7 @@ the jars make kafka caches; without them it is skipped.`,
 	fs.DurationVar(&o.Params.Duration, "duration", 0, "fly: duration at --scale 1 (default 60s)")
 	fs.IntVar(&o.Params.Jobs, "jobs", 0, "dbl: most parallel jobs (default 2×CPUs)")
 	fs.IntVar(&o.KafkaBrokers, "kafka-brokers", 1, "kafka: brokers in the throwaway Kafka cluster, 1 to 3 (3: replication factor 3)")
+	fs.IntVar(&o.KafkaHeapMB, "kafka-heap", bench.DefaultKafkaHeapMB, "kafka: each broker's JVM heap in MiB (its young collections come less often with more)")
 	fs.IntVar(&o.KafkaTargets, "kafka-targets", 1, "kafka: targets, 1 or 2; the second is stopped while the workload loads and started after it (its catch-up and the source's retained WAL are reported)")
 	fs.IntVar(&o.Repeat, "repeat", 1, "run every system this many rounds (alternating the order); the report gives each round's ratio and their median")
 	fs.StringVar(&o.Vary, "vary", "", "run repstream once per value of one of its flags, e.g. apply-parallelism=1,2,4")

@@ -91,14 +91,7 @@ func TestKafkaBinaryValues(t *testing.T) {
 	e.exec(`DELETE FROM kinds WHERE id % 10 = 0`)
 	e.exec(`UPDATE acct SET v = v + 1, note = 'binary' WHERE id <= 200`)
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
-	var binary, text int
-	for _, h := range recordHeaders(t, k, e.topic()) {
-		if h.Kind == kafkalog.KindData && h.Binary {
-			binary++
-		} else if h.Kind == kafkalog.KindData {
-			text++
-		}
-	}
+	binary, text := dataFormats(t, k, e.topic())
 	if binary == 0 || text != 0 {
 		t.Fatalf("data records: %d binary, %d text; want all binary", binary, text)
 	}
@@ -109,14 +102,7 @@ func TestKafkaBinaryValues(t *testing.T) {
 	e.exec(`UPDATE kinds SET m = 'happy' WHERE id > 2000`)
 	e.exec(`INSERT INTO events SELECT g, 'after the enum' FROM generate_series(1, 50) g`)
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
-	binary, text = 0, 0
-	for _, h := range recordHeaders(t, k, e.topic()) {
-		if h.Kind == kafkalog.KindData && h.Binary {
-			binary++
-		} else if h.Kind == kafkalog.KindData {
-			text++
-		}
-	}
+	binary, text = dataFormats(t, k, e.topic())
 	if text == 0 {
 		t.Fatalf("data records after the enum column: %d binary, %d text; want text ones", binary, text)
 	}
@@ -125,6 +111,22 @@ func TestKafkaBinaryValues(t *testing.T) {
 	}
 	capt.stop()
 	ap.stop()
+}
+
+// dataFormats counts the topic's data records with binary and with text
+// values.
+func dataFormats(t *testing.T, k *kafkatest.Cluster, topic string) (binary, text int) {
+	t.Helper()
+	for _, h := range recordHeaders(t, k, topic) {
+		switch {
+		case h.Kind != kafkalog.KindData:
+		case h.Binary:
+			binary++
+		default:
+			text++
+		}
+	}
+	return binary, text
 }
 
 // TestKafkaBinaryTargetMismatch: an apply whose target has a column of
