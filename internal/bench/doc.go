@@ -28,9 +28,13 @@
 // reported FAILED and its figures are not shown.
 //
 // The kafka system is repstream's Kafka mode: `repstream capture` and
-// `repstream apply`, two subprocesses, joined by one throwaway Kafka broker
-// (internal/kafkatest) that the first kafka run starts and Run closes; its
-// JVM's CPU is counted too (kafka.go).
+// `repstream apply`, two subprocesses, joined by a throwaway Kafka cluster
+// of one broker, or three (--kafka-brokers), at Kafka's own 1 GiB heap
+// (internal/kafkatest) that the first kafka run starts, warms up for 5 s
+// and Run closes; the brokers' JVMs' CPU is counted too (kafka.go). With
+// --kafka-targets 2 a second apply into a second target database stays
+// stopped until the first target has everything, then catches up; the
+// source's WAL retained for the slot is sampled for every system.
 //
 // repstream runs as a subprocess (the repstream binary itself), so its CPU
 // time and peak RSS come from the kernel, and its per-component stats are
