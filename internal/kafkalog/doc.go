@@ -66,7 +66,13 @@
 //     Update, Delete, Truncate) in each record and in each stream block,
 //     the Writer re-sends the Relation message it last saw for it unless
 //     the record (or block) carries one already, so a consumer can start at
-//     any record; consumers start at the record of a transaction's Begin.
+//     any record; consumers start at the record of a transaction's Begin,
+//     and take the Relation messages (outside streams) of a transaction
+//     whose start they did not read: the Writer does not repeat one in the
+//     record for the transactions after it. After a schema change message
+//     that names a table otherwise (ALTER SCHEMA ... RENAME, which pgoutput
+//     does not describe again), the Writer repeats the table's Relation
+//     message under its new names.
 //   - Epochs: each capture session first writes an 'E' record, with an
 //     epoch above every earlier one (NextEpoch), and stamps every record
 //     with it. A consumer drops records of an epoch below one already seen;

@@ -342,15 +342,21 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 			}
 		}
 	default:
-		if r.skipXid != 0 || !r.inTxn && !r.inStream {
-			return nil // a transaction whose start was not read
-		}
 		if t == pgoutput.MsgRelation && !r.inStream && len(f.Data) >= 5 {
+			// Outside a stream a Relation message describes the relation
+			// for what follows, whichever transaction carries it: one of a
+			// transaction whose start was not read (applied) is taken too,
+			// for the Writer does not repeat it in the record for the
+			// transactions after it.
 			id := binary.BigEndian.Uint32(f.Data[1:5])
 			if bytes.Equal(r.rels[id], f.Data) {
 				return nil // the decoder has it
 			}
 			r.rels[id] = bytes.Clone(f.Data)
+			break
+		}
+		if r.skipXid != 0 || !r.inTxn && !r.inStream {
+			return nil // a transaction whose start was not read
 		}
 	}
 	return r.dec.Message(ctx, f.WALStart, f.Data)

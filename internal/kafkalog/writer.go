@@ -1,6 +1,7 @@
 package kafkalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -276,6 +277,13 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 		if err := w.describe(walStart, m.RelID); err != nil {
 			return err
 		}
+	case pgoutput.MsgMessage:
+		if !w.inStream && m.Name == change.DDLPrefix && m.Flags&pgoutput.MessageTransactional != 0 {
+			w.renamed(m.Content)
+		}
+		if w.skipping {
+			return nil
+		}
 	case pgoutput.MsgTruncate:
 		if w.skipping {
 			return nil
@@ -339,6 +347,47 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 		w.append(walStart, data)
 		w.boundary()
 	}
+}
+
+// renamed follows a schema change (a repstream.ddl message outside a
+// stream) that names its table otherwise than the table's last Relation
+// message: ALTER SCHEMA ... RENAME, after which pgoutput does not describe
+// the table again. The Relation message the Writer repeats from here on
+// carries the new names, as capture's decoder renames the relation at the
+// message (capture's renamed), and is written again before the table's
+// next change: a reader that starts after the change reads its tables
+// under their new names. A message it cannot decode is left to the
+// applies' decoders, which stop on it.
+func (w *Writer) renamed(content []byte) {
+	ch, err := change.NewDDL(0, 0, content)
+	if err != nil {
+		return
+	}
+	d := ch.DDL
+	raw := w.rels[d.OID]
+	if len(raw) < 4 {
+		return
+	}
+	// raw: the relation's id (4 bytes), its schema and name (each ended
+	// by a NUL), then the rest.
+	ns := bytes.IndexByte(raw[4:], 0)
+	if ns < 0 {
+		return
+	}
+	nameAt := 4 + ns + 1
+	n := bytes.IndexByte(raw[nameAt:], 0)
+	if n < 0 {
+		return
+	}
+	if string(raw[4:4+ns]) == d.Schema && string(raw[nameAt:nameAt+n]) == d.Name {
+		return
+	}
+	out := make([]byte, 0, len(raw)+len(d.Schema)+len(d.Name))
+	out = append(out, raw[:4]...)
+	out = append(append(out, d.Schema...), 0)
+	out = append(append(out, d.Name...), 0)
+	w.rels[d.OID] = append(out, raw[nameAt+n+1:]...)
+	delete(w.described, d.OID)
 }
 
 // describe writes the relation's last Relation message unless the

@@ -275,3 +275,94 @@ func TestReaderValueFormat(t *testing.T) {
 		t.Fatalf("a binary record in a text epoch: %v", err)
 	}
 }
+
+// relDecoder knows the relations it was described and refuses a change
+// of another (as capture's decoder does).
+type relDecoder struct {
+	known   map[uint32]bool
+	inserts int
+}
+
+func (d *relDecoder) Message(_ context.Context, walStart change.LSN, data []byte) error {
+	var m pgoutput.Message
+	if err := pgoutput.Parse(data, false, 1, &m); err != nil {
+		return err
+	}
+	switch m.Type {
+	case pgoutput.MsgRelation:
+		d.known[m.Relation.ID] = true
+	case pgoutput.MsgInsert:
+		if !d.known[m.RelID] {
+			return fmt.Errorf("change at %s of relation %d that was never described", walStart, m.RelID)
+		}
+		d.inserts++
+	}
+	return nil
+}
+func (d *relDecoder) Close() {}
+
+// TestReaderRelationOfAnAppliedTransaction: a reader that starts at a
+// record holding the end of a transaction begun in an earlier record (it
+// is applied: a restart resumes at the next one's Begin) drops that
+// transaction's messages but takes the Relation messages among them: the
+// Writer does not repeat one in the record for the transactions after it.
+func TestReaderRelationOfAnAppliedTransaction(t *testing.T) {
+	p := &fakeProducer{}
+	tw := newTestWriter(t, p, time.Hour)
+	tw.w.o.MaxRecord = 600
+	relation := func(at change.LSN, id uint32, name string) {
+		rel := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgRelation}, id)
+		rel = append(rel, "public\x00"+name+"\x00d"...)
+		rel = binary.BigEndian.AppendUint16(rel, 1)
+		rel = append(rel, 1)
+		rel = append(rel, "id\x00"...)
+		rel = binary.BigEndian.AppendUint32(rel, 23)
+		tw.msg(at, binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF))
+	}
+	insert := func(at change.LSN, id uint32) {
+		ins := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgInsert}, id)
+		ins = append(ins, 'N')
+		ins = change.AppendTuple(ins, []byte{change.KindText}, [][]byte{[]byte("a value of some forty bytes, as rows go")})
+		tw.msg(at, ins)
+	}
+	// T: inserts into a (a record's worth), then into b, whose Relation
+	// message pgoutput sends inside T, in the second record.
+	tw.xid++
+	tEnd := tw.at + 2000
+	begin := binary.BigEndian.AppendUint64([]byte{pgoutput.MsgBegin}, uint64(tEnd-8))
+	begin = binary.BigEndian.AppendUint64(begin, 0)
+	tw.msg(tw.at, binary.BigEndian.AppendUint32(begin, tw.xid))
+	relation(tw.at, 16384, "a")
+	for i := range 8 {
+		insert(tw.at+change.LSN(100*(i+1)), 16384)
+	}
+	relation(tw.at+900, 16385, "b")
+	insert(tw.at+950, 16385)
+	commit := binary.BigEndian.AppendUint64([]byte{pgoutput.MsgCommit, 0}, uint64(tEnd-8))
+	commit = binary.BigEndian.AppendUint64(commit, uint64(tEnd))
+	tw.msg(tEnd-8, binary.BigEndian.AppendUint64(commit, 0))
+	// U: one insert into b (pgoutput does not describe b again).
+	begin = binary.BigEndian.AppendUint64([]byte{pgoutput.MsgBegin}, uint64(tEnd+100-8))
+	begin = binary.BigEndian.AppendUint64(begin, 0)
+	tw.msg(tEnd, binary.BigEndian.AppendUint32(begin, tw.xid+1))
+	insert(tEnd+40, 16385)
+	commit = binary.BigEndian.AppendUint64([]byte{pgoutput.MsgCommit, 0}, uint64(tEnd+100-8))
+	commit = binary.BigEndian.AppendUint64(commit, uint64(tEnd+100))
+	tw.msg(tEnd+100-8, binary.BigEndian.AppendUint64(commit, 0))
+	tw.w.Close()
+	recs := p.records()
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want T over two and U in the second", len(recs))
+	}
+	dec := &relDecoder{known: map[uint32]bool{}}
+	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", From: 1,
+		Applied:         func(end change.LSN) bool { return end <= tEnd },
+		NewDecoder:      func(int, bool, *Epoch) (Decoder, error) { return dec, nil },
+		AbortInProgress: func() (int, error) { return 0, nil }})
+	if err := r.record(context.Background(), &kgo.Record{Value: recs[1], Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if dec.inserts != 1 {
+		t.Fatalf("%d inserts decoded, want U's one (T's are dropped)", dec.inserts)
+	}
+}

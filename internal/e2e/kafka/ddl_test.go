@@ -168,6 +168,55 @@ func TestKafkaBinaryTargetMismatch(t *testing.T) {
 	ap.stop()
 }
 
+// TestKafkaSchemaRename: ALTER SCHEMA ... RENAME of a replicated schema
+// goes through the topic, and an apply restarted after it reads the
+// schema's tables under their new name (pgoutput does not describe them
+// again; the capture's records do); a new apply started then copies and
+// follows them too.
+func TestKafkaSchemaRename(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	if e.src.Version() < 15 {
+		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+	}
+	e.exec(`CREATE SCHEMA app;
+		CREATE TABLE app.a (id int PRIMARY KEY, v text);
+		INSERT INTO app.a SELECT g, 'a' || g FROM generate_series(1, 100) g`)
+	db, tgt := e.newTarget()
+	capt := startProc(t, "capture", append([]string{"capture", "--tables", "app.*", "--status-interval", "1s"}, e.common()...)...)
+	logTails(t, capt)
+	pgtest.WaitFor(t, "the capture's slot active", 60*time.Second, func() (bool, error) {
+		capt.alive()
+		var n int
+		err := e.s.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", e.slot).Scan(&n)
+		return n == 1, err
+	})
+	ap := e.startApply("apply", db)
+	before := []tableOrder{{"app.a", "id"}}
+	e.exec(`INSERT INTO app.a VALUES (0, 'before the rename: the slot describes app.a')`)
+	waitSame(t, e.s, tgt, before, 60*time.Second, capt, ap)
+	e.exec(`ALTER SCHEMA app RENAME TO app2`)
+	after := []tableOrder{{"app2.a", "id"}}
+	for i := 101; i <= 110; i++ {
+		e.exec(`INSERT INTO app2.a VALUES ($1, 'after the rename')`, i)
+	}
+	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap)
+	ap.stop()
+	e.exec(`UPDATE app2.a SET v = 'while the apply was stopped' WHERE id <= 10`)
+	e.exec(`INSERT INTO app2.a VALUES (111, 'while the apply was stopped')`)
+	ap = e.startApply("apply (restarted)", db)
+	e.exec(`INSERT INTO app2.a VALUES (112, 'after the restart')`)
+	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap)
+	db2, tgt2 := e.newTarget()
+	ap2 := e.startApply("apply (new target)", db2)
+	e.exec(`INSERT INTO app2.a VALUES (113, 'with a second target')`)
+	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap, ap2)
+	waitSame(t, e.s, tgt2, after, 60*time.Second, capt, ap, ap2)
+	capt.stop()
+	ap.stop()
+	ap2.stop()
+}
+
 // TestKafkaOnErrorPark (issue 30): --on-error park works through Kafka: a
 // transaction that conflicts on the target is parked in that target's
 // error queue, the others are applied, and `errors` lists it.
