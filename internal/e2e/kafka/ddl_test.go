@@ -183,14 +183,8 @@ func TestKafkaSchemaRename(t *testing.T) {
 		CREATE TABLE app.a (id int PRIMARY KEY, v text);
 		INSERT INTO app.a SELECT g, 'a' || g FROM generate_series(1, 100) g`)
 	db, tgt := e.newTarget()
-	capt := startProc(t, "capture", append([]string{"capture", "--tables", "app.*", "--status-interval", "1s"}, e.common()...)...)
-	logTails(t, capt)
-	pgtest.WaitFor(t, "the capture's slot active", 60*time.Second, func() (bool, error) {
-		capt.alive()
-		var n int
-		err := e.s.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", e.slot).Scan(&n)
-		return n == 1, err
-	})
+	e.tables = "app.*"
+	capt := e.startCapture("capture")
 	ap := e.startApply("apply", db)
 	before := []tableOrder{{"app.a", "id"}}
 	e.exec(`INSERT INTO app.a VALUES (0, 'before the rename: the slot describes app.a')`)

@@ -40,6 +40,7 @@ type kafkaEnv struct {
 	s       *pgx.Conn // the test's own source connection
 	slot    string
 	brokers string
+	tables  string // the capture's --tables (newKafkaEnv: public.*)
 }
 
 // newKafkaEnv makes a source database with the tables acct (keyed,
@@ -48,7 +49,7 @@ type kafkaEnv struct {
 // dropped at the end.
 func newKafkaEnv(t *testing.T, brokers string) *kafkaEnv {
 	t.Helper()
-	e := &kafkaEnv{t: t, src: pgtest.Shared(t, "source"), tgtC: pgtest.Shared(t, "target"), brokers: brokers}
+	e := &kafkaEnv{t: t, src: pgtest.Shared(t, "source"), tgtC: pgtest.Shared(t, "target"), brokers: brokers, tables: "public.*"}
 	e.srcDB = pgtest.NewDB(t, e.src)
 	// The slot's name keeps the database's sequence suffix: unique.
 	name := strings.TrimPrefix(e.srcDB, "t_")
@@ -93,7 +94,7 @@ func (e *kafkaEnv) common() []string {
 }
 
 func (e *kafkaEnv) captureArgs(extra ...string) []string {
-	a := append([]string{"capture", "--tables", "public.*", "--status-interval", "1s"}, e.common()...)
+	a := append([]string{"capture", "--tables", e.tables, "--status-interval", "1s"}, e.common()...)
 	return append(a, extra...)
 }
 
