@@ -84,16 +84,7 @@ func (tw *txnWriter) txn() {
 	begin = binary.BigEndian.AppendUint32(begin, tw.xid)
 	tw.msg(start, begin)
 	if !tw.rel {
-		rel := []byte{pgoutput.MsgRelation}
-		rel = binary.BigEndian.AppendUint32(rel, 16384)
-		rel = append(rel, "public\x00t\x00"...)
-		rel = append(rel, 'd')
-		rel = binary.BigEndian.AppendUint16(rel, 1)
-		rel = append(rel, 1)
-		rel = append(rel, "id\x00"...)
-		rel = binary.BigEndian.AppendUint32(rel, 23)
-		rel = binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF)
-		tw.msg(start, rel)
+		tw.msg(start, relationMsg(16384, "t"))
 		tw.rel = true
 	}
 	ins := []byte{pgoutput.MsgInsert}
@@ -106,6 +97,18 @@ func (tw *txnWriter) txn() {
 	commit = binary.BigEndian.AppendUint64(commit, uint64(end))
 	commit = binary.BigEndian.AppendUint64(commit, 0)
 	tw.msg(end-8, commit)
+}
+
+// relationMsg is the Relation message (protocol 1) of table public.name,
+// relation id, with one key column id integer.
+func relationMsg(id uint32, name string) []byte {
+	rel := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgRelation}, id)
+	rel = append(rel, "public\x00"+name+"\x00d"...)
+	rel = binary.BigEndian.AppendUint16(rel, 1)
+	rel = append(rel, 1)
+	rel = append(rel, "id\x00"...)
+	rel = binary.BigEndian.AppendUint32(rel, 23)
+	return binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF)
 }
 
 func newTestWriter(t *testing.T, p *fakeProducer, linger time.Duration) *txnWriter {
@@ -310,15 +313,6 @@ func TestReaderRelationOfAnAppliedTransaction(t *testing.T) {
 	p := &fakeProducer{}
 	tw := newTestWriter(t, p, time.Hour)
 	tw.w.o.MaxRecord = 600
-	relation := func(at change.LSN, id uint32, name string) {
-		rel := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgRelation}, id)
-		rel = append(rel, "public\x00"+name+"\x00d"...)
-		rel = binary.BigEndian.AppendUint16(rel, 1)
-		rel = append(rel, 1)
-		rel = append(rel, "id\x00"...)
-		rel = binary.BigEndian.AppendUint32(rel, 23)
-		tw.msg(at, binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF))
-	}
 	insert := func(at change.LSN, id uint32) {
 		ins := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgInsert}, id)
 		ins = append(ins, 'N')
@@ -332,11 +326,11 @@ func TestReaderRelationOfAnAppliedTransaction(t *testing.T) {
 	begin := binary.BigEndian.AppendUint64([]byte{pgoutput.MsgBegin}, uint64(tEnd-8))
 	begin = binary.BigEndian.AppendUint64(begin, 0)
 	tw.msg(tw.at, binary.BigEndian.AppendUint32(begin, tw.xid))
-	relation(tw.at, 16384, "a")
+	tw.msg(tw.at, relationMsg(16384, "a"))
 	for i := range 8 {
 		insert(tw.at+change.LSN(100*(i+1)), 16384)
 	}
-	relation(tw.at+900, 16385, "b")
+	tw.msg(tw.at+900, relationMsg(16385, "b"))
 	insert(tw.at+950, 16385)
 	commit := binary.BigEndian.AppendUint64([]byte{pgoutput.MsgCommit, 0}, uint64(tEnd-8))
 	commit = binary.BigEndian.AppendUint64(commit, uint64(tEnd))
