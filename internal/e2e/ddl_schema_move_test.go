@@ -60,3 +60,70 @@ func TestDDLSchemaRenameAndSetSchema(t *testing.T) {
 		t.Errorf("elsewhere.leaving has %d rows on the target, want the 100 it had when it left", n)
 	}
 }
+
+// TestDDLStreamedSchemaRename: ALTER SCHEMA ... RENAME inside large
+// transactions that are streamed while in progress. pgoutput describes the
+// schema's tables neither after the rename nor after a ROLLBACK TO the
+// savepoint before it: a rename rolled back with its savepoint must be
+// forgotten with it (the rows after the rollback go to app.a), and a
+// committed one must outlive its transaction (the rows after it go to
+// app2.a). Queue and eager apply.
+func TestDDLStreamedSchemaRename(t *testing.T) {
+	for _, eager := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
+			e := newEnv(t)
+			if e.srcMajor() < 15 {
+				t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+			}
+			e.srcExec(`CREATE SCHEMA app;
+				CREATE TABLE app.a (id int PRIMARY KEY, v text);
+				INSERT INTO app.a SELECT g, 'a' || g FROM generate_series(1, 100) g`)
+			cfg := e.config("app.*")
+			cfg.CreateTables = true
+			cfg.Eager = eager
+			cfg.DecodingWorkMem = "64kB" // the transactions below are streamed
+			e.catchUp(cfg)
+			r := e.startStatements(cfg)
+			defer func() {
+				if err := r.stop(); err != nil {
+					t.Errorf("engine: %v", err)
+				}
+			}()
+			StreamedSchemaRename(r.exec, r.captured, r.streamed)
+			e.srcExec(`INSERT INTO app2.a VALUES (100001, 'after both')`)
+			e.waitCaughtUp(cfg.Slot, time.Minute)
+			if err := r.stop(); err != nil {
+				t.Fatalf("engine: %v", err)
+			}
+			e.assertSameTable("app2.a", "id")
+		})
+	}
+}
+
+// StreamedSchemaRename runs TestDDLStreamedSchemaRename's workload on a
+// table app.a (id int PRIMARY KEY, v text) holding ids 1..100, statement
+// by statement: two large transactions, each streamed before and after an
+// ALTER SCHEMA app RENAME TO app2, the first rolling it back to a
+// savepoint, the second committing it.
+func StreamedSchemaRename(exec func(string), captured func() int64, streamed func(mark, n int64)) {
+	exec(`BEGIN`)
+	exec(`INSERT INTO app.a SELECT g, repeat('b', 100) FROM generate_series(1001, 2000) g`)
+	exec(`SAVEPOINT s`)
+	mark := captured()
+	exec(`ALTER SCHEMA app RENAME TO app2`)
+	exec(`INSERT INTO app2.a SELECT g, repeat('r', 100) FROM generate_series(2001, 3000) g`)
+	streamed(mark, 1000)
+	exec(`ROLLBACK TO s`)
+	exec(`INSERT INTO app.a SELECT g, repeat('a', 100) FROM generate_series(3001, 4000) g`)
+	exec(`UPDATE app.a SET v = 'after the rollback' WHERE id <= 20`)
+	exec(`COMMIT`)
+	exec(`INSERT INTO app.a VALUES (4001, 'after the first transaction')`)
+	exec(`BEGIN`)
+	exec(`INSERT INTO app.a SELECT g, repeat('c', 100) FROM generate_series(5001, 6000) g`)
+	mark = captured()
+	exec(`ALTER SCHEMA app RENAME TO app2`)
+	exec(`INSERT INTO app2.a SELECT g, repeat('d', 100) FROM generate_series(6001, 7000) g`)
+	streamed(mark, 1000)
+	exec(`UPDATE app2.a SET v = 'renamed, same transaction' WHERE id BETWEEN 21 AND 40`)
+	exec(`COMMIT`)
+}

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
@@ -37,26 +39,12 @@ func TestDDLStreamedSubxactAbort(t *testing.T) {
 			cfg.Eager = eager
 			cfg.DecodingWorkMem = "64kB"
 			e.catchUp(cfg)
-			e.waitSlotReleased(cfg.Slot)
-			reg := stats.NewRegistry()
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
-			stopped := false
-			stop := func() error {
-				if stopped {
-					return nil
-				}
-				stopped = true
-				cancel()
-				return <-done
-			}
+			r := e.startStatements(cfg)
 			defer func() {
-				if err := stop(); err != nil {
+				if err := r.stop(); err != nil {
 					t.Errorf("engine: %v", err)
 				}
 			}()
-			e.waitStreaming(cfg.Slot)
 
 			e.srcExec(`BEGIN;
 				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(3, 500) s(i);
@@ -74,30 +62,7 @@ func TestDDLStreamedSubxactAbort(t *testing.T) {
 				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), i FROM generate_series(501, 1000) s(i);
 				COMMIT`)
 
-			conn, err := pgx.Connect(ctx, e.src.DSN(e.srcDB))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(context.Background())
-			exec := func(sql string) {
-				t.Helper()
-				if _, err := conn.Exec(ctx, sql); err != nil {
-					t.Fatalf("%s: %v", firstLine(sql), err)
-				}
-			}
-			captured := func() int64 {
-				c, _ := reg.Snapshot().Component("capture")
-				return c.Items
-			}
-			// streamed waits until capture has at least n more changes
-			// than at mark: the savepoint's schema changes, which come
-			// before those rows, have reached repstream.
-			streamed := func(mark, n int64) {
-				t.Helper()
-				pgtest.WaitFor(t, "the savepoint's changes to be streamed", 30*time.Second, func() (bool, error) {
-					return captured() >= mark+n, nil
-				})
-			}
+			exec, streamed, captured := r.exec, r.streamed, r.captured
 			exec(`BEGIN`)
 			exec(`INSERT INTO test_tab SELECT i, repeat('x', 100), i FROM generate_series(2001, 3500) s(i)`)
 			exec(`SAVEPOINT x`)
@@ -121,7 +86,7 @@ func TestDDLStreamedSubxactAbort(t *testing.T) {
 			exec(`COMMIT`)
 
 			e.waitCaughtUp(cfg.Slot, time.Minute)
-			if err := stop(); err != nil {
+			if err := r.stop(); err != nil {
 				t.Fatalf("engine: %v", err)
 			}
 			e.assertSameTable("test_tab", "a")
@@ -139,4 +104,64 @@ func TestDDLStreamedSubxactAbort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// statements is an engine run with a connection to the source for a
+// transaction run statement by statement: a single multi-statement
+// exec's savepoint may be rolled back before the walsender streams what
+// it did; streamed waits until it has.
+type statements struct {
+	stop func() error // stops the engine (once), its error
+	// exec runs one statement on the connection.
+	exec func(sql string)
+	// captured is the count of changes capture has decoded.
+	captured func() int64
+	// streamed waits until capture has at least n more changes than at
+	// mark: the statements before those rows (a savepoint's schema
+	// changes) have reached repstream.
+	streamed func(mark, n int64)
+}
+
+// startStatements starts an engine on cfg once the source's slot is free,
+// waits until it streams, and opens the connection of statements.
+func (e *env) startStatements(cfg config.Config) *statements {
+	t := e.t
+	t.Helper()
+	e.waitSlotReleased(cfg.Slot)
+	reg := stats.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(cfg, testLogger(t), reg).Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	r := &statements{stop: func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}}
+	e.waitStreaming(cfg.Slot)
+	conn, err := pgx.Connect(ctx, e.src.DSN(e.srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	r.exec = func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", firstLine(sql), err)
+		}
+	}
+	r.captured = func() int64 {
+		c, _ := reg.Snapshot().Component("capture")
+		return c.Items
+	}
+	r.streamed = func(mark, n int64) {
+		t.Helper()
+		pgtest.WaitFor(t, "the savepoint's changes to be streamed", 30*time.Second, func() (bool, error) {
+			return r.captured() >= mark+n, nil
+		})
+	}
+	return r
 }

@@ -278,7 +278,7 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 			return err
 		}
 	case pgoutput.MsgMessage:
-		if !w.inStream && m.Name == change.DDLPrefix && m.Flags&pgoutput.MessageTransactional != 0 {
+		if m.Name == change.DDLPrefix && m.Flags&pgoutput.MessageTransactional != 0 {
 			w.renamed(m.Content)
 		}
 		if w.skipping {
@@ -349,15 +349,18 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 	}
 }
 
-// renamed follows a schema change (a repstream.ddl message outside a
-// stream) that names its table otherwise than the table's last Relation
-// message: ALTER SCHEMA ... RENAME, after which pgoutput does not describe
-// the table again. The Relation message the Writer repeats from here on
-// carries the new names, as capture's decoder renames the relation at the
-// message (capture's renamed), and is written again before the table's
-// next change: a reader that starts after the change reads its tables
-// under their new names. A message it cannot decode is left to the
-// applies' decoders, which stop on it.
+// renamed follows a schema change (a repstream.ddl message) that names
+// its table otherwise than the table's last Relation message: ALTER SCHEMA
+// ... RENAME, after which pgoutput does not describe the table again. The
+// Relation message the Writer repeats from here on carries the new names,
+// as capture's decoder renames the relation at the message (capture's
+// renamed), and is written again before the table's next change: a reader
+// that starts after the change reads its tables under their new names.
+// Inside a stream the renamed message is the streamed transaction's, like
+// a Relation message there (its later stream blocks, and the transactions
+// after it once it commits); a savepoint rolled back over the rename makes
+// pgoutput describe the table again. A message it cannot decode is left to
+// the applies' decoders, which stop on it.
 func (w *Writer) renamed(content []byte) {
 	ch, err := change.NewDDL(0, 0, content)
 	if err != nil {
@@ -365,29 +368,54 @@ func (w *Writer) renamed(content []byte) {
 	}
 	d := ch.DDL
 	raw := w.rels[d.OID]
-	if len(raw) < 4 {
+	if w.inStream {
+		if r, ok := w.streamRels[w.streamXid][d.OID]; ok {
+			raw = r
+		}
+	}
+	out := renamedRelation(raw, d.Schema, d.Name)
+	if out == nil {
 		return
+	}
+	delete(w.described, d.OID)
+	if !w.inStream {
+		w.rels[d.OID] = out
+		return
+	}
+	rs := w.streamRels[w.streamXid]
+	if rs == nil {
+		rs = map[uint32][]byte{}
+		w.streamRels[w.streamXid] = rs
+	}
+	rs[d.OID] = out
+}
+
+// renamedRelation is raw, a Relation message as the Writer keeps it, under
+// the names schema.name; nil if it has those names already or cannot be
+// read.
+func renamedRelation(raw []byte, schema, name string) []byte {
+	if len(raw) < 4 {
+		return nil
 	}
 	// raw: the relation's id (4 bytes), its schema and name (each ended
 	// by a NUL), then the rest.
 	ns := bytes.IndexByte(raw[4:], 0)
 	if ns < 0 {
-		return
+		return nil
 	}
 	nameAt := 4 + ns + 1
 	n := bytes.IndexByte(raw[nameAt:], 0)
 	if n < 0 {
-		return
+		return nil
 	}
-	if string(raw[4:4+ns]) == d.Schema && string(raw[nameAt:nameAt+n]) == d.Name {
-		return
+	if string(raw[4:4+ns]) == schema && string(raw[nameAt:nameAt+n]) == name {
+		return nil
 	}
-	out := make([]byte, 0, len(raw)+len(d.Schema)+len(d.Name))
+	out := make([]byte, 0, len(raw)+len(schema)+len(name))
 	out = append(out, raw[:4]...)
-	out = append(append(out, d.Schema...), 0)
-	out = append(append(out, d.Name...), 0)
-	w.rels[d.OID] = append(out, raw[nameAt+n+1:]...)
-	delete(w.described, d.OID)
+	out = append(append(out, schema...), 0)
+	out = append(append(out, name...), 0)
+	return append(out, raw[nameAt+n+1:]...)
 }
 
 // describe writes the relation's last Relation message unless the

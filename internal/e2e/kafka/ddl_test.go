@@ -1,10 +1,13 @@
 package kafka
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
@@ -172,7 +175,12 @@ func TestKafkaBinaryTargetMismatch(t *testing.T) {
 // goes through the topic, and an apply restarted after it reads the
 // schema's tables under their new name (pgoutput does not describe them
 // again; the capture's records do); a new apply started then copies and
-// follows them too.
+// follows them too. Then the same inside large transactions streamed
+// while in progress, one rolling the rename back to a savepoint, one
+// committing it, each with rows of the table in stream blocks after the
+// rename's: the records of a later block describe the table under its new
+// names once renamed in the transaction, under its old ones once the
+// savepoint is rolled back (pgoutput describes it again then).
 func TestKafkaSchemaRename(t *testing.T) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
@@ -184,28 +192,76 @@ func TestKafkaSchemaRename(t *testing.T) {
 		INSERT INTO app.a SELECT g, 'a' || g FROM generate_series(1, 100) g`)
 	db, tgt := e.newTarget()
 	e.tables = "app.*"
-	capt := e.startCapture("capture")
+	capt := e.startCapture("capture", "--decoding-work-mem", "64kB")
 	ap := e.startApply("apply", db)
-	before := []tableOrder{{"app.a", "id"}}
 	e.exec(`INSERT INTO app.a VALUES (0, 'before the rename: the slot describes app.a')`)
-	waitSame(t, e.s, tgt, before, 60*time.Second, capt, ap)
+	waitSame(t, e.s, tgt, []tableOrder{{"app.a", "id"}}, 60*time.Second, capt, ap)
 	e.exec(`ALTER SCHEMA app RENAME TO app2`)
-	after := []tableOrder{{"app2.a", "id"}}
 	for i := 101; i <= 110; i++ {
 		e.exec(`INSERT INTO app2.a VALUES ($1, 'after the rename')`, i)
 	}
+	// streamed waits until the walsender has decoded (and, over
+	// logical_decoding_work_mem, streamed) all the WAL written so far: a
+	// transaction committed on another connection flushes it.
+	other, err := pgx.Connect(t.Context(), e.src.DSN(e.srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	streamed := func() {
+		t.Helper()
+		var at string
+		if err := e.s.QueryRow(t.Context(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Exec(t.Context(), `SELECT txid_current()`); err != nil {
+			t.Fatal(err)
+		}
+		pgtest.WaitFor(t, "the walsender to stream the transaction so far", 30*time.Second, func() (bool, error) {
+			capt.alive()
+			var ok bool
+			err := e.s.QueryRow(t.Context(), `SELECT coalesce(bool_or(r.sent_lsn >= $2::pg_lsn), false)
+				FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+				WHERE s.slot_name = $1`, e.slot, at).Scan(&ok)
+			return ok, err
+		})
+	}
+	e.exec(`BEGIN`)
+	e.exec(`INSERT INTO app2.a SELECT g, repeat('b', 100) FROM generate_series(1001, 2000) g`)
+	e.exec(`SAVEPOINT s`)
+	e.exec(`ALTER SCHEMA app2 RENAME TO app3`)
+	e.exec(`INSERT INTO app3.a SELECT g, repeat('r', 100) FROM generate_series(2001, 3000) g`)
+	streamed()
+	e.exec(`ROLLBACK TO s`)
+	e.exec(`INSERT INTO app2.a SELECT g, repeat('a', 100) FROM generate_series(3001, 4000) g`)
+	streamed()
+	e.exec(`UPDATE app2.a SET v = 'after the rollback' WHERE id <= 20`)
+	e.exec(`COMMIT`)
+	e.exec(`BEGIN`)
+	e.exec(`INSERT INTO app2.a SELECT g, repeat('c', 100) FROM generate_series(5001, 6000) g`)
+	e.exec(`ALTER SCHEMA app2 RENAME TO app3`)
+	e.exec(`INSERT INTO app3.a SELECT g, repeat('d', 100) FROM generate_series(6001, 7000) g`)
+	streamed()
+	e.exec(`INSERT INTO app3.a SELECT g, repeat('e', 100) FROM generate_series(7001, 8000) g`)
+	e.exec(`UPDATE app3.a SET v = 'renamed, same transaction' WHERE id BETWEEN 21 AND 40`)
+	e.exec(`COMMIT`)
+	after := []tableOrder{{"app3.a", "id"}}
 	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap)
 	ap.stop()
-	e.exec(`UPDATE app2.a SET v = 'while the apply was stopped' WHERE id <= 10`)
-	e.exec(`INSERT INTO app2.a VALUES (111, 'while the apply was stopped')`)
+	e.exec(`UPDATE app3.a SET v = 'while the apply was stopped' WHERE id <= 10`)
+	e.exec(`INSERT INTO app3.a VALUES (8001, 'while the apply was stopped')`)
 	ap = e.startApply("apply (restarted)", db)
-	e.exec(`INSERT INTO app2.a VALUES (112, 'after the restart')`)
+	e.exec(`INSERT INTO app3.a VALUES (8002, 'after the restart')`)
 	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap)
 	db2, tgt2 := e.newTarget()
 	ap2 := e.startApply("apply (new target)", db2)
-	e.exec(`INSERT INTO app2.a VALUES (113, 'with a second target')`)
+	e.exec(`INSERT INTO app3.a VALUES (8003, 'with a second target')`)
 	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap, ap2)
 	waitSame(t, e.s, tgt2, after, 60*time.Second, capt, ap, ap2)
+	var streams int
+	if err := e.s.QueryRow(t.Context(), `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1`, e.slot).Scan(&streams); err != nil || streams < 2 {
+		t.Fatalf("the walsender streamed %d transactions (%v); the test meant to exercise streaming", streams, err)
+	}
 	capt.stop()
 	ap.stop()
 	ap2.stop()
