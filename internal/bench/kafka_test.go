@@ -101,7 +101,7 @@ func TestKafkaMarkdown(t *testing.T) {
 
 // TestKafkaTotalCPU: the broker's CPU is part of the total.
 func TestKafkaTotalCPU(t *testing.T) {
-	s := &sampler{meter: newCPUMeter()}
+	s := &sampler{meter: newCPUMeter(), waits: newRunDelayMeter()}
 	res := &RunResult{System: SystemKafka}
 	res.Resources.EngineCPUSeconds, res.Resources.BrokerCPUSeconds = 2, 1.5
 	s.fillResources(res)

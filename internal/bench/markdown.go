@@ -51,6 +51,7 @@ var figures = []figure{
 	{"engine CPU (repstream / peer process)", "s", true, func(r *RunResult) float64 { return r.Resources.EngineCPUSeconds }},
 	{"engine peak RSS", "MiB", true, func(r *RunResult) float64 { return float64(r.Resources.EnginePeakRSSBytes) / (1 << 20) }},
 	{"walsender CPU", "s", true, func(r *RunResult) float64 { return r.Resources.WalsenderCPUSeconds }},
+	{"walsender waiting for a CPU", "s", true, func(r *RunResult) float64 { return r.Resources.WalsenderRunQueueSeconds }},
 	{"apply worker CPU (native / pglogical)", "s", true, func(r *RunResult) float64 { return r.Resources.ApplyWorkerCPUSeconds }},
 	{"target backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.TargetBackendsCPUSeconds }},
 	{"source backends CPU", "s", true, func(r *RunResult) float64 { return r.Resources.SourceBackendsCPUSeconds }},

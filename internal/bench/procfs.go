@@ -44,6 +44,32 @@ func parseProcStatCPU(b []byte) (float64, error) {
 	return float64(u+s) / clockTicks, nil
 }
 
+// procRunDelaySeconds returns the seconds pid's threads spent runnable,
+// waiting for a CPU, from /proc/<pid>/schedstat (the main thread's: a
+// PostgreSQL process has one).
+func procRunDelaySeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseSchedstatDelay(b)
+}
+
+// parseSchedstatDelay extracts the second field of a /proc/<pid>/schedstat
+// line (time on the CPU, time runnable waiting for one, timeslices; the
+// times in nanoseconds), in seconds.
+func parseSchedstatDelay(b []byte) (float64, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("malformed schedstat line %q", b)
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("malformed schedstat line %q: %w", b, err)
+	}
+	return float64(ns) / 1e9, nil
+}
+
 // memTotal returns MemTotal from /proc/meminfo in bytes (0 if unknown).
 func memTotal() int64 {
 	f, err := os.Open("/proc/meminfo")
@@ -83,14 +109,16 @@ func cpuTimes() (busy, total int64) {
 	return busy, total
 }
 
-// cpuMeter accumulates the CPU seconds of a changing set of processes over a
-// measured interval.
+// cpuMeter accumulates the CPU seconds (or, newRunDelayMeter, the seconds
+// waiting for a CPU) of a changing set of processes over a measured
+// interval.
 //
-// Invariants (under mu): for every pid ever observed, base is its CPU at the
+// Invariants (under mu): for every pid ever observed, base is its reading at the
 // first observation after Start (0 when it first appeared after the first
 // sample, i.e. it was started during the interval) and last its latest
 // reading; a pid's contribution is last-base, kept after it exits.
 type cpuMeter struct {
+	read    func(pid int) (float64, error) // procCPUSeconds, procRunDelaySeconds
 	mu      sync.Mutex
 	started bool
 	base    map[int]float64
@@ -98,8 +126,13 @@ type cpuMeter struct {
 	group   map[int]string
 }
 
-func newCPUMeter() *cpuMeter {
-	return &cpuMeter{base: map[int]float64{}, last: map[int]float64{}, group: map[int]string{}}
+func newCPUMeter() *cpuMeter { return newMeter(procCPUSeconds) }
+
+// newRunDelayMeter meters the seconds processes wait, runnable, for a CPU.
+func newRunDelayMeter() *cpuMeter { return newMeter(procRunDelaySeconds) }
+
+func newMeter(read func(int) (float64, error)) *cpuMeter {
+	return &cpuMeter{read: read, base: map[int]float64{}, last: map[int]float64{}, group: map[int]string{}}
 }
 
 // observe reads the CPU of pids (labelled by group) now. first marks the
@@ -108,7 +141,7 @@ func (m *cpuMeter) observe(pids map[int]string, first bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for pid, g := range pids {
-		v, err := procCPUSeconds(pid)
+		v, err := m.read(pid)
 		if err != nil {
 			continue
 		}

@@ -160,9 +160,14 @@ type LatencyFigure struct {
 
 // Resources are CPU seconds and memory, from /proc and the kernel's rusage.
 type Resources struct {
-	EngineCPUSeconds         float64 `json:"engine_cpu_seconds"`
-	EnginePeakRSSBytes       int64   `json:"engine_peak_rss_bytes"`
-	WalsenderCPUSeconds      float64 `json:"walsender_cpu_seconds"`
+	EngineCPUSeconds    float64 `json:"engine_cpu_seconds"`
+	EnginePeakRSSBytes  int64   `json:"engine_peak_rss_bytes"`
+	WalsenderCPUSeconds float64 `json:"walsender_cpu_seconds"`
+	// WalsenderRunQueueSeconds: the time the slot's walsender was runnable
+	// but waiting for a CPU (/proc/<pid>/schedstat), over the same
+	// interval. The walsender decodes alone: when it is the bottleneck,
+	// this is what the processes beside it on the machine cost it.
+	WalsenderRunQueueSeconds float64 `json:"walsender_runqueue_seconds"`
 	ApplyWorkerCPUSeconds    float64 `json:"apply_worker_cpu_seconds"`
 	TargetBackendsCPUSeconds float64 `json:"target_backends_cpu_seconds"`
 	// SourceBackendsCPUSeconds: the source database's backends other than

@@ -29,6 +29,7 @@ type sampler struct {
 	sys    replSystem
 	load   *LoadEnv
 	meter  *cpuMeter
+	waits  *cpuMeter // the same processes' time waiting for a CPU
 	start  time.Time
 	// sourceBackends meters every backend of the source database (the
 	// walsenders as "walsender", the others as "source"), not just the
@@ -51,7 +52,7 @@ type sampler struct {
 
 func newSampler(r *runner, sp runSpec, srcDSN, tgtDSN, slot string, tables []string, probe *Probe, sys replSystem) *sampler {
 	return &sampler{r: r, label: sp.label, srcDSN: srcDSN, tgtDSN: tgtDSN, slot: slot, tables: tables, probe: probe,
-		sys: sys, meter: newCPUMeter(), phase: "setup", start: time.Now(), retainedMax: -1}
+		sys: sys, meter: newCPUMeter(), waits: newRunDelayMeter(), phase: "setup", start: time.Now(), retainedMax: -1}
 }
 
 func (s *sampler) setPhase(p string) {
@@ -161,7 +162,9 @@ func (s *sampler) sample(ctx context.Context, first bool) {
 	if err := s.connect(ctx); err != nil {
 		return
 	}
-	s.meter.observe(s.pids(ctx), first)
+	pids := s.pids(ctx)
+	s.meter.observe(pids, first)
+	s.waits.observe(pids, first)
 	retained := s.retained(ctx)
 	var tup int64
 	err := s.tgt.QueryRow(ctx, "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables WHERE relname = ANY($1)", s.tables).Scan(&tup)
@@ -208,6 +211,7 @@ func (s *sampler) fillResources(res *RunResult) {
 	s.mu.Unlock()
 	r := &res.Resources
 	r.WalsenderCPUSeconds = s.meter.total("walsender")
+	r.WalsenderRunQueueSeconds = s.waits.total("walsender")
 	r.ApplyWorkerCPUSeconds = s.meter.total("apply")
 	r.TargetBackendsCPUSeconds = s.meter.total("target") + r.ApplyWorkerCPUSeconds
 	r.SourceBackendsCPUSeconds = s.meter.total("source")

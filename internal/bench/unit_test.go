@@ -51,6 +51,23 @@ func FuzzParseProcStatCPU(f *testing.F) {
 	})
 }
 
+// TestParseSchedstatDelay: the second field of /proc/<pid>/schedstat, in
+// seconds; this process's own line parses.
+func TestParseSchedstatDelay(t *testing.T) {
+	got, err := parseSchedstatDelay([]byte("5210001234 1500000000 4321\n"))
+	if err != nil || got != 1.5 {
+		t.Fatalf("got %v, %v; want 1.5", got, err)
+	}
+	for _, bad := range []string{"", "12", "12 x 3"} {
+		if _, err := parseSchedstatDelay([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if _, err := procRunDelaySeconds(os.Getpid()); err != nil {
+		t.Skipf("no schedstat here: %v", err)
+	}
+}
+
 func TestParamsRows(t *testing.T) {
 	tests := []struct {
 		p    Params
