@@ -72,7 +72,8 @@
 //     record for the transactions after it. After a schema change message
 //     that names a table otherwise (ALTER SCHEMA ... RENAME, which pgoutput
 //     does not describe again), the Writer repeats the table's Relation
-//     message under its new names.
+//     message under its new names: inside a stream, for that streamed
+//     transaction and, once it commits, for the ones after it.
 //   - Epochs: each capture session first writes an 'E' record, with an
 //     epoch above every earlier one (NextEpoch), and stamps every record
 //     with it. A consumer drops records of an epoch below one already seen;
