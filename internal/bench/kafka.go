@@ -122,7 +122,7 @@ const kafkaWarmUp = 5 * time.Second
 // deleted after.
 func (b *kafkaBroker) warmUp(ctx context.Context, d time.Duration) error {
 	brokers := kafkalog.Brokers(b.addrs)
-	adm, admCl, err := kafkalog.NewAdmin(brokers)
+	adm, admCl, err := kafkalog.NewAdmin(kafkalog.Plain(brokers))
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (b *kafkaBroker) warmUp(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.Background(), topic) }()
-	prod, err := kafkalog.NewProducer(brokers, topic)
+	prod, err := kafkalog.NewProducer(kafkalog.Plain(brokers), topic)
 	if err != nil {
 		return err
 	}
@@ -477,7 +477,7 @@ func (k *kafkaSys) cleanup(ctx context.Context) {
 	dropSlot(ctx, k.env.srcDSN, k.env.slot, k.env.log)
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	adm, cl, err := kafkalog.NewAdmin(kafkalog.Brokers(k.broker.addrs))
+	adm, cl, err := kafkalog.NewAdmin(kafkalog.Plain(kafkalog.Brokers(k.broker.addrs)))
 	if err != nil {
 		k.env.log.Warn("delete the topic: kafka client", "topic", k.topic(), "err", err)
 		return

@@ -287,7 +287,7 @@ func TestKafkaBenchStoppedTarget(t *testing.T) {
 // topicsLeft lists the broker's topics once the deletions it was asked
 // for are done (they are asynchronous; up to 10 s).
 func topicsLeft(ctx context.Context, b *kafkaBroker) []string {
-	adm, cl, err := kafkalog.NewAdmin(kafkalog.Brokers(b.addrs))
+	adm, cl, err := kafkalog.NewAdmin(kafkalog.Plain(kafkalog.Brokers(b.addrs)))
 	if err != nil {
 		return []string{err.Error()}
 	}

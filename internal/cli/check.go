@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/healthcheck"
 	"github.com/repstream/repstream/internal/kafkalog"
 )
@@ -40,10 +41,17 @@ Exits 1 when any item is FAIL.`,
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format %q: want text or json", format)
 			}
+			var kc kafkalog.Cluster
+			if s.cfg.Kafka != "" {
+				var err error
+				if kc, err = engine.KafkaCluster(s.cfg); err != nil {
+					return err
+				}
+			}
 			rep, err := healthcheck.Run(cmd.Context(), healthcheck.Options{
 				Source: s.cfg.Source, Target: s.cfg.Target, Tables: s.cfg.Tables,
 				Publication: s.cfg.Publication, Slot: s.cfg.Slot, CreateTables: s.cfg.CreateTables,
-				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Kafka: kafkalog.Brokers(s.cfg.Kafka), Logger: s.logger(stderr),
+				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Kafka: kc, Logger: s.logger(stderr),
 			})
 			if err != nil {
 				return err
@@ -70,6 +78,7 @@ Exits 1 when any item is FAIL.`,
 	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
 	fs.StringVar(&s.cfg.DDL, "ddl", s.cfg.DDL, "the run's --ddl: with true or relation, schema changes are applied to the target tables, which needs their ownership")
 	fs.StringVar(&s.cfg.Kafka, "kafka", "", "for the halves joined by Kafka (capture, apply): the brokers; checks them, the slot's topic (one partition, its replication) and the target's offset in it")
+	bindKafkaSecurity(fs, &s.cfg)
 	fs.StringVar(&format, "format", "text", "text or json")
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -301,6 +302,7 @@ error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 	cmd.Flags().StringVar(&format, "format", format, "text or json")
 	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this (0: never)")
 	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, the target's offset in it and its lag in records (exit 2 when the topic cannot be read or the target's offset is gone from it)")
+	bindKafkaSecurity(cmd.Flags(), &s.cfg)
 	return cmd
 }
 
@@ -409,5 +411,17 @@ itself.`
 	s.bindConnection(cmd.Flags())
 	s.bindRun(cmd.Flags())
 	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "the Kafka brokers: host:port[,host:port...]")
+	bindKafkaSecurity(cmd.Flags(), &s.cfg)
 	return cmd
+}
+
+// bindKafkaSecurity adds the flags of how the brokers are reached; the
+// SASL password is read from $REPSTREAM_KAFKA_PASSWORD only.
+func bindKafkaSecurity(fs *pflag.FlagSet, cfg *config.Config) {
+	fs.BoolVar(&cfg.KafkaTLS, "kafka-tls", cfg.KafkaTLS, "connect to the brokers over TLS (implied by --kafka-ca, --kafka-cert)")
+	fs.StringVar(&cfg.KafkaCA, "kafka-ca", cfg.KafkaCA, "PEM file of the CA certificates that sign the brokers' (default: the system's)")
+	fs.StringVar(&cfg.KafkaCert, "kafka-cert", cfg.KafkaCert, "PEM client certificate for the brokers (mutual TLS), with --kafka-key")
+	fs.StringVar(&cfg.KafkaKey, "kafka-key", cfg.KafkaKey, "PEM private key of --kafka-cert")
+	fs.StringVar(&cfg.KafkaSASL, "kafka-sasl", cfg.KafkaSASL, "SASL mechanism towards the brokers: "+strings.Join(kafkalog.SASLMechanisms, ", ")+" (the password in $"+kafkalog.EnvPassword+")")
+	fs.StringVar(&cfg.KafkaUser, "kafka-user", cfg.KafkaUser, "SASL user towards the brokers")
 }

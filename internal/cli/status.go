@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/slotstatus"
 )
 
@@ -61,7 +61,11 @@ func runStatus(cmd *cobra.Command, s *settings, format string, maxInactive time.
 		return err
 	default:
 		if s.cfg.Kafka != "" {
-			slotstatus.AddKafka(cmd.Context(), &st, kafkalog.Brokers(s.cfg.Kafka))
+			kc, err := engine.KafkaCluster(s.cfg)
+			if err != nil {
+				return err
+			}
+			slotstatus.AddKafka(cmd.Context(), &st, kc)
 		}
 		v = st.Check(maxInactive)
 	}

@@ -133,6 +133,16 @@ type Config struct {
 	// which half this process is ("" for `run`: both, no broker).
 	Kafka string `yaml:"kafka"`
 	Role  Role   `yaml:"-"`
+	// How the brokers are reached (kafkalog.Security): TLS (KafkaCA, the
+	// CAs of the brokers' certificates; KafkaCert and KafkaKey, a client
+	// certificate), SASL (KafkaSASL the mechanism, KafkaUser; the password
+	// only from the environment, kafkalog.EnvPassword).
+	KafkaTLS  bool   `yaml:"kafka_tls"`
+	KafkaCA   string `yaml:"kafka_ca"`
+	KafkaCert string `yaml:"kafka_cert"`
+	KafkaKey  string `yaml:"kafka_key"`
+	KafkaSASL string `yaml:"kafka_sasl"`
+	KafkaUser string `yaml:"kafka_user"`
 }
 
 // Role is which half of the replication a process runs.

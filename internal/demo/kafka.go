@@ -232,7 +232,7 @@ func RunKafka(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer srcConn.Close(context.Background())
-	adm, admCl, err := kafkalog.NewAdmin(k.Addrs())
+	adm, admCl, err := kafkalog.NewAdmin(kafkalog.Plain(k.Addrs()))
 	if err != nil {
 		return err
 	}

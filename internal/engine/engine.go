@@ -53,6 +53,9 @@ type Engine struct {
 	queue  *queue.Queue
 	stopAt change.LSN
 	binary bool // values travel in binary (config Binary and every column eligible)
+	// brokers (capture, apply): the Kafka brokers and how to reach them
+	// (runHalf).
+	brokers kafkalog.Cluster
 	// captureText (capture into Kafka) is why this process's capture
 	// sessions stream text: a session streaming binary met a column type
 	// that is not built in ("": none did).

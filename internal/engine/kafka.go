@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,12 +36,25 @@ import (
 // it applied (the exactly-once record) and beside it the offset to read
 // from again.
 
+// KafkaCluster is the brokers of cfg.Kafka and how to reach them (the
+// --kafka-* flags; the SASL password from $REPSTREAM_KAFKA_PASSWORD).
+func KafkaCluster(cfg config.Config) (kafkalog.Cluster, error) {
+	return kafkalog.NewCluster(cfg.Kafka, kafkalog.Security{TLS: cfg.KafkaTLS, CAFile: cfg.KafkaCA,
+		CertFile: cfg.KafkaCert, KeyFile: cfg.KafkaKey, SASL: cfg.KafkaSASL, User: cfg.KafkaUser,
+		Password: os.Getenv(kafkalog.EnvPassword)})
+}
+
 // runHalf runs the half the configuration's role names, riding through
 // transient faults as runResilient does.
 func (e *Engine) runHalf(ctx context.Context) error {
+	kc, err := KafkaCluster(e.cfg)
+	if err != nil {
+		return err
+	}
+	e.brokers = kc
 	pctx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
-	go e.probeBrokers(pctx, kafkalog.Brokers(e.cfg.Kafka))
+	go e.probeBrokers(pctx, kc)
 	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -75,7 +89,7 @@ var errRestartSession = errors.New("the capture session starts again")
 func (e *Engine) runCapture(ctx context.Context) (err error) {
 	cfg := e.cfg
 	e.start = time.Now()
-	brokers := kafkalog.Brokers(cfg.Kafka)
+	brokers := e.brokers
 	topic := kafkalog.Topic(cfg.Slot)
 	adm, admCl, err := kafkalog.NewAdmin(brokers)
 	if err != nil {
@@ -268,7 +282,7 @@ func (e *Engine) chooseCaptureBinary(ctx context.Context, src *pgx.Conn, tables 
 // topicFormat reads whether the topic's last record has binary values;
 // a topic still empty (a capture starting writes its epoch marker once
 // it holds the slot) is read again for up to markerWait. Not known: false.
-func (e *Engine) topicFormat(ctx context.Context, adm *kadm.Client, brokers []string, topic string) bool {
+func (e *Engine) topicFormat(ctx context.Context, adm *kadm.Client, brokers kafkalog.Cluster, topic string) bool {
 	for waited := time.Duration(0); ; waited += 200 * time.Millisecond {
 		tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
 		if err != nil {
@@ -309,7 +323,7 @@ func pgDatabase(dsn string) string {
 func (e *Engine) runApply(ctx context.Context) (err error) {
 	cfg := e.cfg
 	e.start = time.Now()
-	brokers := kafkalog.Brokers(cfg.Kafka)
+	brokers := e.brokers
 	topic := kafkalog.Topic(cfg.Slot)
 	adm, admCl, err := kafkalog.NewAdmin(brokers)
 	if err != nil {
@@ -487,7 +501,7 @@ func (e *Engine) copyForKafka(ctx context.Context, tgt *pgx.Conn, tables []schem
 // the slot's messages to a capture.Decoder into the queue, apply applies
 // it as in run, and the low watermark is recorded with the offset to read
 // from again.
-func (e *Engine) streamKafka(ctx context.Context, brokers []string, topic string, prog target.Progress) error {
+func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topic string, prog target.Progress) error {
 	cfg := e.cfg
 	tgt, err := target.Connect(ctx, cfg.Target, "repstream-admin")
 	if err != nil {
@@ -621,7 +635,7 @@ const brokerProbeEvery = 5 * time.Second
 // and target probes do (stats.GaugeUp, GaugeLastOKUnixNano, InfoLastError,
 // and the gauge "brokers"): /healthz says unhealthy while they cannot be
 // reached.
-func (e *Engine) probeBrokers(ctx context.Context, brokers []string) {
+func (e *Engine) probeBrokers(ctx context.Context, brokers kafkalog.Cluster) {
 	st := e.stats.Component(stats.CompKafka)
 	up, lastOK, count := st.Gauge(stats.GaugeUp), st.Gauge(stats.GaugeLastOKUnixNano), st.Gauge("brokers")
 	adm, cl, err := kafkalog.NewAdmin(brokers)

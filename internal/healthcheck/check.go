@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
@@ -37,7 +38,7 @@ type Options struct {
 	// Kafka, for the halves joined by Kafka, is the brokers: the brokers,
 	// the slot's topic and the target's offset in it are checked too
 	// (side "kafka", kafka.go).
-	Kafka  []string
+	Kafka  kafkalog.Cluster
 	Logger *slog.Logger
 }
 
@@ -94,7 +95,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			c.stateSchema(ctx)
 		}
 	}
-	if len(opts.Kafka) > 0 {
+	if len(opts.Kafka.Addrs) > 0 {
 		c.kafka(ctx)
 	}
 	if err := ctx.Err(); err != nil {

@@ -105,4 +105,5 @@
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer, NewAdmin, EnsureTopic (one partition), Offsets, Tail, NextEpoch
+//	cluster.go  Cluster (the brokers and how to reach them: every client is made from one), Security (TLS, SASL), NewCluster, EnvPassword
 package kafkalog

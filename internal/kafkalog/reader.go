@@ -31,7 +31,7 @@ var ErrTrimmed = errors.New("no longer in the topic")
 
 // ReaderOptions configure a Reader.
 type ReaderOptions struct {
-	Brokers []string
+	Brokers Cluster
 	Topic   string
 	From    int64 // the offset to read from (ResumeOffset of the last run, or the topic's start)
 	// Slot and Publication are what the EPOCH markers must name.
@@ -152,11 +152,11 @@ func (r *Reader) Run(ctx context.Context) error {
 			r.dec.Close()
 		}
 	}()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.o.Brokers...),
+	cl, err := kgo.NewClient(r.o.Brokers.opts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.o.Topic: {0: kgo.NewOffset().At(r.o.From)}}),
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20),
-		kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchMaxWait(100*time.Millisecond))...)
 	if err != nil {
 		return err
 	}

@@ -34,9 +34,8 @@ func Brokers(s string) []string {
 // waits meanwhile), sent at once, batches compressed with snappy
 // (cheap for the capture and the readers; on conditions' backlog, less
 // CPU in all and a shorter catch-up than none).
-func NewProducer(brokers []string, topic string) (*kgo.Client, error) {
-	return kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
+	return kgo.NewClient(c.opts(
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -46,12 +45,12 @@ func NewProducer(brokers []string, topic string) (*kgo.Client, error) {
 		kgo.MaxBufferedRecords(1<<20),
 		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
 		kgo.UnknownTopicRetries(-1),
-	)
+	)...)
 }
 
-// NewAdmin returns an admin client of brokers (close its underlying client).
-func NewAdmin(brokers []string) (*kadm.Client, *kgo.Client, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// NewAdmin returns an admin client of c (close its underlying client).
+func NewAdmin(c Cluster) (*kadm.Client, *kgo.Client, error) {
+	cl, err := kgo.NewClient(c.opts()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,7 +208,7 @@ type TailInfo struct {
 
 // Tail reads the topic's last record: the epoch of the capture session
 // that wrote it and the last commit the topic holds.
-func Tail(ctx context.Context, adm *kadm.Client, brokers []string, topic string) (TailInfo, error) {
+func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailInfo, error) {
 	start, end, err := Offsets(ctx, adm, topic)
 	if err != nil {
 		return TailInfo{}, err
@@ -217,9 +216,9 @@ func Tail(ctx context.Context, adm *kadm.Client, brokers []string, topic string)
 	if end <= start {
 		return TailInfo{Empty: true, End: end}, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(c.opts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(end - 1)}}),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()))
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()))...)
 	if err != nil {
 		return TailInfo{}, err
 	}

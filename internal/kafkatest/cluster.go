@@ -31,6 +31,11 @@
 // automatic topic creation off, and shortened session timeouts so that a
 // killed broker is fenced, and its partitions move, within seconds.
 //
+// With Options.Secure, every broker also has a SASL_SSL client listener
+// (SecureAddrs) with a certificate of a throwaway CA (CAFile, written in
+// <dir>/ca.pem beside the brokers' <dir>/server.pem) and a SCRAM and PLAIN
+// user (secure.go).
+//
 // The JVMs die with the test binary (PR_SET_PDEATHSIG on Linux); a directory
 // left behind all the same (the test process killed between fork and exec,
 // or a broker outliving its parent thread) is reaped by the next Start once
@@ -109,6 +114,9 @@ type Options struct {
 	Settings map[string]string
 	// Home is the jar cache; default Home().
 	Home string
+	// Secure, when set, adds a SASL_SSL client listener (SecureAddrs,
+	// CAFile) to every broker.
+	Secure *Secure
 	// Logger receives lifecycle logs; default: discard.
 	Logger *slog.Logger
 }
@@ -176,6 +184,7 @@ type Cluster struct {
 	clusterID string
 	heapMB    int
 	settings  map[string]string
+	secure    *Secure
 	log       *slog.Logger
 	brokers   []*broker
 
@@ -184,12 +193,13 @@ type Cluster struct {
 }
 
 type broker struct {
-	index    int
-	nodeID   int32
-	port     int // PLAINTEXT listener
-	ctrlPort int // CONTROLLER listener
-	dir      string
-	proc     *process // nil while stopped
+	index      int
+	nodeID     int32
+	port       int // PLAINTEXT listener
+	ctrlPort   int // CONTROLLER listener
+	securePort int // SECURE listener (SASL_SSL), with Options.Secure
+	dir        string
+	proc       *process // nil while stopped
 }
 
 // process is a running broker JVM. done is closed once Wait has returned,
@@ -267,6 +277,7 @@ func startOnce(ctx context.Context, opts Options, home, java string, logger *slo
 		clusterID: id,
 		heapMB:    opts.HeapMB,
 		settings:  opts.Settings,
+		secure:    opts.Secure,
 		log:       logger.With("component", "kafkatest", "cluster", name),
 	}
 	fail := func(err error) (*Cluster, error) {
@@ -279,19 +290,25 @@ func startOnce(ctx context.Context, opts Options, home, java string, logger *slo
 	if err := writeOwner(dir); err != nil {
 		return fail(err)
 	}
-	ports, err := freePorts(2 * opts.Brokers)
+	ports, err := freePorts(3 * opts.Brokers)
 	if err != nil {
 		return fail(err)
 	}
 	for i := range opts.Brokers {
 		b := &broker{
-			index:    i,
-			nodeID:   int32(i + 1),
-			port:     ports[2*i],
-			ctrlPort: ports[2*i+1],
-			dir:      filepath.Join(dir, "broker-"+strconv.Itoa(i)),
+			index:      i,
+			nodeID:     int32(i + 1),
+			port:       ports[3*i],
+			ctrlPort:   ports[3*i+1],
+			securePort: ports[3*i+2],
+			dir:        filepath.Join(dir, "broker-"+strconv.Itoa(i)),
 		}
 		c.brokers = append(c.brokers, b)
+	}
+	if c.secure != nil {
+		if err := c.writeCertificates(); err != nil {
+			return fail(err)
+		}
 	}
 	t0 := time.Now()
 	// Format every broker's storage: one JVM each, two at a time (as many
@@ -503,6 +520,9 @@ func (c *Cluster) format(ctx context.Context, b *broker) error {
 	args := append(c.jvmArgs(b, 128), "kafka.tools.StorageTool", "format",
 		"--config", filepath.Join(b.dir, "server.properties"),
 		"--cluster-id", c.clusterID)
+	if c.secure != nil {
+		args = append(args, c.scramArgs()...)
+	}
 	cmd := exec.CommandContext(ctx, c.java, args...)
 	cmd.Dir = b.dir
 	cmd.SysProcAttr = sysProcAttr()
@@ -713,6 +733,14 @@ func (c *Cluster) serverProperties(b *broker) string {
 		// rather than 9; a restarted broker registers anew only then.
 		"broker.session.timeout.ms":    "4000",
 		"broker.heartbeat.interval.ms": "500",
+	}
+	if c.secure != nil {
+		s["listeners"] += fmt.Sprintf(",SECURE://127.0.0.1:%d", b.securePort)
+		s["advertised.listeners"] += fmt.Sprintf(",SECURE://127.0.0.1:%d", b.securePort)
+		s["listener.security.protocol.map"] += ",SECURE:SASL_SSL"
+		for k, v := range c.secureProperties(b) {
+			s[k] = v
+		}
 	}
 	for k, v := range c.settings {
 		s[k] = v

@@ -23,7 +23,7 @@ type KafkaStatus struct {
 
 // AddKafka reads the slot's topic from brokers into st.Kafka (an
 // unreachable broker or a missing topic is recorded, for Check).
-func AddKafka(ctx context.Context, st *SlotStatus, brokers []string) {
+func AddKafka(ctx context.Context, st *SlotStatus, brokers kafkalog.Cluster) {
 	k := &KafkaStatus{Topic: kafkalog.Topic(st.Slot), Offset: st.targetOffset}
 	st.Kafka = k
 	adm, cl, err := kafkalog.NewAdmin(brokers)
