@@ -18,7 +18,8 @@ import (
 
 // Secure adds a client listener that takes TLS and SASL (SASL_SSL) to
 // every broker, beside the plaintext one: a certificate of a throwaway CA
-// for 127.0.0.1, and a SCRAM user (SCRAM-SHA-256 and SCRAM-SHA-512) and a
+// for 127.0.0.1, clients' certificates of that CA required (ClientCert,
+// ClientKey), and a SCRAM user (SCRAM-SHA-256 and SCRAM-SHA-512) and a
 // PLAIN user of the same name and password.
 type Secure struct {
 	User, Password string
@@ -37,6 +38,13 @@ func (c *Cluster) SecureAddrs() []string {
 // CAFile is the PEM file of the CA that signed the brokers' certificate
 // (Options.Secure).
 func (c *Cluster) CAFile() string { return filepath.Join(c.dir, "ca.pem") }
+
+// ClientCert and ClientKey are the PEM files of a client certificate of
+// the CA, which the SASL_SSL listener requires (Options.Secure).
+func (c *Cluster) ClientCert() string { return filepath.Join(c.dir, "client.pem") }
+
+// ClientKey: see ClientCert.
+func (c *Cluster) ClientKey() string { return filepath.Join(c.dir, "client-key.pem") }
 
 // serverPEM is the brokers' key and certificate chain (PEM keystore).
 func (c *Cluster) serverPEM() string { return filepath.Join(c.dir, "server.pem") }
@@ -62,10 +70,6 @@ func (c *Cluster) writeCertificates() error {
 	if err != nil {
 		return err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
@@ -73,25 +77,53 @@ func (c *Cluster) writeCertificates() error {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	keyPEM, certPEM, err := signed(tmpl, ca, caKey)
 	if err != nil {
 		return err
 	}
-	pk, err := x509.MarshalPKCS8PrivateKey(key)
+	clientKey, clientCert, err := signed(&x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "repstream kafkatest client"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, caKey)
 	if err != nil {
 		return err
 	}
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	server := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk})
-	server = append(server, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	server = append(server, caPEM...)
-	if err := os.WriteFile(c.CAFile(), caPEM, 0o644); err != nil {
-		return fmt.Errorf("kafkatest: %w", err)
-	}
-	if err := os.WriteFile(c.serverPEM(), server, 0o600); err != nil {
-		return fmt.Errorf("kafkatest: %w", err)
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{c.CAFile(), caPEM, 0o644},
+		{c.serverPEM(), append(append(keyPEM, certPEM...), caPEM...), 0o600},
+		{c.ClientCert(), clientCert, 0o644},
+		{c.ClientKey(), clientKey, 0o600},
+	} {
+		if err := os.WriteFile(f.path, f.data, f.mode); err != nil {
+			return fmt.Errorf("kafkatest: %w", err)
+		}
 	}
 	return nil
+}
+
+// signed makes a key and the certificate of tmpl for it, signed by ca: both
+// PEM (the key PKCS#8).
+func signed(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (keyPEM, certPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	pk, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
 // secureProperties are the server.properties entries of the SASL_SSL
@@ -105,8 +137,11 @@ func (c *Cluster) secureProperties(b *broker) map[string]string {
 		"listener.name.secure.scram-sha-512.sasl.jaas.config": scram,
 		"listener.name.secure.plain.sasl.jaas.config": fmt.Sprintf(
 			`org.apache.kafka.common.security.plain.PlainLoginModule required user_%s="%s";`, u, p),
-		"listener.name.secure.ssl.keystore.type":     "PEM",
-		"listener.name.secure.ssl.keystore.location": c.serverPEM(),
+		"listener.name.secure.ssl.keystore.type":       "PEM",
+		"listener.name.secure.ssl.keystore.location":   c.serverPEM(),
+		"listener.name.secure.ssl.truststore.type":     "PEM",
+		"listener.name.secure.ssl.truststore.location": c.CAFile(),
+		"listener.name.secure.ssl.client.auth":         "required",
 	}
 }
 

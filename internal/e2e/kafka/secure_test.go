@@ -10,13 +10,13 @@ import (
 )
 
 // TestKafkaSecureBrokers: capture and apply reach brokers that take only
-// TLS and SASL (SCRAM-SHA-512 for the capture, SCRAM-SHA-256 for the
-// apply), with the CA's certificate and the password from the
-// environment: the target equals the source, and `status --kafka` reads
+// TLS with a client certificate and SASL (SCRAM-SHA-512 for the capture,
+// SCRAM-SHA-256 for the apply), with the CA's certificate and the password
+// from the environment: the target equals the source, and `status --kafka` reads
 // the topic the same way. A wrong password stops the apply with an error
 // that says so and names the brokers; a capture without TLS stops at once,
-// naming them and TLS; SASL PLAIN without TLS is refused before anything
-// is sent.
+// naming them and TLS, and so does one without the client certificate;
+// SASL PLAIN without TLS is refused before anything is sent.
 func TestKafkaSecureBrokers(t *testing.T) {
 	const user, password = "repstream", "a secret of the test"
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Secure: &kafkatest.Secure{User: user, Password: password}})
@@ -24,7 +24,8 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	e := newKafkaEnv(t, addrs)
 	tgtDB, tgt := e.newTarget()
 	secure := func(mech string) []string {
-		return []string{"--kafka-ca", k.CAFile(), "--kafka-sasl", mech, "--kafka-user", user}
+		return []string{"--kafka-ca", k.CAFile(), "--kafka-cert", k.ClientCert(), "--kafka-key", k.ClientKey(),
+			"--kafka-sasl", mech, "--kafka-user", user}
 	}
 
 	t.Setenv(kafkalog.EnvPassword, "not the password")
@@ -38,6 +39,13 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	err = exitOf(t, none, 60*time.Second)
 	if out := none.out.tail(20); err == nil || !strings.Contains(out, addrs) || !strings.Contains(out, "tls") {
 		t.Fatalf("capture without TLS to a TLS listener: %v, want an error naming the brokers %s and TLS:\n%s", err, addrs, out)
+	}
+	t.Setenv(kafkalog.EnvPassword, password)
+	noCert := startProc(t, "capture (no client certificate)", e.captureArgs("--kafka-ca", k.CAFile(),
+		"--kafka-sasl", "scram-sha-512", "--kafka-user", user)...)
+	err = exitOf(t, noCert, 60*time.Second)
+	if out := noCert.out.tail(20); err == nil || !strings.Contains(out, addrs) {
+		t.Fatalf("capture without the client certificate the brokers require: %v, want an error naming the brokers %s:\n%s", err, addrs, out)
 	}
 	plain := startProc(t, "capture (plain without TLS)", e.captureArgs("--kafka-sasl", "plain", "--kafka-user", user)...)
 	err = exitOf(t, plain, 30*time.Second)
