@@ -556,7 +556,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	var dec atomic.Pointer[capture.Decoder] // the session's, for behind
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
-		Applied: prog.IsApplied,
+		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
 				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}

@@ -40,6 +40,13 @@ type ReaderOptions struct {
 	// the target: a transaction whose first records the Reader did not
 	// read (it starts after them) must be.
 	Applied func(end change.LSN) bool
+	// AppliedBelow: every transaction whose commit record starts before
+	// it is applied on the target (the applied low watermark at the
+	// start). Such a transaction is dropped at its Begin, as one whose
+	// start was not read, instead of being decoded only to be dropped at
+	// its commit: a new target reads the whole topic, most of it older
+	// than its copy. 0: none.
+	AppliedBelow change.LSN
 	// NewDecoder makes the decoder of a capture session's messages.
 	// binary: the values are in pgoutput's binary format (Header.Binary).
 	NewDecoder func(proto int, binary bool, e *Epoch) (Decoder, error)
@@ -48,7 +55,8 @@ type ReaderOptions struct {
 	AbortInProgress func() (int, error)
 	Logger          *slog.Logger
 	// Stats is the "kafka" component: counters records, bytes,
-	// fetch_errors; gauges next_offset, end_offset, lag_records.
+	// fetch_errors, applied_skipped_txns (AppliedBelow); gauges
+	// next_offset, end_offset, lag_records.
 	Stats *stats.Component
 }
 
@@ -89,6 +97,7 @@ type Reader struct {
 	big          atomic.Bool  // the last record read was of a catch-up's size
 
 	cRecords, cBytes, cFetchErrors *atomic.Int64
+	cAppliedSkipped                *atomic.Int64 // transactions dropped at their Begin (AppliedBelow)
 	gNext, gEnd, gLag              *atomic.Int64
 }
 
@@ -104,6 +113,7 @@ func NewReader(o ReaderOptions) *Reader {
 	r.offset.Store(o.From)
 	st := o.Stats
 	r.cRecords, r.cBytes, r.cFetchErrors = st.Counter("records"), st.Counter("bytes"), st.Counter("fetch_errors")
+	r.cAppliedSkipped = st.Counter("applied_skipped_txns")
 	r.gNext, r.gEnd, r.gLag = st.Gauge("next_offset"), st.Gauge("end_offset"), st.Gauge("lag_records")
 	r.gNext.Store(o.From)
 	return r
@@ -304,6 +314,15 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 		}
 		switch t {
 		case pgoutput.MsgBegin:
+			if m.LSN < r.o.AppliedBelow {
+				// The commit record starts before a position the target
+				// has everything below, so the transaction ends at or
+				// before it: applied. Dropped as one whose start was not
+				// read (its Relation messages still go to the decoder).
+				r.inTxn = false
+				r.cAppliedSkipped.Add(1)
+				return nil
+			}
 			r.inTxn, r.curXid = true, m.Xid
 			r.pts.begin(m.Xid, offset)
 		case pgoutput.MsgCommit:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgoutput"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // fakeProducer keeps what is produced and acknowledges it at once.
@@ -358,5 +359,38 @@ func TestReaderRelationOfAnAppliedTransaction(t *testing.T) {
 	}
 	if dec.inserts != 1 {
 		t.Fatalf("%d inserts decoded, want U's one (T's are dropped)", dec.inserts)
+	}
+}
+
+// TestReaderAppliedBelow: transactions whose commit record starts below
+// AppliedBelow are dropped at their Begin (counted), the rest decoded; the
+// Relation message of a dropped one still reaches the decoder, which the
+// later transactions need.
+func TestReaderAppliedBelow(t *testing.T) {
+	p := &fakeProducer{}
+	tw := newTestWriter(t, p, time.Hour)
+	for range 5 {
+		tw.txn() // the first carries the Relation message
+	}
+	tw.w.Close()
+	recs := p.records()
+	// The third transaction's commit record starts at 0x1000000+3*120-8.
+	below := change.LSN(0x1000000 + 3*120 - 8)
+	dec := &relDecoder{known: map[uint32]bool{}}
+	st := stats.NewRegistry().Component("kafka")
+	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", AppliedBelow: below, Stats: st,
+		Applied:         func(end change.LSN) bool { return end <= below },
+		NewDecoder:      func(int, bool, *Epoch) (Decoder, error) { return dec, nil },
+		AbortInProgress: func() (int, error) { return 0, nil }})
+	for i, v := range recs {
+		if err := r.record(context.Background(), &kgo.Record{Value: v, Offset: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dec.inserts != 3 {
+		t.Errorf("%d inserts decoded, want those of the 3 transactions from the third", dec.inserts)
+	}
+	if n := st.Counter("applied_skipped_txns").Load(); n != 2 {
+		t.Errorf("applied_skipped_txns %d, want 2", n)
 	}
 }
