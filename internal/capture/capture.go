@@ -134,20 +134,24 @@ type Capture struct {
 	msg        pgoutput.Message
 	rels       map[uint32]*change.Relation            // outside streams
 	streamRels map[uint32]map[uint32]*change.Relation // per streamed top-level xid
-	inStream   bool
-	streamXid  uint32
-	txnXid     uint32 // open non-streamed transaction, valid while inTxn
-	inTxn      bool
-	openStream map[uint32]bool // streamed transactions started and not yet committed/aborted
-	queuedXid  map[uint32]bool // streamed transactions that go to the queue (not eager)
-	eagerXid   uint32          // the streamed transaction applied eagerly, 0 if none
-	lastCommit change.LSN      // end LSN of the last transaction committed
-	received   change.LSN      // highest WAL position received
-	sentFlush  change.LSN
-	lastStatus time.Time
-	pingAt     time.Time       // when a status update asked the server to answer (zero: none outstanding)
-	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
-	addCancel  context.CancelFunc
+	// streamRenames: per streamed top-level xid, the renames made in its
+	// streamRels (renamed), in order, undone with the subtransaction that
+	// made them (undoRenames).
+	streamRenames map[uint32][]relRename
+	inStream      bool
+	streamXid     uint32
+	txnXid        uint32 // open non-streamed transaction, valid while inTxn
+	inTxn         bool
+	openStream    map[uint32]bool // streamed transactions started and not yet committed/aborted
+	queuedXid     map[uint32]bool // streamed transactions that go to the queue (not eager)
+	eagerXid      uint32          // the streamed transaction applied eagerly, 0 if none
+	lastCommit    change.LSN      // end LSN of the last transaction committed
+	received      change.LSN      // highest WAL position received
+	sentFlush     change.LSN
+	lastStatus    time.Time
+	pingAt        time.Time       // when a status update asked the server to answer (zero: none outstanding)
+	addCtx        context.Context // bounds the queue's flow-control waits; renewed every second
+	addCancel     context.CancelFunc
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	gReceived, gFlushed                                   *atomic.Int64
@@ -208,14 +212,15 @@ func New(opts Options) (*Capture, error) {
 		opts.Stats = stats.NewRegistry()
 	}
 	c := &Capture{
-		opts:       opts,
-		log:        opts.Logger.With("component", "capture"),
-		stats:      opts.Stats.Component("capture"),
-		rels:       map[uint32]*change.Relation{},
-		streamRels: map[uint32]map[uint32]*change.Relation{},
-		openStream: map[uint32]bool{},
-		queuedXid:  map[uint32]bool{},
-		sentFlush:  opts.InitialFlush,
+		opts:          opts,
+		log:           opts.Logger.With("component", "capture"),
+		stats:         opts.Stats.Component("capture"),
+		rels:          map[uint32]*change.Relation{},
+		streamRels:    map[uint32]map[uint32]*change.Relation{},
+		streamRenames: map[uint32][]relRename{},
+		openStream:    map[uint32]bool{},
+		queuedXid:     map[uint32]bool{},
+		sentFlush:     opts.InitialFlush,
 	}
 	c.cMessages = c.stats.Counter("messages")
 	c.cChanges = c.stats.Counter("changes")
@@ -729,6 +734,8 @@ func (c *Capture) streamAbort(ctx context.Context, m *pgoutput.Message) error {
 	}
 	if whole {
 		c.forgetStream(m.Xid)
+	} else {
+		c.undoRenames(m.Xid, m.SubXid)
 	}
 	return nil
 }
@@ -739,6 +746,7 @@ func (c *Capture) forgetStream(xid uint32) {
 	delete(c.openStream, xid)
 	c.streamsOpen.Store(int32(len(c.openStream)))
 	delete(c.streamRels, xid)
+	delete(c.streamRenames, xid)
 	delete(c.queuedXid, xid)
 }
 

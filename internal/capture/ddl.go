@@ -54,15 +54,25 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 	if err := c.add(ctx, ch); err != nil {
 		return err
 	}
-	c.renamed(msg.OID, msg.Schema, msg.Name)
+	c.renamed(msg.OID, msg.Schema, msg.Name, ch.Xid)
 	return nil
+}
+
+// relRename is a rename of relation id in a streamed transaction's
+// relations, made by subtransaction sub: before (nil: the stream had none
+// of its own) became after.
+type relRename struct {
+	sub, id       uint32
+	before, after *change.Relation
 }
 
 // renamed makes the relation id, if described before under another name,
 // go by schema.name from here on. pgoutput describes a table again after
 // its own RENAME or SET SCHEMA, but not after ALTER SCHEMA ... RENAME of
 // its schema: its rows would keep coming under the old schema's name.
-func (c *Capture) renamed(id uint32, schema, name string) {
+// Inside a stream the rename is the streamed transaction's, made by
+// (sub)transaction sub, and undone if sub is rolled back (undoRenames).
+func (c *Capture) renamed(id uint32, schema, name string, sub uint32) {
 	rel, err := c.relation(id)
 	if err != nil || rel.Namespace == schema && rel.Name == name {
 		return
@@ -78,10 +88,39 @@ func (c *Capture) renamed(id uint32, schema, name string) {
 			rs = map[uint32]*change.Relation{}
 			c.streamRels[c.streamXid] = rs
 		}
+		if sub == 0 {
+			sub = c.streamXid
+		}
+		c.streamRenames[c.streamXid] = append(c.streamRenames[c.streamXid], relRename{sub: sub, id: id, before: rs[id], after: &cp})
 		rs[id] = &cp
 		return
 	}
 	c.rels[id] = &cp
+}
+
+// undoRenames undoes, newest first, the renames subtransaction sub of
+// streamed transaction xid made, where no later Relation message replaced
+// them: the rollback of a savepoint drops a schema change made after it
+// (its OpDDL change goes with the subtransaction), and pgoutput need not
+// describe the table again.
+func (c *Capture) undoRenames(xid, sub uint32) {
+	rn, rs := c.streamRenames[xid], c.streamRels[xid]
+	for i := len(rn) - 1; i >= 0; i-- {
+		if r := rn[i]; r.sub == sub && rs[r.id] == r.after {
+			if r.before == nil {
+				delete(rs, r.id)
+			} else {
+				rs[r.id] = r.before
+			}
+		}
+	}
+	keep := rn[:0]
+	for _, r := range rn {
+		if r.sub != sub {
+			keep = append(keep, r)
+		}
+	}
+	c.streamRenames[xid] = keep
 }
 
 // linkPrevious sets r.Previous to a copy of the version of the relation r

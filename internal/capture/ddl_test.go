@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/repstream/repstream/internal/change"
@@ -98,5 +99,49 @@ func TestDDLMessages(t *testing.T) {
 	r := c.streamRels[11][16384]
 	if r == nil || r.Previous == nil || r.Previous != nil && r.Previous.Previous != nil || r.Previous.Name != "t" {
 		t.Errorf("the second Relation is not linked to the first: %+v", r)
+	}
+}
+
+// TestRenameUndoneWithSavepoint: in streamed transaction 9, subtransaction
+// 901 renames the table's schema (ALTER SCHEMA ... RENAME) and is rolled
+// back; the transaction commits without the table described again. The
+// rename goes with the savepoint: after the commit the relation is still
+// public.t. One made by the top-level transaction stays.
+func TestRenameUndoneWithSavepoint(t *testing.T) {
+	inStreamDDL := func(xid, sub uint32) []byte {
+		content := fmt.Sprintf(`{"tag":"ALTER SCHEMA","schema":"app2","name":"t","oid":16384,"pubs":["p"],"xid":%d}`, sub)
+		b := binary.BigEndian.AppendUint32([]byte{'M'}, xid)
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint64(b, 0x80)
+		b = append(b, change.DDLPrefix...)
+		b = append(b, 0)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+		return append(b, content...)
+	}
+	abort := func(xid, sub uint32) []byte {
+		return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32([]byte{'A'}, xid), sub)
+	}
+	for _, tc := range []struct {
+		sub, aborted uint32
+		want         string
+	}{
+		{901, 901, "public"}, // renamed in the savepoint, rolled back
+		{901, 902, "app2"},   // another savepoint rolled back
+		{9, 901, "app2"},     // renamed by the transaction itself
+	} {
+		c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, Publication: "p", DDLMessages: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.proto = 3
+		for _, m := range [][]byte{msgStreamStart(9, true), msgRelation(9, 16384), inStreamDDL(9, tc.sub), msgStreamStop(),
+			abort(9, tc.aborted), msgStreamCommit(9, 10, 20)} {
+			if err := c.handle(context.Background(), 1, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := c.rels[16384]; r == nil || r.Namespace != tc.want || r.Name != "t" {
+			t.Errorf("renamed by %d, %d rolled back: the relation after the commit is %+v, want %s.t", tc.sub, tc.aborted, r, tc.want)
+		}
 	}
 }

@@ -15,7 +15,7 @@
 //	4       4     epoch: the capture session that wrote the record
 //	8       8     last commit: end LSN of the last transaction whose commit is in this record or an earlier one
 //	16      1     proto: the pgoutput protocol version of the messages
-//	17      1     flags: bit 0 Binary (the values are in pgoutput's binary format); other bits written 0, ignored
+//	17      1     flags: bit 0 Binary (the values are in pgoutput's binary format); bit 1 InStream (the first message is inside a stream block begun in an earlier record); other bits written 0, ignored
 //
 // Version 1 records (17 bytes of header, no flags: text values) are read
 // as well.

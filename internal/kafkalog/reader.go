@@ -60,6 +60,10 @@ type ReaderOptions struct {
 	Stats *stats.Component
 }
 
+// midBlock is skipXid for a stream block the first record read starts
+// inside of: which transaction it belongs to is not known.
+const midBlock = ^uint32(0)
+
 // Reader reads a slot's topic (apply --kafka) and feeds the slot's
 // messages to a Decoder: records of an older capture session than one
 // already seen are dropped, an EPOCH marker drops the transactions the
@@ -80,6 +84,12 @@ type Reader struct {
 	binary   bool // the session's values are binary
 	started  bool
 	inStream bool
+	// fragFrom: the offset of the first fragment of the message being put
+	// together (asm.Active).
+	fragFrom int64
+	// whole: a data record or a message's first fragment has been read
+	// (before, fragments of a message begun earlier are dropped).
+	whole bool
 	// skipXid: the transaction being dropped (its start was not read), or 0.
 	skipXid uint32
 	curXid  uint32 // open non-streamed transaction
@@ -200,11 +210,7 @@ func (r *Reader) Run(ctx context.Context) error {
 					return
 				}
 				if ferr = r.record(ctx, rec); ferr == nil {
-					r.offset.Store(rec.Offset + 1)
-					r.pts.read(rec.Offset + 1)
-					r.cRecords.Add(1)
-					r.cBytes.Add(int64(len(rec.Value)))
-					r.big.Store(len(rec.Value) >= bigRecord)
+					r.consumed(rec)
 				}
 			}
 		})
@@ -216,6 +222,21 @@ func (r *Reader) Run(ctx context.Context) error {
 			return ferr
 		}
 	}
+}
+
+// consumed notes that rec is read: a later run reads again from the
+// record after it, or, while a message is being put together from its
+// fragments, from its first fragment (a reader cannot start inside one).
+func (r *Reader) consumed(rec *kgo.Record) {
+	r.offset.Store(rec.Offset + 1)
+	next := rec.Offset + 1
+	if r.asm.Active() {
+		next = r.fragFrom
+	}
+	r.pts.read(next)
+	r.cRecords.Add(1)
+	r.cBytes.Add(int64(len(rec.Value)))
+	r.big.Store(len(rec.Value) >= bigRecord)
 }
 
 func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
@@ -244,8 +265,15 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 			r.o.Topic, rec.Offset, ErrCorrupt, h.Epoch, h.Proto, h.Binary, r.proto, r.binary)
 	}
 	if !r.started || h.Epoch > r.epoch || ep != nil {
+		first := !r.started
 		if err := r.newSession(h, ep, rec.Offset); err != nil {
 			return err
+		}
+		if first && h.InStream {
+			// The first record read starts inside a stream block whose
+			// start was not read: its messages (in-stream ones, with an
+			// xid) are dropped up to its STREAM STOP.
+			r.inStream, r.skipXid = true, midBlock
 		}
 	}
 	wrap := func(err error, walStart change.LSN) error {
@@ -256,11 +284,23 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 	}
 	switch h.Kind {
 	case KindData:
+		r.whole = true
 		return Frames(body, func(f Frame) error { return wrap(r.frame(ctx, rec.Offset, f), f.WALStart) })
 	case KindFragment:
 		fr, err := ParseFragment(body)
 		if err != nil {
 			return wrap(err, 0)
+		}
+		if fr.Offset != 0 && !r.asm.Active() && !r.whole {
+			// Reading started inside a message's fragments (a resume
+			// point stored by an earlier version): that message belongs
+			// to what the start skips.
+			r.log.Debug("fragment of a message begun before the first record read dropped", "offset", rec.Offset)
+			return nil
+		}
+		r.whole = true
+		if fr.Offset == 0 {
+			r.fragFrom = rec.Offset
 		}
 		f, done, err := r.asm.Add(fr)
 		if err != nil || !done {

@@ -40,6 +40,10 @@ type Header struct {
 	// Binary: the messages' values are in pgoutput's binary format (the
 	// capture session streamed with binary 'true'); else text.
 	Binary bool
+	// InStream: the record's first message is inside a stream block
+	// that began in an earlier record (a fragment: its message is in a
+	// block). A reader that starts there drops the block's rest.
+	InStream bool
 }
 
 // Frame is one pgoutput message as the slot sent it: the WAL position of
@@ -69,6 +73,9 @@ func AppendHeader(dst []byte, h Header) []byte {
 	var flags byte
 	if h.Binary {
 		flags |= 1
+	}
+	if h.InStream {
+		flags |= 2
 	}
 	return append(dst, h.Proto, flags)
 }
@@ -119,7 +126,7 @@ func ParseHeader(v []byte) (h Header, body []byte, err error) {
 		if len(v) < headerLen {
 			return h, nil, fmt.Errorf("%w: no repstream header", ErrCorrupt)
 		}
-		h.Binary = v[17]&1 != 0
+		h.Binary, h.InStream = v[17]&1 != 0, v[17]&2 != 0
 	default:
 		return h, nil, fmt.Errorf("%w: format version %d (this repstream reads 1 and %d)", ErrCorrupt, v[2], version)
 	}

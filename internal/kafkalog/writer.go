@@ -104,6 +104,7 @@ type Writer struct {
 	o WriterOptions
 
 	buf        []byte // the record being filled: header, then frames
+	bufInBlock bool   // its first message is inside a stream block begun before it (Header.InStream)
 	frames     int
 	lastCommit change.LSN
 	ends       []change.LSN // commits in buf
@@ -116,7 +117,11 @@ type Writer struct {
 	// own scoping).
 	rels       map[uint32][]byte
 	streamRels map[uint32]map[uint32][]byte
-	described  map[uint32]bool // relations described in the current record (or stream block)
+	// streamRenames: per open streamed transaction, the renames made in
+	// its streamRels (renamed), in order, so that the rollback of the
+	// subtransaction that made one undoes it.
+	streamRenames map[uint32][]streamRename
+	described     map[uint32]bool // relations described in the current record (or stream block)
 
 	bmu   sync.Mutex  // the record being filled: Message and the linger timer
 	timer *time.Timer // flushes the record Linger after a boundary
@@ -130,6 +135,14 @@ type Writer struct {
 
 	cRecords, cBytes, cAcked, cWaitNs *atomic.Int64
 	gUnacked                          *atomic.Int64
+}
+
+// streamRename is a rename of relation id in a streamed transaction's
+// Relation messages, made by subtransaction sub: before (nil: the stream
+// had none of its own) became after.
+type streamRename struct {
+	sub, id       uint32
+	before, after []byte
 }
 
 // NewWriter returns a Writer; Start writes its epoch marker.
@@ -165,7 +178,7 @@ func NewWriter(o WriterOptions) *Writer {
 		o.Stats = stats.NewRegistry().Component("kafka")
 	}
 	w := &Writer{o: o, lastCommit: o.LastCommit, rels: map[uint32][]byte{},
-		streamRels: map[uint32]map[uint32][]byte{}, described: map[uint32]bool{}}
+		streamRels: map[uint32]map[uint32][]byte{}, streamRenames: map[uint32][]streamRename{}, described: map[uint32]bool{}}
 	st := o.Stats
 	w.cRecords, w.cBytes, w.cAcked, w.cWaitNs = st.Counter("records"), st.Counter("bytes"), st.Counter("acked_records"), st.Counter("waits_ns")
 	w.gUnacked = st.Gauge("unacked_bytes")
@@ -324,8 +337,12 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 	case pgoutput.MsgStreamCommit:
 		for id, r := range w.streamRels[m.Xid] {
 			w.rels[id] = r
+			// A transaction of this record may have described it
+			// otherwise (a rename the stream made).
+			delete(w.described, id)
 		}
 		delete(w.streamRels, m.Xid)
+		delete(w.streamRenames, m.Xid)
 		if m.EndLSN <= w.lastCommit {
 			// In the topic already: the session before wrote more after the
 			// tail this session started from was read. Its blocks, written
@@ -343,6 +360,9 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 	case pgoutput.MsgStreamAbort:
 		if m.SubXid == 0 || m.SubXid == m.Xid {
 			delete(w.streamRels, m.Xid)
+			delete(w.streamRenames, m.Xid)
+		} else {
+			w.undoRenames(m.Xid, m.SubXid)
 		}
 		w.append(walStart, data)
 		w.boundary()
@@ -358,8 +378,8 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 // that starts after the change reads its tables under their new names.
 // Inside a stream the renamed message is the streamed transaction's, like
 // a Relation message there (its later stream blocks, and the transactions
-// after it once it commits); a savepoint rolled back over the rename makes
-// pgoutput describe the table again. A message it cannot decode is left to
+// after it once it commits), and is undone with the subtransaction that
+// made it (undoRenames). A message it cannot decode is left to
 // the applies' decoders, which stop on it.
 func (w *Writer) renamed(content []byte) {
 	ch, err := change.NewDDL(0, 0, content)
@@ -387,7 +407,42 @@ func (w *Writer) renamed(content []byte) {
 		rs = map[uint32][]byte{}
 		w.streamRels[w.streamXid] = rs
 	}
+	sub := d.Xid
+	if sub == 0 {
+		sub = w.streamXid
+	}
+	w.streamRenames[w.streamXid] = append(w.streamRenames[w.streamXid], streamRename{sub: sub, id: d.OID, before: rs[d.OID], after: out})
 	rs[d.OID] = out
+}
+
+// undoRenames undoes, newest first, the renames subtransaction sub of
+// streamed transaction xid made, where no later Relation message replaced
+// them: the rollback of a savepoint drops a schema change made after it
+// (capture's decoder does the same), and pgoutput need not describe the
+// table again.
+func (w *Writer) undoRenames(xid, sub uint32) {
+	rn := w.streamRenames[xid]
+	rs := w.streamRels[xid]
+	keep := rn[:0]
+	for i := len(rn) - 1; i >= 0; i-- {
+		r := rn[i]
+		if r.sub != sub {
+			continue
+		}
+		if cur, ok := rs[r.id]; ok && bytes.Equal(cur, r.after) {
+			if r.before == nil {
+				delete(rs, r.id)
+			} else {
+				rs[r.id] = r.before
+			}
+		}
+	}
+	for _, r := range rn {
+		if r.sub != sub {
+			keep = append(keep, r)
+		}
+	}
+	w.streamRenames[xid] = keep
 }
 
 // renamedRelation is raw, a Relation message as the Writer keeps it, under
@@ -453,7 +508,9 @@ func (w *Writer) append(walStart change.LSN, data []byte) {
 		chunk := room - fragHeaderLen
 		for off := 0; off < len(data); off += chunk {
 			end := min(off+chunk, len(data))
-			v := AppendHeader(make([]byte, 0, headerLen+fragHeaderLen+end-off), w.header(KindFragment))
+			h := w.header(KindFragment)
+			h.InStream = w.inStream
+			v := AppendHeader(make([]byte, 0, headerLen+fragHeaderLen+end-off), h)
 			v = AppendFragment(v, walStart, len(data), off, data[off:end])
 			w.produce(v, nil)
 		}
@@ -468,6 +525,7 @@ func (w *Writer) append(walStart change.LSN, data []byte) {
 			size = w.o.CatchUpBytes
 		}
 		w.buf = AppendHeader(make([]byte, 0, size+(4<<10)), w.header(KindData))
+		w.bufInBlock = w.inStream && data[0] != pgoutput.MsgStreamStart
 		if !w.inStream {
 			clear(w.described) // a reader may start at this record
 		}
@@ -545,7 +603,9 @@ func (w *Writer) flush() {
 		return
 	}
 	// The header's last commit: the newest commit in this record.
-	copy(w.buf, AppendHeader(nil, w.header(KindData)))
+	h := w.header(KindData)
+	h.InStream = w.bufInBlock
+	copy(w.buf, AppendHeader(nil, h))
 	var ends []change.LSN
 	if len(w.ends) > 0 {
 		ends = append(ends, w.ends...)
