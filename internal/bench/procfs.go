@@ -15,12 +15,15 @@ import (
 const clockTicks = 100
 
 // procCPUSeconds returns the user+system CPU seconds of pid from /proc.
-func procCPUSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func procCPUSeconds(pid int) (float64, error) { return readProc(pid, "stat", parseProcStatCPU) }
+
+// readProc parses /proc/<pid>/<name>.
+func readProc(pid int, name string, parse func([]byte) (float64, error)) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, name))
 	if err != nil {
 		return 0, err
 	}
-	return parseProcStatCPU(b)
+	return parse(b)
 }
 
 // parseProcStatCPU extracts utime+stime (fields 14 and 15) from a
@@ -48,11 +51,7 @@ func parseProcStatCPU(b []byte) (float64, error) {
 // waiting for a CPU, from /proc/<pid>/schedstat (the main thread's: a
 // PostgreSQL process has one).
 func procRunDelaySeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseSchedstatDelay(b)
+	return readProc(pid, "schedstat", parseSchedstatDelay)
 }
 
 // parseSchedstatDelay extracts the second field of a /proc/<pid>/schedstat

@@ -187,6 +187,20 @@ func readAll(r *Reader, recs [][]byte, from int) error {
 	return nil
 }
 
+// replay reads recs from offset from with a new reader whose target has
+// what applied says, and returns it and what its decoder queued.
+func replay(t *testing.T, recs [][]byte, from int64, applied func(change.LSN) bool) (*Reader, string) {
+	t.Helper()
+	q := &rvQueue{}
+	r := newRVReader(from, applied, q)
+	if err := readAll(r, recs, int(from)); err != nil {
+		t.Fatalf("a reader from offset %d: %v", from, err)
+	}
+	return r, strings.Join(q.log, "; ")
+}
+
+func none(change.LSN) bool { return false }
+
 func kinds(recs [][]byte) string {
 	var s []string
 	for i, v := range recs {
@@ -213,14 +227,7 @@ func TestReaderResumeMidBlock(t *testing.T) {
 	x := newRVWire(t, 400)
 	const Y, X = 700, 800
 	// Y's block: rows of a (fill a record), then a first row of b.
-	x.send(rvStreamStart(Y, true))
-	x.send(rvRelation(Y, 16384, "public", "a"))
-	for range 6 {
-		x.send(rvInsert(Y, 16384, "a row of table a, forty bytes or so....."))
-	}
-	x.send(rvRelation(Y, 16385, "public", "b"))
-	x.send(rvInsert(Y, 16385, "b row"))
-	x.send([]byte{'E'})
+	x.blockOverRecords(Y)
 	// X's first block right after (the walsender streams the largest ones in a row).
 	x.send(rvStreamStart(X, true))
 	x.send(rvRelation(X, 16384, "public", "a"))
@@ -228,21 +235,13 @@ func TestReaderResumeMidBlock(t *testing.T) {
 	x.send([]byte{'E'})
 	x.send(rvStreamCommit(Y, 0x5000, 0x5010))
 	recs := x.records()
-	q := &rvQueue{}
-	r := newRVReader(0, func(change.LSN) bool { return false }, q)
-	if err := readAll(r, recs, 0); err != nil {
-		t.Fatalf("first run: %v", err)
-	}
+	r, _ := replay(t, recs, 0, none)
 	from := r.ResumeOffset(0x5010) // Y applied, X open
 	if h, _, _ := ParseHeader(recs[from]); from == 0 || !h.InStream {
 		t.Fatalf("resume offset %d (records %s): want a record that starts inside Y's block", from, kinds(recs))
 	}
-	q2 := &rvQueue{}
-	r2 := newRVReader(from, func(end change.LSN) bool { return end <= 0x5010 }, q2)
-	if err := readAll(r2, recs, int(from)); err != nil {
-		t.Fatalf("second run, from offset %d: %v", from, err)
-	}
-	if got := strings.Join(q2.log, "; "); !strings.Contains(got, "add 800 insert public.a") || strings.Contains(got, " 700 ") {
+	_, got := replay(t, recs, from, func(end change.LSN) bool { return end <= 0x5010 })
+	if !strings.Contains(got, "add 800 insert public.a") || strings.Contains(got, " 700 ") {
 		t.Fatalf("second run: %s; want X's row and nothing of Y", got)
 	}
 }
@@ -264,12 +263,8 @@ func TestReaderResumeMidFragment(t *testing.T) {
 	x.send(rvInsert(0, 16384, "s"))
 	x.send(rvCommit(0x3000, 0x3010))
 	recs := x.records()
-	q := &rvQueue{}
-	r := newRVReader(0, func(change.LSN) bool { return false }, q)
 	// The first run reads up to the second fragment (offset 2), then the persister asks.
-	if err := readAll(r, recs[:3], 0); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := replay(t, recs[:3], 0, none)
 	from := r.ResumeOffset(0x2010)
 	if h, body, _ := ParseHeader(recs[from]); h.Kind != KindFragment {
 		t.Fatalf("resume offset %d (records %s): want the first fragment", from, kinds(recs))
@@ -277,12 +272,7 @@ func TestReaderResumeMidFragment(t *testing.T) {
 		t.Fatalf("resume offset %d: a fragment at %d of its message, want its first", from, fr.Offset)
 	}
 	for _, at := range []int64{from, from + 1} {
-		q2 := &rvQueue{}
-		r2 := newRVReader(at, func(end change.LSN) bool { return end <= 0x2010 }, q2)
-		if err := readAll(r2, recs, int(at)); err != nil {
-			t.Fatalf("a run from offset %d: %v", at, err)
-		}
-		if got := strings.Join(q2.log, "; "); !strings.Contains(got, "commit 6") {
+		if _, got := replay(t, recs, at, func(end change.LSN) bool { return end <= 0x2010 }); !strings.Contains(got, "commit 6") {
 			t.Fatalf("a run from offset %d: %s; want the transaction after the message", at, got)
 		}
 	}
@@ -313,12 +303,7 @@ func TestRenameRolledBackToSavepoint(t *testing.T) {
 		x.send(m)
 	}
 	recs := x.records()
-	q := &rvQueue{}
-	r := newRVReader(0, func(change.LSN) bool { return false }, q)
-	if err := readAll(r, recs, 0); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(q.log, "; "); !strings.Contains(got, "add 7 insert app.a") {
+	if _, got := replay(t, recs, 0, none); !strings.Contains(got, "add 7 insert app.a") {
 		t.Errorf("a reader reading on: %s; want transaction 7's row in app.a", got)
 	}
 	// And a fresh reader starting at the last transaction's record (a new
@@ -326,23 +311,31 @@ func TestRenameRolledBackToSavepoint(t *testing.T) {
 	x2 := newRVWire(t, 1<<20)
 	for i, m := range msgs {
 		if i == 12 {
-			x2.w.bmu.Lock()
-			x2.w.flush()
-			x2.w.bmu.Unlock()
+			x2.cut()
 		}
 		x2.send(m)
 	}
 	recs2 := x2.records()
-	q2 := &rvQueue{}
-	r2 := newRVReader(int64(len(recs2)-1), func(end change.LSN) bool { return end <= 0x3010 }, q2)
-	if err := readAll(r2, recs2, len(recs2)-1); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(q2.log, "; "); !strings.Contains(got, "add 7 insert app.a") {
+	if _, got := replay(t, recs2, int64(len(recs2)-1), func(end change.LSN) bool { return end <= 0x3010 }); !strings.Contains(got, "add 7 insert app.a") {
 		t.Errorf("a reader from the last record: %s; want transaction 7's row in app.a", got)
 	}
 }
 
+// blockOverRecords sends a first stream block of streamed transaction y
+// longer than a record of 400 bytes: rows of public.a, then public.b
+// described and a row of it near the block's end.
+func (x *rvWire) blockOverRecords(y uint32) {
+	x.send(rvStreamStart(y, true))
+	x.send(rvRelation(y, 16384, "public", "a"))
+	for range 6 {
+		x.send(rvInsert(y, 16384, "a row of table a, forty bytes or so....."))
+	}
+	x.send(rvRelation(y, 16385, "public", "b"))
+	x.send(rvInsert(y, 16385, "b row"))
+	x.send([]byte{'E'})
+}
+
+// cut produces the record being filled: the next message starts a record.
 func (x *rvWire) cut() {
 	x.w.bmu.Lock()
 	x.w.flush()
@@ -373,12 +366,8 @@ func TestStreamCommitRedescribes(t *testing.T) {
 		x.send(m)
 	}
 	recs := x.records()
-	q := &rvQueue{}
-	r := newRVReader(0, func(change.LSN) bool { return false }, q)
-	if err := readAll(r, recs, 0); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(q.log, "; "); !strings.Contains(got, "add 7 insert app2.a") {
+	r, got := replay(t, recs, 0, none)
+	if !strings.Contains(got, "add 7 insert app2.a") {
 		t.Errorf("a reader reading on: %s; want transaction 7's row in app2.a", got)
 	}
 	// The persister: X and T2 applied, T3 not yet (still open, or committed above low).
@@ -387,12 +376,7 @@ func TestStreamCommitRedescribes(t *testing.T) {
 	r.pts.committed = r.pts.committed[:len(r.pts.committed)-1]
 	r.pts.mu.Unlock()
 	from := r.ResumeOffset(0x3110)
-	q2 := &rvQueue{}
-	r2 := newRVReader(from, func(end change.LSN) bool { return end <= 0x3110 }, q2)
-	if err := readAll(r2, recs, int(from)); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(q2.log, "; "); !strings.Contains(got, "add 7 insert app2.a") {
+	if _, got := replay(t, recs, from, func(end change.LSN) bool { return end <= 0x3110 }); !strings.Contains(got, "add 7 insert app2.a") {
 		t.Errorf("a reader resumed at offset %d: %s; want transaction 7's row in app2.a", from, got)
 	}
 }
@@ -407,30 +391,15 @@ func TestReaderResumeMidBlockAborted(t *testing.T) {
 	x.send(rvRelation(0, 16384, "public", "a"))
 	x.send(rvInsert(0, 16384, "t0"))
 	x.send(rvCommit(0x900, 0x910))
-	x.send(rvStreamStart(Y, true))
-	x.send(rvRelation(Y, 16384, "public", "a"))
-	for range 6 {
-		x.send(rvInsert(Y, 16384, "a row of table a, forty bytes or so....."))
-	}
-	x.send(rvRelation(Y, 16385, "public", "b"))
-	x.send(rvInsert(Y, 16385, "b row"))
-	x.send([]byte{'E'})
+	x.blockOverRecords(Y)
 	x.send(rvBegin(0x3000, 6))
 	x.send(rvInsert(0, 16384, "T"))
 	x.send(rvCommit(0x3000, 0x3010))
 	x.send(rvStreamAbort(Y, Y))
 	recs := x.records()
-	r := newRVReader(0, func(change.LSN) bool { return false }, &rvQueue{})
-	if err := readAll(r, recs, 0); err != nil {
-		t.Fatalf("first run: %v", err)
-	}
+	r, _ := replay(t, recs, 0, none)
 	from := r.ResumeOffset(0x910) // T not applied yet
-	q2 := &rvQueue{}
-	r2 := newRVReader(from, func(end change.LSN) bool { return end <= 0x910 }, q2)
-	if err := readAll(r2, recs, int(from)); err != nil {
-		t.Fatalf("second run, from offset %d: %v", from, err)
-	}
-	if got := strings.Join(q2.log, "; "); !strings.Contains(got, "add 6 insert public.a; commit 6") {
+	if _, got := replay(t, recs, from, func(end change.LSN) bool { return end <= 0x910 }); !strings.Contains(got, "add 6 insert public.a; commit 6") {
 		t.Fatalf("second run from offset %d: %s; want T's row", from, got)
 	}
 }
