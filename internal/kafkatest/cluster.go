@@ -738,7 +738,7 @@ func (c *Cluster) serverProperties(b *broker) string {
 		s["listeners"] += fmt.Sprintf(",SECURE://127.0.0.1:%d", b.securePort)
 		s["advertised.listeners"] += fmt.Sprintf(",SECURE://127.0.0.1:%d", b.securePort)
 		s["listener.security.protocol.map"] += ",SECURE:SASL_SSL"
-		for k, v := range c.secureProperties(b) {
+		for k, v := range c.secureProperties() {
 			s[k] = v
 		}
 	}

@@ -126,9 +126,9 @@ func signed(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (keyPEM, certPE
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// secureProperties are the server.properties entries of the SASL_SSL
-// listener SECURE of broker b.
-func (c *Cluster) secureProperties(b *broker) map[string]string {
+// secureProperties are the server.properties entries of every broker's
+// SASL_SSL listener SECURE.
+func (c *Cluster) secureProperties() map[string]string {
 	u, p := c.secure.User, c.secure.Password
 	scram := "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 	return map[string]string{
