@@ -102,15 +102,7 @@ func (tw *txnWriter) txn() {
 
 // relationMsg is the Relation message (protocol 1) of table public.name,
 // relation id, with one key column id integer.
-func relationMsg(id uint32, name string) []byte {
-	rel := binary.BigEndian.AppendUint32([]byte{pgoutput.MsgRelation}, id)
-	rel = append(rel, "public\x00"+name+"\x00d"...)
-	rel = binary.BigEndian.AppendUint16(rel, 1)
-	rel = append(rel, 1)
-	rel = append(rel, "id\x00"...)
-	rel = binary.BigEndian.AppendUint32(rel, 23)
-	return binary.BigEndian.AppendUint32(rel, 0xFFFFFFFF)
-}
+func relationMsg(id uint32, name string) []byte { return rvRelation(0, id, "public", name) }
 
 func newTestWriter(t *testing.T, p *fakeProducer, linger time.Duration) *txnWriter {
 	tw := &txnWriter{t: t, at: 0x1000000}
