@@ -137,6 +137,9 @@ func (b *kafkaBroker) warmUp(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	defer prod.Close()
+	if err := prod.BeginTransaction(); err != nil { // the capture's producer is transactional
+		return err
+	}
 	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
 	if err != nil {

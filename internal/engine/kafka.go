@@ -130,6 +130,11 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		prod.Close()
 	}()
 	started := func(ctx context.Context) error {
+		// Fence first: a capture frozen while this one took the slot
+		// can write nothing after the tail read next.
+		if err := w.Fence(ctx); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
 		held, err := kafkalog.Tail(ctx, adm, brokers, topic)
 		if err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)

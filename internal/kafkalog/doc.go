@@ -52,6 +52,13 @@
 //     slot's messages in the order it sent them, so transactions in commit
 //     order (streamed ones interleaved as pgoutput interleaves them). One
 //     idempotent acks=all producer writes them: no gaps, no repeats.
+//   - Fencing: the producer is transactional, its id the topic's name; a
+//     capture session loads its producer id (Writer.Fence) once it holds
+//     the slot and before it reads the tail, so that no earlier capture
+//     of the slot (one frozen while this one took the slot) writes after
+//     that tail. The Kafka transactions only serve the fence: readers
+//     read uncommitted records, and pass over the control records (the
+//     commit and abort markers, which take offsets) as Tail does.
 //   - A record holds whole frames of one or more transactions: at a
 //     transaction boundary (a Commit, Stream Stop, Stream Commit or Stream
 //     Abort) it is produced at once when it holds 64 KiB, else within 1 ms
@@ -101,9 +108,9 @@
 //
 //	doc.go      this overview: the record format, its invariants, resuming
 //	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
-//	writer.go   Writer (capture --kafka's raw sink): messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
+//	writer.go   Writer (capture --kafka's raw sink): Fence, then the epoch marker (Start) and Kafka transactions committed every CommitEvery; messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
-//	topic.go    Topic, Brokers, NewProducer, NewAdmin, EnsureTopic (one partition), Offsets, Tail, NextEpoch
+//	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery), NewAdmin, EnsureTopic (one partition), Offsets, Tail (past control records), NextEpoch
 //	cluster.go  Cluster (the brokers and how to reach them: every client is made from one), Security (TLS, SASL), NewCluster, EnvPassword
 package kafkalog

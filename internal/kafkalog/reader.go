@@ -174,7 +174,7 @@ func (r *Reader) Run(ctx context.Context) error {
 	}()
 	cl, err := kgo.NewClient(r.o.Brokers.opts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.o.Topic: {0: kgo.NewOffset().At(r.o.From)}}),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()), kgo.KeepControlRecords(),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(16<<20),
 		kgo.FetchMaxWait(100*time.Millisecond))...)
 	if err != nil {
@@ -209,6 +209,13 @@ func (r *Reader) Run(ctx context.Context) error {
 				if ferr != nil {
 					return
 				}
+				if rec.Attrs.IsControl() {
+					// A marker of the capture's Kafka transactions:
+					// passed over, so that the position reaches the
+					// topic's end.
+					r.passed(rec.Offset + 1)
+					continue
+				}
 				if ferr = r.record(ctx, rec); ferr == nil {
 					r.consumed(rec)
 				}
@@ -224,16 +231,20 @@ func (r *Reader) Run(ctx context.Context) error {
 	}
 }
 
-// consumed notes that rec is read: a later run reads again from the
-// record after it, or, while a message is being put together from its
-// fragments, from its first fragment (a reader cannot start inside one).
-func (r *Reader) consumed(rec *kgo.Record) {
-	r.offset.Store(rec.Offset + 1)
-	next := rec.Offset + 1
+// passed notes that the records before offset next are read.
+func (r *Reader) passed(next int64) {
+	r.offset.Store(next)
 	if r.asm.Active() {
 		next = r.fragFrom
 	}
 	r.pts.read(next)
+}
+
+// consumed notes that rec is read: a later run reads again from the
+// record after it, or, while a message is being put together from its
+// fragments, from its first fragment (a reader cannot start inside one).
+func (r *Reader) consumed(rec *kgo.Record) {
+	r.passed(rec.Offset + 1)
 	r.cRecords.Add(1)
 	r.cBytes.Add(int64(len(rec.Value)))
 	r.big.Store(len(rec.Value) >= bigRecord)

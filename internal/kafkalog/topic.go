@@ -34,6 +34,14 @@ func Brokers(s string) []string {
 // waits meanwhile), sent at once, batches compressed with snappy
 // (cheap for the capture and the readers; on conditions' backlog, less
 // CPU in all and a shorter catch-up than none).
+//
+// It is transactional, with the topic's name as its transactional id: a
+// capture session that loads its producer id (Writer.Fence) fences every
+// earlier producer of the topic, whose later writes the brokers refuse.
+// The records are written in Kafka transactions that a Writer commits
+// every CommitEvery, only to keep them within TxnTimeout; readers read
+// uncommitted records (as soon as they are acknowledged), and control
+// records (the commit and abort markers) hold offsets between them.
 func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
 	return kgo.NewClient(c.opts(
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -45,8 +53,20 @@ func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
 		kgo.MaxBufferedRecords(1<<20),
 		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
 		kgo.UnknownTopicRetries(-1),
+		kgo.TransactionalID(topic),
+		kgo.TransactionTimeout(TxnTimeout),
 	)...)
 }
+
+// TxnTimeout is the timeout of the capture's Kafka transactions (the
+// brokers' default transaction.max.timeout.ms): brokers away for longer
+// abort the open one, and the capture stops when they are back (started
+// again, it goes on after what the topic holds). CommitEvery is how often
+// a Writer commits.
+const (
+	TxnTimeout  = 15 * time.Minute
+	CommitEvery = 10 * time.Second
+)
 
 // NewAdmin returns an admin client of c (close its underlying client).
 func NewAdmin(c Cluster) (*kadm.Client, *kgo.Client, error) {
@@ -207,7 +227,8 @@ type TailInfo struct {
 }
 
 // Tail reads the topic's last record: the epoch of the capture session
-// that wrote it and the last commit the topic holds.
+// that wrote it and the last commit the topic holds. Control records (the
+// capture's Kafka transaction markers) are passed over.
 func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailInfo, error) {
 	start, end, err := Offsets(ctx, adm, topic)
 	if err != nil {
@@ -216,34 +237,56 @@ func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailI
 	if end <= start {
 		return TailInfo{Empty: true, End: end}, nil
 	}
-	cl, err := kgo.NewClient(c.opts(
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(end - 1)}}),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()))...)
-	if err != nil {
-		return TailInfo{}, err
-	}
-	defer cl.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for {
-		fs := cl.PollFetches(rctx)
-		if err := rctx.Err(); err != nil {
-			return TailInfo{}, fmt.Errorf("read the last record of topic %s (offset %d): %w", topic, end-1, err)
-		}
-		var last *kgo.Record
-		fs.EachRecord(func(r *kgo.Record) { last = r })
-		for _, fe := range fs.Errors() {
-			return TailInfo{}, fmt.Errorf("read the last record of topic %s (offset %d): %w", topic, end-1, fe.Err)
-		}
-		if last == nil || last.Offset < end-1 {
-			continue
-		}
-		h, _, err := ParseHeader(last.Value)
+	// Read back from the end, a window growing fourfold, until it holds a
+	// record that is not a control record.
+	for span := int64(8); ; span *= 4 {
+		from := max(start, end-span)
+		last, err := lastRecord(rctx, c, topic, from, end)
 		if err != nil {
-			return TailInfo{}, fmt.Errorf("topic %s offset %d: %w", topic, last.Offset, err)
+			return TailInfo{}, err
 		}
-		return TailInfo{Epoch: h.Epoch, LastCommit: h.LastCommit, End: end, Binary: h.Binary}, nil
+		if last != nil {
+			h, _, err := ParseHeader(last.Value)
+			if err != nil {
+				return TailInfo{}, fmt.Errorf("topic %s offset %d: %w", topic, last.Offset, err)
+			}
+			return TailInfo{Epoch: h.Epoch, LastCommit: h.LastCommit, End: end, Binary: h.Binary}, nil
+		}
+		if from == start {
+			return TailInfo{Empty: true, End: end}, nil
+		}
 	}
+}
+
+// lastRecord reads topic from offset from to end and returns its last
+// record that is not a control record (nil: none).
+func lastRecord(ctx context.Context, c Cluster, topic string, from, end int64) (*kgo.Record, error) {
+	cl, err := kgo.NewClient(c.opts(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()), kgo.KeepControlRecords())...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var last *kgo.Record
+	for next := from; next < end; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read the last records of topic %s (offsets %d to %d): %w", topic, from, end-1, err)
+		}
+		for _, fe := range fs.Errors() {
+			return nil, fmt.Errorf("read the last records of topic %s (offsets %d to %d): %w", topic, from, end-1, fe.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next = max(next, r.Offset+1)
+			if !r.Attrs.IsControl() && r.Offset < end {
+				last = r
+			}
+		})
+	}
+	return last, nil
 }
 
 // NextEpoch is the epoch of a capture session after one that wrote tail:

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/change"
@@ -37,16 +39,21 @@ const (
 	DefaultCatchUpLinger   = 50 * time.Millisecond
 )
 
-// Producer is what a Writer needs of its client (*kgo.Client: NewProducer).
+// Producer is what a Writer needs of its client (*kgo.Client: NewProducer,
+// transactional).
 type Producer interface {
 	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 	BufferedProduceBytes() int64
+	ProducerID(ctx context.Context) (int64, int16, error)
+	BeginTransaction() error
+	Flush(ctx context.Context) error
+	EndTransaction(ctx context.Context, commit kgo.TransactionEndTry) error
 }
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
-	Client Producer // a producer: acks=all, idempotent (NewProducer)
+	Client Producer // a producer: acks=all, transactional (NewProducer)
 	Topic  string
 	Epoch  uint32 // this capture session's (Start sets it and writes its marker)
 	Proto  uint8  // the slot's pgoutput protocol version
@@ -68,6 +75,7 @@ type WriterOptions struct {
 	CatchUpDistance int64
 	CatchUpBytes    int
 	CatchUpLinger   time.Duration
+	CommitEvery     time.Duration // how often the Kafka transaction is committed (CommitEvery)
 	Logger          *slog.Logger
 	// Stats is the "kafka" component: counters records, bytes, acked_records,
 	// waits_ns (waiting for the brokers to acknowledge: flow control);
@@ -93,13 +101,24 @@ type WriterOptions struct {
 // transaction), the Writer writes the Relation message it last saw for
 // that relation, so that a consumer can start reading at any record.
 //
+// Fencing: Fence loads the producer's id before the session reads the
+// topic's tail, which fences every earlier producer of the topic (the
+// transactional id is the topic's name): a capture that was frozen while
+// another took the slot cannot write after the newer session's records
+// once it wakes; the brokers refuse it, and it stops. The records go in
+// Kafka transactions that only keep the fence: readers read them
+// uncommitted, and a transaction is committed every CommitEvery (and at
+// Close) so that it does not outlive TxnTimeout.
+//
 // Invariants: records are produced in message order to partition 0 by one
 // idempotent producer, so the brokers hold them in that order without
 // gaps or repeats; Acked(end) is called only once the record holding the
 // commit of the transaction ending at end (and so every record before it)
 // is acknowledged by all in-sync replicas. Message and Err are called from
-// one goroutine (capture's); bmu guards the record being filled against
-// the linger timer's flush; the client's callbacks only touch failed.
+// one goroutine (capture's); bmu guards the record being filled, and every
+// produce after Start, against the linger timer's flush and the commits
+// (a produce outside a Kafka transaction would fail); the client's
+// callbacks only touch failed.
 type Writer struct {
 	o WriterOptions
 
@@ -129,6 +148,10 @@ type Writer struct {
 
 	lastStart change.LSN   // the WAL start of the last message appended
 	sourceWAL atomic.Int64 // the source's WAL position (SourceWAL); 0: unknown
+
+	fenced     bool               // Fence done: a Kafka transaction is open
+	stopCommit context.CancelFunc // the committer's (Start)
+	committer  chan struct{}      // closed when the committer returns
 
 	mu     sync.Mutex
 	failed error
@@ -168,6 +191,9 @@ func NewWriter(o WriterOptions) *Writer {
 	if o.CatchUpLinger <= 0 {
 		o.CatchUpLinger = DefaultCatchUpLinger
 	}
+	if o.CommitEvery <= 0 {
+		o.CommitEvery = CommitEvery
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -185,21 +211,109 @@ func NewWriter(o WriterOptions) *Writer {
 	return w
 }
 
+// Fence loads the producer's id, which fences every earlier producer of
+// the topic: their writes from now on are refused. It is called once the
+// slot is held, before the topic's tail is read for Start: a capture
+// frozen meanwhile can write nothing after that tail. Then it opens the
+// Kafka transaction the records go in. Called again (a new session of
+// the same capture, after a reconnect), it does nothing.
+func (w *Writer) Fence(ctx context.Context) error {
+	if w.fenced {
+		return nil
+	}
+	if _, _, err := w.o.Client.ProducerID(ctx); err != nil {
+		return fmt.Errorf("start the capture's transactional producer on topic %s (transactional id %s; the brokers need transaction.state.log.replication.factor at most their number): %w", w.o.Topic, w.o.Topic, err)
+	}
+	if err := w.o.Client.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin a Kafka transaction on topic %s: %w", w.o.Topic, err)
+	}
+	w.fenced = true
+	return nil
+}
+
 // Start writes the session's EPOCH marker and waits until the brokers
 // have it: consumers drop what an earlier session left half written. It
 // is called once the slot is held (capture.Options.Started), when no
-// other capture writes to the topic any more, with the topic's tail as
-// read then: the session's epoch is the next after the tail's, and what
-// the tail holds is not written again.
+// other capture writes to the topic any more (Fence, which it calls if
+// not called yet), with the topic's tail as read then: the session's
+// epoch is the next after the tail's, and what the tail holds is not
+// written again. The first Start starts the commits (CommitEvery).
 func (w *Writer) Start(ctx context.Context, tail TailInfo, e Epoch) error {
+	if err := w.Fence(ctx); err != nil {
+		return err
+	}
+	w.bmu.Lock()
+	defer w.bmu.Unlock()
 	w.o.Epoch = NextEpoch(tail, time.Now())
 	w.lastCommit = max(w.lastCommit, tail.LastCommit)
 	v := AppendHeader(nil, w.header(KindEpoch))
 	v = AppendEpoch(v, e)
 	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}).FirstErr(); err != nil {
-		return fmt.Errorf("write the epoch marker to topic %s: %w", w.o.Topic, err)
+		return fmt.Errorf("write the epoch marker to topic %s: %w", w.o.Topic, fenced(err))
+	}
+	if w.committer == nil {
+		cctx, cancel := context.WithCancel(context.Background())
+		w.stopCommit, w.committer = cancel, make(chan struct{})
+		go w.commits(cctx)
 	}
 	return nil
+}
+
+// commits commits the Kafka transaction every CommitEvery until ctx ends.
+func (w *Writer) commits(ctx context.Context) {
+	defer close(w.committer)
+	t := time.NewTicker(w.o.CommitEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.bmu.Lock()
+		err := w.commit(ctx, true)
+		w.bmu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			w.fail(err)
+			return
+		}
+	}
+}
+
+// commit produces the record being filled, waits for the brokers to
+// acknowledge everything produced, commits the Kafka transaction and, if
+// next, opens the next; bmu is held. Nothing is done once a produce has
+// failed.
+func (w *Writer) commit(ctx context.Context, next bool) error {
+	if w.Err() != nil || !w.fenced {
+		return nil
+	}
+	w.flush()
+	if err := w.o.Client.Flush(ctx); err != nil {
+		return err
+	}
+	if w.Err() != nil {
+		return nil
+	}
+	if err := w.o.Client.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit the capture's Kafka transaction on topic %s: %w", w.o.Topic, fenced(err))
+	}
+	if !next {
+		w.fenced = false
+		return nil
+	}
+	if err := w.o.Client.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin a Kafka transaction on topic %s: %w", w.o.Topic, err)
+	}
+	return nil
+}
+
+// fenced explains a refusal of the brokers to a fenced producer.
+func fenced(err error) error {
+	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return fmt.Errorf("another capture session of the slot began (this one was frozen or cut off from the source for longer than its wal_sender_timeout, and lost the slot): this capture stops: %w", err)
+	}
+	return err
 }
 
 // Err is the first produce that failed, if any: the run stops on it.
@@ -209,11 +323,14 @@ func (w *Writer) Err() error {
 	return w.failed
 }
 
+// fail keeps the first failure, which stops the run, and logs it: a run
+// that is starting over already (the source lost) would not say it.
 func (w *Writer) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed == nil {
 		w.failed = err
+		w.o.Logger.Warn("writing to the topic failed", "topic", w.o.Topic, "err", err)
 	}
 }
 
@@ -582,14 +699,27 @@ func (w *Writer) lingerFlush() {
 	}
 }
 
-// Close produces the record being filled (the capture stops) and stops
-// the linger timer.
+// Close stops the commits, produces the record being filled (the capture
+// stops) and commits the Kafka transaction, waiting up to 5 s for the
+// brokers; it stops the linger timer.
 func (w *Writer) Close() {
+	if w.committer != nil {
+		w.stopCommit()
+		<-w.committer
+	}
 	w.bmu.Lock()
 	defer w.bmu.Unlock()
-	w.flush()
 	if w.timer != nil {
 		w.timer.Stop()
+	}
+	if !w.fenced {
+		w.flush()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.commit(ctx, false); err != nil {
+		w.o.Logger.Warn("the capture's last Kafka transaction is left open (the next capture session aborts it)", "topic", w.o.Topic, "err", err)
 	}
 }
 
@@ -623,7 +753,7 @@ func (w *Writer) produce(v []byte, ends []change.LSN) {
 	w.o.Client.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
 		w.cAcked.Add(1)
 		if err != nil {
-			w.fail(fmt.Errorf("write to topic %s (record of %d bytes, last commit %s): %w", w.o.Topic, len(r.Value), w.lastCommitOf(ends), err))
+			w.fail(fmt.Errorf("write to topic %s (record of %d bytes, last commit %s): %w", w.o.Topic, len(r.Value), w.lastCommitOf(ends), fenced(err)))
 			return
 		}
 		for _, e := range ends {

@@ -21,12 +21,27 @@ import (
 
 // fakeProducer keeps what is produced and acknowledges it at once.
 type fakeProducer struct {
-	mu   sync.Mutex
-	recs [][]byte
+	mu      sync.Mutex
+	recs    [][]byte
+	commits int // EndTransaction calls
+
+	// txns: a produce outside a Kafka transaction fails, as kgo's does
+	// for a transactional client.
+	txns    bool
+	inTxn   bool
+	outside int // records produced outside a transaction
 }
 
 func (p *fakeProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	p.mu.Lock()
+	if p.txns && !p.inTxn {
+		p.outside++
+		p.mu.Unlock()
+		if promise != nil {
+			promise(r, errors.New("not in a transaction"))
+		}
+		return
+	}
 	p.recs = append(p.recs, r.Value)
 	p.mu.Unlock()
 	if promise != nil {
@@ -44,6 +59,28 @@ func (p *fakeProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.P
 }
 
 func (p *fakeProducer) BufferedProduceBytes() int64 { return 0 }
+
+func (p *fakeProducer) ProducerID(context.Context) (int64, int16, error) { return 1, 0, nil }
+
+func (p *fakeProducer) BeginTransaction() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inTxn {
+		return errors.New("already in a transaction")
+	}
+	p.inTxn = true
+	return nil
+}
+
+func (p *fakeProducer) Flush(context.Context) error { return nil }
+
+func (p *fakeProducer) EndTransaction(context.Context, kgo.TransactionEndTry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.commits++
+	p.inTxn = false
+	return nil
+}
 
 func (p *fakeProducer) records() [][]byte {
 	p.mu.Lock()
@@ -385,4 +422,43 @@ func TestReaderAppliedBelow(t *testing.T) {
 	if n := st.Counter("applied_skipped_txns").Load(); n != 2 {
 		t.Errorf("applied_skipped_txns %d, want 2", n)
 	}
+}
+
+// TestWriterCommitsItsTransactions: after Start (which fences and opens a
+// Kafka transaction), every record goes inside a Kafka transaction while
+// the Writer commits every CommitEvery, with the linger timer flushing
+// meanwhile; Close commits the last. Nothing is produced outside one.
+func TestWriterCommitsItsTransactions(t *testing.T) {
+	p := &fakeProducer{txns: true}
+	tw := &txnWriter{t: t, at: 0x1000000}
+	tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Linger: 100 * time.Microsecond,
+		CommitEvery: 2 * time.Millisecond, Acked: func(end change.LSN) { tw.acks = append(tw.acks, end) }})
+	if err := tw.w.Start(t.Context(), TailInfo{Empty: true}, Epoch{Slot: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2000; i++ {
+		tw.txn()
+		if i%100 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tw.w.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.outside > 0 {
+		t.Fatalf("%d records produced outside a Kafka transaction", p.outside)
+	}
+	if p.commits < 3 {
+		t.Fatalf("%d commits, want several (every 2 ms, and at Close)", p.commits)
+	}
+	if p.inTxn {
+		t.Fatal("Close left the Kafka transaction open")
+	}
+	if len(tw.acks) != 2000 {
+		t.Fatalf("%d transactions acknowledged, want 2000", len(tw.acks))
+	}
+	if err := tw.w.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d records, %d commits", len(p.recs), p.commits)
 }

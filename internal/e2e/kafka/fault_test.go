@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -693,7 +694,7 @@ func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.
 		t.Fatal(err)
 	}
 	end, _ := o.Lookup(topic, 0)
-	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}))
+	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}), kgo.KeepControlRecords())
 	var hs []kafkalog.Header
 	for next := int64(0); next < end.Offset; {
 		fs := cl.PollFetches(ctx)
@@ -701,12 +702,15 @@ func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.
 			t.Fatalf("read %s up to offset %d of %d: %v", topic, next, end.Offset, ctx.Err())
 		}
 		for _, r := range fs.Records() {
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				continue // a marker of the capture's Kafka transactions
+			}
 			h, _, err := kafkalog.ParseHeader(r.Value)
 			if err != nil {
 				t.Fatalf("%s offset %d: %v", topic, r.Offset, err)
 			}
 			hs = append(hs, h)
-			next = r.Offset + 1
 		}
 	}
 	return hs
@@ -766,4 +770,84 @@ func TestKafkaKillApplyInGroup(t *testing.T) {
 	}
 	capt.stop()
 	ap.stop()
+}
+
+// TestKafkaFrozenCapture: a capture frozen (SIGSTOP) under load for longer
+// than the source's wal_sender_timeout loses its slot; a second capture
+// takes the slot and writes its epoch marker and records; the first is
+// then woken (SIGCONT) holding records it had not produced and WAL its
+// socket still held. It must not write after the second's marker (a
+// reader drops such records, and a later capture would trust the last of
+// them for where the topic ends): the brokers fence it, and it stops.
+// The target ends equal to the source.
+func TestKafkaFrozenCapture(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	// The first capture's walsender gives up on it 2 s after it freezes.
+	first := e.startCapture("capture 1", "--source", e.src.DSN(e.srcDB)+" options='-c wal_sender_timeout=2s'")
+	ap := e.startApply("apply", tgtDB)
+	pgtest.WaitFor(t, "the first capture's epoch marker", 30*time.Second, func() (bool, error) {
+		return recordKinds(t, k, e.topic())[kafkalog.KindEpoch] == 1, nil
+	})
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 2*time.Millisecond, 10)
+	l.waitLoad(200, 30*time.Second)
+
+	if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	t.Cleanup(func() {
+		if frozen {
+			_ = first.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	t0 := time.Now()
+	pgtest.WaitFor(t, "the frozen capture's slot released", 60*time.Second, func() (bool, error) {
+		var n int
+		err := e.s.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", e.slot).Scan(&n)
+		return n == 1, err
+	})
+	t.Logf("slot released %s after the freeze", time.Since(t0).Round(time.Millisecond))
+	second := e.startCapture("capture 2")
+	pgtest.WaitFor(t, "the second capture's epoch marker", 30*time.Second, func() (bool, error) {
+		return recordKinds(t, k, e.topic())[kafkalog.KindEpoch] == 2, nil
+	})
+	l.waitLoad(200, 30*time.Second)
+
+	if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	frozen = false
+	err := exitOf(t, first, 60*time.Second)
+	t.Logf("the woken capture exited: %v: %s", err, lastLine(first.out.tail(20)))
+	if l := lineWith(first.out.tail(40), "another capture session of the slot began"); l != "" {
+		t.Logf("fenced: %s", l)
+	}
+	if err == nil {
+		t.Fatalf("the woken capture exited 0:\n%s", first.out.tail(30))
+	}
+	l.waitLoad(200, 30*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, second, ap)
+
+	// No record of an older session after a newer session's marker.
+	var top uint32
+	for i, h := range recordHeaders(t, k, e.topic()) {
+		if h.Epoch < top {
+			t.Errorf("record %d (kind %c) is of epoch %d, after the marker of epoch %d: the frozen capture wrote after the new session began", i, h.Kind, h.Epoch, top)
+		}
+		top = max(top, h.Epoch)
+	}
+	second.stop()
+	ap.stop()
+	// A stopped capture commits its Kafka transaction: the topic ends
+	// with a control record, which Tail passes over.
+	tail, err := kafkalog.Tail(t.Context(), k.Admin(t), kafkalog.Plain(k.Addrs()), e.topic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(recordHeaders(t, k, e.topic())); tail.Empty || tail.Epoch != top || tail.End <= int64(n) {
+		t.Fatalf("tail %+v of a topic of %d records and their transactions' markers, the last session's epoch %d", tail, n, top)
+	}
 }
