@@ -96,6 +96,11 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return err
 	}
 	defer admCl.Close()
+	// Before anything is made: a capture that could not fence earlier
+	// ones (Writer.Fence) must not hold the slot.
+	if err := kafkalog.CheckTransactions(ctx, adm, topic); err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
 	info, err := kafkalog.EnsureTopic(ctx, adm, topic)
 	if err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -294,4 +295,60 @@ func lastRecord(ctx context.Context, c Cluster, topic string, from, end int64) (
 // removed them all (the clock's seconds).
 func NextEpoch(tail TailInfo, now time.Time) uint32 {
 	return max(tail.Epoch+1, uint32(now.Unix()))
+}
+
+// CheckTransactions makes sure the brokers serve the capture's Kafka
+// transactions (transactional id txnID: the topic's name) before the
+// capture makes anything: their __transaction_state topic must be there
+// or possible (transaction.state.log.replication.factor at most the
+// number of brokers), and a coordinator found for txnID. It fences
+// nobody.
+func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) error {
+	const hint = "their transaction.state.log.replication.factor and transaction.state.log.min.isr must be at most the number of brokers (1 for a single broker)"
+	bs, err := adm.ListBrokers(ctx)
+	if err != nil {
+		return fmt.Errorf("reach the Kafka brokers: %w", err)
+	}
+	tds, err := adm.ListTopics(ctx, "__transaction_state")
+	if err != nil {
+		return fmt.Errorf("reach the Kafka brokers: %w", err)
+	}
+	if td, ok := tds["__transaction_state"]; !ok || td.Err != nil {
+		// Not made yet: made by the first transactional producer, which
+		// fails if the brokers are too few for it.
+		var rcs kadm.ResourceConfigs
+		if len(bs) > 0 {
+			rcs, err = adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
+		}
+		if err == nil && len(rcs) > 0 {
+			for _, c := range rcs[0].Configs {
+				if c.Key != "transaction.state.log.replication.factor" {
+					continue
+				}
+				if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) {
+					return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), hint)
+				}
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rs := adm.FindTxnCoordinators(ctx, txnID)
+		r, ok := rs[txnID]
+		if ok && r.Err == nil {
+			return nil
+		}
+		err := r.Err
+		if !ok {
+			err = errors.New("no answer")
+		}
+		if time.Now().After(deadline) || !kerr.IsRetriable(err) {
+			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): finding its coordinator: %w; %s", txnID, err, hint)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

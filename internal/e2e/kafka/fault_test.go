@@ -392,6 +392,30 @@ func TestKafkaBrokerDownAtStart(t *testing.T) {
 	ap.stop()
 }
 
+// TestKafkaBrokersWithoutTransactions: a capture against a broker that
+// cannot serve Kafka transactions (its __transaction_state topic would
+// need 3 brokers) stops at once, naming the setting, having made nothing
+// on the source (it could not fence an earlier capture of the slot).
+func TestKafkaBrokersWithoutTransactions(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Settings: map[string]string{"transaction.state.log.replication.factor": "3"}})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	t0 := time.Now()
+	p := startProc(t, "capture", e.captureArgs()...)
+	err := exitOf(t, p, 60*time.Second)
+	out := p.out.tail(20)
+	t.Logf("capture exited after %s: %v: %s", time.Since(t0).Round(time.Millisecond), err, lastLine(out))
+	if err == nil || !strings.Contains(out, "transaction.state.log.replication.factor is 3 and there are 1 broker(s)") {
+		t.Fatalf("capture against brokers without transactions: %v\n%s", err, out)
+	}
+	var n int
+	if err := e.s.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the failed capture left %d slot(s) or publication(s) on the source", n)
+	}
+}
+
 // slotConfirmed is the slot's confirmed_flush_lsn and how many bytes it is
 // past lsn (negative: before it).
 func (e *kafkaEnv) slotConfirmed(lsn string) (string, int64) {
