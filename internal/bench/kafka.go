@@ -41,7 +41,7 @@ func kafkaSettings(brokers, targets, heapMB int) string {
 	}
 	s := fmt.Sprintf("repstream capture and repstream apply (each with the repstream flags) through "+cluster+
 		", %d MiB heap each, on this machine, started once for the invocation; their JVMs' CPU is broker_cpu_seconds); "+
-		"topic repstream.<slot> (%s, acks=all, idempotent producer), deleted after each run; "+
+		"topic repstream.<slot> (%s, acks=all, idempotent transactional producer), deleted after each run; "+
 		"before the load: capture started until its slot exists, apply (no --create-tables) until its initial copy of the empty tables is done, "+
 		"both stopped with SIGTERM; at start both started again, capture first; values travel as the capture chooses (binary, its default, when every column is of a built-in type, as in direct mode)",
 		kafkatest.Version, heapMB, topic)

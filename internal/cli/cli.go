@@ -371,8 +371,9 @@ func halfCmd(role config.Role, stderr io.Writer) *cobra.Command {
 transactions' boundaries, to the Kafka topic repstream.<slot> (one partition;
 replication factor 3 and min.insync.replicas 2 on a cluster of 3 brokers or
 more, else what the cluster has). Records are written acks=all by an
-idempotent producer; the slot is acknowledged only up to what the brokers
-hold. The publication, the event trigger and the slot are made as run makes
+idempotent, transactional producer whose id is the topic's name: a new
+capture fences any earlier one of the slot. The slot is acknowledged only
+up to what the brokers hold. The publication, the event trigger and the slot are made as run makes
 them; there is no initial copy here: each apply makes its own.`
 	case config.RoleApply:
 		cmd.Use = "apply"

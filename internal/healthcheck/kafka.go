@@ -30,6 +30,7 @@ func (c *checker) kafka(ctx context.Context) {
 	case errors.Is(err, kafkalog.ErrNoTopic):
 		c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
 		c.r.add(Warn, "kafka", "topic "+topic, "start `repstream capture --slot "+c.opts.Slot+"`: it makes the topic", "missing")
+		c.kafkaTransactions(ctx, adm, topic)
 		return
 	case err != nil:
 		c.r.add(Fail, "kafka", "brokers", "check the addresses and that the brokers run (a firewall, advertised.listeners)", "%v: %v", brokers, err)
@@ -49,7 +50,18 @@ func (c *checker) kafka(ctx context.Context) {
 	default:
 		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s", info.ReplicationFactor, info.MinInsyncReplicas)
 	}
+	c.kafkaTransactions(ctx, adm, topic)
 	c.kafkaOffset(ctx, adm, topic)
+}
+
+// kafkaTransactions checks that the brokers can hold the capture's Kafka
+// transactions (its producer fences earlier captures with them).
+func (c *checker) kafkaTransactions(ctx context.Context, adm *kadm.Client, topic string) {
+	if err := kafkalog.TransactionStateFits(ctx, adm, topic); err != nil {
+		c.r.add(Fail, "kafka", "transactions", "set transaction.state.log.replication.factor and transaction.state.log.min.isr to at most the number of brokers", "%v", err)
+		return
+	}
+	c.r.add(OK, "kafka", "transactions", "", "the brokers can hold the capture's (transactional id %s)", topic)
 }
 
 // kafkaOffset checks that the offset the target recorded is still in the

@@ -297,14 +297,14 @@ func NextEpoch(tail TailInfo, now time.Time) uint32 {
 	return max(tail.Epoch+1, uint32(now.Unix()))
 }
 
-// CheckTransactions makes sure the brokers serve the capture's Kafka
-// transactions (transactional id txnID: the topic's name) before the
-// capture makes anything: their __transaction_state topic must be there
-// or possible (transaction.state.log.replication.factor at most the
-// number of brokers), and a coordinator found for txnID. It fences
-// nobody.
-func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) error {
-	const hint = "their transaction.state.log.replication.factor and transaction.state.log.min.isr must be at most the number of brokers (1 for a single broker)"
+// transactionsHint says what brokers need for the capture's transactions.
+const transactionsHint = "their transaction.state.log.replication.factor and transaction.state.log.min.isr must be at most the number of brokers (1 for a single broker)"
+
+// TransactionStateFits reads, without changing anything (check --kafka),
+// whether the brokers can hold the Kafka transactions of capture
+// (transactional id txnID): their __transaction_state topic exists, or
+// transaction.state.log.replication.factor is at most their number.
+func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) error {
 	bs, err := adm.ListBrokers(ctx)
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
@@ -313,23 +313,33 @@ func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) erro
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
 	}
-	if td, ok := tds["__transaction_state"]; !ok || td.Err != nil {
-		// Not made yet: made by the first transactional producer, which
-		// fails if the brokers are too few for it.
-		var rcs kadm.ResourceConfigs
-		if len(bs) > 0 {
-			rcs, err = adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
+	if td, ok := tds["__transaction_state"]; (ok && td.Err == nil) || len(bs) == 0 {
+		return nil
+	}
+	// Not made yet: the first transactional producer makes it, and fails
+	// if the brokers are too few for it.
+	rcs, err := adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
+	if err != nil || len(rcs) == 0 {
+		return nil // not readable (ACLs): the capture finds out
+	}
+	for _, c := range rcs[0].Configs {
+		if c.Key != "transaction.state.log.replication.factor" {
+			continue
 		}
-		if err == nil && len(rcs) > 0 {
-			for _, c := range rcs[0].Configs {
-				if c.Key != "transaction.state.log.replication.factor" {
-					continue
-				}
-				if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) {
-					return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), hint)
-				}
-			}
+		if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) {
+			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), transactionsHint)
 		}
+	}
+	return nil
+}
+
+// CheckTransactions makes sure the brokers serve the capture's Kafka
+// transactions (transactional id txnID: the topic's name) before the
+// capture makes anything (TransactionStateFits, then a coordinator found
+// for txnID, up to 30 s). It fences nobody.
+func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) error {
+	if err := TransactionStateFits(ctx, adm, txnID); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -343,7 +353,7 @@ func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) erro
 			err = errors.New("no answer")
 		}
 		if time.Now().After(deadline) || !kerr.IsRetriable(err) {
-			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): finding its coordinator: %w; %s", txnID, err, hint)
+			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): finding its coordinator: %w; %s", txnID, err, transactionsHint)
 		}
 		select {
 		case <-ctx.Done():

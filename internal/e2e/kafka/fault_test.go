@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -413,6 +414,15 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("the failed capture left %d slot(s) or publication(s) on the source", n)
+	}
+	// check --kafka says so beforehand.
+	tgtDB, _ := e.newTarget()
+	ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
+	ckOut, err := ck.CombinedOutput()
+	if l := lineWith(string(ckOut), "transactions", "transaction.state.log.replication.factor is 3"); err == nil || !strings.Contains(l, "FAIL") {
+		t.Fatalf("check --kafka against brokers without transactions: %v, want a FAIL naming the setting:\n%s", err, ckOut)
+	} else {
+		t.Logf("check: %s", l)
 	}
 }
 
