@@ -63,10 +63,11 @@ func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
 // brokers' default transaction.max.timeout.ms): brokers away for longer
 // abort the open one, and the capture stops when they are back (started
 // again, it goes on after what the topic holds). CommitEvery is how often
-// a Writer commits.
+// a Writer commits: each commit first waits for the brokers to acknowledge
+// what is in flight (up to 64 MiB while catching up), so not often.
 const (
 	TxnTimeout  = 15 * time.Minute
-	CommitEvery = 10 * time.Second
+	CommitEvery = 30 * time.Second
 )
 
 // NewAdmin returns an admin client of c (close its underlying client).
@@ -266,7 +267,8 @@ func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailI
 func lastRecord(ctx context.Context, c Cluster, topic string, from, end int64) (*kgo.Record, error) {
 	cl, err := kgo.NewClient(c.opts(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()), kgo.KeepControlRecords())...)
+		// from gone meanwhile (retention): from the topic's start.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())...)
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +302,23 @@ func NextEpoch(tail TailInfo, now time.Time) uint32 {
 // transactionsHint says what brokers need for the capture's transactions.
 const transactionsHint = "their transaction.state.log.replication.factor and transaction.state.log.min.isr must be at most the number of brokers (1 for a single broker)"
 
+// TxnError explains an error of the brokers to the capture's
+// transactional producer (transactional id txnID), naming what to change.
+func TxnError(txnID string, err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, kerr.CoordinatorNotAvailable), errors.Is(err, kerr.NotEnoughReplicas):
+		hint = transactionsHint
+	case errors.Is(err, kerr.InvalidTransactionTimeout):
+		hint = fmt.Sprintf("the brokers' transaction.max.timeout.ms is below the capture's transaction timeout (%s): raise it", TxnTimeout)
+	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		hint = fmt.Sprintf("the capture's principal needs the ACLs WRITE and DESCRIBE on the transactional id %s", txnID)
+	default:
+		return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): %w", txnID, err)
+	}
+	return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): %w; %s", txnID, err, hint)
+}
+
 // TransactionStateFits reads, without changing anything (check --kafka),
 // whether the brokers can hold the Kafka transactions of capture
 // (transactional id txnID): their __transaction_state topic exists, or
@@ -312,6 +331,9 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) e
 	tds, err := adm.ListTopics(ctx, "__transaction_state")
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
+	}
+	if err := transactionTimeoutFits(ctx, adm, bs, txnID); err != nil {
+		return err
 	}
 	if td, ok := tds["__transaction_state"]; (ok && td.Err == nil) || len(bs) == 0 {
 		return nil
@@ -328,6 +350,27 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) e
 		}
 		if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) {
 			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), transactionsHint)
+		}
+	}
+	return nil
+}
+
+// transactionTimeoutFits reads whether the brokers take the capture's
+// transaction timeout (transaction.max.timeout.ms at least TxnTimeout).
+func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.BrokerDetails, txnID string) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	rcs, err := adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
+	if err != nil || len(rcs) == 0 {
+		return nil
+	}
+	for _, c := range rcs[0].Configs {
+		if c.Key != "transaction.max.timeout.ms" {
+			continue
+		}
+		if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && time.Duration(ms)*time.Millisecond < TxnTimeout {
+			return TxnError(txnID, fmt.Errorf("transaction.max.timeout.ms is %d: %w", ms, kerr.InvalidTransactionTimeout))
 		}
 	}
 	return nil
@@ -352,8 +395,9 @@ func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) erro
 		if !ok {
 			err = errors.New("no answer")
 		}
-		if time.Now().After(deadline) || !kerr.IsRetriable(err) {
-			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): finding its coordinator: %w; %s", txnID, err, transactionsHint)
+		var ke *kerr.Error
+		if time.Now().After(deadline) || errors.As(err, &ke) && !ke.Retriable {
+			return TxnError(txnID, fmt.Errorf("finding its coordinator: %w", err))
 		}
 		select {
 		case <-ctx.Done():

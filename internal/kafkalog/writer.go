@@ -142,7 +142,7 @@ type Writer struct {
 	streamRenames map[uint32][]streamRename
 	described     map[uint32]bool // relations described in the current record (or stream block)
 
-	bmu   sync.Mutex  // the record being filled: Message and the linger timer
+	bmu   ctxMutex    // the record being filled: Message, the linger timer, the commits
 	timer *time.Timer // flushes the record Linger after a boundary
 	armed bool        // timer set for the record being filled
 
@@ -205,6 +205,7 @@ func NewWriter(o WriterOptions) *Writer {
 	}
 	w := &Writer{o: o, lastCommit: o.LastCommit, rels: map[uint32][]byte{},
 		streamRels: map[uint32]map[uint32][]byte{}, streamRenames: map[uint32][]streamRename{}, described: map[uint32]bool{}}
+	w.bmu.init()
 	st := o.Stats
 	w.cRecords, w.cBytes, w.cAcked, w.cWaitNs = st.Counter("records"), st.Counter("bytes"), st.Counter("acked_records"), st.Counter("waits_ns")
 	w.gUnacked = st.Gauge("unacked_bytes")
@@ -222,7 +223,7 @@ func (w *Writer) Fence(ctx context.Context) error {
 		return nil
 	}
 	if _, _, err := w.o.Client.ProducerID(ctx); err != nil {
-		return fmt.Errorf("start the capture's transactional producer on topic %s (transactional id %s; the brokers need transaction.state.log.replication.factor at most their number): %w", w.o.Topic, w.o.Topic, err)
+		return fmt.Errorf("start the capture's producer on topic %s: %w", w.o.Topic, TxnError(w.o.Topic, err))
 	}
 	if err := w.o.Client.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin a Kafka transaction on topic %s: %w", w.o.Topic, err)
@@ -273,29 +274,38 @@ func (w *Writer) commits(ctx context.Context) {
 		w.bmu.Lock()
 		err := w.commit(ctx, true)
 		w.bmu.Unlock()
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			w.fail(err)
 			return
 		}
 	}
 }
 
-// commit produces the record being filled, waits for the brokers to
-// acknowledge everything produced, commits the Kafka transaction and, if
-// next, opens the next; bmu is held. Nothing is done once a produce has
-// failed.
+// commitFlushWait bounds the wait for the brokers' acknowledgements
+// before a commit: a commit that cannot happen within it (the brokers
+// away) is tried again at the next, holding the record being filled (and
+// so Message) no longer meanwhile.
+const commitFlushWait = 5 * time.Second
+
+// commit produces the record being filled, waits (up to commitFlushWait,
+// or until ctx ends) for the brokers to acknowledge everything produced,
+// commits the Kafka transaction and, if next, opens the next; bmu is
+// held. A wait that ends first leaves the transaction open, to be
+// committed later; nothing is done once a produce has failed. The commit
+// itself is not cancelled (its outcome would be unknown, and the client
+// would refuse to produce).
 func (w *Writer) commit(ctx context.Context, next bool) error {
 	if w.Err() != nil || !w.fenced {
 		return nil
 	}
 	w.flush()
-	if err := w.o.Client.Flush(ctx); err != nil {
-		return err
-	}
-	if w.Err() != nil {
+	fctx, cancel := context.WithTimeout(ctx, commitFlushWait)
+	err := w.o.Client.Flush(fctx)
+	cancel()
+	if err != nil || w.Err() != nil {
 		return nil
 	}
-	if err := w.o.Client.EndTransaction(ctx, kgo.TryCommit); err != nil {
+	if err := w.o.Client.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
 		return fmt.Errorf("commit the capture's Kafka transaction on topic %s: %w", w.o.Topic, fenced(err))
 	}
 	if !next {
@@ -363,7 +373,11 @@ func (w *Writer) Message(ctx context.Context, walStart change.LSN, data []byte, 
 	if err := w.waitRoom(ctx); err != nil {
 		return err
 	}
-	w.bmu.Lock()
+	// A commit may hold the record a while (the brokers away): the
+	// capture's deadline still ends the wait, as waitRoom's does.
+	if err := w.bmu.LockCtx(ctx); err != nil {
+		return err
+	}
 	defer w.bmu.Unlock()
 	switch m.Type {
 	case pgoutput.MsgBegin:
@@ -699,9 +713,11 @@ func (w *Writer) lingerFlush() {
 	}
 }
 
-// Close stops the commits, produces the record being filled (the capture
-// stops) and commits the Kafka transaction, waiting up to 5 s for the
-// brokers; it stops the linger timer.
+// Close stops the commits (between two), produces the record being filled
+// (the capture stops) and commits the Kafka transaction, waiting up to
+// commitFlushWait for the brokers (else the transaction is left open: the
+// next session's Fence aborts it, and readers read it all the same); it
+// stops the linger timer.
 func (w *Writer) Close() {
 	if w.committer != nil {
 		w.stopCommit()
@@ -712,13 +728,12 @@ func (w *Writer) Close() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+	defer func() { w.armed = false }() // a linger timer that fired meanwhile finds nothing to do
 	if !w.fenced {
 		w.flush()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.commit(ctx, false); err != nil {
+	if err := w.commit(context.Background(), false); err != nil {
 		w.o.Logger.Warn("the capture's last Kafka transaction is left open (the next capture session aborts it)", "topic", w.o.Topic, "err", err)
 	}
 }
@@ -768,3 +783,25 @@ func (w *Writer) lastCommitOf(ends []change.LSN) string {
 	}
 	return ends[len(ends)-1].String()
 }
+
+// ctxMutex is a mutex whose Lock can give up when a context ends.
+type ctxMutex struct{ ch chan struct{} }
+
+func (m *ctxMutex) init() { m.ch = make(chan struct{}, 1) }
+
+// Lock waits for the mutex.
+func (m *ctxMutex) Lock() { m.ch <- struct{}{} }
+
+// LockCtx waits for the mutex until ctx ends (then it returns ctx's error,
+// not holding it).
+func (m *ctxMutex) LockCtx(ctx context.Context) error {
+	select {
+	case m.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Unlock releases the mutex.
+func (m *ctxMutex) Unlock() { <-m.ch }

@@ -30,6 +30,11 @@ type fakeProducer struct {
 	txns    bool
 	inTxn   bool
 	outside int // records produced outside a transaction
+
+	// flushing, when set, receives a value as Flush starts; Flush then
+	// waits for its context or for release to close (the brokers away).
+	flushing chan struct{}
+	release  chan struct{}
 }
 
 func (p *fakeProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -72,7 +77,21 @@ func (p *fakeProducer) BeginTransaction() error {
 	return nil
 }
 
-func (p *fakeProducer) Flush(context.Context) error { return nil }
+func (p *fakeProducer) Flush(ctx context.Context) error {
+	if p.flushing == nil {
+		return nil
+	}
+	select {
+	case p.flushing <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.release:
+		return nil
+	}
+}
 
 func (p *fakeProducer) EndTransaction(context.Context, kgo.TransactionEndTry) error {
 	p.mu.Lock()
@@ -461,4 +480,43 @@ func TestWriterCommitsItsTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d records, %d commits", len(p.recs), p.commits)
+}
+
+// TestWriterMessageWhileCommitWaits: while a commit waits for the brokers
+// to acknowledge (they are away), Message gives up at its context's
+// deadline having done nothing, as the capture expects (it sends the
+// slot its status and tries again), instead of waiting for the brokers.
+func TestWriterMessageWhileCommitWaits(t *testing.T) {
+	p := &fakeProducer{txns: true, flushing: make(chan struct{}, 1), release: make(chan struct{})}
+	tw := &txnWriter{t: t, at: 0x1000000}
+	tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, CommitEvery: time.Millisecond})
+	if err := tw.w.Start(t.Context(), TailInfo{Empty: true}, Epoch{Slot: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.flushing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no commit began")
+	}
+	begin := []byte{pgoutput.MsgBegin}
+	begin = binary.BigEndian.AppendUint64(begin, 0x1000100)
+	begin = binary.BigEndian.AppendUint64(begin, 0)
+	begin = binary.BigEndian.AppendUint32(begin, 1)
+	var m pgoutput.Message
+	if err := pgoutput.Parse(begin, false, 1, &m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := tw.w.Message(ctx, 0x1000000, begin, &m)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 2*time.Second {
+		t.Fatalf("Message during a commit waiting for the brokers: %v after %s, want its deadline", err, time.Since(t0))
+	}
+	close(p.release) // the brokers are back
+	tw.msg(0x1000000, begin)
+	tw.w.Close()
+	if err := tw.w.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
