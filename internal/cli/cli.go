@@ -413,6 +413,10 @@ itself.`
 	s.bindRun(cmd.Flags())
 	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "the Kafka brokers: host:port[,host:port...]")
 	bindKafkaSecurity(cmd.Flags(), &s.cfg)
+	if role == config.RoleCapture {
+		cmd.Flags().DurationVar(&s.cfg.KafkaTxnTimeout, "kafka-txn-timeout", kafkalog.TxnTimeout,
+			"timeout of the capture's Kafka transactions (at most the brokers' transaction.max.timeout.ms); brokers away longer abort the open one and the capture starts a new session")
+	}
 	return cmd
 }
 

@@ -143,6 +143,10 @@ type Config struct {
 	KafkaKey  string `yaml:"kafka_key"`
 	KafkaSASL string `yaml:"kafka_sasl"`
 	KafkaUser string `yaml:"kafka_user"`
+	// KafkaTxnTimeout is the timeout of the capture's Kafka transactions
+	// (kafkalog.TxnTimeout by default; at most the brokers'
+	// transaction.max.timeout.ms).
+	KafkaTxnTimeout time.Duration `yaml:"kafka_txn_timeout"`
 }
 
 // Role is which half of the replication a process runs.

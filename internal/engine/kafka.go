@@ -66,6 +66,16 @@ func (e *Engine) runHalf(ctx context.Context) error {
 		if errors.Is(err, errRestartSession) && ctx.Err() == nil {
 			continue // at once: nothing failed
 		}
+		if e.cfg.Role == config.RoleCapture && kafkalog.Fenced(err) && ctx.Err() == nil {
+			// Another session took the slot (then the next one waits
+			// for it and refuses), or the brokers aborted this one's
+			// transaction (away longer than its timeout): a new
+			// session, fencing and reading the topic's end again.
+			if !e.waitToReconnect(ctx, bo, err, attempt, "the brokers refused this capture's producer: starting a new session") {
+				return nil
+			}
+			continue
+		}
 		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) && !kafkaRetriable(err) {
 			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
 				e.log.Info("stopped")
@@ -98,7 +108,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	defer admCl.Close()
 	// Before anything is made: a capture that could not fence earlier
 	// ones (Writer.Fence) must not hold the slot.
-	if err := kafkalog.CheckTransactions(ctx, adm, topic); err != nil {
+	if err := kafkalog.CheckTransactions(ctx, adm, topic, cfg.KafkaTxnTimeout); err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
 	info, err := kafkalog.EnsureTopic(ctx, adm, topic)
@@ -120,13 +130,14 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
 	start := max(slot.Confirmed, tail.LastCommit)
-	prod, err := kafkalog.NewProducer(brokers, topic)
+	prod, err := kafkalog.NewProducer(brokers, topic, cfg.KafkaTxnTimeout)
 	if err != nil {
 		return err
 	}
 	wm := apply.NewWatermark(slot.Confirmed)
 	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto), Binary: e.binary,
-		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
+		CommitEvery: kafkalog.CommitInterval(cfg.KafkaTxnTimeout),
+		LastCommit:  tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	defer func() {
 		w.Close() // the record being filled
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -181,6 +192,9 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		e.captureText = err.Error()
 		e.log.Warn("a column's type is not built in: starting the capture session again with values in text", "reason", err)
 		return errRestartSession
+	}
+	if kafkalog.Fenced(err) {
+		return onSide("kafka", err)
 	}
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
 }

@@ -57,7 +57,7 @@ func (c *checker) kafka(ctx context.Context) {
 // kafkaTransactions checks that the brokers can hold the capture's Kafka
 // transactions (its producer fences earlier captures with them).
 func (c *checker) kafkaTransactions(ctx context.Context, adm *kadm.Client, topic string) {
-	if err := kafkalog.TransactionStateFits(ctx, adm, topic); err != nil {
+	if err := kafkalog.TransactionStateFits(ctx, adm, topic, 0); err != nil {
 		c.r.add(Fail, "kafka", "transactions", "set transaction.state.log.replication.factor and transaction.state.log.min.isr to at most the number of brokers", "%v", err)
 		return
 	}

@@ -43,7 +43,13 @@ func Brokers(s string) []string {
 // every CommitEvery, only to keep them within TxnTimeout; readers read
 // uncommitted records (as soon as they are acknowledged), and control
 // records (the commit and abort markers) hold offsets between them.
-func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
+//
+// txnTimeout is the transactions' timeout (0: TxnTimeout); a Writer
+// commits every CommitInterval(txnTimeout).
+func NewProducer(c Cluster, topic string, txnTimeout time.Duration) (*kgo.Client, error) {
+	if txnTimeout <= 0 {
+		txnTimeout = TxnTimeout
+	}
 	return kgo.NewClient(c.opts(
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.DefaultProduceTopic(topic),
@@ -55,7 +61,7 @@ func NewProducer(c Cluster, topic string) (*kgo.Client, error) {
 		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
 		kgo.UnknownTopicRetries(-1),
 		kgo.TransactionalID(topic),
-		kgo.TransactionTimeout(TxnTimeout),
+		kgo.TransactionTimeout(txnTimeout),
 	)...)
 }
 
@@ -69,6 +75,16 @@ const (
 	TxnTimeout  = 15 * time.Minute
 	CommitEvery = 30 * time.Second
 )
+
+// CommitInterval is how often a Writer commits transactions of timeout
+// txnTimeout (0: TxnTimeout): CommitEvery, or a third of a shorter
+// timeout.
+func CommitInterval(txnTimeout time.Duration) time.Duration {
+	if txnTimeout <= 0 {
+		txnTimeout = TxnTimeout
+	}
+	return min(CommitEvery, txnTimeout/3)
+}
 
 // NewAdmin returns an admin client of c (close its underlying client).
 func NewAdmin(c Cluster) (*kadm.Client, *kgo.Client, error) {
@@ -310,7 +326,7 @@ func TxnError(txnID string, err error) error {
 	case errors.Is(err, kerr.CoordinatorNotAvailable), errors.Is(err, kerr.NotEnoughReplicas):
 		hint = transactionsHint
 	case errors.Is(err, kerr.InvalidTransactionTimeout):
-		hint = fmt.Sprintf("the brokers' transaction.max.timeout.ms is below the capture's transaction timeout (%s): raise it", TxnTimeout)
+		hint = "the brokers' transaction.max.timeout.ms is below the capture's transaction timeout (--kafka-txn-timeout, 15m by default): raise it, or lower --kafka-txn-timeout"
 	case errors.Is(err, kerr.TransactionalIDAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
 		hint = fmt.Sprintf("the capture's principal needs the ACLs WRITE and DESCRIBE on the transactional id %s", txnID)
 	default:
@@ -323,7 +339,10 @@ func TxnError(txnID string, err error) error {
 // whether the brokers can hold the Kafka transactions of capture
 // (transactional id txnID): their __transaction_state topic exists, or
 // transaction.state.log.replication.factor is at most their number.
-func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) error {
+func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string, txnTimeout time.Duration) error {
+	if txnTimeout <= 0 {
+		txnTimeout = TxnTimeout
+	}
 	bs, err := adm.ListBrokers(ctx)
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
@@ -332,7 +351,7 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) e
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
 	}
-	if err := transactionTimeoutFits(ctx, adm, bs, txnID); err != nil {
+	if err := transactionTimeoutFits(ctx, adm, bs, txnID, txnTimeout); err != nil {
 		return err
 	}
 	if td, ok := tds["__transaction_state"]; (ok && td.Err == nil) || len(bs) == 0 {
@@ -356,8 +375,8 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string) e
 }
 
 // transactionTimeoutFits reads whether the brokers take the capture's
-// transaction timeout (transaction.max.timeout.ms at least TxnTimeout).
-func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.BrokerDetails, txnID string) error {
+// transaction timeout (transaction.max.timeout.ms at least txnTimeout).
+func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.BrokerDetails, txnID string, txnTimeout time.Duration) error {
 	if len(bs) == 0 {
 		return nil
 	}
@@ -369,7 +388,7 @@ func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.Broke
 		if c.Key != "transaction.max.timeout.ms" {
 			continue
 		}
-		if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && time.Duration(ms)*time.Millisecond < TxnTimeout {
+		if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && time.Duration(ms)*time.Millisecond < txnTimeout {
 			return TxnError(txnID, fmt.Errorf("transaction.max.timeout.ms is %d: %w", ms, kerr.InvalidTransactionTimeout))
 		}
 	}
@@ -380,8 +399,8 @@ func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.Broke
 // transactions (transactional id txnID: the topic's name) before the
 // capture makes anything (TransactionStateFits, then a coordinator found
 // for txnID, up to 30 s). It fences nobody.
-func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string) error {
-	if err := TransactionStateFits(ctx, adm, txnID); err != nil {
+func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string, txnTimeout time.Duration) error {
+	if err := TransactionStateFits(ctx, adm, txnID, txnTimeout); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -318,10 +318,24 @@ func (w *Writer) commit(ctx context.Context, next bool) error {
 	return nil
 }
 
+// Fenced says whether err is the brokers refusing the capture's producer:
+// a newer producer of the topic fenced it, or they aborted its transaction
+// (timed out). Only a new session (a new producer, holding the slot) can
+// write again.
+func Fenced(err error) bool {
+	for _, e := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping,
+		kerr.TransactionAbortable, kerr.InvalidTxnState} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // fenced explains a refusal of the brokers to a fenced producer.
 func fenced(err error) error {
 	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
-		return fmt.Errorf("another capture session of the slot began (this one was frozen or cut off from the source for longer than its wal_sender_timeout, and lost the slot): this capture stops: %w", err)
+		return fmt.Errorf("another capture session of the slot began (this one was frozen or cut off from the source for longer than its wal_sender_timeout, and lost the slot), or the brokers aborted this one's transaction (away for longer than its timeout): this session stops: %w", err)
 	}
 	return err
 }

@@ -426,6 +426,44 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	}
 }
 
+// TestKafkaBrokerAwayPastTxnTimeout: the broker is away for longer than
+// the capture's Kafka transaction timeout (here 6 s), so that, back, it
+// aborts the capture's open transaction and refuses its producer: the
+// capture starts a new session by itself and goes on; the target ends
+// equal to the source.
+func TestKafkaBrokerAwayPastTxnTimeout(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Settings: map[string]string{
+		"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture", "--kafka-txn-timeout", "6s")
+	ap := e.startApply("apply", tgtDB)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(200, 30*time.Second)
+	waitLedger(t, tgt, l.next.Load()-1, 60*time.Second, capt, ap)
+
+	if err := k.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	capt.alive()
+	rctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := k.Restart(rctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	l.waitLoad(300, 60*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 90*time.Second, capt, ap)
+	if line := lineWith(capt.out.tail(200), "starting a new session"); line != "" {
+		t.Logf("%s", line)
+	} else {
+		t.Logf("the capture's producer was not refused (its transaction outlived the outage)")
+	}
+	capt.stop()
+	ap.stop()
+}
+
 // slotConfirmed is the slot's confirmed_flush_lsn and how many bytes it is
 // past lsn (negative: before it).
 func (e *kafkaEnv) slotConfirmed(lsn string) (string, int64) {
