@@ -351,45 +351,27 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string, t
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
 	}
-	if err := transactionTimeoutFits(ctx, adm, bs, txnID, txnTimeout); err != nil {
-		return err
-	}
-	if td, ok := tds["__transaction_state"]; (ok && td.Err == nil) || len(bs) == 0 {
-		return nil
-	}
-	// Not made yet: the first transactional producer makes it, and fails
-	// if the brokers are too few for it.
-	rcs, err := adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
-	if err != nil || len(rcs) == 0 {
-		return nil // not readable (ACLs): the capture finds out
-	}
-	for _, c := range rcs[0].Configs {
-		if c.Key != "transaction.state.log.replication.factor" {
-			continue
-		}
-		if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) {
-			return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), transactionsHint)
-		}
-	}
-	return nil
-}
-
-// transactionTimeoutFits reads whether the brokers take the capture's
-// transaction timeout (transaction.max.timeout.ms at least txnTimeout).
-func transactionTimeoutFits(ctx context.Context, adm *kadm.Client, bs kadm.BrokerDetails, txnID string, txnTimeout time.Duration) error {
 	if len(bs) == 0 {
 		return nil
 	}
 	rcs, err := adm.DescribeBrokerConfigs(ctx, bs[0].NodeID)
 	if err != nil || len(rcs) == 0 {
-		return nil
+		return nil // not readable (ACLs): the capture finds out
 	}
+	td, made := tds["__transaction_state"]
+	made = made && td.Err == nil
 	for _, c := range rcs[0].Configs {
-		if c.Key != "transaction.max.timeout.ms" {
-			continue
-		}
-		if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && time.Duration(ms)*time.Millisecond < txnTimeout {
-			return TxnError(txnID, fmt.Errorf("transaction.max.timeout.ms is %d: %w", ms, kerr.InvalidTransactionTimeout))
+		switch c.Key {
+		case "transaction.max.timeout.ms":
+			if ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64); err == nil && time.Duration(ms)*time.Millisecond < txnTimeout {
+				return TxnError(txnID, fmt.Errorf("transaction.max.timeout.ms is %d: %w", ms, kerr.InvalidTransactionTimeout))
+			}
+		case "transaction.state.log.replication.factor":
+			// Until the first transactional producer makes the topic,
+			// which fails if the brokers are too few for it.
+			if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) && !made {
+				return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), transactionsHint)
+			}
 		}
 	}
 	return nil

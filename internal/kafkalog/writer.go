@@ -105,7 +105,7 @@ type WriterOptions struct {
 // topic's tail, which fences every earlier producer of the topic (the
 // transactional id is the topic's name): a capture that was frozen while
 // another took the slot cannot write after the newer session's records
-// once it wakes; the brokers refuse it, and it stops. The records go in
+// once it wakes; the brokers refuse it, and its session ends. The records go in
 // Kafka transactions that only keep the fence: readers read them
 // uncommitted, and a transaction is committed every CommitEvery (and at
 // Close) so that it does not outlive TxnTimeout.
@@ -149,7 +149,7 @@ type Writer struct {
 	lastStart change.LSN   // the WAL start of the last message appended
 	sourceWAL atomic.Int64 // the source's WAL position (SourceWAL); 0: unknown
 
-	fenced     bool               // Fence done: a Kafka transaction is open
+	inTxn      bool               // a Kafka transaction is open (Fence, until Close commits it)
 	stopCommit context.CancelFunc // the committer's (Start)
 	committer  chan struct{}      // closed when the committer returns
 
@@ -216,10 +216,10 @@ func NewWriter(o WriterOptions) *Writer {
 // the topic: their writes from now on are refused. It is called once the
 // slot is held, before the topic's tail is read for Start: a capture
 // frozen meanwhile can write nothing after that tail. Then it opens the
-// Kafka transaction the records go in. Called again (a new session of
-// the same capture, after a reconnect), it does nothing.
+// Kafka transaction the records go in. Start calls it too: once the
+// transaction is open, it does nothing.
 func (w *Writer) Fence(ctx context.Context) error {
-	if w.fenced {
+	if w.inTxn {
 		return nil
 	}
 	if _, _, err := w.o.Client.ProducerID(ctx); err != nil {
@@ -228,7 +228,7 @@ func (w *Writer) Fence(ctx context.Context) error {
 	if err := w.o.Client.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin a Kafka transaction on topic %s: %w", w.o.Topic, err)
 	}
-	w.fenced = true
+	w.inTxn = true
 	return nil
 }
 
@@ -295,7 +295,7 @@ const commitFlushWait = 5 * time.Second
 // itself is not cancelled (its outcome would be unknown, and the client
 // would refuse to produce).
 func (w *Writer) commit(ctx context.Context, next bool) error {
-	if w.Err() != nil || !w.fenced {
+	if w.Err() != nil || !w.inTxn {
 		return nil
 	}
 	w.flush()
@@ -309,7 +309,7 @@ func (w *Writer) commit(ctx context.Context, next bool) error {
 		return fmt.Errorf("commit the capture's Kafka transaction on topic %s: %w", w.o.Topic, fenced(err))
 	}
 	if !next {
-		w.fenced = false
+		w.inTxn = false
 		return nil
 	}
 	if err := w.o.Client.BeginTransaction(); err != nil {
@@ -332,9 +332,9 @@ func Fenced(err error) bool {
 	return false
 }
 
-// fenced explains a refusal of the brokers to a fenced producer.
+// fenced explains a refusal of the brokers to the capture's producer.
 func fenced(err error) error {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+	if Fenced(err) {
 		return fmt.Errorf("another capture session of the slot began (this one was frozen or cut off from the source for longer than its wal_sender_timeout, and lost the slot), or the brokers aborted this one's transaction (away for longer than its timeout): this session stops: %w", err)
 	}
 	return err
@@ -743,7 +743,7 @@ func (w *Writer) Close() {
 		w.timer.Stop()
 	}
 	defer func() { w.armed = false }() // a linger timer that fired meanwhile finds nothing to do
-	if !w.fenced {
+	if !w.inTxn {
 		w.flush()
 		return
 	}
