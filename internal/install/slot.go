@@ -96,7 +96,10 @@ func LookupSlot(ctx context.Context, src *pgx.Conn, name string) (Slot, error) {
 		Scan(&plugin, &confirmed, &walStatus, &s.Active)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var other string
-		if err := src.QueryRow(ctx, "SELECT coalesce(database, '(physical)') FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&other); err == nil {
+		// Not this database's (a slot made here just after the first
+		// query is no conflict: it is found at the next look).
+		if err := src.QueryRow(ctx, `SELECT coalesce(database, '(physical)') FROM pg_replication_slots
+			WHERE slot_name = $1 AND database IS DISTINCT FROM current_database()`, name).Scan(&other); err == nil {
 			return s, fmt.Errorf("replication slot %q belongs to database %q, not this one", name, other)
 		}
 		return s, nil
