@@ -139,10 +139,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		CommitEvery: kafkalog.CommitInterval(cfg.KafkaTxnTimeout),
 		LastCommit:  tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	defer func() {
-		w.Close() // the record being filled
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = prod.Flush(fctx)
+		w.Close() // the record being filled, flushed and committed (up to 5 s)
 		prod.Close()
 	}()
 	started := func(ctx context.Context) error {
