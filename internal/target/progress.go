@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 )
 
@@ -116,6 +117,18 @@ CREATE TABLE IF NOT EXISTS repstream.replications (
 );`
 
 func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
+	// The transaction is idempotent: one that a running apply's own
+	// transactions deadlock (its REVOKEs and CREATE ... IF NOT EXISTS
+	// against the apply's locks) is tried again.
+	for attempt := 1; ; attempt++ {
+		err := ensureStateOnce(ctx, conn, slot)
+		if err == nil || attempt == 5 || !pgerr.TxnConflict(err) {
+			return err
+		}
+	}
+}
+
+func ensureStateOnce(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// A concurrent CREATE ... IF NOT EXISTS can still fail on the catalog's
 	// unique index; the advisory lock serialises repstream processes.
 	tx, err := conn.Begin(ctx)
