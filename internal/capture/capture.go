@@ -52,7 +52,7 @@ type Eager interface {
 
 // RawSink takes the slot's messages undecoded (Options.Raw). Message gets
 // one pgoutput message (data: as received, valid only during the call; m:
-// its parse). A Message that returns a context deadline error must have
+// its pgoutput.ParseHead: a row change's tuples are not decoded). A Message that returns a context deadline error must have
 // done nothing: capture sends the slot its status and calls it again.
 // Err reports a failure found after a Message returned (a write the sink
 // could not complete); capture checks it between messages.
@@ -643,12 +643,16 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		}
 	}
 	m := &c.msg // one Message, reused for every message
-	m.Reset()
+	if c.opts.Raw != nil {
+		// The raw sink passes the message on whole; its reader validates
+		// the tuples when it decodes them.
+		if err := pgoutput.ParseHead(data, c.inStream, c.proto, m); err != nil {
+			return fmt.Errorf("decode message at %s: %w", walStart, err)
+		}
+		return c.handleRaw(ctx, walStart, data, m)
+	}
 	if err := pgoutput.Parse(data, c.inStream, c.proto, m); err != nil {
 		return fmt.Errorf("decode message at %s: %w", walStart, err)
-	}
-	if c.opts.Raw != nil {
-		return c.handleRaw(ctx, walStart, data, m)
 	}
 	switch m.Type {
 	case pgoutput.MsgBegin:

@@ -327,8 +327,20 @@ func FuzzParse(f *testing.F) {
 		add(tc.data, tc.inStream, proto)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, inStream bool, proto int) {
-		var m Message
+		var m, h Message
 		err := Parse(data, inStream, proto, &m)
+		herr := ParseHead(data, inStream, proto, &h)
+		if herr != nil && !errors.Is(herr, ErrMalformed) {
+			t.Fatalf("ParseHead's error does not wrap ErrMalformed: %v", herr)
+		}
+		if err == nil {
+			if herr != nil {
+				t.Fatalf("Parse accepts what ParseHead refuses: %v", herr)
+			}
+			if h.Type != m.Type || h.Xid != m.Xid || h.RelID != m.RelID || h.OldKind != m.OldKind || h.LSN != m.LSN || h.EndLSN != m.EndLSN {
+				t.Fatalf("ParseHead's header differs from Parse's: %+v, %+v", h, m)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error does not wrap ErrMalformed: %v", err)

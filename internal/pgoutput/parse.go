@@ -209,6 +209,21 @@ func pgTime(us int64) time.Time {
 // Every tuple is validated. Malformed or truncated input returns an error
 // wrapping ErrMalformed that names the message type and what was short.
 func Parse(data []byte, inStream bool, protoVersion int, m *Message) error {
+	return parse(data, inStream, protoVersion, m, false)
+}
+
+// ParseHead is Parse for a sink that passes each message on whole, to be
+// Parsed where it is read (capture's raw sessions: package kafkalog). An
+// Insert, Update or Delete is decoded up to its first tuple tag only: Xid,
+// RelID and, for a Delete or an Update with an old row, OldKind; Old and
+// New stay nil and the tuples are neither read nor validated. Every other
+// message is decoded as Parse does. It accepts every message Parse accepts,
+// with the same header fields (FuzzParse checks).
+func ParseHead(data []byte, inStream bool, protoVersion int, m *Message) error {
+	return parse(data, inStream, protoVersion, m, true)
+}
+
+func parse(data []byte, inStream bool, protoVersion int, m *Message, head bool) error {
 	m.Reset()
 	if len(data) == 0 {
 		return fmt.Errorf("%w: empty message", ErrMalformed)
@@ -226,12 +241,19 @@ func Parse(data []byte, inStream bool, protoVersion int, m *Message) error {
 		m.LSN = change.LSN(d.u64("commit LSN"))
 		m.EndLSN = change.LSN(d.u64("end LSN"))
 		m.Time = d.time("commit time")
-	case MsgInsert:
-		err = parseInsert(&d, inStream, m)
-	case MsgUpdate:
-		err = parseUpdate(&d, inStream, m)
-	case MsgDelete:
-		err = parseDelete(&d, inStream, m)
+	case MsgInsert, MsgUpdate, MsgDelete:
+		if head {
+			err = parseRowHead(&d, inStream, m)
+			break
+		}
+		switch m.Type {
+		case MsgInsert:
+			err = parseInsert(&d, inStream, m)
+		case MsgUpdate:
+			err = parseUpdate(&d, inStream, m)
+		default:
+			err = parseDelete(&d, inStream, m)
+		}
 	case MsgStreamStart:
 		m.Xid = d.u32("xid")
 		m.Flags = d.u8("first-segment flag")
@@ -352,6 +374,36 @@ func parseDelete(d *decoder, inStream bool, m *Message) error {
 	var err error
 	m.Old, err = d.tuple("old")
 	return err
+}
+
+// parseRowHead decodes an Insert, Update or Delete up to its first tuple
+// tag, checks the tag and that a tuple follows it, and steps over the rest.
+func parseRowHead(d *decoder, inStream bool, m *Message) error {
+	if inStream {
+		m.Xid = d.u32("xid")
+	}
+	m.RelID = d.u32("relation id")
+	tag := d.u8("tuple tag")
+	if d.what != "" {
+		return nil
+	}
+	switch {
+	case m.Type == MsgInsert && tag != TupleNew:
+		return fmt.Errorf("want tuple tag 'N', got %q", tag)
+	case m.Type == MsgDelete && tag != TupleKey && tag != TupleOld:
+		return fmt.Errorf("want tuple tag 'K' or 'O', got %q", tag)
+	case m.Type == MsgUpdate && tag != TupleNew && tag != TupleKey && tag != TupleOld:
+		return fmt.Errorf("want tuple tag 'K', 'O' or 'N', got %q", tag)
+	}
+	if tag != TupleNew {
+		m.OldKind = tag
+	}
+	if len(d.b)-d.off < 2 {
+		d.short("tuple column count")
+		return nil
+	}
+	d.off = len(d.b)
+	return nil
 }
 
 func parseTruncate(d *decoder, inStream bool, m *Message) error {

@@ -132,6 +132,49 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseHead checks that ParseHead decodes every message as Parse does,
+// but for the row changes' tuples, and refuses what is wrong before them.
+func TestParseHead(t *testing.T) {
+	for _, tc := range parseCases() {
+		proto := tc.proto
+		if proto == 0 {
+			proto = 3
+		}
+		var m Message
+		m.Xid = 12345
+		if err := ParseHead(tc.data, tc.inStream, proto, &m); err != nil {
+			t.Fatalf("%s: ParseHead: %v", tc.name, err)
+		}
+		want := tc.want
+		switch want.Type {
+		case MsgInsert, MsgUpdate, MsgDelete:
+			want.Old, want.New = nil, nil
+		}
+		if !reflect.DeepEqual(m, want) {
+			t.Fatalf("%s: got  %+v\nwant %+v", tc.name, m, want)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		data     []byte
+		inStream bool
+		want     string
+	}{
+		{"insert wrong tag", enc{'I'}.u32(1).u8('K').raw(tup1), false, "want tuple tag 'N'"},
+		{"update bad tag", enc{'U'}.u32(1).u8('X').raw(tup1), false, "want tuple tag 'K', 'O' or 'N'"},
+		{"delete new tag", enc{'D'}.u32(1).u8('N').raw(tup1), false, "want tuple tag 'K' or 'O'"},
+		{"insert without tuple", enc{'I'}.u32(1).u8('N'), false, "insert: truncated at tuple column count"},
+		{"delete without tag", enc{'D'}.u32(1), false, "delete: truncated at tuple tag"},
+		{"insert in stream short", enc{'I'}.u16(1), true, "insert: truncated at xid"},
+	} {
+		var m Message
+		err := ParseHead(tc.data, tc.inStream, 3, &m)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want ErrMalformed containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
 // TestParseTruncated cuts every valid message at every length and appends a
 // byte to it: each must fail with ErrMalformed, and never panic.
 func TestParseTruncated(t *testing.T) {
@@ -309,6 +352,18 @@ func BenchmarkParseInsert(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := Parse(data, false, 3, &m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseHeadInsert(b *testing.B) {
+	data := benchInsert()
+	var m Message
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ParseHead(data, false, 3, &m); err != nil {
 			b.Fatal(err)
 		}
 	}
