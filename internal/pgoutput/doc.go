@@ -12,7 +12,10 @@
 // Every length and count read from the wire is checked against the bytes that
 // remain: malformed or truncated input yields an error wrapping ErrMalformed,
 // never a panic or an out-of-range read. Every tuple handed out has been
-// validated with change.ValidateTuple, so iterating it is safe.
+// validated with change.ValidateTuple, so iterating it is safe. ParseHead
+// decodes a row change's header only (xid, relation, tuple tag), leaving
+// its tuples undecoded, for a sink that passes the message on whole to a
+// reader that will Parse it (capture's raw sessions, for Kafka).
 //
 // Wire formats follow src/backend/replication/logical/proto.c:
 //
