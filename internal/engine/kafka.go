@@ -117,8 +117,23 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	}
 	e.log.Info("kafka topic", "topic", info.Name, "created", info.Created, "partitions", info.Partitions,
 		"replication_factor", info.ReplicationFactor, "min_insync_replicas", info.MinInsyncReplicas, "brokers", info.Brokers)
+	if err := kafkalog.CheckTopicAccess(ctx, adm, topic, "capture", kafkalog.CaptureTopicOps); err != nil {
+		if info.Created {
+			e.dropTopic(ctx, adm, topic)
+		}
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
 
-	slot, sysid, proto, err := e.provisionCapture(ctx)
+	// A first start (no slot yet: no capture of it can be running) starts
+	// a producer with the transactional id before it makes anything, so
+	// that ACLs missing on it stop it with nothing left behind.
+	checkProducer := func(ctx context.Context) error {
+		if err := kafkalog.CheckTransactionalID(ctx, brokers, topic, cfg.KafkaTxnTimeout); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		return nil
+	}
+	slot, sysid, proto, err := e.provisionCapture(ctx, checkProducer)
 	if err != nil {
 		return err
 	}
@@ -196,12 +211,29 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	return onSide("source", pgerr.ReplicationPrivilege(install.DSNUser(cfg.Source)).Explain(err))
 }
 
+// dropTopic deletes the topic this start made before it found it could
+// not use it; a failure is logged (the topic is empty).
+func (e *Engine) dropTopic(ctx context.Context, adm *kadm.Client, topic string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	rs, err := adm.DeleteTopics(dctx, topic)
+	if err == nil {
+		err = rs.Error()
+	}
+	if err != nil {
+		e.log.Warn("the failed start could not remove what it made", "what", "topic "+topic, "err", err)
+		return
+	}
+	e.log.Info("the failed start removed what it made", "what", "topic "+topic)
+}
+
 // provisionCapture checks the source and makes what the capture needs as
 // run makes it (the publication, the event trigger, the slot: a first
 // start that fails before its slot exists leaves nothing behind), and
 // returns the slot, the source's system identifier and the pgoutput
-// protocol it speaks.
-func (e *Engine) provisionCapture(ctx context.Context) (slot install.Slot, sysid string, proto int, err error) {
+// protocol it speaks. On a first start (no slot yet), firstCheck runs
+// before anything is made.
+func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error) (slot install.Slot, sysid string, proto int, err error) {
 	cfg := e.cfg
 	src, err := install.ConnectSource(ctx, cfg.Source)
 	if err != nil {
@@ -223,6 +255,11 @@ func (e *Engine) provisionCapture(ctx context.Context) (slot install.Slot, sysid
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
 	if err != nil {
 		return slot, "", 0, err
+	}
+	if firstStart {
+		if err := firstCheck(ctx); err != nil {
+			return slot, "", 0, err
+		}
 	}
 	var undo install.Undo
 	e.slotCreated = false
@@ -366,6 +403,9 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	}
 	if errors.Is(err, kafkalog.ErrNoTopic) {
 		return fmt.Errorf("kafka %s: topic %s does not exist: start `repstream capture --slot %s --kafka %s` on the source first", cfg.Kafka, topic, cfg.Slot, cfg.Kafka)
+	}
+	if err == nil {
+		err = kafkalog.CheckTopicAccess(ctx, adm, topic, "apply", kafkalog.ApplyTopicOps)
 	}
 	if err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)

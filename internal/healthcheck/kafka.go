@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +52,31 @@ func (c *checker) kafka(ctx context.Context) {
 		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s", info.ReplicationFactor, info.MinInsyncReplicas)
 	}
 	c.kafkaTransactions(ctx, adm, topic)
+	c.kafkaAccess(ctx, adm, topic)
 	c.kafkaOffset(ctx, adm, topic)
+}
+
+// kafkaAccess checks what the brokers' ACLs let this principal do on the
+// topic: an apply needs to read it.
+func (c *checker) kafkaAccess(ctx context.Context, adm *kadm.Client, topic string) {
+	ops, known, err := kafkalog.TopicAccess(ctx, adm, topic)
+	switch {
+	case err != nil:
+		c.r.add(Warn, "kafka", "access", "", "cannot read this principal's ACLs on topic %s: %v", topic, err)
+		return
+	case !known:
+		c.r.add(Warn, "kafka", "access", "", "the brokers do not say what this principal may do on topic %s", topic)
+		return
+	}
+	if err := kafkalog.CheckTopicAccess(ctx, adm, topic, "apply", kafkalog.ApplyTopicOps); err != nil {
+		c.r.add(Fail, "kafka", "access", "grant the apply's principal READ and DESCRIBE on the topic", "%v", err)
+		return
+	}
+	names := make([]string, len(ops))
+	for i, op := range ops {
+		names[i] = op.String()
+	}
+	c.r.add(OK, "kafka", "access", "", "this principal may %s topic %s", strings.Join(names, ", "), topic)
 }
 
 // kafkaTransactions checks that the brokers can hold the capture's Kafka

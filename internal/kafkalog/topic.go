@@ -347,10 +347,6 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string, t
 	if err != nil {
 		return fmt.Errorf("reach the Kafka brokers: %w", err)
 	}
-	tds, err := adm.ListTopics(ctx, "__transaction_state")
-	if err != nil {
-		return fmt.Errorf("reach the Kafka brokers: %w", err)
-	}
 	if len(bs) == 0 {
 		return nil
 	}
@@ -358,8 +354,6 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string, t
 	if err != nil || len(rcs) == 0 {
 		return nil // not readable (ACLs): the capture finds out
 	}
-	td, made := tds["__transaction_state"]
-	made = made && td.Err == nil
 	for _, c := range rcs[0].Configs {
 		switch c.Key {
 		case "transaction.max.timeout.ms":
@@ -369,12 +363,26 @@ func TransactionStateFits(ctx context.Context, adm *kadm.Client, txnID string, t
 		case "transaction.state.log.replication.factor":
 			// Until the first transactional producer makes the topic,
 			// which fails if the brokers are too few for it.
-			if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) && !made {
+			if rf, err := strconv.Atoi(c.MaybeValue()); err == nil && rf > len(bs) && !transactionStateMade(ctx, adm) {
 				return fmt.Errorf("the Kafka brokers cannot serve the capture's transactions (transactional id %s): transaction.state.log.replication.factor is %d and there are %d broker(s); %s", txnID, rf, len(bs), transactionsHint)
 			}
 		}
 	}
 	return nil
+}
+
+// transactionStateMade reports whether the brokers' __transaction_state
+// topic exists, or cannot be told (a principal without DESCRIBE on it,
+// where brokers have ACLs: the coordinator check follows). Asked only when
+// it matters: the client keeps a refusal in its metadata cache, and kadm
+// then fails the client's later metadata requests with it.
+func transactionStateMade(ctx context.Context, adm *kadm.Client) bool {
+	tds, err := adm.ListTopics(ctx, "__transaction_state")
+	if err != nil {
+		return errors.Is(err, kerr.TopicAuthorizationFailed)
+	}
+	td, ok := tds["__transaction_state"]
+	return ok && td.Err == nil
 }
 
 // CheckTransactions makes sure the brokers serve the capture's Kafka

@@ -1,9 +1,13 @@
 package kafka
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
@@ -68,4 +72,109 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	}
 	capt.stop()
 	ap.stop()
+}
+
+// TestKafkaACLs: brokers with an authorizer, and the capture's user lacking
+// one ACL at a time. Without WRITE on the transactional id, and then
+// without WRITE on the topic, the capture stops naming the missing ACL
+// before it makes anything: no slot, no publication on the source. With
+// every ACL it replicates, and check --kafka reports the apply's access.
+func TestKafkaACLs(t *testing.T) {
+	const user, password = "app", "a secret of the test"
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Secure: &kafkatest.Secure{User: user, Password: password},
+		Settings: map[string]string{
+			"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+			// The plaintext listeners (between brokers, to the
+			// controller, and the test's own admin) are ANONYMOUS.
+			"super.users": "User:ANONYMOUS",
+		}})
+	ctx := t.Context()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	e := newKafkaEnv(t, strings.Join(k.SecureAddrs(), ","))
+	topic := kafkalog.Topic(e.slot)
+	principal := "User:" + user
+	acl := func(grant bool, ops ...kadm.ACLOperation) *kadm.ACLBuilder {
+		b := kadm.NewACLs().ResourcePatternType(kadm.ACLPatternLiteral).Operations(ops...)
+		if grant {
+			return b.Allow(principal).AllowHosts()
+		}
+		return b.Deny(principal).DenyHosts()
+	}
+	apply := func(what string, b *kadm.ACLBuilder) {
+		t.Helper()
+		rs, err := adm.CreateACLs(ctx, b)
+		if err == nil {
+			for _, r := range rs {
+				if r.Err != nil {
+					err = r.Err
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	apply("topic", acl(true, kadm.OpCreate, kadm.OpDescribe, kadm.OpDescribeConfigs, kadm.OpRead, kadm.OpWrite).Topics(topic))
+	apply("cluster", acl(true, kadm.OpDescribe, kadm.OpDescribeConfigs).Clusters())
+	apply("transactional id (describe)", acl(true, kadm.OpDescribe).TransactionalIDs(topic))
+	t.Setenv(kafkalog.EnvPassword, password)
+	secure := []string{"--kafka-ca", k.CAFile(), "--kafka-cert", k.ClientCert(), "--kafka-key", k.ClientKey(),
+		"--kafka-sasl", "scram-sha-512", "--kafka-user", user}
+	refused := func(what, want string) {
+		t.Helper()
+		p := startProc(t, "capture ("+what+")", e.captureArgs(secure...)...)
+		err := exitOf(t, p, 90*time.Second)
+		out := p.out.tail(20)
+		t.Logf("capture %s: %v: %s", what, err, lastLine(out))
+		if err == nil || !strings.Contains(out, want) {
+			t.Fatalf("capture %s: %v, want an error containing %q:\n%s", what, err, want, out)
+		}
+		var n int
+		if err := e.s.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("capture %s left %d slot(s) or publication(s) on the source", what, n)
+		}
+	}
+	refused("without WRITE on the transactional id", "WRITE and DESCRIBE on the transactional id "+topic)
+
+	apply("transactional id (write)", acl(true, kadm.OpWrite).TransactionalIDs(topic))
+	apply("topic (deny write)", acl(false, kadm.OpWrite).Topics(topic))
+	refused("without WRITE on the topic", "may not WRITE topic "+topic)
+
+	dr, err := adm.DeleteACLs(ctx, acl(false, kadm.OpWrite).Topics(topic))
+	if err == nil {
+		for _, r := range dr {
+			if r.Err != nil {
+				err = r.Err
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("delete the deny: %v", err)
+	}
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture", secure...)
+	ap := e.startApply("apply", tgtDB, secure...)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(100, 30*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+	// The topic exists now: check reports what this principal may do.
+	ck := exec.Command(repstreamBinary(t), append([]string{"check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB),
+		"--target", e.tgtC.DSN(tgtDB), "--slot", e.slot}, secure...)...)
+	ckOut, _ := ck.CombinedOutput()
+	if l := lineWith(string(ckOut), "access", "READ"); !strings.Contains(l, "OK") {
+		t.Fatalf("check --kafka: want an OK access line naming READ:\n%s", ckOut)
+	} else {
+		t.Logf("check: %s", l)
+	}
 }
