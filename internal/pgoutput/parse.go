@@ -331,13 +331,20 @@ func parseInsert(d *decoder, inStream bool, m *Message) error {
 	return err
 }
 
-func parseUpdate(d *decoder, inStream bool, m *Message) error {
+// rowStart decodes a row change's [xid], relation id and first tuple tag;
+// ok is false if they were short (d.what says which).
+func rowStart(d *decoder, inStream bool, m *Message) (tag byte, ok bool) {
 	if inStream {
 		m.Xid = d.u32("xid")
 	}
 	m.RelID = d.u32("relation id")
-	tag := d.u8("tuple tag")
-	if d.what != "" {
+	tag = d.u8("tuple tag")
+	return tag, d.what == ""
+}
+
+func parseUpdate(d *decoder, inStream bool, m *Message) error {
+	tag, ok := rowStart(d, inStream, m)
+	if !ok {
 		return nil
 	}
 	var err error
@@ -359,12 +366,8 @@ func parseUpdate(d *decoder, inStream bool, m *Message) error {
 }
 
 func parseDelete(d *decoder, inStream bool, m *Message) error {
-	if inStream {
-		m.Xid = d.u32("xid")
-	}
-	m.RelID = d.u32("relation id")
-	tag := d.u8("tuple tag")
-	if d.what != "" {
+	tag, ok := rowStart(d, inStream, m)
+	if !ok {
 		return nil
 	}
 	if tag != TupleKey && tag != TupleOld {
@@ -379,12 +382,8 @@ func parseDelete(d *decoder, inStream bool, m *Message) error {
 // parseRowHead decodes an Insert, Update or Delete up to its first tuple
 // tag, checks the tag and that a tuple follows it, and steps over the rest.
 func parseRowHead(d *decoder, inStream bool, m *Message) error {
-	if inStream {
-		m.Xid = d.u32("xid")
-	}
-	m.RelID = d.u32("relation id")
-	tag := d.u8("tuple tag")
-	if d.what != "" {
+	tag, ok := rowStart(d, inStream, m)
+	if !ok {
 		return nil
 	}
 	switch {

@@ -49,6 +49,30 @@ type kafkaEnv struct {
 // updated), ledger (keyed, insert-only) and events (keyless, insert-only:
 // a transaction applied twice shows as a row twice), whose slot is
 // dropped at the end.
+// loadAndCompare runs the ledger load until it has committed rows rows,
+// stops it, and waits until tgt equals the source (procs: what to report
+// if one of them exits meanwhile).
+func (e *kafkaEnv) loadAndCompare(tgt *pgx.Conn, rows int64, procs ...*proc) {
+	e.t.Helper()
+	l := startKafkaLoad(e.t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
+	l.waitLoad(rows, 30*time.Second)
+	l.halt()
+	waitSame(e.t, e.s, tgt, kafkaTables, 60*time.Second, procs...)
+}
+
+// nothingLeft fails the test if the source has the env's slot or any
+// publication: what starts that failed must not leave behind.
+func (e *kafkaEnv) nothingLeft(who string) {
+	e.t.Helper()
+	var n int
+	if err := e.s.QueryRow(e.t.Context(), "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	if n != 0 {
+		e.t.Fatalf("%s left %d slot(s) or publication(s) on the source", who, n)
+	}
+}
+
 func newKafkaEnv(t *testing.T, brokers string) *kafkaEnv {
 	t.Helper()
 	e := &kafkaEnv{t: t, src: pgtest.Shared(t, "source"), tgtC: pgtest.Shared(t, "target"), brokers: brokers, tables: "public.*"}
@@ -385,10 +409,7 @@ func TestKafkaBrokerDownAtStart(t *testing.T) {
 	e.brokers = strings.Join(k.Addrs(), ",")
 	capt := e.startCapture("capture")
 	ap := e.startApply("apply", tgtDB)
-	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
-	l.waitLoad(200, 30*time.Second)
-	l.halt()
-	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	e.loadAndCompare(tgt, 200, capt, ap)
 	capt.stop()
 	ap.stop()
 }
@@ -408,13 +429,7 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	if err == nil || !strings.Contains(out, "transaction.state.log.replication.factor is 3 and there are 1 broker(s)") {
 		t.Fatalf("capture against brokers without transactions: %v\n%s", err, out)
 	}
-	var n int
-	if err := e.s.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
-		t.Fatalf("the failed capture left %d slot(s) or publication(s) on the source", n)
-	}
+	e.nothingLeft("the failed capture")
 	// check --kafka says so beforehand.
 	tgtDB, _ := e.newTarget()
 	ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
@@ -664,10 +679,7 @@ func TestKafkaCorruptRecord(t *testing.T) {
 	tgtDB, tgt := e.newTarget()
 	capt := e.startCapture("capture")
 	ap := e.startApply("apply", tgtDB)
-	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
-	l.waitLoad(200, 30*time.Second)
-	l.halt()
-	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	e.loadAndCompare(tgt, 200, capt, ap)
 
 	cl := k.Client(t, kgo.DefaultProduceTopic(e.topic()))
 	rec := &kgo.Record{Value: []byte("hello")}

@@ -60,10 +60,7 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	t.Setenv(kafkalog.EnvPassword, password)
 	capt := e.startCapture("capture", secure("scram-sha-512")...)
 	ap := e.startApply("apply", tgtDB, secure("scram-sha-256")...)
-	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
-	l.waitLoad(200, 30*time.Second)
-	l.halt()
-	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	e.loadAndCompare(tgt, 200, capt, ap)
 	st := startProc(t, "status", append([]string{"status", "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB),
 		"--slot", e.slot, "--kafka", addrs, "--format", "json"}, secure("scram-sha-256")...)...)
 	if err := exitOf(t, st, 60*time.Second); err != nil || !strings.Contains(st.out.tail(200), `"lag_records"`) ||
@@ -134,13 +131,7 @@ func TestKafkaACLs(t *testing.T) {
 		if err == nil || !strings.Contains(out, want) {
 			t.Fatalf("capture %s: %v, want an error containing %q:\n%s", what, err, want, out)
 		}
-		var n int
-		if err := e.s.QueryRow(ctx, "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n != 0 {
-			t.Fatalf("capture %s left %d slot(s) or publication(s) on the source", what, n)
-		}
+		e.nothingLeft("capture " + what)
 	}
 	refused("without WRITE on the transactional id", "WRITE and DESCRIBE on the transactional id "+topic)
 
@@ -162,10 +153,7 @@ func TestKafkaACLs(t *testing.T) {
 	tgtDB, tgt := e.newTarget()
 	capt := e.startCapture("capture", secure...)
 	ap := e.startApply("apply", tgtDB, secure...)
-	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 5*time.Millisecond, 10)
-	l.waitLoad(100, 30*time.Second)
-	l.halt()
-	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	e.loadAndCompare(tgt, 100, capt, ap)
 	capt.stop()
 	ap.stop()
 	// The topic exists now: check reports what this principal may do.
