@@ -462,7 +462,15 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	if prog.Snapshot != target.SnapshotDone {
-		if prog, err = e.copyForKafka(ctx, tgt, tables, topicStart); err != nil {
+		startAt := func(ctx context.Context, restart change.LSN) int64 {
+			o, err := kafkalog.CopyStart(ctx, adm, brokers, topic, restart, topicStart)
+			if err != nil {
+				e.log.Warn("cannot find where in the topic this copy's transactions begin: reading it from its start", "topic", topic, "err", err)
+				return topicStart
+			}
+			return o
+		}
+		if prog, err = e.copyForKafka(ctx, src, tgt, tables, topicStart, startAt); err != nil {
 			return err
 		}
 		firstStart = false // the copy is recorded: a later failure keeps it
@@ -523,21 +531,46 @@ func captureDDL(ctx context.Context, src *pgx.Conn, cfg config.Config) (ddlMode,
 	return ddlRelation, nil
 }
 
+// slotRestart returns the restart_lsn of the capture's slot (0: unknown):
+// every transaction that commits later began at or after it.
+func slotRestart(ctx context.Context, src *pgx.Conn, slot string) change.LSN {
+	var s *string
+	if err := src.QueryRow(ctx, "SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s); err != nil || s == nil {
+		return 0
+	}
+	lsn, err := change.ParseLSN(*s)
+	if err != nil {
+		return 0
+	}
+	return lsn
+}
+
 // copyForKafka makes this target's initial copy (or finishes one an
 // earlier start began): the tables not copied yet, at a temporary slot's
 // snapshot (tablesync), then the record: applied up to the oldest table's
-// sync position, the topic to read from its start.
-func (e *Engine) copyForKafka(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, topicStart int64) (target.Progress, error) {
+// sync position, the topic to read from its start, or, for a copy made
+// whole by this start, from where startAt finds the transactions that
+// began after the capture slot's restart_lsn read before the copy
+// (kafkalog.CopyStart).
+func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, topicStart int64,
+	startAt func(context.Context, change.LSN) int64) (target.Progress, error) {
 	cfg := e.cfg
 	if err := target.InitProgress(ctx, tgt, cfg.Slot, 0, target.SnapshotRunning, false); err != nil {
 		return target.Progress{}, err
 	}
 	e.setPhase("copying")
+	syncs, err := target.LoadTableSyncs(ctx, tgt, cfg.Slot)
+	if err != nil {
+		return target.Progress{}, err
+	}
+	var restart change.LSN // 0: read the topic from its start
+	if len(syncs) == 0 {
+		restart = slotRestart(ctx, src, cfg.Slot)
+	}
 	if err := e.sync.ResumeCopy(ctx, tgt, tables); err != nil {
 		return target.Progress{}, err
 	}
-	syncs, err := target.LoadTableSyncs(ctx, tgt, cfg.Slot)
-	if err != nil {
+	if syncs, err = target.LoadTableSyncs(ctx, tgt, cfg.Slot); err != nil {
 		return target.Progress{}, err
 	}
 	var low change.LSN
@@ -546,15 +579,20 @@ func (e *Engine) copyForKafka(ctx context.Context, tgt *pgx.Conn, tables []schem
 			low = s.SyncLSN
 		}
 	}
+	offset := topicStart
+	if restart != 0 {
+		offset = max(topicStart, startAt(ctx, restart))
+	}
 	// The offset first, then the copy done: a stop in between copies again
 	// rather than leave a finished copy without its offset.
-	if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, topicStart); err != nil {
+	if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, low, offset); err != nil {
 		return target.Progress{}, err
 	}
 	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotDone, false); err != nil {
 		return target.Progress{}, err
 	}
-	e.log.Info("initial copy done: the topic's transactions after it follow", "applied_up_to", low, "topic_offset", topicStart)
+	e.log.Info("initial copy done: the topic's transactions after it follow", "applied_up_to", low, "topic_offset", offset,
+		"capture_slot_restart", restart, "topic_start", topicStart)
 	return target.LoadProgress(ctx, tgt, cfg.Slot)
 }
 

@@ -1,0 +1,140 @@
+package kafka
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+)
+
+// TestKafkaLateTarget: a target started once the topic holds a history
+// reads the topic from where the transactions its copy lacks begin
+// (kafkalog.CopyStart), not from the topic's start, and gets every one of
+// them once: the load runs all along, and a transaction streamed in
+// progress and one not streamed are open when it starts (its copy waits
+// for them, so they are in the copy, not applied again). Both targets end
+// equal to the source.
+func TestKafkaLateTarget(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	ctx := t.Context()
+	dbA, tgtA := e.newTarget()
+	capt := e.startCapture("capture", "--decoding-work-mem", "64kB")
+	apA := e.startApply("apply A", dbA)
+	l := startKafkaLoad(t, e.src.DSN(e.srcDB), 2*time.Millisecond, 10)
+	l.waitLoad(300, 60*time.Second)
+	waitLedger(t, tgtA, l.next.Load()-1, 60*time.Second, capt, apA)
+
+	// The slot's restart_lsn passes the history at a running-xacts record
+	// (a checkpoint writes one) once the capture has confirmed it.
+	var mark string
+	if err := e.s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitForEvery(t, "the capture slot's restart_lsn to pass the history", 60*time.Second, 500*time.Millisecond, func() (bool, error) {
+		capt.alive()
+		if _, err := e.s.Exec(ctx, "CHECKPOINT"); err != nil {
+			return false, err
+		}
+		var ok bool
+		err := e.s.QueryRow(ctx, "SELECT restart_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, mark).Scan(&ok)
+		return ok, err
+	})
+
+	// Two transactions open across the copy: one the walsender streams
+	// before it (over 64kB), one it does not.
+	big, small := e.conn(), e.conn()
+	for _, q := range []struct {
+		c   *pgx.Conn
+		sql string
+	}{
+		{big, "BEGIN"},
+		{big, "INSERT INTO events SELECT g, repeat('s', 200) FROM generate_series(1000001, 1005000) g"},
+		{small, "BEGIN"},
+		{small, "INSERT INTO acct VALUES (5000, 0, 'open across the copy')"},
+	} {
+		if _, err := q.c.Exec(ctx, q.sql); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	var at string
+	if err := e.s.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the walsender to stream the open transaction", 30*time.Second, func() (bool, error) {
+		capt.alive()
+		var ok bool
+		err := e.s.QueryRow(ctx, `SELECT coalesce(bool_or(r.sent_lsn >= $2::pg_lsn), false)
+			FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+			WHERE s.slot_name = $1`, e.slot, at).Scan(&ok)
+		return ok, err
+	})
+
+	// The late target's copy waits for them to end (its snapshot's slot
+	// waits for the transactions running when it is made): commit them
+	// once it waits, so that what they wrote is in the copy and must not
+	// come again from the topic.
+	dbB, tgtB := e.newTarget()
+	apB := e.startApply("apply B (late)", dbB)
+	pgtest.WaitFor(t, "apply B's copy to wait for the open transactions", 60*time.Second, func() (bool, error) {
+		apB.alive()
+		var n int
+		err := e.s.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE temporary AND slot_name <> $1`, e.slot).Scan(&n)
+		return n > 0, err
+	})
+	time.Sleep(time.Second)
+	for _, q := range []struct {
+		c   *pgx.Conn
+		sql string
+	}{
+		{big, "INSERT INTO events SELECT g, 'later' FROM generate_series(1005001, 1006000) g"},
+		{big, "COMMIT"},
+		{small, "UPDATE acct SET note = 'committed while the copy waited' WHERE id = 5000"},
+		{small, "COMMIT"},
+	} {
+		if _, err := q.c.Exec(ctx, q.sql); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	var done string
+	pgtest.WaitFor(t, "apply B's initial copy", 60*time.Second, func() (bool, error) {
+		apB.alive()
+		done = lineWith(apB.out.tail(400), "initial copy done")
+		return done != "", nil
+	})
+	m := regexp.MustCompile(`topic_offset=(\d+)`).FindStringSubmatch(done)
+	if m == nil {
+		t.Fatalf("no topic_offset in %q", done)
+	}
+	offset, _ := strconv.ParseInt(m[1], 10, 64)
+	t.Logf("apply B: %s", done)
+	if offset == 0 {
+		t.Errorf("the late target reads the topic from its start, not from where its copy's transactions begin: %s", done)
+	}
+	l.waitLoad(200, 60*time.Second)
+	l.halt()
+	waitSame(t, e.s, tgtA, kafkaTables, 90*time.Second, capt, apA, apB)
+	waitSame(t, e.s, tgtB, kafkaTables, 90*time.Second, capt, apA, apB)
+	capt.stop()
+	apA.stop()
+	apB.stop()
+}
+
+// conn opens a connection of its own to the source database, closed at
+// the test's end.
+func (e *kafkaEnv) conn() *pgx.Conn {
+	e.t.Helper()
+	c, err := pgx.Connect(e.t.Context(), e.src.DSN(e.srcDB))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}

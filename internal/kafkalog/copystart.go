@@ -1,0 +1,124 @@
+package kafkalog
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/repstream/repstream/internal/change"
+)
+
+// CopyStart returns the offset from which a new target, whose initial copy
+// began after the capture's slot had restart, must read the topic: the
+// first record holding the last commit that ends before restart (from, the
+// topic's first offset, when there is none).
+//
+// Why it is enough: a transaction that commits after the copy's snapshot
+// was not committed and confirmed when the slot's restart_lsn became
+// restart, so its first change is at or after restart. The capture writes
+// the slot's messages in the order the walsender decodes the WAL, so every
+// message of such a transaction comes after every commit that ends before
+// restart; a later capture session that decodes it again writes it again
+// after its epoch marker, and a session never writes a commit the topic
+// already holds. The records' last-commit field (Header.LastCommit, the
+// end of the last commit in the record or an earlier one) never decreases,
+// so two binary searches find that record. What the reader meets before
+// a transaction's start (the end of one begun earlier) it drops, as when
+// it resumes.
+func CopyStart(ctx context.Context, adm *kadm.Client, c Cluster, topic string, restart change.LSN, from int64) (int64, error) {
+	_, end, err := Offsets(ctx, adm, topic)
+	if err != nil || restart == 0 || end <= from {
+		return from, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	// f: the first offset from which the first record's last commit is at
+	// or past restart.
+	f, err := lowerBound(ctx, c, topic, from, end, func(last change.LSN) bool { return last >= restart })
+	if err != nil || f == from {
+		return from, err
+	}
+	// The record before f holds, or follows, the last commit before
+	// restart: the first record with that last commit holds it.
+	var before *kgo.Record
+	for span := int64(8); before == nil; span *= 4 {
+		lo := max(from, f-span)
+		if before, err = lastRecord(ctx, c, topic, lo, f); err != nil {
+			return from, err
+		}
+		if before == nil && lo == from {
+			return from, nil
+		}
+	}
+	h, _, err := ParseHeader(before.Value)
+	if err != nil {
+		return from, fmt.Errorf("topic %s offset %d: %w", topic, before.Offset, err)
+	}
+	return lowerBound(ctx, c, topic, from, f, func(last change.LSN) bool { return last >= h.LastCommit })
+}
+
+// lowerBound returns the least offset in [lo, hi) from which the first
+// record that is not a control record has a last commit for which ok
+// holds (hi: none). ok must hold from some offset on, as the last commit
+// never decreases.
+func lowerBound(ctx context.Context, c Cluster, topic string, lo, hi int64, ok func(change.LSN) bool) (int64, error) {
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		r, err := firstRecord(ctx, c, topic, mid, hi)
+		if err != nil {
+			return 0, err
+		}
+		if r == nil {
+			hi = mid
+			continue
+		}
+		h, _, err := ParseHeader(r.Value)
+		if err != nil {
+			return 0, fmt.Errorf("topic %s offset %d: %w", topic, r.Offset, err)
+		}
+		if ok(h.LastCommit) {
+			hi = mid
+		} else {
+			lo = r.Offset + 1
+		}
+	}
+	return lo, nil
+}
+
+// firstRecord reads topic from offset from and returns its first record
+// before end that is not a control record (nil: none).
+func firstRecord(ctx context.Context, c Cluster, topic string, from, end int64) (*kgo.Record, error) {
+	cl, err := kgo.NewClient(c.opts(
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.KeepControlRecords(), kgo.FetchMaxBytes(4<<20))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for next := from; next < end; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read topic %s at offset %d: %w", topic, from, err)
+		}
+		for _, fe := range fs.Errors() {
+			return nil, fmt.Errorf("read topic %s at offset %d: %w", topic, from, fe.Err)
+		}
+		var first *kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset < from {
+				return
+			}
+			next = max(next, r.Offset+1)
+			if first == nil && !r.Attrs.IsControl() && r.Offset < end {
+				first = r
+			}
+		})
+		if first != nil {
+			return first, nil
+		}
+	}
+	return nil, nil
+}
