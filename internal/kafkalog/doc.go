@@ -104,12 +104,23 @@
 // that offset and drops the messages of transactions whose Begin it did
 // not read: they must be applied already (else ErrTrimmed).
 //
+// A new target's first run reads from CopyStart: the record of the last
+// commit ending before the capture slot's restart_lsn, read before the
+// target's copy began. Every transaction that commits after the copy's
+// snapshot began at or after that restart_lsn, and the capture writes the
+// messages in the order the walsender decodes them, so all of them come
+// after that commit; the records' last commit never decreases (a capture
+// session never writes a commit the topic holds, and the fence keeps an
+// earlier session from writing after a later one), so binary searches
+// find it.
+//
 // Files:
 //
 //	doc.go      this overview: the record format, its invariants, resuming
 //	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
 //	writer.go   Writer (capture --kafka's raw sink): Fence, then the epoch marker (Start) and Kafka transactions committed every CommitEvery; messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
+//	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit)
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery), NewAdmin, EnsureTopic (one partition), Offsets, Tail (past control records), NextEpoch
 //	access.go   what each half needs of the brokers' ACLs, checked before anything is made: CheckTopicAccess (the Metadata request's authorized operations), CheckTransactionalID (a producer with the capture's transactional id), ErrAccess
