@@ -51,19 +51,18 @@ func TestKafkaLateTarget(t *testing.T) {
 	// Two transactions open across the copy: one the walsender streams
 	// before it (over 64kB), one it does not.
 	big, small := e.conn(), e.conn()
-	for _, q := range []struct {
-		c   *pgx.Conn
-		sql string
-	}{
-		{big, "BEGIN"},
-		{big, "INSERT INTO events SELECT g, repeat('s', 200) FROM generate_series(1000001, 1005000) g"},
-		{small, "BEGIN"},
-		{small, "INSERT INTO acct VALUES (5000, 0, 'open across the copy')"},
-	} {
-		if _, err := q.c.Exec(ctx, q.sql); err != nil {
-			t.Fatalf("%s: %v", q.sql, err)
+	run := func(steps ...step) {
+		t.Helper()
+		for _, q := range steps {
+			if _, err := q.c.Exec(ctx, q.sql); err != nil {
+				t.Fatalf("%s: %v", q.sql, err)
+			}
 		}
 	}
+	run(step{big, "BEGIN"},
+		step{big, "INSERT INTO events SELECT g, repeat('s', 200) FROM generate_series(1000001, 1005000) g"},
+		step{small, "BEGIN"},
+		step{small, "INSERT INTO acct VALUES (5000, 0, 'open across the copy')"})
 	var at string
 	if err := e.s.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&at); err != nil {
 		t.Fatal(err)
@@ -90,19 +89,10 @@ func TestKafkaLateTarget(t *testing.T) {
 		return n > 0, err
 	})
 	time.Sleep(time.Second)
-	for _, q := range []struct {
-		c   *pgx.Conn
-		sql string
-	}{
-		{big, "INSERT INTO events SELECT g, 'later' FROM generate_series(1005001, 1006000) g"},
-		{big, "COMMIT"},
-		{small, "UPDATE acct SET note = 'committed while the copy waited' WHERE id = 5000"},
-		{small, "COMMIT"},
-	} {
-		if _, err := q.c.Exec(ctx, q.sql); err != nil {
-			t.Fatalf("%s: %v", q.sql, err)
-		}
-	}
+	run(step{big, "INSERT INTO events SELECT g, 'later' FROM generate_series(1005001, 1006000) g"},
+		step{big, "COMMIT"},
+		step{small, "UPDATE acct SET note = 'committed while the copy waited' WHERE id = 5000"},
+		step{small, "COMMIT"})
 	var done string
 	pgtest.WaitFor(t, "apply B's initial copy", 60*time.Second, func() (bool, error) {
 		apB.alive()
@@ -125,6 +115,12 @@ func TestKafkaLateTarget(t *testing.T) {
 	capt.stop()
 	apA.stop()
 	apB.stop()
+}
+
+// step is a statement of a test on a connection of its own.
+type step struct {
+	c   *pgx.Conn
+	sql string
 }
 
 // conn opens a connection of its own to the source database, closed at
