@@ -145,6 +145,12 @@ func (e *Engine) runResilient(ctx context.Context) error {
 	bo := reconnectBackoff(time.Second, e.cfg.ReconnectMaxWait)
 	for attempt := 1; ; attempt++ {
 		err := e.run(ctx)
+		if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
+			// Stopped before streaming (during the checks or the copy),
+			// as runHalf: the next start goes on from what is recorded.
+			e.log.Info("stopped before streaming", "during", err)
+			return nil
+		}
 		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) {
 			return explainLocal(err, e.cfg.SpillDir)
 		}
