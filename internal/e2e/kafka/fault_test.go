@@ -75,7 +75,13 @@ func (e *kafkaEnv) nothingLeft(who string) {
 
 func newKafkaEnv(t *testing.T, brokers string) *kafkaEnv {
 	t.Helper()
-	e := &kafkaEnv{t: t, src: pgtest.Shared(t, "source"), tgtC: pgtest.Shared(t, "target"), brokers: brokers, tables: "public.*"}
+	return newKafkaEnvOn(t, brokers, pgtest.Shared(t, "source"))
+}
+
+// newKafkaEnvOn is newKafkaEnv with the source database in src.
+func newKafkaEnvOn(t *testing.T, brokers string, src *pgcluster.Cluster) *kafkaEnv {
+	t.Helper()
+	e := &kafkaEnv{t: t, src: src, tgtC: pgtest.Shared(t, "target"), brokers: brokers, tables: "public.*"}
 	e.srcDB = pgtest.NewDB(t, e.src)
 	// The slot's name keeps the database's sequence suffix: unique.
 	name := strings.TrimPrefix(e.srcDB, "t_")
