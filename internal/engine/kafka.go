@@ -116,7 +116,8 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
 	e.log.Info("kafka topic", "topic", info.Name, "created", info.Created, "partitions", info.Partitions,
-		"replication_factor", info.ReplicationFactor, "min_insync_replicas", info.MinInsyncReplicas, "brokers", info.Brokers)
+		"replication_factor", info.ReplicationFactor, "min_insync_replicas", info.MinInsyncReplicas,
+		"cleanup_policy", info.CleanupPolicy, "max_message_bytes", info.MaxMessageBytes, "retention_ms", info.RetentionMs, "brokers", info.Brokers)
 	if err := kafkalog.CheckTopicAccess(ctx, adm, topic, "capture", kafkalog.CaptureTopicOps); err != nil {
 		if info.Created {
 			e.dropTopic(ctx, adm, topic)

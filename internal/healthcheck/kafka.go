@@ -39,9 +39,8 @@ func (c *checker) kafka(ctx context.Context) {
 	}
 	c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
 	switch {
-	case info.Partitions != 1:
-		c.r.add(Fail, "kafka", "topic "+topic, "delete the topic (or use another slot): repstream writes one partition, the source's commit order",
-			"%d partitions", info.Partitions)
+	case info.Fits() != nil:
+		c.r.add(Fail, "kafka", "topic "+topic, "", "%v", info.Fits())
 	case info.ReplicationFactor < 3 && info.Brokers >= 3:
 		c.r.add(Warn, "kafka", "topic "+topic, "raise the topic's replication factor to 3 (kafka-reassign-partitions)",
 			"replication factor %d on a cluster of %d brokers: losing a broker may lose the stream", info.ReplicationFactor, info.Brokers)
@@ -49,7 +48,8 @@ func (c *checker) kafka(ctx context.Context) {
 		c.r.add(Warn, "kafka", "topic "+topic, "a cluster of 3 brokers keeps 3 copies (min.insync.replicas 2)",
 			"one copy (replication factor 1): a lost broker loses the stream")
 	default:
-		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s", info.ReplicationFactor, info.MinInsyncReplicas)
+		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s, retention.ms %s",
+			info.ReplicationFactor, info.MinInsyncReplicas, info.RetentionMs)
 	}
 	c.kafkaTransactions(ctx, adm, topic)
 	c.kafkaAccess(ctx, adm, topic)

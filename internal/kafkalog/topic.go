@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,7 @@ func NewProducer(c Cluster, topic string, txnTimeout time.Duration) (*kgo.Client
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.SnappyCompression()),
-		kgo.ProducerBatchMaxBytes(DefaultMaxRecord+(64<<10)),
+		kgo.ProducerBatchMaxBytes(MaxBatchBytes),
 		kgo.MaxBufferedRecords(1<<20),
 		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
 		kgo.UnknownTopicRetries(-1),
@@ -95,25 +96,54 @@ func NewAdmin(c Cluster) (*kadm.Client, *kgo.Client, error) {
 	return kadm.NewClient(cl), cl, nil
 }
 
-// TopicInfo is what EnsureTopic found or made.
+// MaxBatchBytes is the largest batch the capture's producer sends: a
+// topic's max.message.bytes must be at least this (the brokers' default,
+// 1 MiB, is).
+const MaxBatchBytes = DefaultMaxRecord + (64 << 10)
+
+// TopicInfo is what EnsureTopic found or made. The configuration values
+// are "?" when the brokers did not say (no DESCRIBE_CONFIGS).
 type TopicInfo struct {
 	Name              string
 	Created           bool
 	Partitions        int
 	ReplicationFactor int
 	MinInsyncReplicas string
+	CleanupPolicy     string // cleanup.policy
+	MaxMessageBytes   string // max.message.bytes
+	RetentionMs       string // retention.ms (-1: kept for ever)
 	Brokers           int
 }
 
 func (t TopicInfo) String() string {
-	return fmt.Sprintf("topic %s: %d partition, replication factor %d, min.insync.replicas %s, %d broker(s)",
-		t.Name, t.Partitions, t.ReplicationFactor, t.MinInsyncReplicas, t.Brokers)
+	return fmt.Sprintf("topic %s: %d partition, replication factor %d, min.insync.replicas %s, cleanup.policy %s, max.message.bytes %s, retention.ms %s, %d broker(s)",
+		t.Name, t.Partitions, t.ReplicationFactor, t.MinInsyncReplicas, t.CleanupPolicy, t.MaxMessageBytes, t.RetentionMs, t.Brokers)
+}
+
+// Fits says why the topic cannot hold a slot's stream (nil: it can, or
+// its configuration could not be read): more than one partition, records
+// compacted away (cleanup.policy compact: the capture's records have no
+// key, and the stream needs every one), or a max.message.bytes below
+// MaxBatchBytes. Each error names the topic, the setting and the fix.
+func (t TopicInfo) Fits() error {
+	if t.Partitions != 1 {
+		return fmt.Errorf("topic %s has %d partitions: a slot's stream needs exactly one (the source's commit order); delete it or use another slot name", t.Name, t.Partitions)
+	}
+	if slices.Contains(strings.Split(t.CleanupPolicy, ","), "compact") {
+		return fmt.Errorf("topic %s has cleanup.policy=%s: a slot's stream needs every record, removed only by retention (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=delete), or use another slot name",
+			t.Name, t.CleanupPolicy, t.Name)
+	}
+	if n, err := strconv.ParseInt(t.MaxMessageBytes, 10, 64); err == nil && n < MaxBatchBytes {
+		return fmt.Errorf("topic %s has max.message.bytes=%d: the capture writes batches of up to %d bytes (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config max.message.bytes=%d)",
+			t.Name, n, MaxBatchBytes, t.Name, MaxBatchBytes)
+	}
+	return nil
 }
 
 // EnsureTopic makes the topic if it is missing: one partition (the
 // source's commit order), replicated on min(3, brokers) brokers, with
 // min.insync.replicas 2 when there are 3 replicas. A topic that is there
-// must have one partition.
+// must fit (TopicInfo.Fits).
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo, error) {
 	info, err := DescribeTopic(ctx, adm, topic)
 	if errors.Is(err, ErrNoTopic) {
@@ -135,8 +165,8 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicInfo
 	if err != nil {
 		return info, err
 	}
-	if info.Partitions != 1 {
-		return info, fmt.Errorf("topic %s has %d partitions: a slot's stream needs exactly one (the source's commit order); delete it or use another slot name", topic, info.Partitions)
+	if err := info.Fits(); err != nil {
+		return info, err
 	}
 	return info, nil
 }
@@ -168,12 +198,19 @@ func describe(ctx context.Context, adm *kadm.Client, td kadm.TopicDetail, info *
 	if info.Partitions > 0 {
 		info.ReplicationFactor = len(td.Partitions[0].Replicas)
 	}
-	info.MinInsyncReplicas = "?"
+	info.MinInsyncReplicas, info.CleanupPolicy, info.MaxMessageBytes, info.RetentionMs = "?", "?", "?", "?"
 	if rcs, err := adm.DescribeTopicConfigs(ctx, td.Topic); err == nil {
 		if rc, err := rcs.On(td.Topic, nil); err == nil {
 			for _, c := range rc.Configs {
-				if c.Key == "min.insync.replicas" {
+				switch c.Key {
+				case "min.insync.replicas":
 					info.MinInsyncReplicas = c.MaybeValue()
+				case "cleanup.policy":
+					info.CleanupPolicy = c.MaybeValue()
+				case "max.message.bytes":
+					info.MaxMessageBytes = c.MaybeValue()
+				case "retention.ms":
+					info.RetentionMs = c.MaybeValue()
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/kafkalog"
@@ -445,6 +447,56 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	} else {
 		t.Logf("check: %s", l)
 	}
+}
+
+// TestKafkaTopicRefused: a topic made beforehand by someone else that
+// could not hold the stream (compacted: the capture's records have no key
+// and every one is needed; or messages smaller than the capture's
+// batches) stops the capture before it makes anything on the source,
+// naming the setting and the fix; check --kafka says so too.
+func TestKafkaTopicRefused(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	adm, cl, err := kafkalog.NewAdmin(kafkalog.Plain(kafkalog.Brokers(e.brokers)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	compact := "compact"
+	if _, err := adm.CreateTopic(t.Context(), 1, 1, map[string]*string{"cleanup.policy": &compact}, e.topic()); err != nil {
+		t.Fatal(err)
+	}
+	tgtDB, _ := e.newTarget()
+	for _, c := range []struct{ set, value, want string }{
+		{"cleanup.policy", "compact", "cleanup.policy=compact: a slot's stream needs every record"},
+		{"max.message.bytes", "100000", "max.message.bytes=100000: the capture writes batches of up to"},
+	} {
+		v := c.value
+		if _, err := adm.AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: c.set, Value: &v}}, e.topic()); err != nil {
+			t.Fatal(err)
+		}
+		p := startProc(t, "capture", e.captureArgs()...)
+		err := exitOf(t, p, 60*time.Second)
+		out := p.out.tail(20)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Fatalf("capture into a topic with %s=%s: %v, want a stop naming %q\n%s", c.set, c.value, err, c.want, out)
+		}
+		t.Logf("capture: %s", lineWith(out, c.want))
+		e.nothingLeft("the refused capture")
+		ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
+		ckOut, err := ck.CombinedOutput()
+		if l := lineWith(string(ckOut), c.want); err == nil || !strings.Contains(l, "FAIL") {
+			t.Fatalf("check --kafka on a topic with %s=%s: %v, want a FAIL naming it:\n%s", c.set, c.value, err, ckOut)
+		}
+		// The next round's topic has the fix for this one.
+		fix := map[string]string{"cleanup.policy": "delete", "max.message.bytes": strconv.Itoa(kafkalog.MaxBatchBytes)}[c.set]
+		if _, err := adm.AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: c.set, Value: &fix}}, e.topic()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both fixed: the capture runs.
+	capt := e.startCapture("capture")
+	capt.stop()
 }
 
 // TestKafkaBrokerAwayPastTxnTimeout: the broker is away for longer than
