@@ -63,7 +63,10 @@ type Engine struct {
 	// topicBinary (apply from Kafka): the topic's last record, at start,
 	// had binary values.
 	topicBinary bool
-	start       time.Time
+	// srcID (apply from Kafka): the apply's source, which the topic's
+	// epoch markers must name (kafkalog.Epoch.SameSource).
+	srcID provision.Identity
+	start time.Time
 	// watch closes target connections that went silent (reconnect.go);
 	// walsenderPID is the walsender of the last streaming attempt.
 	watch        *target.LinkWatch

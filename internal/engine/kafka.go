@@ -22,6 +22,7 @@ import (
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/probe"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
@@ -134,7 +135,17 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		}
 		return nil
 	}
-	slot, sysid, proto, err := e.provisionCapture(ctx, checkProducer)
+	// A topic another source's capture wrote (the same slot name on
+	// another database or server): this one would skip its own
+	// transactions below that stream's LSNs, and its records would reach
+	// the other source's targets.
+	sameSource := func(ctx context.Context, sysid, db string) error {
+		if err := kafkalog.CheckSource(ctx, adm, brokers, topic, "capture", sysid, db); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		return nil
+	}
+	slot, sysid, db, proto, err := e.provisionCapture(ctx, checkProducer, sameSource)
 	if err != nil {
 		return err
 	}
@@ -168,7 +179,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
-		ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: pgDatabase(cfg.Source), Slot: cfg.Slot,
+		ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: db, Slot: cfg.Slot,
 			Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
 		if err := w.Start(ctx, held, ep); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
@@ -234,32 +245,39 @@ func (e *Engine) dropTopic(ctx context.Context, adm *kadm.Client, topic string) 
 // returns the slot, the source's system identifier and the pgoutput
 // protocol it speaks. On a first start (no slot yet), firstCheck runs
 // before anything is made.
-func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error) (slot install.Slot, sysid string, proto int, err error) {
+func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error, sourceCheck func(ctx context.Context, sysid, db string) error) (slot install.Slot, sysid, db string, proto int, err error) {
 	cfg := e.cfg
 	src, err := install.ConnectSource(ctx, cfg.Source)
 	if err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	defer src.Close(context.Background())
 	if err := install.CheckSource(ctx, src); err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
+	}
+	var version int
+	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int, current_database() FROM pg_control_system()").Scan(&sysid, &version, &db); err != nil {
+		return slot, "", "", 0, fmt.Errorf("read the source's identity: %w", err)
+	}
+	if err := sourceCheck(ctx, sysid, db); err != nil {
+		return slot, "", "", 0, err
 	}
 	e.reachedOnce = true
 	// Another capture streaming from the slot makes it active (so does, for
 	// a moment, the walsender of one that just died): refuse, not retry.
 	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
 	if err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	if firstStart {
 		if err := firstCheck(ctx); err != nil {
-			return slot, "", 0, err
+			return slot, "", "", 0, err
 		}
 	}
 	var undo install.Undo
@@ -271,42 +289,38 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	}()
 	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
 	if err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	if createdPub {
 		undo.Publication(src, cfg.Publication)
 	}
 	tables, err := e.publishedTables(ctx, src, &undo)
 	if err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	slot, err = install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
 	if !slot.Exists {
 		res, closeSlot, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, false)
 		if err != nil {
-			return slot, "", 0, err
+			return slot, "", "", 0, err
 		}
 		closeSlot()
 		e.slotCreated = true
 		if slot.Confirmed, err = change.ParseLSN(res.ConsistentPoint); err != nil {
-			return slot, "", 0, err
+			return slot, "", "", 0, err
 		}
 		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
 	} else if slot.WALStatus == "lost" {
-		return slot, "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
-	}
-	var version int
-	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int FROM pg_control_system()").Scan(&sysid, &version); err != nil {
-		return slot, "", 0, fmt.Errorf("read the source's identity: %w", err)
+		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
 	}
 	proto = capture.ProtoVersionFor(version / 10000)
 	if err := e.chooseCaptureBinary(ctx, src, tables, proto); err != nil {
-		return slot, "", 0, err
+		return slot, "", "", 0, err
 	}
-	return slot, sysid, proto, nil
+	return slot, sysid, db, proto, nil
 }
 
 // chooseCaptureBinary decides whether this capture session streams values
@@ -418,6 +432,14 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	}
 	defer src.Close(context.Background())
 	defer tgt.Close(context.Background())
+	// A topic of another source than --source: the copy would be of one
+	// database and the stream of the other.
+	if e.srcID, err = provision.Identify(ctx, src); err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	if err := kafkalog.CheckSource(ctx, adm, brokers, topic, "apply", e.srcID.SystemID, e.srcID.Database); err != nil {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
 	var undo install.Undo
 	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return err
@@ -656,6 +678,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	var dec atomic.Pointer[capture.Decoder] // the session's, for behind
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
+		SystemID: e.srcID.SystemID, Database: e.srcID.Database,
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,

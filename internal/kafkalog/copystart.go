@@ -2,6 +2,7 @@ package kafkalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,7 +38,7 @@ func CopyStart(ctx context.Context, adm *kadm.Client, c Cluster, topic string, r
 	defer cancel()
 	// f: the first offset from which the first record's last commit is at
 	// or past restart.
-	f, err := lowerBound(ctx, c, topic, from, end, func(last change.LSN) bool { return last >= restart })
+	f, err := lowerBound(ctx, c, topic, from, end, func(h Header) bool { return h.LastCommit >= restart })
 	if err != nil || f == from {
 		return from, err
 	}
@@ -57,14 +58,89 @@ func CopyStart(ctx context.Context, adm *kadm.Client, c Cluster, topic string, r
 	if err != nil {
 		return from, fmt.Errorf("topic %s offset %d: %w", topic, before.Offset, err)
 	}
-	return lowerBound(ctx, c, topic, from, f, func(last change.LSN) bool { return last >= h.LastCommit })
+	return lowerBound(ctx, c, topic, from, f, func(g Header) bool { return g.LastCommit >= h.LastCommit })
+}
+
+// LastEpoch returns the epoch marker of the last capture session that
+// wrote topic: the first record of the tail's epoch (headers' epochs never
+// decrease). nil: the topic holds no record, or retention removed that
+// marker.
+func LastEpoch(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (*Epoch, error) {
+	tail, err := Tail(ctx, adm, c, topic)
+	if err != nil || tail.Empty {
+		return nil, err
+	}
+	start, end, err := Offsets(ctx, adm, topic)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	f, err := lowerBound(ctx, c, topic, start, end, func(h Header) bool { return h.Epoch >= tail.Epoch })
+	if err != nil {
+		return nil, err
+	}
+	r, err := firstRecord(ctx, c, topic, f, end)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	h, body, err := ParseHeader(r.Value)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s offset %d: %w", topic, r.Offset, err)
+	}
+	if h.Kind != KindEpoch {
+		return nil, nil
+	}
+	e, err := ParseEpoch(body)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s offset %d: %w", topic, r.Offset, err)
+	}
+	return &e, nil
+}
+
+// ErrOtherSource: a topic holds the stream of another source than the
+// one a capture or an apply was given.
+var ErrOtherSource = errors.New("the topic holds the stream of another source")
+
+// SameSource checks that e was written by a capture of the source
+// database whose system identifier is sysid and whose name is db (either
+// "" when unknown: not compared). who says which half asks ("capture",
+// "apply"), for the error, which names both sources and the way out.
+func (e Epoch) SameSource(topic, who, sysid, db string) error {
+	if (sysid == "" || e.SystemID == "" || sysid == e.SystemID) && (db == "" || e.Database == "" || db == e.Database) {
+		return nil
+	}
+	fix := "give this capture another --slot, or, if that stream is no longer wanted, delete the topic (every apply of it then copies again)"
+	if who == "apply" {
+		fix = "point --source at the database the capture of slot " + e.Slot + " reads"
+	}
+	return fmt.Errorf("%w: topic %s was written by a capture of system identifier %s, database %q; this %s's source is system identifier %s, database %q: %s",
+		ErrOtherSource, topic, orUnknown(e.SystemID), e.Database, who, orUnknown(sysid), db, fix)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// CheckSource returns ErrOtherSource when topic's last capture session
+// read another source database than the one identified by sysid and db
+// (nil as well when the topic has no epoch marker to tell).
+func CheckSource(ctx context.Context, adm *kadm.Client, c Cluster, topic, who, sysid, db string) error {
+	e, err := LastEpoch(ctx, adm, c, topic)
+	if err != nil || e == nil {
+		return err
+	}
+	return e.SameSource(topic, who, sysid, db)
 }
 
 // lowerBound returns the least offset in [lo, hi) from which the first
-// record that is not a control record has a last commit for which ok
-// holds (hi: none). ok must hold from some offset on, as the last commit
-// never decreases.
-func lowerBound(ctx context.Context, c Cluster, topic string, lo, hi int64, ok func(change.LSN) bool) (int64, error) {
+// record that is not a control record has a header for which ok holds
+// (hi: none). ok must hold from some offset on, as it does of a last
+// commit or an epoch at least some value: neither ever decreases.
+func lowerBound(ctx context.Context, c Cluster, topic string, lo, hi int64, ok func(Header) bool) (int64, error) {
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		r, err := firstRecord(ctx, c, topic, mid, hi)
@@ -79,7 +155,7 @@ func lowerBound(ctx context.Context, c Cluster, topic string, lo, hi int64, ok f
 		if err != nil {
 			return 0, fmt.Errorf("topic %s offset %d: %w", topic, r.Offset, err)
 		}
-		if ok(h.LastCommit) {
+		if ok(h) {
 			hi = mid
 		} else {
 			lo = r.Offset + 1

@@ -1,6 +1,7 @@
 package kafkalog
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,5 +37,36 @@ func TestTopicFits(t *testing.T) {
 				t.Fatalf("got %v, want an error naming the topic and %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestEpochSameSource: an epoch marker of another system or another
+// database is refused, naming both and the way out for the half that
+// asks; what is unknown on either side is not compared.
+func TestEpochSameSource(t *testing.T) {
+	e := Epoch{SystemID: "7300000000000000001", Database: "shop", Slot: "s"}
+	for _, c := range []struct {
+		name, who, sysid, db string
+		want                 string // "" = the same source
+	}{
+		{"same", "capture", "7300000000000000001", "shop", ""},
+		{"system unknown here", "apply", "", "shop", ""},
+		{"nothing known", "apply", "", "", ""},
+		{"other database", "capture", "7300000000000000001", "hr", `database "shop"; this capture's source is system identifier 7300000000000000001, database "hr": give this capture another --slot`},
+		{"other system", "apply", "7399999999999999999", "shop", "point --source at the database the capture of slot s reads"},
+		{"other database, system unknown", "apply", "", "hr", "this apply's source is system identifier (unknown)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := e.SameSource("repstream.s", c.who, c.sysid, c.db)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (!errors.Is(err, ErrOtherSource) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "repstream.s")):
+				t.Fatalf("got %v, want ErrOtherSource naming the topic and %q", err, c.want)
+			}
+		})
+	}
+	if err := (Epoch{Database: "shop"}).SameSource("t", "capture", "1", "shop"); err != nil {
+		t.Errorf("a marker without a system identifier: %v", err)
 	}
 }

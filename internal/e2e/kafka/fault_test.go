@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -497,6 +498,67 @@ func TestKafkaTopicRefused(t *testing.T) {
 	// Both fixed: the capture runs.
 	capt := e.startCapture("capture")
 	capt.stop()
+}
+
+// TestKafkaTopicOfAnotherSource: a slot's topic written by the capture of
+// one source database is not taken up by the capture of another source
+// under the same slot name (it would skip its own transactions below that
+// stream's LSNs, and its records would reach the first source's targets),
+// nor applied by an apply whose --source is that other database (its copy
+// would be of one database, its stream of the other). Each stops before
+// it makes anything, naming both sources.
+func TestKafkaTopicOfAnotherSource(t *testing.T) {
+	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	db, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+
+	// Another source: a database with the same tables on another server.
+	other := pgtest.NewDB(t, e.tgtC)
+	oc, err := pgx.Connect(t.Context(), e.tgtC.DSN(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close(context.Background())
+	if _, err := oc.Exec(t.Context(), `CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE TABLE ledger (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE events (at bigint NOT NULL, what text)`); err != nil {
+		t.Fatal(err)
+	}
+	withSource := func(args []string) []string {
+		out := slices.Clone(args)
+		i := slices.Index(out, "--source")
+		out[i+1] = e.tgtC.DSN(other)
+		return out
+	}
+	p := startProc(t, "capture of another source", withSource(e.captureArgs())...)
+	err = exitOf(t, p, 60*time.Second)
+	out := p.out.tail(20)
+	if err == nil || !strings.Contains(out, "holds the stream of another source") || !strings.Contains(out, "give this capture another --slot") {
+		t.Fatalf("capture of another source into the topic: %v, want a stop naming both sources\n%s", err, out)
+	}
+	t.Logf("capture: %s", lineWith(out, "another source"))
+	var left int
+	if err := oc.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1) + (SELECT count(*) FROM pg_publication)", e.slot).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("the refused capture left %d slot(s) or publication(s) on the other source (%v)", left, err)
+	}
+
+	db2, tgt2 := e.newTarget()
+	p = startProc(t, "apply from another source", withSource(e.applyArgs(db2))...)
+	err = exitOf(t, p, 60*time.Second)
+	out = p.out.tail(20)
+	if err == nil || !strings.Contains(out, "point --source at the database the capture of slot "+e.slot+" reads") {
+		t.Fatalf("apply with another --source: %v, want a stop naming both sources\n%s", err, out)
+	}
+	t.Logf("apply: %s", lineWith(out, "another source"))
+	var made int
+	if err := tgt2.QueryRow(t.Context(), "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')").Scan(&made); err != nil || made != 0 {
+		t.Fatalf("the refused apply made %d relations on its target (%v)", made, err)
+	}
 }
 
 // TestKafkaBrokerAwayPastTxnTimeout: the broker is away for longer than
