@@ -13,6 +13,7 @@ import (
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/queue"
+	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/target"
 )
 
@@ -37,6 +38,10 @@ func sideOf(err error) string {
 	var se *sideError
 	if errors.As(err, &se) {
 		return se.side
+	}
+	var ce *snapshot.SourceError
+	if errors.As(err, &ce) {
+		return "source"
 	}
 	return "target"
 }

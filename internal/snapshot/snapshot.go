@@ -419,6 +419,13 @@ func planTable(ctx context.Context, src, dst *pgx.Conn, t schema.TableName, opts
 	}, nil
 }
 
+// SourceError is a copy's error on the source's side (its connection, its
+// COPY TO): the caller counts a reconnect it causes on the source.
+type SourceError struct{ Err error }
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
 // copyPiece streams one piece: COPY TO STDOUT on the source straight into
 // COPY FROM STDIN on the target, without decoding rows — in binary when
 // every column has the same built-in type on both sides, else in text.
@@ -484,15 +491,20 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece, log *slog.Logg
 	out := <-copyOut
 	// The target's error comes first: when the target's COPY fails, the
 	// source's COPY fails only because its pipe was closed. Except when the
-	// source refused to read: then the target's COPY failed for that.
+	// source refused to read, or its connection was lost: then the target's
+	// COPY failed for that (cancelled by the pipe's error: 57014), and the
+	// source's error says what to do (a lost connection is retried).
 	if out.err != nil && pgerr.PermissionDenied(out.err) {
 		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, pgerr.SelectPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), src.Config().User).Explain(out.err))
+	}
+	if out.err != nil && pgerr.ConnectionLost(out.err) && (err == nil || pgerr.Is(err, pgerr.QueryCanceled)) {
+		return 0, 0, &SourceError{fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)}
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), pgerr.WritePrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), dst.Config().User).Explain(err))
 	}
 	if out.err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)
+		return 0, 0, &SourceError{fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)}
 	}
 	// Never report a copy complete that is not: the rows written must be
 	// the rows read.
