@@ -27,7 +27,8 @@ import (
 //     never published, not WAL-logged; a crash empties it, which only costs
 //     the rename detection of the next change of each table);
 //   - the event trigger repstream_ddl (ddl_command_end of CREATE TABLE,
-//     ALTER TABLE, CREATE TABLE AS, SELECT INTO) and repstream_ddl_drop
+//     ALTER TABLE, CREATE TABLE AS, SELECT INTO, ALTER SCHEMA, and ALTER
+//     PUBLICATION, for the tables it adds) and repstream_ddl_drop
 //     (sql_drop of tables), whose functions emit, inside the DDL's
 //     transaction, pg_logical_emit_message(true, 'repstream.ddl', json) per
 //     ordinary or partitioned table: the new definition, the command tag and
@@ -126,11 +127,17 @@ DECLARE
 BEGIN
   -- The tables a command changed; for ALTER SCHEMA (RENAME), every
   -- table of the schema: pgoutput does not describe them again under
-  -- their new names, and each message moves one on the target.
+  -- their new names, and each message moves one on the target. For
+  -- ALTER PUBLICATION, the tables it adds (one by one, or a schema's):
+  -- their message's publications then name it, and a run of it copies
+  -- the table (their rows before never were in the stream).
   FOR r IN SELECT DISTINCT c.oid AS objid, e.command_tag
              FROM pg_event_trigger_ddl_commands() e
              JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
                              OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
+                             OR e.classid = 'pg_publication_rel'::regclass
+                                AND c.oid = (SELECT pr.prrelid FROM pg_publication_rel pr WHERE pr.oid = e.objid)
+                             %PUBSCHEMA%
             WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
               AND (c.relpersistence = 'p'
                    OR c.relpersistence = 'u' AND EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid))
@@ -227,7 +234,7 @@ $fn$;
 
 DROP EVENT TRIGGER IF EXISTS repstream_ddl;
 CREATE EVENT TRIGGER repstream_ddl ON ddl_command_end
-  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER SCHEMA')
+  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER SCHEMA', 'ALTER PUBLICATION')
   EXECUTE FUNCTION repstream.ddl_end();
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 CREATE EVENT TRIGGER repstream_ddl_drop ON sql_drop EXECUTE FUNCTION repstream.ddl_drop();
@@ -245,6 +252,11 @@ ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
 // schemaPubSQL: a publication FOR TABLES IN SCHEMA of the table's schema
 // (PostgreSQL 15+).
 const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)`
+
+// pubSchemaSQL: the tables of a schema ALTER PUBLICATION ... ADD TABLES IN
+// SCHEMA adds (PostgreSQL 15+).
+const pubSchemaSQL = `OR e.classid = 'pg_publication_namespace'::regclass
+                                AND c.relnamespace = (SELECT pn.pnnspid FROM pg_publication_namespace pn WHERE pn.oid = e.objid)`
 
 // registrySQL creates repstream.replications on the source.
 const registrySQL = `
@@ -280,9 +292,9 @@ func SourceRole(ctx context.Context, src *pgx.Conn) (super bool, version int, er
 // server_version_num, 14 or later) and registers slot, publishing pub, as
 // one of its users.
 func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub string) error {
-	install := strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", "")
+	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "").Replace(ddlTriggerSQL)
 	if version >= 150000 {
-		install = strings.ReplaceAll(ddlTriggerSQL, "%SCHEMAPUB%", schemaPubSQL)
+		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL).Replace(ddlTriggerSQL)
 	}
 	install += partitionsInstallSQL(version)
 	if err := installDDL(ctx, src, install, slot, pub); err != nil {

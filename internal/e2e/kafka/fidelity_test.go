@@ -126,7 +126,8 @@ func TestKafkaFidelity(t *testing.T) {
 // TestKafkaPublicationFilter (issue 30): a publication the user made, with
 // a row filter and a column list, is honoured through the topic as by
 // run: the target holds exactly the rows and columns it sends, after the
-// copy and after changes that move rows in and out of the filter.
+// copy and after changes that move rows in and out of the filter; a table
+// the user adds to it later, with rows, is copied, then followed.
 func TestKafkaPublicationFilter(t *testing.T) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
@@ -166,6 +167,14 @@ func TestKafkaPublicationFilter(t *testing.T) {
 	e.exec(`UPDATE rf SET id = id + 1000 WHERE id % 9 = 0`)  // leaves the filter: a DELETE
 	e.exec(`UPDATE rf SET id = id + 2000 WHERE id % 10 = 1`) // may enter it: an INSERT
 	e.exec(`DELETE FROM rf WHERE id % 7 = 0`)
+	same()
+
+	// A table the user adds to the publication, with rows from before:
+	// each target copies it, then follows it.
+	e.exec(`CREATE TABLE extra (id int PRIMARY KEY, v text); INSERT INTO extra SELECT g, 'before' FROM generate_series(1, 200) g`)
+	e.exec(`ALTER PUBLICATION pub_rf ADD TABLE extra`)
+	e.exec(`INSERT INTO extra SELECT g, 'after' FROM generate_series(201, 220) g; UPDATE extra SET v = 'changed' WHERE id <= 10`)
+	waitSame(t, e.s, tgt, []tableOrder{{"extra", "id"}}, 60*time.Second, capt, ap)
 	same()
 	capt.stop()
 	ap.stop()
