@@ -262,10 +262,10 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int, current_database() FROM pg_control_system()").Scan(&sysid, &version, &db); err != nil {
 		return slot, "", "", 0, fmt.Errorf("read the source's identity: %w", err)
 	}
+	e.reachedOnce = true // from here on, brokers or a source away are waited for
 	if err := sourceCheck(ctx, sysid, db); err != nil {
 		return slot, "", "", 0, err
 	}
-	e.reachedOnce = true
 	// Another capture streaming from the slot makes it active (so does, for
 	// a moment, the walsender of one that just died): refuse, not retry.
 	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {

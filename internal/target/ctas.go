@@ -64,7 +64,7 @@ func (a *aheadTables) check() error {
 		names = append(names, tn.String())
 	}
 	slices.Sort(names)
-	return fmt.Errorf("the transaction has rows of %s, which the target lacks, and no CREATE TABLE AS or SELECT INTO of it followed: create the table on the target as it is on the source, then restart (with several targets of one slot through Kafka, a table another target's `repstream tables add` published: run `repstream tables add` of it for this target too, then start this apply again)", strings.Join(names, ", "))
+	return fmt.Errorf("the transaction has rows of %s, which the target lacks, and no CREATE TABLE AS or SELECT INTO of it followed: create the table on the target as it is on the source, then restart (with several targets of one slot through Kafka and no event trigger on the source, --ddl=relation, a table another target's `repstream tables add` published: run `repstream tables add` of it for this target too, then start this apply again)", strings.Join(names, ", "))
 }
 
 // createAhead creates the table of rel, which the target lacks, from rel
