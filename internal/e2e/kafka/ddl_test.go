@@ -21,6 +21,7 @@ import (
 // TRUNCATE; and an apply restarted after them reads them again from its
 // offset without applying anything twice.
 func TestKafkaSchemaChanges(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
@@ -71,6 +72,7 @@ func TestKafkaSchemaChanges(t *testing.T) {
 // enum) makes the capture start its session again in text, from what the
 // topic holds: the rows before and after it arrive equal, none twice.
 func TestKafkaBinaryValues(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	const moodSQL = `CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`
@@ -138,6 +140,7 @@ func dataFormats(t *testing.T, k *kafkatest.Cluster, topic string) (binary, text
 // out, with nothing left on the target; once the capture runs with
 // --binary=false, the same apply starts and the target equals the source.
 func TestKafkaBinaryTargetMismatch(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
@@ -182,6 +185,7 @@ func TestKafkaBinaryTargetMismatch(t *testing.T) {
 // names once renamed in the transaction, under its old ones once the
 // savepoint is rolled back (pgoutput describes it again then).
 func TestKafkaSchemaRename(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	if e.src.Version() < 15 {
@@ -271,6 +275,7 @@ func TestKafkaSchemaRename(t *testing.T) {
 // transaction that conflicts on the target is parked in that target's
 // error queue, the others are applied, and `errors` lists it.
 func TestKafkaOnErrorPark(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()

@@ -428,6 +428,7 @@ func TestKafkaBrokerDownAtStart(t *testing.T) {
 // need 3 brokers) stops at once, naming the setting, having made nothing
 // on the source (it could not fence an earlier capture of the slot).
 func TestKafkaBrokersWithoutTransactions(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Settings: map[string]string{"transaction.state.log.replication.factor": "3"}})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	t0 := time.Now()
@@ -455,8 +456,17 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 // and every one is needed; or messages smaller than the capture's
 // batches) stops the capture before it makes anything on the source,
 // naming the setting and the fix; check --kafka says so too.
+//
+// Its subtest "another source" (topicOfAnotherSource) runs on the same
+// broker.
 func TestKafkaTopicRefused(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Run("settings", func(t *testing.T) { topicSettingsRefused(t, k) })
+	t.Run("another source", func(t *testing.T) { topicOfAnotherSource(t, k) })
+}
+
+func topicSettingsRefused(t *testing.T, k *kafkatest.Cluster) {
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	adm, cl, err := kafkalog.NewAdmin(kafkalog.Plain(kafkalog.Brokers(e.brokers)))
 	if err != nil {
@@ -500,15 +510,14 @@ func TestKafkaTopicRefused(t *testing.T) {
 	capt.stop()
 }
 
-// TestKafkaTopicOfAnotherSource: a slot's topic written by the capture of
+// topicOfAnotherSource (TestKafkaTopicRefused/another_source): a slot's topic written by the capture of
 // one source database is not taken up by the capture of another source
 // under the same slot name (it would skip its own transactions below that
 // stream's LSNs, and its records would reach the first source's targets),
 // nor applied by an apply whose --source is that other database (its copy
 // would be of one database, its stream of the other). Each stops before
 // it makes anything, naming both sources.
-func TestKafkaTopicOfAnotherSource(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+func topicOfAnotherSource(t *testing.T, k *kafkatest.Cluster) {
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
 	capt := e.startCapture("capture")
@@ -794,6 +803,7 @@ func TestKafkaLargeValue(t *testing.T) {
 // topic and the record's offset (a restart stops there again), having
 // applied everything before it; the capture goes on.
 func TestKafkaCorruptRecord(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()

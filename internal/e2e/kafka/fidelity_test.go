@@ -40,8 +40,17 @@ INSERT INTO doomed SELECT g, 'old' FROM generate_series(1, 20) g;`
 // change; rows moved across the leaves of a partitioned table; a table
 // dropped and made again under its name with other columns. Both targets
 // end equal to the source.
+//
+// Its subtest "publication filter" (publicationFilter) runs on the same
+// broker.
 func TestKafkaFidelity(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Run("shapes", func(t *testing.T) { fidelityShapes(t, k) })
+	t.Run("publication filter", func(t *testing.T) { publicationFilter(t, k) })
+}
+
+func fidelityShapes(t *testing.T, k *kafkatest.Cluster) {
 	src := pgtest.Cluster(t, pgcluster.Options{Name: "kfsrc", Fast: true, Settings: map[string]string{"max_prepared_transactions": "5"}})
 	e := newKafkaEnvOn(t, strings.Join(k.Addrs(), ","), src)
 	e.exec(fidelitySQL)
@@ -123,13 +132,13 @@ func TestKafkaFidelity(t *testing.T) {
 	apB.stop()
 }
 
-// TestKafkaPublicationFilter (issue 30): a publication the user made, with
-// a row filter and a column list, is honoured through the topic as by
-// run: the target holds exactly the rows and columns it sends, after the
-// copy and after changes that move rows in and out of the filter; a table
-// the user adds to it later, with rows, is copied, then followed.
-func TestKafkaPublicationFilter(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+// publicationFilter (TestKafkaFidelity/publication_filter): a publication
+// the user made, with a row filter and a column list, is honoured through
+// the topic as by run: the target holds exactly the rows and columns it
+// sends, after the copy and after changes that move rows in and out of the
+// filter; a table the user adds to it later, with rows, is copied, then
+// followed.
+func publicationFilter(t *testing.T, k *kafkatest.Cluster) {
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	var v int
 	if err := e.s.QueryRow(t.Context(), "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil {
