@@ -242,9 +242,10 @@ func (e *Engine) dropTopic(ctx context.Context, adm *kadm.Client, topic string) 
 // provisionCapture checks the source and makes what the capture needs as
 // run makes it (the publication, the event trigger, the slot: a first
 // start that fails before its slot exists leaves nothing behind), and
-// returns the slot, the source's system identifier and the pgoutput
-// protocol it speaks. On a first start (no slot yet), firstCheck runs
-// before anything is made.
+// returns the slot, the source's system identifier and database, and the
+// pgoutput protocol it speaks. sourceCheck is given the identifier and
+// the database before anything is made; on a first start (no slot yet),
+// so is firstCheck.
 func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error, sourceCheck func(ctx context.Context, sysid, db string) error) (slot install.Slot, sysid, db string, proto int, err error) {
 	cfg := e.cfg
 	src, err := install.ConnectSource(ctx, cfg.Source)
