@@ -70,10 +70,7 @@ func LastEpoch(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (
 	if err != nil || tail.Empty {
 		return nil, err
 	}
-	start, end, err := Offsets(ctx, adm, topic)
-	if err != nil {
-		return nil, err
-	}
+	start, end := tail.Start, tail.End
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	f, err := lowerBound(ctx, c, topic, start, end, func(h Header) bool { return h.Epoch >= tail.Epoch })

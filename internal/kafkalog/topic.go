@@ -277,6 +277,7 @@ type TailInfo struct {
 	Empty      bool // no record to read (new, or all past retention)
 	Epoch      uint32
 	LastCommit change.LSN
+	Start      int64 // the first offset
 	End        int64 // the next offset
 	Binary     bool  // the last record's values are binary (Header.Binary)
 }
@@ -290,7 +291,7 @@ func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailI
 		return TailInfo{}, err
 	}
 	if end <= start {
-		return TailInfo{Empty: true, End: end}, nil
+		return TailInfo{Empty: true, Start: start, End: end}, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -307,10 +308,10 @@ func Tail(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (TailI
 			if err != nil {
 				return TailInfo{}, fmt.Errorf("topic %s offset %d: %w", topic, last.Offset, err)
 			}
-			return TailInfo{Epoch: h.Epoch, LastCommit: h.LastCommit, End: end, Binary: h.Binary}, nil
+			return TailInfo{Epoch: h.Epoch, LastCommit: h.LastCommit, Start: start, End: end, Binary: h.Binary}, nil
 		}
 		if from == start {
-			return TailInfo{Empty: true, End: end}, nil
+			return TailInfo{Empty: true, Start: start, End: end}, nil
 		}
 	}
 }
