@@ -67,6 +67,21 @@ func (f *TableFilter) Put(t schema.TableName, s TableState) {
 	f.m.Store(&m)
 }
 
+// Drop forgets a table's state: its changes are applied in full.
+func (f *TableFilter) Drop(t schema.TableName) {
+	old := f.states()
+	if _, ok := old[t]; !ok {
+		return
+	}
+	m := make(map[schema.TableName]TableState, len(old))
+	for k, v := range old {
+		if k != t {
+			m[k] = v
+		}
+	}
+	f.m.Store(&m)
+}
+
 func (f *TableFilter) states() map[schema.TableName]TableState {
 	if f == nil {
 		return nil

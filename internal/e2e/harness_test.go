@@ -264,4 +264,20 @@ func (e *env) waitCaughtUp(slot string, timeout time.Duration) {
 		err := e.Src.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&ok)
 		return ok, err
 	})
+	// A table waiting for its copy (pending, copying) is not caught up:
+	// apply skipped its changes, the copy brings them. (One the source no
+	// longer has waits for ever.)
+	pgtest.WaitFor(e.t, "slot "+slot+"'s tables to be copied", timeout, func() (bool, error) {
+		var waiting []string
+		rows, err := e.Tgt.Query(ctx, `SELECT format('%I.%I', schema_name, table_name) FROM repstream.tables WHERE slot = $1 AND state <> 'ready'`, slot)
+		if err != nil {
+			return false, err
+		}
+		if waiting, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return false, err
+		}
+		var n int
+		err = e.Src.QueryRow(ctx, `SELECT count(to_regclass(t)) FROM unnest($1::text[]) t`, waiting).Scan(&n)
+		return n == 0, err
+	})
 }

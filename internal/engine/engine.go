@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -363,7 +364,9 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 			err = e.sync.ResumeCopy(ctx, tgt, tables)
 		case stepAdoptSlot:
 			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", prog.Low)
-			err = target.InitProgress(ctx, tgt, cfg.Slot, prog.Low, target.SnapshotNone, false)
+			if err = target.InitProgress(ctx, tgt, cfg.Slot, prog.Low, target.SnapshotNone, false); err == nil {
+				err = target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, prog.Low)
+			}
 		case stepRefuse:
 			err = p.refuse
 		}
@@ -371,7 +374,28 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 			return target.Progress{}, 0, err
 		}
 	}
+	if prog.Exists && prog.Snapshot == target.SnapshotNone {
+		if err := e.recordLegacyStreamed(ctx, tgt, tables, prog.Low); err != nil {
+			return target.Progress{}, 0, err
+		}
+	}
 	return prog, initialFlush, nil
+}
+
+// recordLegacyStreamed records the published tables of a slot that
+// streams without a copy as streamed, when an earlier version recorded
+// none: without that, a run without the event trigger would copy each
+// of them anew at its first change (CopyUnrecorded).
+func (e *Engine) recordLegacyStreamed(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State == target.TableReady }) {
+		return nil
+	}
+	e.log.Info("recording the published tables as streamed without a copy (a slot started by an earlier version)", "tables", len(tables))
+	return target.SetTablesStreamed(ctx, tgt, e.cfg.Slot, tables, low)
 }
 
 // beforeStreaming copies the tables added since the last run (pending),
@@ -575,6 +599,9 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		Slot: e.cfg.Slot, Binary: e.binary,
 		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager),
 		Publication: e.cfg.Publication, Resync: e.resync,
+		// Without the event trigger nothing says that a table entered the
+		// publication with rows: one the slot never copied is copied.
+		CopyUnrecorded: e.ddl != ddlTrigger,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +
@@ -645,7 +672,12 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	}
 	e.log.Info("created replication slot", "slot", cfg.Slot, "consistent_point", low)
 	if !cfg.Snapshot {
-		return low, target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotNone, createdPub)
+		if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotNone, createdPub); err != nil {
+			return 0, err
+		}
+		// Recorded: a table the stream carries later and the slot does
+		// not record entered the publication after (CopyUnrecorded).
+		return low, target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, low)
 	}
 	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotRunning, createdPub); err != nil {
 		return 0, err

@@ -20,9 +20,19 @@ import (
 
 // resync makes apply write none of a table's changes until it is copied
 // again: the writer has recorded it pending (a table holding rows attached
-// to it as a partition); the tables' watch (tablesync's Watch) copies it.
-func (e *Engine) resync(t schema.TableName) {
+// to it as a partition, a table that enters the publication); the tables'
+// watch (tablesync's Watch) copies it. The undo gives the filter back the
+// table's state before, for a writer whose transaction did not commit.
+func (e *Engine) resync(t schema.TableName) (undo func()) {
+	prev, had := e.tables.State(t)
 	e.tables.Put(t, apply.TableState{})
+	return func() {
+		if had {
+			e.tables.Put(t, prev)
+		} else {
+			e.tables.Drop(t)
+		}
+	}
 }
 
 // copyPendingAtEnd copies, before a run that caught up ends, the published

@@ -24,7 +24,8 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	tab, err := schema.LoadTable(ctx, w.conn, rel.Namespace, rel.Name)
 	if !w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound) {
 		// CREATE TABLE AS, SELECT INTO: the rows come before the
-		// table's schema-change message (ctas.go).
+		// table's schema-change message (ctas.go). With --ddl=false
+		// none comes: the commit fails, naming the table.
 		tab, err = w.createAhead(ctx, rel)
 	}
 	if err != nil && !(w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound)) {
@@ -33,6 +34,11 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	if w.opts.RelationDDL {
 		if tab, err = w.followRelation(ctx, rel, tab, err); err != nil {
 			return nil, err
+		}
+	}
+	if w.opts.CopyUnrecorded {
+		if err := w.checkRecorded(ctx, rel); err != nil {
+			return nil, err // errTakenUp: no plan is cached, the next change looks again
 		}
 	}
 	if err := w.checkStreamTypes(ctx, rel, tab); err != nil {
@@ -117,6 +123,9 @@ WHERE i.indrelid = $1`
 // relation's plan.
 func (w *Writer) Collapsible(ctx context.Context, rel *change.Relation) (bool, error) {
 	p, err := w.plan(ctx, rel)
+	if errors.Is(err, errTakenUp) {
+		return false, nil // none of its changes is written (unrecorded.go)
+	}
 	if err != nil {
 		return false, fmt.Errorf("apply to %s: %w", rel.String(), err)
 	}

@@ -176,9 +176,7 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 	if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
 		return fail(err)
 	}
-	if w.opts.Resync != nil {
-		w.opts.Resync(tn)
-	}
+	w.markTakenUp(tn)
 	w.log.Warn("a table enters the publication with rows the stream does not carry (SET LOGGED, SET SCHEMA into a published schema): created on the target, it is copied from a new snapshot, then streamed",
 		"table", tn, "command", msg.Tag, "lsn", lsn)
 	return nil

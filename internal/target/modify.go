@@ -223,6 +223,9 @@ func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 	}
 	for _, rel := range c.TruncateRels {
 		p, err := w.plan(ctx, rel)
+		if errors.Is(err, errTakenUp) {
+			continue // waits for its copy, which is later than this
+		}
 		if err != nil {
 			return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
 		}

@@ -295,9 +295,7 @@ func (w *Writer) resync(ctx context.Context, root, part schema.TableName, lsn ch
 	if err := SetTableState(ctx, w.conn, w.opts.Slot, root.Schema, root.Name, TablePending); err != nil {
 		return fail(err)
 	}
-	if w.opts.Resync != nil {
-		w.opts.Resync(root)
-	}
+	w.markTakenUp(root)
 	w.log.Warn("a table holding rows was attached on the source as a partition: the target's root is copied again (emptied, copied from a new snapshot)",
 		"table", root, "partition", part, "lsn", lsn)
 	return nil

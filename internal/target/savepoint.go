@@ -51,5 +51,8 @@ func (w *Writer) RollbackToSavepoint(ctx context.Context, name string) error {
 	}
 	w.state = txnOpen
 	w.ahead.rollbackTo(name)
+	// Pending records may have gone with the savepoint: the next change
+	// of those tables looks again (unrecorded.go).
+	w.undoResyncs()
 	return nil
 }

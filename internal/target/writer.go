@@ -74,10 +74,20 @@ type WriterOptions struct {
 	MultiRowInserts bool
 
 	// Publication is the run's publication; Resync (nil: none) is told of
-	// a table the writer records pending again, to be copied anew
-	// (partition.go: a table holding rows attached as a partition).
+	// a table the writer records pending, to be copied anew (partition.go:
+	// a table holding rows attached as a partition; ddl.go: a table that
+	// enters the publication; unrecorded.go): apply must write none of its
+	// changes from then on. It returns how to undo that (nil: nothing to
+	// undo), called when the transaction that recorded the table does not
+	// commit.
 	Publication string
-	Resync      func(schema.TableName)
+	Resync      func(schema.TableName) (undo func())
+
+	// CopyUnrecorded: a table the stream carries that repstream.tables does
+	// not record for the slot is recorded pending and copied anew
+	// (unrecorded.go): without the source's event trigger, nothing else
+	// says that a table entered the publication with rows.
+	CopyUnrecorded bool
 
 	// DeferPosition: CommitLSN does not read the target's WAL position and
 	// returns UnreadPosition (position.go); the caller reads it later.
@@ -120,10 +130,16 @@ type Writer struct {
 	log  *slog.Logger
 	id   string // prefix of this writer's prepared statement names
 
-	state  txnState
-	plans  map[*change.Relation]*relPlan // cached per relation (catalog.go)
-	ahead  aheadTables                   // tables created from their rows' description, awaiting their CREATE message (ctas.go)
-	copies copyBufs
+	state txnState
+	plans map[*change.Relation]*relPlan // cached per relation (catalog.go)
+	ahead aheadTables                   // tables created from their rows' description, awaiting their CREATE message (ctas.go)
+	// recorded: tables found ready in repstream.tables (CopyUnrecorded);
+	// takenUp: those this transaction recorded pending, and resyncUndo
+	// what undoes the filter's states it changed (unrecorded.go).
+	recorded   map[schema.TableName]bool
+	takenUp    map[schema.TableName]bool
+	resyncUndo []func()
+	copies     copyBufs
 	// copyChunk: the most bytes of rows one COPY sends (copyOut, adaptChunk).
 	copyChunk int
 	pipe      pipeline
@@ -201,6 +217,8 @@ func (w *Writer) Begin(ctx context.Context) error {
 	}
 	w.discard()
 	w.ahead.reset()
+	w.undoResyncs() // a transaction that ended without Commit or Rollback
+	clear(w.takenUp)
 	w.tagCheck = false
 	// Once per session: every transaction runs these, and a prepared
 	// statement spares the server parsing and planning them each time.
@@ -250,6 +268,9 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 		err = w.ddl(ctx, c)
 	default:
 		err = fmt.Errorf("apply %s at %s: unknown operation", c.Op, c.LSN)
+	}
+	if errors.Is(err, errTakenUp) {
+		return nil // its table waits for a copy, which holds the change (unrecorded.go)
 	}
 	if err != nil {
 		w.fail()
@@ -362,8 +383,11 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	w.pipe.reset()
 	w.state = txnNone
 	if !committed(tail, w.opts.DeferPosition) {
+		w.undoResyncs()
+		clear(w.takenUp)
 		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
+	w.endTakenUp()
 	var lsn change.LSN
 	if w.opts.DeferPosition {
 		lsn = UnreadPosition
@@ -387,6 +411,8 @@ const appliedInsert = "INSERT INTO repstream.applied (slot, end_lsn, first_lsn) 
 // It is a no-op outside a transaction.
 func (w *Writer) Rollback(ctx context.Context) error {
 	w.discard()
+	w.undoResyncs()
+	clear(w.takenUp)
 	sent := w.state.sent()
 	w.state = txnNone
 	if !sent {

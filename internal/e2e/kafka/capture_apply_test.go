@@ -419,9 +419,17 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 // target's apply meets the ALTER PUBLICATION in the stream (the source's
 // event trigger reports it) and copies the table too, at a snapshot of its
 // own, without a `tables add` of its own; both then apply the table's
-// later changes.
+// later changes. Without the event trigger (--ddl=relation) nothing in the
+// stream says the table was added: the other target's apply copies it
+// because its first change is of a table that target never copied.
 func TestKafkaTablesAdd(t *testing.T) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	for _, ddl := range []string{"trigger", "relation"} {
+		t.Run(ddl, func(t *testing.T) { kafkaTablesAdd(t, k, ddl) })
+	}
+}
+
+func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 	src := pgtest.Shared(t, "source")
 	tgtC := pgtest.Shared(t, "target")
 	srcDB := pgtest.NewDB(t, src)
@@ -448,7 +456,11 @@ func TestKafkaTablesAdd(t *testing.T) {
 	})
 	brokers := strings.Join(k.Addrs(), ",")
 	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", brokers}
-	capt := startProc(t, "capture", append([]string{"capture", "--tables", "public.first"}, common...)...)
+	captArgs := []string{"capture", "--tables", "public.first"}
+	if ddl == "relation" {
+		captArgs = append(captArgs, "--ddl", "relation")
+	}
+	capt := startProc(t, "capture", append(captArgs, common...)...)
 	var aps []*proc
 	for i, db := range []string{tgt1, tgt2} {
 		aps = append(aps, startProc(t, fmt.Sprintf("apply %d", i+1), append([]string{"apply", "--target", tgtC.DSN(db), "--create-tables",

@@ -1,0 +1,146 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Tables the stream carries that repstream.tables does not record
+// (WriterOptions.CopyUnrecorded): without the source's event trigger
+// (--ddl=relation or false) nothing says that a table entered the
+// publication with rows the stream never carried — ALTER PUBLICATION ...
+// ADD TABLE, ADD TABLES IN SCHEMA, SET SCHEMA into a published schema,
+// RENAME, SET LOGGED, a table holding rows attached as a leaf partition.
+// Every table the slot's copy or `tables add` copied, and every table a
+// run without a copy streamed from its start, is recorded; a table met in
+// the stream that is not is recorded pending and copied anew from a new
+// snapshot (tablesync's Watch), as `tables add` does. A table created on
+// the source after the start is copied too (it was empty then, so that
+// costs a copy, not correctness).
+//
+// The change that meets the table is not written: a table not ready gets
+// none of its changes (apply.TableFilter), and an UPDATE of a row copied
+// later would not find it.
+
+// errTakenUp: the change's table was recorded pending in this transaction
+// (or found pending): the change is left out, the copy holds it.
+var errTakenUp = errors.New("table waits for its copy")
+
+// tableState returns the slot's recorded state of table tn ("" when
+// repstream.tables has no row for it).
+func tableState(ctx context.Context, conn *pgx.Conn, slot string, tn schema.TableName) (string, error) {
+	var state string
+	err := conn.QueryRow(ctx, "SELECT state FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3",
+		slot, tn.Schema, tn.Name).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the sync state of %s for slot %q: %w", tn, slot, err)
+	}
+	return state, nil
+}
+
+// SetTablesStreamed records tables as streamed from the slot's start
+// without a copy (--snapshot=false, --adopt-slot): ready at low, with no
+// copy figures. A table already recorded keeps its state.
+func SetTablesStreamed(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName, low change.LSN) error {
+	b := &pgx.Batch{}
+	for _, t := range tables {
+		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn)
+VALUES ($1, $2, $3, 'ready', $4::pg_lsn) ON CONFLICT (slot, schema_name, table_name) DO NOTHING`, slot, t.Schema, t.Name, low.String())
+	}
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("record the tables of slot %q as streamed from %s: %w", slot, low, err)
+	}
+	return nil
+}
+
+// checkRecorded is plan's check of rel's table with CopyUnrecorded: nil
+// when it is recorded ready (remembered for the writer's life), errTakenUp
+// when it waits for a copy — recorded pending here if it was not recorded
+// at all.
+func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error {
+	tn := schema.TableName{Schema: rel.Namespace, Name: rel.Name}
+	if w.recorded[tn] {
+		return nil
+	}
+	state, err := tableState(ctx, w.conn, w.opts.Slot, tn)
+	if err != nil {
+		return err
+	}
+	switch state {
+	case TableReady:
+		if w.recorded == nil {
+			w.recorded = map[schema.TableName]bool{}
+		}
+		w.recorded[tn] = true
+		return nil
+	case TablePending, TableCopying:
+		// Recorded by this transaction (before a savepoint rolled back
+		// to): undone with it; else committed.
+		w.resyncFilter(tn, w.takenUp[tn])
+		return errTakenUp
+	}
+	if err := w.flushAll(ctx); err != nil {
+		return err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
+	if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
+		return err
+	}
+	w.markTakenUp(tn)
+	w.log.Warn("the stream carries a table this replication never copied (without the source's event trigger an ALTER PUBLICATION ... ADD TABLE, "+
+		"a SET SCHEMA or RENAME into the publication, a CREATE TABLE look alike): it is copied from a new snapshot, then streamed",
+		"table", tn, "relation_id", rel.ID)
+	return errTakenUp
+}
+
+// markTakenUp notes that this transaction recorded tn pending and tells
+// the engine's filter, undoably.
+func (w *Writer) markTakenUp(tn schema.TableName) {
+	if w.takenUp == nil {
+		w.takenUp = map[schema.TableName]bool{}
+	}
+	w.takenUp[tn] = true
+	w.resyncFilter(tn, true)
+}
+
+// resyncFilter tells the engine (WriterOptions.Resync) to write none of
+// tn's changes until it is copied. undoable: the pending record is this
+// transaction's, so a rollback must undo that (undoResyncs).
+func (w *Writer) resyncFilter(tn schema.TableName, undoable bool) {
+	if w.opts.Resync == nil {
+		return
+	}
+	undo := w.opts.Resync(tn)
+	if undoable && undo != nil {
+		w.resyncUndo = append(w.resyncUndo, undo)
+	}
+}
+
+// undoResyncs gives the engine's filter back the states it had before
+// this transaction recorded tables pending: the transaction (or the
+// savepoint's part of it) did not commit, so no copy will come for them.
+// Their next change meets the check again.
+func (w *Writer) undoResyncs() {
+	for i := len(w.resyncUndo) - 1; i >= 0; i-- {
+		w.resyncUndo[i]()
+	}
+	w.resyncUndo = w.resyncUndo[:0]
+}
+
+// endTakenUp forgets, at a commit, which tables the transaction recorded
+// pending: the records stand.
+func (w *Writer) endTakenUp() {
+	w.resyncUndo = w.resyncUndo[:0]
+	clear(w.takenUp)
+}
