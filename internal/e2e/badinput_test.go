@@ -750,6 +750,7 @@ func TestBadInputConstraintViolation(t *testing.T) {
 // plugin, a slot of another database, and a slot in use: each is an error
 // naming the slot and saying what to do.
 func TestBadInputSlot(t *testing.T) {
+	t.Parallel() // own databases and slots, mostly waiting: overlaps the other parallel tests, after the rest
 	ctx := context.Background()
 	t.Run("dropped", func(t *testing.T) {
 		e := newEnv(t)

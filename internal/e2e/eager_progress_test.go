@@ -21,6 +21,7 @@ import (
 // were counted at once and the counter then stood still for the seconds
 // the target took to consume them (8 s here).
 func TestEagerRowsCountedWhileSent(t *testing.T) {
+	t.Parallel() // own databases and slots, mostly waiting: overlaps the other parallel tests, after the rest
 	e := newEnv(t)
 	e.both(`CREATE TABLE slow (id int PRIMARY KEY, v text)`)
 	// slow_seen counts the rows the target's trigger has seen; a sequence

@@ -27,6 +27,7 @@ func TestPublicationAddTable(t *testing.T) {
 			name = "ddl=" + tc.ddl + "/" + name
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each its own databases and slot; together only with each other
 			e := newEnv(t)
 			e.srcExec(`CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text);
 				CREATE SCHEMA side; CREATE TABLE side.c (id int PRIMARY KEY, v text)`)

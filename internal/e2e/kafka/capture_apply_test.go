@@ -425,7 +425,10 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 func TestKafkaTablesAdd(t *testing.T) {
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	for _, ddl := range []string{"trigger", "relation"} {
-		t.Run(ddl, func(t *testing.T) { kafkaTablesAdd(t, k, ddl) })
+		t.Run(ddl, func(t *testing.T) {
+			t.Parallel() // each its own databases and slot
+			kafkaTablesAdd(t, k, ddl)
+		})
 	}
 }
 
