@@ -269,10 +269,10 @@ func (w *Writer) Write(ctx context.Context, c *change.Change) error {
 	default:
 		err = fmt.Errorf("apply %s at %s: unknown operation", c.Op, c.LSN)
 	}
-	if errors.Is(err, errTakenUp) {
-		return nil // its table waits for a copy, which holds the change (unrecorded.go)
-	}
 	if err != nil {
+		if errors.Is(err, errTakenUp) {
+			return nil // its table waits for a copy, which holds the change (unrecorded.go)
+		}
 		w.fail()
 		return err
 	}
