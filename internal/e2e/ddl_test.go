@@ -291,8 +291,8 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(); n != 10 {
-		t.Fatalf("after run: %d of the 3 event triggers, 5 functions, the schema and the partition's TRUNCATE trigger on the source, want 10", n)
+	if n := count(); n != 11 {
+		t.Fatalf("after run: %d of the 3 event triggers, 6 functions, the schema and the partition's TRUNCATE trigger on the source, want 11", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
 	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {

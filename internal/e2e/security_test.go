@@ -312,7 +312,7 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 	for what, q := range map[string]string{
 		"schema":         "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'",
 		"event triggers": "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'",
-		"functions":      "SELECT count(*) FROM pg_proc WHERE proname IN ('ddl_def', 'ddl_end', 'ddl_drop', 'expect_row')",
+		"functions":      "SELECT count(*) FROM pg_proc WHERE proname IN ('ddl_def', 'ddl_pubs', 'ddl_end', 'ddl_drop', 'expect_row')",
 	} {
 		if n := e.count(e.Src, q); n != 0 {
 			t.Errorf("the last drop left repstream's %s on the source", what)

@@ -28,7 +28,9 @@ import (
 //     the rename detection of the next change of each table);
 //   - the event trigger repstream_ddl (ddl_command_end of CREATE TABLE,
 //     ALTER TABLE, CREATE TABLE AS, SELECT INTO, ALTER SCHEMA, and ALTER
-//     PUBLICATION, for the tables it adds) and repstream_ddl_drop
+//     PUBLICATION, for the tables it adds; the tables it takes out get
+//     their recorded publications updated, with no message, so that
+//     their return is an entry) and repstream_ddl_drop
 //     (sql_drop of tables), whose functions emit, inside the DDL's
 //     transaction, pg_logical_emit_message(true, 'repstream.ddl', json) per
 //     ordinary or partitioned table: the new definition, the command tag and
@@ -75,15 +77,22 @@ import (
 const ddlTriggerSQL = `
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, def jsonb NOT NULL);
 
+-- The publications that publish a table (NULL: no such table).
+CREATE OR REPLACE FUNCTION repstream.ddl_pubs(rel oid) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
+                  WHERE NOT (p.pubviaroot AND c.relispartition)
+                    AND (p.puballtables
+                         OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
+                         %SCHEMAPUB%)), '[]'::jsonb)
+FROM pg_class c WHERE c.oid = rel
+$fn$;
+
 CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT jsonb_build_object(
   'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
-  'pubs', COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
-                     WHERE NOT (p.pubviaroot AND c.relispartition)
-                       AND (p.puballtables
-                            OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
-                            %SCHEMAPUB%)), '[]'::jsonb),
+  'pubs', repstream.ddl_pubs(c.oid),
   'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -184,6 +193,21 @@ BEGIN
         'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
     END;
   END LOOP;
+  -- ALTER PUBLICATION ... DROP TABLE (SET TABLE, DROP TABLES IN SCHEMA)
+  -- takes tables out: their recorded publications must say so, or their
+  -- return to the publication would not be seen as an entry (the changes
+  -- they had outside were never in the stream: each target copies them
+  -- anew when they enter).
+  IF TG_TAG = 'ALTER PUBLICATION' THEN
+    BEGIN
+      UPDATE repstream.ddl_state s SET def = jsonb_set(s.def, '{pubs}', n.pubs)
+        FROM (SELECT s2.relid, repstream.ddl_pubs(s2.relid) AS pubs FROM repstream.ddl_state s2) n
+       WHERE n.relid = s.relid AND jsonb_typeof(s.def->'pubs') = 'array' AND n.pubs IS NOT NULL
+         AND NOT (n.pubs @> (s.def->'pubs'));
+    EXCEPTION WHEN OTHERS THEN
+      RAISE WARNING 'repstream: cannot record the tables this ALTER PUBLICATION took out (adding one back will not copy it anew): %', SQLERRM;
+    END;
+  END IF;
   -- Decoding orders a message by the END of its record, the changes by
   -- their start: a row written right after it would tie with it, and a tie
   -- between a subtransaction's message (this block, or the user's
@@ -273,6 +297,7 @@ DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 DROP FUNCTION IF EXISTS repstream.ddl_end();
 DROP FUNCTION IF EXISTS repstream.ddl_drop();
 DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
+DROP FUNCTION IF EXISTS repstream.ddl_pubs(oid);
 DROP TABLE IF EXISTS repstream.ddl_state;
 DROP TABLE IF EXISTS repstream.replications;
 `
