@@ -95,3 +95,69 @@ func TestPublicationAddTable(t *testing.T) {
 		})
 	}
 }
+
+// TestPublicationFollowedWithoutTrigger: without the event trigger
+// (--ddl=relation) a running engine compares the publication with the
+// tables the slot records every few seconds (tablesync's publication
+// poll): a table added that nobody writes afterwards is copied; a table
+// taken out, changed outside and added back is copied anew; a table set
+// UNLOGGED stops the run, naming it. Pgoutput reports none of these.
+func TestPublicationFollowedWithoutTrigger(t *testing.T) {
+	t.Parallel() // own databases and slot, mostly waiting for the poll
+	e := newEnv(t)
+	e.both(`CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text); CREATE TABLE d (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO a SELECT g, 'a' FROM generate_series(1, 50) g; INSERT INTO b SELECT g, 'b' FROM generate_series(1, 50) g;
+		INSERT INTO d SELECT g, 'd' FROM generate_series(1, 50) g`)
+	cfg := e.config()
+	cfg.Publication = "pub_r"
+	cfg.DDL = "relation"
+	schemaPubs := e.srcMajor() >= 15
+	if schemaPubs {
+		e.both(`CREATE SCHEMA side; CREATE TABLE side.u (id int PRIMARY KEY)`)
+		e.srcExec(`CREATE PUBLICATION pub_r FOR TABLE a, b, TABLES IN SCHEMA side`)
+	} else {
+		e.srcExec(`CREATE PUBLICATION pub_r FOR TABLE a, b`)
+	}
+	e.catchUp(cfg)
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	same := func(table string) func() bool {
+		return func() bool {
+			n1, h1 := checksum(t, e.Src, table, "id")
+			n2, h2 := checksum(t, e.Tgt, table, "id")
+			return n1 == n2 && h1 == h2
+		}
+	}
+	// Added, never written afterwards.
+	e.srcExec(`ALTER PUBLICATION pub_r ADD TABLE d`)
+	waitFor(t, "d to be copied", time.Minute, same("d"))
+
+	// Out, changed outside, back: its record goes once apply has passed
+	// the moment the poll saw it out; back, it is copied anew.
+	e.srcExec(`ALTER PUBLICATION pub_r DROP TABLE b`)
+	e.srcExec(`INSERT INTO a VALUES (51, 'moves apply on')`)
+	waitFor(t, "b's record to go", time.Minute, func() bool {
+		_, ok := e.tableSync("b")
+		return !ok
+	})
+	e.srcExec(`UPDATE b SET v = 'while out' WHERE id <= 10; DELETE FROM b WHERE id = 50`)
+	e.srcExec(`ALTER PUBLICATION pub_r ADD TABLE b`)
+	waitFor(t, "b to be copied anew", time.Minute, same("b"))
+
+	// SET UNLOGGED (of a table a schema publishes: PostgreSQL refuses it
+	// for one listed): its changes leave the WAL. The run stops.
+	if !schemaPubs {
+		return
+	}
+	e.srcExec(`ALTER TABLE side.u SET UNLOGGED`)
+	e.srcExec(`INSERT INTO b VALUES (100, 'moves apply on')`)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the run ended without an error")
+		}
+		wantInError(t, err, "side.u", "UNLOGGED", "set it LOGGED again")
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not stop within a minute after a table was set UNLOGGED")
+	}
+}

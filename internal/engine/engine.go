@@ -467,7 +467,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	if e.watch != nil {
 		g.Go(func() error { return e.watch.Run(gctx) })
 	}
-	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}) })
+	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}, e.ddl != ddlTrigger) })
 	persisted := prog.Low
 	g.Go(func() error { return onSide("target", e.persistLoop(gctx, tgt, acker, &persisted)) })
 	err = g.Wait()

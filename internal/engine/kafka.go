@@ -714,7 +714,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	if eager != nil {
 		g.Go(func() error { return onSide("target", eager.Run(gctx)) })
 	}
-	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}) })
+	g.Go(func() error { return e.sync.Watch(gctx, e.tables, applyPause{ap, eager}, e.ddl != ddlTrigger) })
 	pr := &kafkaPersister{tgt: tgt, slot: cfg.Slot, wm: wm, rd: rd, low: prog.Low, offset: from}
 	g.Go(func() error { return pr.loop(gctx) })
 	err = g.Wait()

@@ -38,17 +38,29 @@ type Pause interface {
 // (every dispatched group committed), the table is copied at a temporary
 // slot's consistent point L, becomes ready at L in the filter, and apply
 // goes on: its changes ending at or below L are skipped, later ones applied.
-func (ts *Syncer) Watch(ctx context.Context, filter *apply.TableFilter, pause Pause) error {
+//
+// followPublication (a run without the source's event trigger): every
+// PublicationPoll it also compares the publication with the tables the
+// slot records (publication.go).
+func (ts *Syncer) Watch(ctx context.Context, filter *apply.TableFilter, pause Pause, followPublication bool) error {
 	log := ts.log.With("component", "tablesync")
 	tgt, err := target.Connect(ctx, ts.cfg.Target, "repstream-tables")
 	if err != nil {
 		return err
 	}
 	defer tgt.Close(context.Background())
+	var pp *publicationPoll
+	if followPublication {
+		pp = &publicationPoll{every: PublicationPoll, last: time.Now(), out: map[schema.TableName]change.LSN{}}
+	}
 	t := time.NewTicker(tablePollInterval)
 	defer t.Stop()
 	for {
-		if err := ts.pollTables(ctx, tgt, filter, pause, log); err != nil {
+		err := ts.pollPublication(ctx, tgt, pp, filter, log)
+		if err == nil {
+			err = ts.pollTables(ctx, tgt, filter, pause, log)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
 )
 
 // tablesSchema creates repstream.tables: the sync state of every table the
@@ -113,6 +114,17 @@ ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state
 		slot, schemaName, name, state)
 	if err != nil {
 		return fmt.Errorf("record %s.%s as %s for slot %q: %w", schemaName, name, state, slot, err)
+	}
+	return nil
+}
+
+// ForgetTable removes a table's sync state: the slot no longer replicates
+// it (tablesync's publication poll), and a run without the event trigger
+// copies it anew if the stream carries it again (unrecorded.go).
+func ForgetTable(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName) error {
+	if _, err := conn.Exec(ctx, `DELETE FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state = 'ready'`,
+		slot, t.Schema, t.Name); err != nil {
+		return fmt.Errorf("forget the sync state of %s for slot %q: %w", t, slot, err)
 	}
 	return nil
 }

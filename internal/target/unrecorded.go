@@ -22,7 +22,9 @@ import (
 // the stream that is not is recorded pending and copied anew from a new
 // snapshot (tablesync's Watch), as `tables add` does. A table created on
 // the source after the start is copied too (it was empty then, so that
-// costs a copy, not correctness).
+// costs a copy, not correctness). Tables that enter or leave the
+// publication without a change in the stream are tablesync's publication
+// poll's (tablesync/publication.go).
 //
 // The change that meets the table is not written: a table not ready gets
 // none of its changes (apply.TableFilter), and an UPDATE of a row copied
