@@ -40,12 +40,18 @@ func (e *Engine) resync(t schema.TableName) (undo func()) {
 // table holding rows attached as a partition of one): everything up to the stop
 // is applied, so the copy's new snapshot is later, and its sync LSN makes
 // the next run skip what the copy holds.
+//
+// Without the event trigger, a published table the slot does not record
+// (added to the publication, nothing written to it since) is recorded
+// pending first and copied too: the publication poll of tablesync's Watch
+// may not have run in a short run.
 func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State != target.TableReady }) {
+	untracked := e.ddl != ddlTrigger
+	if !untracked && !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State != target.TableReady }) {
 		return nil
 	}
 	src, err := install.ConnectSource(ctx, e.cfg.Source)
@@ -56,6 +62,18 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	src.Close(context.WithoutCancel(ctx))
 	if err != nil {
 		return err
+	}
+	if untracked {
+		for _, t := range published {
+			if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
+				continue
+			}
+			e.log.Warn("a table is in the publication that this replication never copied (without the event trigger: ALTER PUBLICATION ... ADD TABLE): it is copied before the run ends",
+				"table", t.String())
+			if err := target.SetTableState(ctx, tgt, e.cfg.Slot, t.Schema, t.Name, target.TablePending); err != nil {
+				return err
+			}
+		}
 	}
 	return e.sync.SyncPending(ctx, tgt, published)
 }
