@@ -100,6 +100,10 @@ type Config struct {
 	// pgoutput's Relation messages: no RENAME, no defaults) or "false"
 	// (not at all: a change stops the run).
 	DDL string `yaml:"ddl"`
+	// PublicationPoll: without the event trigger, how often a running
+	// engine compares the publication with the tables it replicates
+	// (tablesync's publication poll).
+	PublicationPoll time.Duration `yaml:"publication_poll"`
 
 	UntilCaughtUp bool `yaml:"until_caught_up"`
 	// SyncSequences copies the positions of the replicated tables'
@@ -176,6 +180,7 @@ func Default() Config {
 		Collapse:         true,
 		Binary:           true,
 		DDL:              "true",
+		PublicationPoll:  5 * time.Second,
 		StatusInterval:   10 * time.Second,
 		LogLevel:         "info",
 		LogFormat:        "text",
@@ -249,6 +254,9 @@ func (c *Config) EnsureDefaults() {
 	c.SnapshotWorkers = max(c.SnapshotWorkers, 1)
 	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
 		c.StatusInterval = 10 * time.Second
+	}
+	if c.PublicationPoll <= 0 {
+		c.PublicationPoll = 5 * time.Second
 	}
 }
 

@@ -112,6 +112,7 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	cfg := e.config()
 	cfg.Publication = "pub_r"
 	cfg.DDL = "relation"
+	cfg.PublicationPoll = time.Second
 	schemaPubs := e.srcMajor() >= 15
 	if schemaPubs {
 		e.both(`CREATE SCHEMA side; CREATE TABLE side.u (id int PRIMARY KEY)`)
@@ -163,5 +164,22 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 		wantInError(t, err, "side.u", "UNLOGGED", "set it LOGGED again")
 	case <-time.After(time.Minute):
 		t.Fatal("the run did not stop within a minute after a table was set UNLOGGED")
+	}
+
+	// The publication set to leave out updates: a start refuses that, so
+	// a running engine stops.
+	e.waitSlotReleased(cfg.Slot)
+	done, cancel = e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER PUBLICATION pub_r SET (publish = 'insert')`)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the run ended without an error")
+		}
+		wantInError(t, err, "pub_r", "does not publish update", "never reached the target")
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not stop within a minute after the publication left out updates")
 	}
 }

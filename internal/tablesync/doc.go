@@ -17,7 +17,7 @@
 //	doc.go        this overview
 //	tablesync.go  Syncer, New, Options: the tables copied at their own snapshot (syncTables), ResumeCopy, SyncPending, LoadFilter, MarkCopying, RecordCopied
 //	watch.go      Pause, Watch: the tables `tables add` records, copied while the engine runs (apply paused)
-//	publication.go without the event trigger: the publication compared with the recorded tables (PublicationPoll)
+//	publication.go without the event trigger: the publication compared with the recorded tables (config.PublicationPoll)
 //	tables.go     EmptyCopied, CheckReady
 //	add.go        AddTables: `tables add` (the checks: install.CheckAddable)
 //	list.go       ListTables, TableRow: `tables list`

@@ -16,13 +16,10 @@ import (
 	"github.com/repstream/repstream/internal/target"
 )
 
-// PublicationPoll is how often a run without the source's event trigger
-// compares the publication with the tables the slot records.
-const PublicationPoll = 5 * time.Second
-
-// publicationPoll follows, without the source's event trigger
-// (--ddl=relation, false), what pgoutput never reports: which tables the
-// publication publishes. The writer copies a table the stream carries that
+// publicationPoll follows what pgoutput never reports: whether the
+// publication still publishes every kind of change (in every mode) and,
+// without the source's event trigger (--ddl=relation, false; tables),
+// which tables it publishes. The writer copies a table the stream carries that
 // the slot never recorded (target/unrecorded.go); this poll also finds
 //   - a table published and not recorded that has no change in the stream
 //     yet (ALTER PUBLICATION ... ADD TABLE of a table nobody writes):
@@ -35,14 +32,19 @@ const PublicationPoll = 5 * time.Second
 //     and if it comes back, it is unrecorded, so copied anew (its changes
 //     outside were never in the stream). A table set UNLOGGED stops the
 //     run, as with the event trigger. If it is back before that, it is
-//     recorded pending at once and copied anew.
+//     recorded pending at once and copied anew;
+//   - a publication changed to leave out inserts, updates, deletes or
+//     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
+//     as a start would refuse it (install.CheckPublishes), saying that the
+//     changes left out since then are missing.
 //
 // Out and back within one poll is not seen: docs/schema-changes.md says
 // so.
 type publicationPoll struct {
-	every time.Duration
-	last  time.Time
-	out   map[schema.TableName]change.LSN // recorded, seen out of the publication at this source position
+	every  time.Duration // config.PublicationPoll
+	tables bool          // compare the tables too (no event trigger)
+	last   time.Time
+	out    map[schema.TableName]change.LSN // recorded, seen out of the publication at this source position
 }
 
 // poll runs one comparison when its interval has passed.
@@ -51,28 +53,44 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		return nil
 	}
 	pp.last = time.Now()
-	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
-	if err != nil {
-		return err
+	if !pp.tables && ts.cfg.PartialPublication {
+		return nil
 	}
+	// A source out of reach is the stream's to report (and ride out):
+	// the poll tries again next time.
 	src, err := install.ConnectSource(ctx, ts.cfg.Source)
 	if err != nil {
-		return err
+		log.Debug("publication poll: source not reached", "err", err)
+		return nil
 	}
 	defer src.Close(context.WithoutCancel(ctx))
 	var at change.LSN
 	var s string
 	if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
-		return fmt.Errorf("read the source's WAL position: %w", err)
+		log.Debug("publication poll: source not reached", "err", err)
+		return nil
 	}
 	if at, err = change.ParseLSN(s); err != nil {
 		return err
+	}
+	if !ts.cfg.PartialPublication {
+		if err := install.CheckPublishes(ctx, src, ts.cfg.Publication, false, log); err != nil {
+			return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target; "+
+				"once it publishes them again, copy the tables again (take them out of the publication, then `repstream tables add --truncate`): %w", at, err)
+		}
+	}
+	if !pp.tables {
+		return nil
 	}
 	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
 	if err != nil {
 		return err
 	}
 	prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
 	}

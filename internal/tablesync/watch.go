@@ -39,8 +39,9 @@ type Pause interface {
 // slot's consistent point L, becomes ready at L in the filter, and apply
 // goes on: its changes ending at or below L are skipped, later ones applied.
 //
-// followPublication (a run without the source's event trigger): every
-// PublicationPoll it also compares the publication with the tables the
+// Every config.PublicationPoll it also checks that the publication still
+// publishes every kind of change, and with followPublication (a run
+// without the source's event trigger) compares it with the tables the
 // slot records (publication.go).
 func (ts *Syncer) Watch(ctx context.Context, filter *apply.TableFilter, pause Pause, followPublication bool) error {
 	log := ts.log.With("component", "tablesync")
@@ -49,10 +50,7 @@ func (ts *Syncer) Watch(ctx context.Context, filter *apply.TableFilter, pause Pa
 		return err
 	}
 	defer tgt.Close(context.Background())
-	var pp *publicationPoll
-	if followPublication {
-		pp = &publicationPoll{every: PublicationPoll, last: time.Now(), out: map[schema.TableName]change.LSN{}}
-	}
+	pp := &publicationPoll{every: ts.cfg.PublicationPoll, last: time.Now(), tables: followPublication, out: map[schema.TableName]change.LSN{}}
 	t := time.NewTicker(tablePollInterval)
 	defer t.Stop()
 	for {
