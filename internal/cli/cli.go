@@ -138,7 +138,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Collapse, "collapse", c.Collapse, "fold repeated changes to one key within a target transaction where the target table allows it")
 	fs.BoolVar(&c.Binary, "binary", c.Binary, "transfer values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides")
 	fs.StringVar(&c.DDL, "ddl", c.DDL, "schema changes: true (event trigger on the source; relation without superuser), relation (from pgoutput's Relation messages), false")
-	fs.DurationVar(&c.PublicationPoll, "publication-poll", c.PublicationPoll, "without the event trigger (--ddl=relation or false), how often a running engine compares the publication with the tables it replicates (a table added, taken out, set UNLOGGED)")
+	fs.DurationVar(&c.PublicationPoll, "publication-poll", c.PublicationPoll, "how often a running engine checks that the publication still publishes every kind of change and, without the event trigger (--ddl=relation or false), compares it with the tables it replicates (a table added, taken out, set UNLOGGED)")
 	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")
 	fs.BoolVar(&c.SyncSequences, "sync-sequences", false, "copy the replicated tables' sequence positions to the target when the run ends caught up or is stopped (see `sequences sync`)")
 	fs.StringVar(&c.HTTP, "http", "", "serve the live page (/), /status (JSON), /metrics (Prometheus) and /healthz on this address, from the start of the run: 127.0.0.1:9187, or :9187 (a port alone binds 127.0.0.1); 0.0.0.0:9187 for every interface")
