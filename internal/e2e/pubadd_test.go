@@ -156,15 +156,19 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	}
 	e.srcExec(`ALTER TABLE side.u SET UNLOGGED`)
 	e.srcExec(`INSERT INTO b VALUES (100, 'moves apply on')`)
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("the run ended without an error")
+	stops := func(after string, want ...string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("the run ended without an error")
+			}
+			wantInError(t, err, want...)
+		case <-time.After(time.Minute):
+			t.Fatalf("the run did not stop within a minute after %s", after)
 		}
-		wantInError(t, err, "side.u", "UNLOGGED", "set it LOGGED again")
-	case <-time.After(time.Minute):
-		t.Fatal("the run did not stop within a minute after a table was set UNLOGGED")
 	}
+	stops("a table was set UNLOGGED", "side.u", "UNLOGGED", "set it LOGGED again")
 
 	// The publication set to leave out updates: a start refuses that, so
 	// a running engine stops.
@@ -173,13 +177,5 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	defer cancel()
 	e.waitStreaming(cfg.Slot)
 	e.srcExec(`ALTER PUBLICATION pub_r SET (publish = 'insert')`)
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("the run ended without an error")
-		}
-		wantInError(t, err, "pub_r", "does not publish update", "never reached the target")
-	case <-time.After(time.Minute):
-		t.Fatal("the run did not stop within a minute after the publication left out updates")
-	}
+	stops("the publication left out updates", "pub_r", "does not publish update", "never reached the target")
 }

@@ -64,15 +64,8 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 		return err
 	}
 	if untracked {
-		for _, t := range published {
-			if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
-				continue
-			}
-			e.log.Warn("a table is in the publication that this replication never copied (without the event trigger: ALTER PUBLICATION ... ADD TABLE): it is copied before the run ends",
-				"table", t.String())
-			if err := target.SetTableState(ctx, tgt, e.cfg.Slot, t.Schema, t.Name, target.TablePending); err != nil {
-				return err
-			}
+		if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
+			return err
 		}
 	}
 	return e.sync.SyncPending(ctx, tgt, published)

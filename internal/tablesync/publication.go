@@ -49,7 +49,7 @@ type publicationPoll struct {
 
 // poll runs one comparison when its interval has passed.
 func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *publicationPoll, filter *apply.TableFilter, log *slog.Logger) error {
-	if pp == nil || time.Since(pp.last) < pp.every {
+	if time.Since(pp.last) < pp.every {
 		return nil
 	}
 	pp.last = time.Now()
@@ -136,15 +136,23 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 			delete(pp.out, t)
 		}
 	}
+	return ts.PendUnrecorded(ctx, tgt, filter, syncs, published)
+}
+
+// PendUnrecorded records pending, and filters, every published table that
+// syncs (the slot's recorded tables) lacks: without the event trigger, one
+// added to the publication that nothing wrote since. Watch copies them
+// (and a run that ends caught up, before it ends).
+func (ts *Syncer) PendUnrecorded(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, syncs []target.TableSync, published []schema.TableName) error {
 	for _, t := range published {
-		if recorded[t] {
+		if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
 			continue
 		}
 		if err := ts.recopy(ctx, tgt, filter, t); err != nil {
 			return err
 		}
-		log.Warn("a table is in the publication that this replication never copied (without the event trigger: ALTER PUBLICATION ... ADD TABLE, "+
-			"or a table created since): it is copied from a new snapshot, then streamed", "table", t.String())
+		ts.log.Warn("a table is in the publication that this replication never copied (without the event trigger: ALTER PUBLICATION ... ADD TABLE, "+
+			"or a table created since): it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
 	}
 	return nil
 }

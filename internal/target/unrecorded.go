@@ -140,6 +140,13 @@ func (w *Writer) undoResyncs() {
 	w.resyncUndo = w.resyncUndo[:0]
 }
 
+// abandonTakenUp ends a transaction that did not commit: the filter gets
+// back what it had, and no table is this transaction's any more.
+func (w *Writer) abandonTakenUp() {
+	w.undoResyncs()
+	clear(w.takenUp)
+}
+
 // endTakenUp forgets, at a commit, which tables the transaction recorded
 // pending: the records stand.
 func (w *Writer) endTakenUp() {

@@ -217,8 +217,7 @@ func (w *Writer) Begin(ctx context.Context) error {
 	}
 	w.discard()
 	w.ahead.reset()
-	w.undoResyncs() // a transaction that ended without Commit or Rollback
-	clear(w.takenUp)
+	w.abandonTakenUp() // a transaction that ended without Commit or Rollback
 	w.tagCheck = false
 	// Once per session: every transaction runs these, and a prepared
 	// statement spares the server parsing and planning them each time.
@@ -383,8 +382,7 @@ func (w *Writer) commit(ctx context.Context, applied []change.LSN) (change.LSN, 
 	w.pipe.reset()
 	w.state = txnNone
 	if !committed(tail, w.opts.DeferPosition) {
-		w.undoResyncs()
-		clear(w.takenUp)
+		w.abandonTakenUp()
 		return 0, errors.New("commit target transaction: the server rolled it back")
 	}
 	w.endTakenUp()
@@ -411,8 +409,7 @@ const appliedInsert = "INSERT INTO repstream.applied (slot, end_lsn, first_lsn) 
 // It is a no-op outside a transaction.
 func (w *Writer) Rollback(ctx context.Context) error {
 	w.discard()
-	w.undoResyncs()
-	clear(w.takenUp)
+	w.abandonTakenUp()
 	sent := w.state.sent()
 	w.state = txnNone
 	if !sent {
