@@ -659,6 +659,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 			}
 		}()
 	}
+	idents := e.sync.SourceIdents(ctx) // before the slot's snapshot: a later change of them is seen
 	res, closeRepl, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, cfg.Snapshot)
 	if err != nil {
 		return 0, err
@@ -686,7 +687,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low),
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents),
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {

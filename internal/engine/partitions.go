@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -44,7 +45,8 @@ func (e *Engine) resync(t schema.TableName) (undo func()) {
 // Without the event trigger, a published table the slot does not record
 // (added to the publication, nothing written to it since) is recorded
 // pending first and copied too: the publication poll of tablesync's Watch
-// may not have run in a short run.
+// may not have run in a short run. So is a recorded table whose source
+// identity changed (tablesync's FollowIdents).
 func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 	if err != nil {
@@ -58,12 +60,16 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	published, err := install.PublicationTables(ctx, src, e.cfg.Publication)
+	idents, err := install.PublicationIdents(ctx, src, e.cfg.Publication)
 	src.Close(context.WithoutCancel(ctx))
 	if err != nil {
 		return err
 	}
+	published := slices.SortedFunc(maps.Keys(idents), schema.TableName.Compare)
 	if untracked {
+		if err := e.sync.FollowIdents(ctx, tgt, e.tables, syncs, idents); err != nil {
+			return err
+		}
 		if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
 			return err
 		}

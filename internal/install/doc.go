@@ -17,7 +17,7 @@
 // Files:
 //
 //	doc.go          this overview
-//	publication.go  EnsurePublication (from --tables), CheckPublishes, PublicationTables, Publish
+//	publication.go  EnsurePublication (from --tables), CheckPublishes, PublicationTables, PublicationIdents (each table's source identity), Publish
 //	ddl.go          the event trigger's SQL, SourceRole, InstallDDL, ReleaseDDL: schema-change capture on the source
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger), CheckUntrackedPartitions
 //	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named

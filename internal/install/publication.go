@@ -72,6 +72,48 @@ func PublicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 	return out, rows.Err()
 }
 
+// PublicationIdents returns the tables pub publishes now (as
+// PublicationTables), each with its identity on the source: its oid and
+// the oids of the publication's entries that publish it (pg_publication_rel
+// of it or an ancestor, pg_publication_namespace of their schemas; on
+// PostgreSQL 14 none of schemas), as text. The same name with another
+// identity was dropped and made again, or taken out of the publication and
+// added back.
+func PublicationIdents(ctx context.Context, src *pgx.Conn, pub string) (map[schema.TableName]string, error) {
+	var version int
+	if err := src.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	bySchema := "'-'"
+	if version >= 150000 {
+		bySchema = `coalesce((SELECT max(pn.oid) FROM pg_catalog.pg_publication_namespace pn
+		WHERE pn.pnpubid = p.oid AND pn.pnnspid IN (SELECT a.relnamespace FROM pg_catalog.pg_class a WHERE a.oid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))::text, '-')`
+	}
+	rows, err := src.Query(ctx, `SELECT pt.schemaname::text, pt.tablename::text, c.oid::text || '/' ||
+	coalesce((SELECT max(pr.oid) FROM pg_catalog.pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid)))::text, '-') || '/' || `+bySchema+`
+FROM pg_catalog.pg_publication_tables pt
+JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname
+JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+WHERE pt.pubname = $1`, pub)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	out := map[schema.TableName]string{}
+	for rows.Next() {
+		var t schema.TableName
+		var ident string
+		if err := rows.Scan(&t.Schema, &t.Name, &ident); err != nil {
+			return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+		}
+		out[t] = ident
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
+	}
+	return out, nil
+}
+
 // publicationSQL returns the tables --tables names now and the CREATE
 // PUBLICATION statement (without WITH options) for them: "schema.*"
 // patterns become FOR TABLES IN SCHEMA (PostgreSQL 15+, and it needs a

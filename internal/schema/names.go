@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -15,6 +16,11 @@ type TableName struct{ Schema, Name string }
 
 // String returns schema.name unquoted, for messages.
 func (n TableName) String() string { return n.Schema + "." + n.Name }
+
+// Compare orders names by schema, then name (bytewise): for slices.SortFunc.
+func (n TableName) Compare(o TableName) int {
+	return cmp.Or(cmp.Compare(n.Schema, o.Schema), cmp.Compare(n.Name, o.Name))
+}
 
 // Quoted returns "schema"."name", safe to paste into SQL.
 func (n TableName) Quoted() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,13 +34,20 @@ import (
 //     outside were never in the stream). A table set UNLOGGED stops the
 //     run, as with the event trigger. If it is back before that, it is
 //     recorded pending at once and copied anew;
+//   - a recorded table whose source identity (its oid, the publication's
+//     entries that publish it: install.PublicationIdents) is not the one
+//     recorded with its copy, or at the first poll after it: dropped and
+//     made again, or out of the publication and back, between two polls
+//     or while no engine ran. It is copied anew (followIdent); the writer
+//     sees a table made again too, at its first change;
 //   - a publication changed to leave out inserts, updates, deletes or
 //     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
 //     as a start would refuse it (install.CheckPublishes), saying that the
 //     changes left out since then are missing.
 //
-// Out and back within one poll is not seen: docs/schema-changes.md says
-// so.
+// Not seen: a table whose identity does not change when it leaves and
+// comes back (SET SCHEMA out of a published schema and back, SET UNLOGGED
+// and back) within one poll: docs/schema-changes.md says so.
 type publicationPoll struct {
 	every  time.Duration // config.PublicationPoll
 	tables bool          // compare the tables too (no event trigger)
@@ -82,10 +90,11 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 	if !pp.tables {
 		return nil
 	}
-	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
 	if err != nil {
 		return err
 	}
+	published := slices.SortedFunc(maps.Keys(idents), schema.TableName.Compare)
 	prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
@@ -111,6 +120,9 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 			}
 			log.Warn("a table left the publication and came back (without the event trigger): its changes outside were not in the stream, it is copied anew", "table", t.String())
 		case in:
+			if err := ts.followIdent(ctx, tgt, filter, sy, idents[t]); err != nil {
+				return err
+			}
 		case !wasOut:
 			pp.out[t] = at
 		case prog.Low >= since:
@@ -137,6 +149,42 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		}
 	}
 	return ts.PendUnrecorded(ctx, tgt, filter, syncs, published)
+}
+
+// FollowIdents compares each ready table of syncs that idents has (the
+// publication's tables: install.PublicationIdents) with its recorded
+// source identity (followIdent).
+func (ts *Syncer) FollowIdents(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, syncs []target.TableSync, idents map[schema.TableName]string) error {
+	for _, sy := range syncs {
+		ident, in := idents[schema.TableName{Schema: sy.Schema, Name: sy.Name}]
+		if sy.State != target.TableReady || !in {
+			continue
+		}
+		if err := ts.followIdent(ctx, tgt, filter, sy, ident); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// followIdent records the source identity of a ready table sy that has
+// none recorded yet; one that has another (dropped and made again, or
+// out of the publication and back, since: its changes then were not in
+// the stream) is copied anew.
+func (ts *Syncer) followIdent(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, sy target.TableSync, ident string) error {
+	t := schema.TableName{Schema: sy.Schema, Name: sy.Name}
+	switch sy.SourceIdent {
+	case ident:
+		return nil
+	case "":
+		return target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, ident)
+	}
+	if err := ts.recopy(ctx, tgt, filter, t); err != nil {
+		return err
+	}
+	ts.log.Warn("a table was dropped and made again, or taken out of the publication and added back, since repstream last looked (without the event trigger): "+
+		"its changes meanwhile were not in the stream, it is copied anew", "component", "tablesync", "table", t.String(), "source_ident", ident, "recorded_ident", sy.SourceIdent)
+	return nil
 }
 
 // PendUnrecorded records pending, and filters, every published table that

@@ -90,6 +90,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 			}
 		}()
 	}
+	idents := ts.SourceIdents(ctx) // before the snapshot: a later change of them is seen
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
 		return 0, err
@@ -118,7 +119,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if err := target.SetTableReady(ctx, tgt, cfg.Slot, t.Schema, t.Name, l, rows, bytes); err != nil {
+			if err := target.SetTableReady(ctx, tgt, cfg.Slot, t.Schema, t.Name, l, rows, bytes, idents[t]); err != nil {
 				return err
 			}
 			if ready != nil {
@@ -166,14 +167,35 @@ func (ts *Syncer) MarkCopying(ctx context.Context, tgt *pgx.Conn, tables []schem
 }
 
 // RecordCopied returns the initial copy's OnTable callback: it records each
-// table ready at the slot's consistent point.
-func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN) func(context.Context, schema.TableName, int64, int64) error {
+// table ready at the slot's consistent point, with its source identity
+// from idents (SourceIdents, read before the slot was made).
+func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.TableName]string) func(context.Context, schema.TableName, int64, int64) error {
 	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	return func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 		mu.Lock()
 		defer mu.Unlock()
-		return target.SetTableReady(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, low, rows, bytes)
+		return target.SetTableReady(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, low, rows, bytes, idents[t])
 	}
+}
+
+// SourceIdents returns the source identity of every table the publication
+// publishes (install.PublicationIdents), recorded with a copy: without the
+// event trigger, the publication poll copies a table anew whose identity
+// changed since. A source that does not answer gives none: the next poll
+// records them.
+func (ts *Syncer) SourceIdents(ctx context.Context) map[schema.TableName]string {
+	src, err := install.ConnectSource(ctx, ts.cfg.Source)
+	if err != nil {
+		ts.log.Debug("source identities of the published tables not read", "component", "tablesync", "err", err)
+		return nil
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		ts.log.Debug("source identities of the published tables not read", "component", "tablesync", "err", err)
+		return nil
+	}
+	return idents
 }
 
 // ResumeCopy finishes an initial copy that a previous run began from the

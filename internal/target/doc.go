@@ -31,7 +31,7 @@
 //	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)
 //	ddl.go        schema changes: a captured DDL message (its parsed form, change.Change.DDL), or a new Relation version (--ddl=relation)
 //	deferred.go   keys and indexes built after a table's copy, or set aside for it (repstream.deferred_ddl): DeferBuild, BuildAfterCopy
-//	unrecorded.go tables the stream carries that the slot never copied (CopyUnrecorded): recorded pending, copied anew
+//	unrecorded.go tables the stream carries that the slot never copied, or under a copied one's name another relation id than the recorded source oid (CopyUnrecorded): recorded pending, copied anew
 //	partition.go  partition messages: a partition truncated, attached or detached on the source
 //	savepoint.go  savepoints for eager apply's subtransactions
 //	errors.go     what an apply error says: retryable, COPY line and column

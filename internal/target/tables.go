@@ -29,6 +29,13 @@ import (
 //   - A table without a row was copied with the slot's initial copy by a
 //     version that kept no per-table state, or streams without a copy
 //     (--snapshot=false): all its changes are applied.
+//   - source_ident (without the event trigger): what the source's catalog
+//     said of the ready table at a publication poll after its copy (its
+//     oid, and the publication's entries that publish it: SourceIdent).
+//     Every state change clears it; the next poll sets it. Another ident
+//     for the same name means the table was dropped and made again, or
+//     taken out of the publication and added back: changes outside the
+//     stream, so it is copied anew.
 const tablesSchema = `
 CREATE TABLE IF NOT EXISTS repstream.tables (
 	slot text NOT NULL,
@@ -42,7 +49,8 @@ CREATE TABLE IF NOT EXISTS repstream.tables (
 	noticed bool NOT NULL DEFAULT false,
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (slot, schema_name, table_name)
-);`
+);
+ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_ident text;`
 
 // Table sync states (repstream.tables.state).
 const (
@@ -59,6 +67,7 @@ type TableSync struct {
 	Rows, Bytes  int64      // what the copy wrote
 	CopiedAt     time.Time  // when the copy ended (zero before)
 	Noticed      bool       // a running engine filters the pending table
+	SourceIdent  string     // ready, without the event trigger: the source's identity of the table as a poll last saw it ("": not yet)
 }
 
 // String returns schema.table.
@@ -67,14 +76,19 @@ func (t TableSync) String() string { return t.Schema + "." + t.Name }
 // LoadTableSyncs returns the slot's table states, ordered by name. Without
 // the state table (an older target) it returns none.
 func LoadTableSyncs(ctx context.Context, conn *pgx.Conn, slot string) ([]TableSync, error) {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass('repstream.tables') IS NOT NULL").Scan(&exists); err != nil {
+	var exists, ident bool // ident: a target a version before source_ident made, not started since
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('repstream.tables') IS NOT NULL,
+	EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('repstream.tables') AND attname = 'source_ident' AND NOT attisdropped)`).Scan(&exists, &ident); err != nil {
 		return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
 	}
 	if !exists {
 		return nil, nil
 	}
-	rows, err := conn.Query(ctx, `SELECT schema_name, table_name, state, coalesce(sync_lsn, '0/0')::text, rows, bytes, copied_at, noticed
+	identCol := "''"
+	if ident {
+		identCol = "coalesce(source_ident, '')"
+	}
+	rows, err := conn.Query(ctx, `SELECT schema_name, table_name, state, coalesce(sync_lsn, '0/0')::text, rows, bytes, copied_at, noticed, `+identCol+`
 FROM repstream.tables WHERE slot = $1 ORDER BY 1, 2`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
@@ -85,7 +99,7 @@ FROM repstream.tables WHERE slot = $1 ORDER BY 1, 2`, slot)
 		var t TableSync
 		var lsn string
 		var at *time.Time
-		if err := rows.Scan(&t.Schema, &t.Name, &t.State, &lsn, &t.Rows, &t.Bytes, &at, &t.Noticed); err != nil {
+		if err := rows.Scan(&t.Schema, &t.Name, &t.State, &lsn, &t.Rows, &t.Bytes, &at, &t.Noticed, &t.SourceIdent); err != nil {
 			return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
 		}
 		if t.SyncLSN, err = change.ParseLSN(lsn); err != nil {
@@ -109,7 +123,7 @@ func SetTableState(ctx context.Context, conn *pgx.Conn, slot, schemaName, name, 
 	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state, sync_lsn = NULL,
-	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(),
+	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL,
 	noticed = repstream.tables.noticed AND repstream.tables.state = 'pending' AND excluded.state = 'pending'`,
 		slot, schemaName, name, state)
 	if err != nil {
@@ -130,15 +144,26 @@ func ForgetTable(ctx context.Context, conn *pgx.Conn, slot string, t schema.Tabl
 }
 
 // SetTableReady records that a table's rows were copied from a snapshot
-// taken at syncLSN.
-func SetTableReady(ctx context.Context, conn *pgx.Conn, slot, schemaName, name string, syncLSN change.LSN, rows, bytes int64) error {
-	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, rows, bytes, copied_at)
-VALUES ($1, $2, $3, 'ready', $4::pg_lsn, $5, $6, now())
+// taken at syncLSN; ident is its source identity read before that
+// snapshot (TableSync.SourceIdent; "": unknown, a poll sets it).
+func SetTableReady(ctx context.Context, conn *pgx.Conn, slot, schemaName, name string, syncLSN change.LSN, rows, bytes int64, ident string) error {
+	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, rows, bytes, copied_at, source_ident)
+VALUES ($1, $2, $3, 'ready', $4::pg_lsn, $5, $6, now(), nullif($7, ''))
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'ready', sync_lsn = excluded.sync_lsn,
-	rows = excluded.rows, bytes = excluded.bytes, copied_at = excluded.copied_at, noticed = false, updated_at = now()`,
-		slot, schemaName, name, syncLSN.String(), rows, bytes)
+	rows = excluded.rows, bytes = excluded.bytes, copied_at = excluded.copied_at, noticed = false, updated_at = now(), source_ident = excluded.source_ident`,
+		slot, schemaName, name, syncLSN.String(), rows, bytes, ident)
 	if err != nil {
 		return fmt.Errorf("record %s.%s as copied at %s for slot %q: %w", schemaName, name, syncLSN, slot, err)
+	}
+	return nil
+}
+
+// SetSourceIdent records what the source's catalog said of a ready table
+// (TableSync.SourceIdent); a table no longer ready is left as it is.
+func SetSourceIdent(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, ident string) error {
+	if _, err := conn.Exec(ctx, `UPDATE repstream.tables SET source_ident = $4
+WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state = 'ready'`, slot, t.Schema, t.Name, ident); err != nil {
+		return fmt.Errorf("record the source's identity of %s for slot %q: %w", t, slot, err)
 	}
 	return nil
 }

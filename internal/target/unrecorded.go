@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,7 +24,10 @@ import (
 // the stream that is not is recorded pending and copied anew from a new
 // snapshot (tablesync's Watch), as `tables add` does. A table created on
 // the source after the start is copied too (it was empty then, so that
-// costs a copy, not correctness). Tables that enter or leave the
+// costs a copy, not correctness). So is a recorded table whose changes
+// come under another relation id than the source oid recorded with its
+// copy (TableSync.SourceIdent): the table copied was dropped, and another
+// made or renamed in its place. Tables that enter or leave the
 // publication without a change in the stream are tablesync's publication
 // poll's (tablesync/publication.go).
 //
@@ -37,16 +42,33 @@ var errTakenUp = errors.New("table waits for its copy")
 // tableState returns the slot's recorded state of table tn ("" when
 // repstream.tables has no row for it).
 func tableState(ctx context.Context, conn *pgx.Conn, slot string, tn schema.TableName) (string, error) {
-	var state string
-	err := conn.QueryRow(ctx, "SELECT state FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3",
-		slot, tn.Schema, tn.Name).Scan(&state)
+	state, _, err := tableStateIdent(ctx, conn, slot, tn)
+	return state, err
+}
+
+// tableStateIdent is tableState with the table's recorded source identity
+// (TableSync.SourceIdent; "" when none).
+func tableStateIdent(ctx context.Context, conn *pgx.Conn, slot string, tn schema.TableName) (state, ident string, err error) {
+	err = conn.QueryRow(ctx, "SELECT state, coalesce(source_ident, '') FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3",
+		slot, tn.Schema, tn.Name).Scan(&state, &ident)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
+		return "", "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the sync state of %s for slot %q: %w", tn, slot, err)
+		return "", "", fmt.Errorf("read the sync state of %s for slot %q: %w", tn, slot, err)
 	}
-	return state, nil
+	return state, ident, nil
+}
+
+// identOID returns the source table oid a source identity begins with
+// (install.PublicationIdents: "oid/..."), 0 when it has none.
+func identOID(ident string) uint32 {
+	head, _, _ := strings.Cut(ident, "/")
+	oid, err := strconv.ParseUint(head, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return uint32(oid)
 }
 
 // SetTablesStreamed records tables as streamed from the slot's start
@@ -70,19 +92,28 @@ VALUES ($1, $2, $3, 'ready', $4::pg_lsn) ON CONFLICT (slot, schema_name, table_n
 // at all.
 func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error {
 	tn := schema.TableName{Schema: rel.Namespace, Name: rel.Name}
-	if w.recorded[tn] {
+	if id, ok := w.recorded[tn]; ok && id == rel.ID {
 		return nil
 	}
-	state, err := tableState(ctx, w.conn, w.opts.Slot, tn)
+	state, ident, err := tableStateIdent(ctx, w.conn, w.opts.Slot, tn)
 	if err != nil {
 		return err
 	}
+	replaced := false
 	switch state {
 	case TableReady:
-		if w.recorded == nil {
-			w.recorded = map[schema.TableName]bool{}
+		if oid := identOID(ident); oid != 0 && oid != rel.ID {
+			// Another table of that name than the one copied: the
+			// one recorded was dropped (or renamed away) and this
+			// one made (or renamed) in its place, with rows the
+			// stream may not have carried.
+			replaced = true
+			break
 		}
-		w.recorded[tn] = true
+		if w.recorded == nil {
+			w.recorded = map[schema.TableName]uint32{}
+		}
+		w.recorded[tn] = rel.ID
 		return nil
 	case TablePending, TableCopying:
 		// Recorded by this transaction (before a savepoint rolled back
@@ -100,6 +131,13 @@ func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error 
 		return err
 	}
 	w.markTakenUp(tn)
+	delete(w.recorded, tn)
+	if replaced {
+		w.log.Warn("the stream carries another table than the one this replication copied under that name (without the source's event trigger a DROP TABLE "+
+			"and CREATE TABLE, or a RENAME, in its place): it is copied from a new snapshot, then streamed",
+			"table", tn, "relation_id", rel.ID, "copied_relation_id", identOID(ident))
+		return errTakenUp
+	}
 	w.log.Warn("the stream carries a table this replication never copied (without the source's event trigger an ALTER PUBLICATION ... ADD TABLE, "+
 		"a SET SCHEMA or RENAME into the publication, a CREATE TABLE look alike): it is copied from a new snapshot, then streamed",
 		"table", tn, "relation_id", rel.ID)

@@ -88,7 +88,21 @@ func TestWriterCopyUnrecorded(t *testing.T) {
 	}
 
 	// Copied (ready): applied.
-	must(SetTableReady(e.ctx, e.conn, "s1", "public", "added", 0x200, 0, 0))
+	added.ID = 16500
+	must(SetTableReady(e.ctx, e.conn, "s1", "public", "added", 0x200, 0, 0, "16500/16600/-"))
 	e.mustApply(w2, e.ins(added, "9", "after the copy"))
+	compareRows(t, "added", e.rows(`SELECT id, v FROM added ORDER BY id`), [][]string{{"9", "after the copy"}})
+
+	// Another source table under that name (dropped and made again, or
+	// renamed in its place): taken up again, its change not written.
+	filtered[addedName] = false
+	remade := rel("public", "added", change.IdentityDefault, "*id", "v")
+	remade.ID = 16700
+	must(w2.Begin(e.ctx))
+	must(w2.Write(e.ctx, e.ins(remade, "1", "remade")))
+	must(w2.Commit(e.ctx, nil))
+	if !filtered[addedName] || state() != TablePending {
+		t.Fatalf("another table under the copied one's name: filter %v, state %q", filtered, state())
+	}
 	compareRows(t, "added", e.rows(`SELECT id, v FROM added ORDER BY id`), [][]string{{"9", "after the copy"}})
 }

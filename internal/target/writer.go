@@ -133,10 +133,11 @@ type Writer struct {
 	state txnState
 	plans map[*change.Relation]*relPlan // cached per relation (catalog.go)
 	ahead aheadTables                   // tables created from their rows' description, awaiting their CREATE message (ctas.go)
-	// recorded: tables found ready in repstream.tables (CopyUnrecorded);
+	// recorded: tables found ready in repstream.tables (CopyUnrecorded),
+	// with the relation id of the source table they were found for;
 	// takenUp: those this transaction recorded pending, and resyncUndo
 	// what undoes the filter's states it changed (unrecorded.go).
-	recorded   map[schema.TableName]bool
+	recorded   map[schema.TableName]uint32
 	takenUp    map[schema.TableName]bool
 	resyncUndo []func()
 	copies     copyBufs
