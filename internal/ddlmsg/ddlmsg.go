@@ -62,6 +62,13 @@ type Table struct {
 	// PrimaryKeyDeferrable when it is checked (schema.Table's fields).
 	PrimaryKeyInclude    []string `json:"pkeyinclude"`
 	PrimaryKeyDeferrable string   `json:"pkeydeferrable"`
+	// PubRels: for each publication that lists the table itself, the oid
+	// of that entry (pg_publication_rel), which holds its row filter and
+	// column list: another oid for a publication that published the
+	// table before and still does means the entry was made again (SET
+	// TABLE with another filter or column list). Nil from a trigger of
+	// an earlier version.
+	PubRels map[string]uint32 `json:"pubrels"`
 }
 
 // Message is one schema-change message: the command tag, the table's
@@ -110,6 +117,16 @@ func (m *Message) Check() error {
 // Publishes reports whether the message concerns a table publication pub
 // publishes.
 func (m *Message) Publishes(pub string) bool { return slices.Contains(m.Pubs, pub) }
+
+// PubRelRemade reports whether pub's entry for the table was made again
+// since old was recorded: both name one, and not the same (Table.PubRels).
+func (m *Message) PubRelRemade(pub string) bool {
+	if m.Old == nil {
+		return false
+	}
+	was, now := m.Old.PubRels[pub], m.PubRels[pub]
+	return was != 0 && now != 0 && was != now
+}
 
 // Creates reports whether the command made the table (CREATE TABLE, CREATE
 // TABLE AS, SELECT INTO).

@@ -35,3 +35,28 @@ func TestParse(t *testing.T) {
 		t.Error("malformed JSON parsed")
 	}
 }
+
+// TestPubRelRemade: only an entry of the publication that both the
+// message and its old definition name, with another oid, was made again;
+// a message of a trigger without pubrels (an earlier version) says nothing.
+func TestPubRelRemade(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		want bool
+	}{
+		{`{"pubrels":{"p":16500},"old":{"pubrels":{"p":16400}}}`, true},
+		{`{"pubrels":{"p":16400},"old":{"pubrels":{"p":16400}}}`, false},
+		{`{"pubrels":{"p":16500},"old":{"pubrels":{"q":16400}}}`, false}, // entered p: entersPublication's other case
+		{`{"pubrels":{},"old":{"pubrels":{"p":16400}}}`, false},          // left p
+		{`{"pubrels":{"p":16500},"old":{"pubs":["p"]}}`, false},          // old recorded by an earlier trigger
+		{`{"pubrels":{"p":16500}}`, false},                               // no old definition
+	} {
+		m, err := Parse([]byte(c.msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.PubRelRemade("p"); got != c.want {
+			t.Errorf("%s: PubRelRemade(p) = %v, want %v", c.msg, got, c.want)
+		}
+	}
+}

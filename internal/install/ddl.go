@@ -93,6 +93,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
 SELECT jsonb_build_object(
   'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
   'pubs', repstream.ddl_pubs(c.oid),
+  'pubrels', COALESCE((SELECT jsonb_object_agg(p.pubname, r.oid::bigint) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+                        WHERE r.prrelid = c.oid), '{}'::jsonb),
   'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)

@@ -152,10 +152,13 @@ func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Messa
 // entersPublication: the message makes the run's publication publish a
 // table it did not publish before, with rows the stream never carried —
 // ALTER TABLE ... SET LOGGED of an unlogged table (the trigger never
-// recorded it: msg.Old is nil) or SET SCHEMA into a published schema.
+// recorded it: msg.Old is nil) or SET SCHEMA into a published schema —
+// or publish it through an entry made again (ALTER PUBLICATION ... SET
+// TABLE with another row filter or column list): the target's rows were
+// chosen by the entry before, so the table is copied anew.
 func (w *Writer) entersPublication(msg *ddlmsg.Message) bool {
 	pub := w.opts.Publication
-	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub))
+	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub) || msg.PubRelRemade(pub))
 }
 
 // takeUp creates a table that enters the publication on the target (if
@@ -177,6 +180,11 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 		return fail(err)
 	}
 	w.markTakenUp(tn)
+	if msg.PubRelRemade(w.opts.Publication) {
+		w.log.Warn("the publication's entry for a table was made again (ALTER PUBLICATION ... SET TABLE with another row filter or column list): the target's rows were chosen by the one before, so it is copied anew from a new snapshot, then streamed",
+			"table", tn, "publication", w.opts.Publication, "command", msg.Tag, "lsn", lsn)
+		return nil
+	}
 	w.log.Warn("a table enters the publication with rows the stream does not carry (SET LOGGED, SET SCHEMA into a published schema): created on the target, it is copied from a new snapshot, then streamed",
 		"table", tn, "command", msg.Tag, "lsn", lsn)
 	return nil
