@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -207,10 +208,14 @@ func CheckPublishes(ctx context.Context, src *pgx.Conn, pub string, partial bool
 		log.Warn("--partial-publication: the publication leaves out some changes; they never reach the target", "publication", pub, "not_published", strings.Join(missing, ", "))
 		return nil
 	}
-	return fmt.Errorf("publication %q does not publish %s: those changes would never reach the target; "+
+	return fmt.Errorf("%w: publication %q does not publish %s: those changes would never reach the target; "+
 		"run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or pass --partial-publication if that is meant",
-		pub, strings.Join(missing, ", "), change.QuoteIdent(pub))
+		ErrPartialPublication, pub, strings.Join(missing, ", "), change.QuoteIdent(pub))
 }
+
+// ErrPartialPublication is wrapped by CheckPublishes' refusal of a
+// publication that leaves out a kind of change.
+var ErrPartialPublication = errors.New("partial publication")
 
 // Publish adds the tables not yet in the publication to it.
 func Publish(ctx context.Context, src *pgx.Conn, pub string, tables, published []schema.TableName) error {

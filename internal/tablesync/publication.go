@@ -2,6 +2,7 @@ package tablesync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -42,8 +43,10 @@ import (
 //     sees a table made again too, at its first change;
 //   - a publication changed to leave out inserts, updates, deletes or
 //     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
-//     as a start would refuse it (install.CheckPublishes), saying that the
-//     changes left out since then are missing.
+//     as a start would refuse it (install.CheckPublishes), and every
+//     table it publishes is recorded pending (target.PendAll): the next
+//     start, which the publication must publish everything for, copies
+//     them anew, since the changes left out were never in the stream.
 //
 // Not seen: a table whose identity does not change when it leaves and
 // comes back (SET SCHEMA out of a published schema and back, SET UNLOGGED
@@ -82,9 +85,23 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		return err
 	}
 	if !ts.cfg.PartialPublication {
-		if err := install.CheckPublishes(ctx, src, ts.cfg.Publication, false, log); err != nil {
-			return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target; "+
-				"once it publishes them again, copy the tables again (take them out of the publication, then `repstream tables add --truncate`): %w", at, err)
+		if err := install.CheckPublishes(ctx, src, ts.cfg.Publication, false, log); errors.Is(err, install.ErrPartialPublication) {
+			// Every table may have changes the stream left out: each is
+			// recorded for a new copy, which the next start makes once
+			// the publication publishes everything again (a start
+			// refuses it before).
+			published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
+			if perr == nil {
+				perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
+			}
+			if perr != nil {
+				return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
+					"and recording its tables for a new copy failed (%v): once it publishes them again, copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
+			}
+			return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
+				"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, len(published), err)
+		} else if err != nil {
+			return err
 		}
 	}
 	if !pp.tables {

@@ -132,6 +132,23 @@ ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state
 	return nil
 }
 
+// PendAll records tables pending in one transaction (SetTableState):
+// each is copied anew before its changes are applied again. Tables
+// recorded for the slot that tables does not name are left as they are.
+func PendAll(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName) error {
+	b := &pgx.Batch{}
+	for _, t := range tables {
+		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state)
+VALUES ($1, $2, $3, 'pending')
+ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'pending', sync_lsn = NULL,
+	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL, noticed = false`, slot, t.Schema, t.Name)
+	}
+	if err := sendTx(ctx, conn, b); err != nil {
+		return fmt.Errorf("record the tables of slot %q for a new copy: %w", slot, err)
+	}
+	return nil
+}
+
 // ForgetTable removes a table's sync state: the slot no longer replicates
 // it (tablesync's publication poll), and a run without the event trigger
 // copies it anew if the stream carries it again (unrecorded.go).
