@@ -260,6 +260,7 @@ const acctSchema = `CREATE TABLE acct (id int PRIMARY KEY, n int NOT NULL, note 
 // side and host:port, and comes at once; with the right address the run
 // completes.
 func TestBadInputUnreachableServer(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 50) g`)
@@ -682,6 +683,7 @@ func TestBadInputColumnTypeMismatch(t *testing.T) {
 // parallel workers, where later independent transactions may already be
 // committed.
 func TestBadInputConstraintViolation(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	const check = "ALTER TABLE acct ADD CONSTRAINT only_on_target CHECK (n < 1000)"
 	const unique = "ALTER TABLE acct ADD CONSTRAINT only_on_target UNIQUE (note)"
 	const drop = "ALTER TABLE acct DROP CONSTRAINT only_on_target"

@@ -15,6 +15,7 @@ import (
 // seen in the counters, for every parallelism and commit order; a table with
 // a second unique index must not be folded and must stay correct too.
 func TestCollapseHotKeys(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, tc := range []struct {
 		parallelism int
 		order       config.CommitOrder

@@ -35,6 +35,7 @@ func partitionEnv(t *testing.T, partitioned bool) (*env, func()) {
 }
 
 func TestPartitionTruncateLeaf(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, partitioned := range []bool{true, false} {
 		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
 		t.Run(name, func(t *testing.T) {

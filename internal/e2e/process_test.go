@@ -64,6 +64,7 @@ func tail(s string, n int) string {
 // cost little more than the changes themselves. Applied eagerly (the
 // default) it must not spill at all, within the same memory.
 func TestLargeTransactionSpills(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	if testing.Short() {
 		t.Skip("1M rows")
 	}
@@ -109,6 +110,7 @@ func TestLargeTransactionSpills(t *testing.T) {
 // mixed workload runs, restarts it each time, and checks at the end that the
 // target equals the source: nothing lost, nothing applied twice.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	modes := []struct {
 		name        string
 		parallelism int

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestPublicationAddTable: a table the user adds to the run's publication
@@ -299,4 +302,57 @@ func TestPublicationFilterChanged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCaughtUpChecksPublication: a run that ends once caught up checks
+// that the publication still publishes every kind of change before it
+// says so (the poll may not have looked in a short run; here it never
+// does): one set to leave out updates while the run was held up stops it,
+// recording the tables for a new copy, which the next start makes once
+// the publication publishes updates again.
+func TestCaughtUpChecksPublication(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.both(`CREATE TABLE a (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO a SELECT g, 'a' FROM generate_series(1, 50) g; CREATE PUBLICATION pub_c FOR TABLE a`)
+	cfg := e.config()
+	cfg.Publication = "pub_c"
+	cfg.PublicationPoll = time.Hour
+	e.catchUp(cfg)
+
+	// Apply held up by a lock on the target while the publication
+	// changes and a row is updated.
+	e.srcExec(`INSERT INTO a VALUES (51, 'backlog')`)
+	lock, err := pgx.Connect(t.Context(), e.tgt.DSN(e.tgtDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(context.Background())
+	if _, err := lock.Exec(t.Context(), `BEGIN; LOCK TABLE a IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := e.tryCatchUp(cfg); done <- err }()
+	e.waitStreaming(cfg.Slot)
+	waitFor(t, "apply to wait for the lock", 30*time.Second, func() bool {
+		return e.count(e.Tgt, `SELECT count(*) FROM pg_locks WHERE relation = 'a'::regclass AND NOT granted`) > 0
+	})
+	e.srcExec(`ALTER PUBLICATION pub_c SET (publish = 'insert')`)
+	e.srcExec(`UPDATE a SET v = 'while updates were left out' WHERE id <= 5`)
+	if _, err := lock.Exec(t.Context(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the run said it caught up, with an UPDATE the publication left out")
+		}
+		wantInError(t, err, "pub_c", "does not publish update", "recorded for a new copy")
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not end within a minute")
+	}
+	e.mustFail(cfg, "does not publish update")
+	e.srcExec(`ALTER PUBLICATION pub_c SET (publish = 'insert, update, delete, truncate')`)
+	e.catchUp(cfg)
+	e.assertSame("a", "id")
 }

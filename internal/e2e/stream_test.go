@@ -209,6 +209,7 @@ func TestEagerApply(t *testing.T) {
 // fill (catch-up grouping); eager apply needs every transaction before the
 // large one applied first, so neither may hold up the other.
 func TestEagerAfterBacklog(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE small (id int PRIMARY KEY, v int); CREATE TABLE big (id int PRIMARY KEY, v text)`)
 	cfg := e.config("public.small", "public.big")

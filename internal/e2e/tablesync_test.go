@@ -143,6 +143,7 @@ func (e *env) waitLoadWrites(n int64) {
 // --create-tables, the tables are made bare and every one ends with its
 // primary key and index, also those whose copy the first run left undone.
 func TestTableSyncResumeInitialCopy(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	t.Run("target tables made by hand", func(t *testing.T) { testResumeInitialCopy(t, false) })
 	t.Run("target tables made by --create-tables", func(t *testing.T) { testResumeInitialCopy(t, true) })
 }
@@ -225,6 +226,7 @@ func testResumeInitialCopy(t *testing.T, create bool) {
 // engine copies it at a snapshot of known position L, skips its changes up
 // to L and applies the later ones: the target ends equal row for row.
 func TestTablesAddWhileRunning(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE t1 (id int PRIMARY KEY, v int NOT NULL, pad text);
 		CREATE TABLE t2 (id int PRIMARY KEY, v int NOT NULL, pad text)`)
@@ -350,6 +352,7 @@ func TestTablesWidenedOnRestart(t *testing.T) {
 // then apply quiesced); a large transaction touching it afterwards is applied
 // in full; the target ends equal.
 func TestTablesAddDuringEagerTransaction(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE e1 (id int PRIMARY KEY, v text);
 		CREATE TABLE e2 (id int PRIMARY KEY, v text)`)
@@ -431,6 +434,7 @@ func TestTablesAddDuringEagerTransaction(t *testing.T) {
 // copy wrote). (Before, the next start refused: "the target's tables cannot
 // take the source's rows".)
 func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e, cfg, stopLoad := interruptBareCopy(t)
 	tables := []string{"a_small", "b_big"}
 
@@ -558,6 +562,7 @@ func (e *env) startUntilReadyLog(cfg config.Config, table string, log *slog.Logg
 // the target, its copy state still copying (so that apply skips what the
 // stream has for it), and the start says so in a warning naming it.
 func TestResumeInitialCopyAfterTableRename(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e, cfg, stopLoad := interruptBareCopy(t)
 	stopLoad()
 	e.srcExec(`ALTER TABLE b_big RENAME TO b_huge`)

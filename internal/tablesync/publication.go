@@ -84,25 +84,8 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 	if at, err = change.ParseLSN(s); err != nil {
 		return err
 	}
-	if !ts.cfg.PartialPublication {
-		if err := install.CheckPublishes(ctx, src, ts.cfg.Publication, false, log); errors.Is(err, install.ErrPartialPublication) {
-			// Every table may have changes the stream left out: each is
-			// recorded for a new copy, which the next start makes once
-			// the publication publishes everything again (a start
-			// refuses it before).
-			published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
-			if perr == nil {
-				perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
-			}
-			if perr != nil {
-				return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
-					"and recording its tables for a new copy failed (%v): once it publishes them again, copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
-			}
-			return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
-				"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, len(published), err)
-		} else if err != nil {
-			return err
-		}
+	if err := ts.CheckPublishing(ctx, src, tgt); err != nil {
+		return err
 	}
 	if !pp.tables {
 		return nil
@@ -166,6 +149,37 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		}
 	}
 	return ts.PendUnrecorded(ctx, tgt, filter, syncs, published)
+}
+
+// CheckPublishing stops a running engine (its error) whose publication no
+// longer publishes every kind of change (unless --partial-publication):
+// the changes it left out never reached the target, so every table it
+// publishes is recorded pending first (target.PendAll), and the next
+// start, which refuses the publication until it publishes everything
+// again, copies them anew.
+func (ts *Syncer) CheckPublishing(ctx context.Context, src, tgt *pgx.Conn) error {
+	if ts.cfg.PartialPublication {
+		return nil
+	}
+	err := install.CheckPublishes(ctx, src, ts.cfg.Publication, false, ts.log)
+	if !errors.Is(err, install.ErrPartialPublication) {
+		return err
+	}
+	at := "unknown"
+	var lsn string
+	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
+		at = lsn
+	}
+	published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if perr == nil {
+		perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
+	}
+	if perr != nil {
+		return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
+			"and recording its tables for a new copy failed (%v): once it publishes them again, copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
+	}
+	return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
+		"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, len(published), err)
 }
 
 // FollowIdents compares each ready table of syncs that idents has (the
