@@ -572,10 +572,11 @@ func slotRestart(ctx context.Context, src *pgx.Conn, slot string) change.LSN {
 // copyForKafka makes this target's initial copy (or finishes one an
 // earlier start began): the tables not copied yet, at a temporary slot's
 // snapshot (tablesync), then the record: applied up to the oldest table's
-// sync position, the topic to read from its start, or, for a copy made
-// whole by this start, from where startAt finds the transactions that
-// began after the capture slot's restart_lsn read before the copy
-// (kafkalog.CopyStart).
+// sync position, the topic to read from where startAt finds the
+// transactions that began after the capture slot's restart_lsn read
+// before the first start's copy (kafkalog.CopyStart; that start records
+// the offset before it copies), or from its start when no offset was
+// recorded.
 func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, topicStart int64,
 	startAt func(context.Context, change.LSN) int64) (target.Progress, error) {
 	cfg := e.cfg
@@ -587,9 +588,18 @@ func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []
 	if err != nil {
 		return target.Progress{}, err
 	}
-	var restart change.LSN // 0: read the topic from its start
+	var restart change.LSN // 0: read the topic from its start, or from the offset a first start recorded
 	if len(syncs) == 0 {
 		restart = slotRestart(ctx, src, cfg.Slot)
+		if restart != 0 {
+			// Recorded before the copy begins: a start that finishes
+			// a copy this one leaves reads the topic from there too
+			// (every transaction committing after any later snapshot
+			// began after restart as well).
+			if err := target.AdvanceLowAt(ctx, tgt, cfg.Slot, 0, startAt(ctx, restart)); err != nil {
+				return target.Progress{}, err
+			}
+		}
 	}
 	if err := e.sync.ResumeCopy(ctx, tgt, tables); err != nil {
 		return target.Progress{}, err
@@ -606,6 +616,10 @@ func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []
 	offset := topicStart
 	if restart != 0 {
 		offset = max(topicStart, startAt(ctx, restart))
+	} else if prog, err := target.LoadProgress(ctx, tgt, cfg.Slot); err != nil {
+		return target.Progress{}, err
+	} else if prog.KafkaOffset >= 0 {
+		offset = max(topicStart, prog.KafkaOffset) // the first start's (an earlier version's first start recorded none)
 	}
 	// The offset first, then the copy done: a stop in between copies again
 	// rather than leave a finished copy without its offset.

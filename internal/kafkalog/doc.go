@@ -106,8 +106,9 @@
 //
 // A new target's first run reads from CopyStart: the record of the last
 // commit ending before the capture slot's restart_lsn, read before the
-// target's copy began. Every transaction that commits after the copy's
-// snapshot began at or after that restart_lsn, and the capture writes the
+// target's copy began (recorded then: a later run that finishes the copy
+// reads from there too). Every transaction that commits after the copy's
+// snapshots began at or after that restart_lsn, and the capture writes the
 // messages in the order the walsender decodes them, so all of them come
 // after that commit; the records' last commit never decreases (a capture
 // session never writes a commit the topic holds, and the fence keeps an

@@ -108,13 +108,59 @@ func TestKafkaLateTarget(t *testing.T) {
 	if offset == 0 {
 		t.Errorf("the late target reads the topic from its start, not from where its copy's transactions begin: %s", done)
 	}
+
+	// A third target's copy, stopped (kill -9) once it began and finished
+	// by its next start: that start reads the topic from the offset the
+	// first one recorded before it copied, not from the topic's start.
+	dbC, tgtC := e.newTarget()
+	if _, err := tgtC.Exec(ctx, `CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE TABLE ledger (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE events (at bigint NOT NULL, what text)`); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pgx.Connect(ctx, e.tgtC.DSN(dbC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(context.Background())
+	if _, err := lock.Exec(ctx, `BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	apC := e.startApply("apply C (copy stopped)", dbC)
+	pgtest.WaitFor(t, "apply C's copy to begin", 60*time.Second, func() (bool, error) {
+		apC.alive()
+		var n int
+		err := tgtC.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'repstream' AND tablename = 'tables'`).Scan(&n)
+		if err != nil || n == 0 {
+			return false, err
+		}
+		err = tgtC.QueryRow(ctx, `SELECT count(*) FROM repstream.tables`).Scan(&n)
+		return n > 0, err
+	})
+	apC.kill()
+	if _, err := lock.Exec(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	apC = e.startApply("apply C (copy finished)", dbC)
+	pgtest.WaitFor(t, "apply C's initial copy", 60*time.Second, func() (bool, error) {
+		apC.alive()
+		done = lineWith(apC.out.tail(400), "initial copy done")
+		return done != "", nil
+	})
+	t.Logf("apply C: %s", done)
+	if m := regexp.MustCompile(`topic_offset=(\d+)`).FindStringSubmatch(done); m == nil || m[1] == "0" {
+		t.Errorf("the target whose copy a later start finished reads the topic from its start: %s", done)
+	}
+
 	l.waitLoad(200, 60*time.Second)
 	l.halt()
-	waitSame(t, e.s, tgtA, kafkaTables, 90*time.Second, capt, apA, apB)
-	waitSame(t, e.s, tgtB, kafkaTables, 90*time.Second, capt, apA, apB)
+	waitSame(t, e.s, tgtA, kafkaTables, 90*time.Second, capt, apA, apB, apC)
+	waitSame(t, e.s, tgtB, kafkaTables, 90*time.Second, capt, apA, apB, apC)
+	waitSame(t, e.s, tgtC, kafkaTables, 90*time.Second, capt, apA, apB, apC)
 	capt.stop()
 	apA.stop()
 	apB.stop()
+	apC.stop()
 }
 
 // step is a statement of a test on a connection of its own.
