@@ -88,6 +88,10 @@ type Message struct {
 	Unlogged bool `json:"unlogged"`
 	// Xid is the (sub)transaction that emitted the message (0: not said).
 	Xid uint32 `json:"xid"`
+	// Partial names the publications of the table that an ALTER
+	// PUBLICATION left leaving out a kind of change (insert, update,
+	// delete or truncate): from the message on, the stream lacks those.
+	Partial []string `json:"partial"`
 	Table
 	Old *Table `json:"old"`
 	// Partition is the partition a partition message is about (nil for

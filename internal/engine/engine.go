@@ -598,7 +598,7 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 	w := target.WriterOptions{
 		Slot: e.cfg.Slot, Binary: e.binary,
 		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager),
-		Publication: e.cfg.Publication, Resync: e.resync,
+		Publication: e.cfg.Publication, Resync: e.resync, PartialPublication: e.cfg.PartialPublication,
 		// Without the event trigger nothing says that a table entered the
 		// publication with rows: one the slot never copied is copied.
 		CopyUnrecorded: e.ddl != ddlTrigger,

@@ -22,13 +22,15 @@ import (
 //     ADD COLUMN got (attmissingval), owned sequence; primary key (its key
 //     columns, the first indnkeyatts of indkey; its INCLUDE columns apart;
 //     whether it is deferrable), replica identity, the publications that
-//     publish it);
+//     publish it, and the oid of each one's entry that lists it: pubrels);
 //   - repstream.ddl_state: the definition last emitted per table (UNLOGGED:
 //     never published, not WAL-logged; a crash empties it, which only costs
 //     the rename detection of the next change of each table);
 //   - the event trigger repstream_ddl (ddl_command_end of CREATE TABLE,
 //     ALTER TABLE, CREATE TABLE AS, SELECT INTO, ALTER SCHEMA, and ALTER
-//     PUBLICATION, for the tables it adds; the tables it takes out get
+//     PUBLICATION, for the tables it adds, and for every table of a
+//     replication's publication it leaves leaving out a kind of change,
+//     with "partial" naming it; the tables it takes out get
 //     their recorded publications updated, with no message, so that
 //     their return is an entry) and repstream_ddl_drop
 //     (sql_drop of tables), whose functions emit, inside the DDL's
@@ -208,6 +210,32 @@ BEGIN
          AND NOT (n.pubs @> (s.def->'pubs'));
     EXCEPTION WHEN OTHERS THEN
       RAISE WARNING 'repstream: cannot record the tables this ALTER PUBLICATION took out (adding one back will not copy it anew): %', SQLERRM;
+    END;
+    -- A replication's publication that leaves out a kind of change (SET
+    -- (publish = ...)): the changes it leaves out from here on never
+    -- reach the stream, even if it is set back before anyone looks. A
+    -- message per table it publishes, naming it in 'partial': each run
+    -- records the table for a new copy, made once it publishes
+    -- everything again (or, if it is left so, the run stops).
+    BEGIN
+      FOR r IN SELECT DISTINCT c.oid AS objid, p.pubname
+                 FROM repstream.replications g
+                 JOIN pg_publication p ON p.pubname = g.publication
+                 JOIN pg_publication_tables pt ON pt.pubname = p.pubname
+                 JOIN pg_namespace n ON n.nspname = pt.schemaname
+                 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+                WHERE NOT (p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate)
+      LOOP
+        d := repstream.ddl_def(r.objid);
+        SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
+        INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
+          ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
+          RETURNING s.xmin::text::bigint INTO x;
+        PERFORM pg_logical_emit_message(true, 'repstream.ddl',
+          (d || jsonb_build_object('tag', TG_TAG, 'old', o, 'xid', x, 'partial', jsonb_build_array(r.pubname)))::text);
+      END LOOP;
+    EXCEPTION WHEN OTHERS THEN
+      RAISE WARNING 'repstream: cannot report that this ALTER PUBLICATION leaves changes out (the runs stop at their next look at it): %', SQLERRM;
     END;
   END IF;
   -- Decoding orders a message by the END of its record, the changes by

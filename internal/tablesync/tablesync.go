@@ -90,6 +90,12 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 			}
 		}()
 	}
+	// The publication must publish every kind of change: a table recorded
+	// for a new copy because it left some out (the event trigger's
+	// message) is copied once it is set back, or the run stops here.
+	if err := ts.checkPublishing(ctx, tgt); err != nil {
+		return 0, err
+	}
 	idents := ts.SourceIdents(ctx) // before the snapshot: a later change of them is seen
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
@@ -176,6 +182,20 @@ func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.
 		defer mu.Unlock()
 		return target.SetTableReady(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, low, rows, bytes, idents[t])
 	}
+}
+
+// checkPublishing is CheckPublishing on a connection of its own to the
+// source (one not reached is the copy's to report).
+func (ts *Syncer) checkPublishing(ctx context.Context, tgt *pgx.Conn) error {
+	if ts.cfg.PartialPublication {
+		return nil
+	}
+	src, err := install.ConnectSource(ctx, ts.cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	return ts.CheckPublishing(ctx, src, tgt)
 }
 
 // SourceIdents returns the source identity of every table the publication

@@ -158,7 +158,17 @@ func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Messa
 // chosen by the entry before, so the table is copied anew.
 func (w *Writer) entersPublication(msg *ddlmsg.Message) bool {
 	pub := w.opts.Publication
-	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub) || msg.PubRelRemade(pub))
+	return pub != "" && msg.Publishes(pub) && (msg.Old == nil || !slices.Contains(msg.Old.Pubs, pub) || msg.PubRelRemade(pub) || w.leftPartial(msg))
+}
+
+// leftPartial: the message says an ALTER PUBLICATION left the run's
+// publication leaving out a kind of change, and the run does not accept
+// that (--partial-publication): the stream lacks the table's changes of
+// that kind from here on, so it is copied anew — once the publication
+// publishes everything again (tablesync refuses to copy before, and the
+// run stops).
+func (w *Writer) leftPartial(msg *ddlmsg.Message) bool {
+	return !w.opts.PartialPublication && slices.Contains(msg.Partial, w.opts.Publication)
 }
 
 // takeUp creates a table that enters the publication on the target (if
@@ -180,6 +190,11 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 		return fail(err)
 	}
 	w.markTakenUp(tn)
+	if w.leftPartial(msg) {
+		w.log.Warn("the publication now leaves out a kind of change (ALTER PUBLICATION ... SET (publish = ...)): the stream lacks those changes from here on, so the table is copied anew once it publishes everything again",
+			"table", tn, "publication", w.opts.Publication, "lsn", lsn)
+		return nil
+	}
 	if msg.PubRelRemade(w.opts.Publication) {
 		w.log.Warn("the publication's entry for a table was made again (ALTER PUBLICATION ... SET TABLE with another row filter or column list): the target's rows were chosen by the one before, so it is copied anew from a new snapshot, then streamed",
 			"table", tn, "publication", w.opts.Publication, "command", msg.Tag, "lsn", lsn)

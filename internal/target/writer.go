@@ -82,6 +82,10 @@ type WriterOptions struct {
 	// commit.
 	Publication string
 	Resync      func(schema.TableName) (undo func())
+	// PartialPublication: the run accepts a publication that leaves out a
+	// kind of change (--partial-publication); else a table the source's
+	// trigger says it now leaves changes of out is recorded pending.
+	PartialPublication bool
 
 	// CopyUnrecorded: a table the stream carries that repstream.tables does
 	// not record for the slot is recorded pending and copied anew
