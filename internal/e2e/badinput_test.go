@@ -590,6 +590,7 @@ func TestBadInputMissingTargetTable(t *testing.T) {
 // copies it again) or the apply (naming the table and the LSN, keeping what was
 // applied before); after the type is fixed the run completes.
 func TestBadInputColumnTypeMismatch(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	t.Run("initial copy", func(t *testing.T) {
 		e := newEnv(t)
 		e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v bigint)`)

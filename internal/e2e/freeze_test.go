@@ -173,6 +173,7 @@ func TestCopyFreeze(t *testing.T) {
 // lock the TRUNCATE needs is not had within its timeout) are copied with a
 // plain COPY, saying why; all arrive whole, and the trigger never fired.
 func TestCopyFreezeFallback(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	for _, tb := range []string{"referenced", "busy", "triggered", "republished"} {
 		e.fillFreezable(tb)

@@ -33,6 +33,7 @@ func (e *env) changePartitions() {
 // initial copy — the copy once read the root with ONLY, which holds no rows,
 // and reported caught up with the table empty — and then every change.
 func TestPartitionedRoot(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	t.Run("user publication via root, target partitioned", func(t *testing.T) {
 		e := newEnv(t)
 		e.both(partitionedSQL)

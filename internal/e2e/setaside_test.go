@@ -174,6 +174,7 @@ func startKilledInCopy(t *testing.T, e *env, argv []string, table string) {
 // next run completes the copy and makes them again as they were, and so
 // does `repstream drop` instead (emptying the part-copied table).
 func TestSetAsideKilledMidCopy(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, then := range []string{"run", "drop"} {
 		t.Run(then, func(t *testing.T) {
 			e := newEnv(t)

@@ -14,6 +14,7 @@ import (
 // table — in the initial copy and in streaming, binary and text, into
 // target tables made by hand and by --create-tables.
 func TestTableShapes(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	const src = `
 CREATE SCHEMA "My Schema";
 CREATE TABLE "My Schema"."Weird ""Name""" ("select" int PRIMARY KEY, "MixedCase" text, "from" date);

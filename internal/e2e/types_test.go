@@ -43,6 +43,7 @@ var allTables = [][2]string{
 // rolled-back transactions and subtransactions, and a keyless table — first
 // through the initial copy, then through the stream.
 func TestReplicateTypesAndChanges(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	modes := append(applyModes[:len(applyModes):len(applyModes)], struct {
 		name        string
 		parallelism int
