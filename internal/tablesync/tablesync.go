@@ -90,13 +90,10 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 			}
 		}()
 	}
-	// The publication must publish every kind of change: a table recorded
-	// for a new copy because it left some out (the event trigger's
-	// message) is copied once it is set back, or the run stops here.
-	if err := ts.checkPublishing(ctx, tgt); err != nil {
+	idents, err := ts.beforeCopy(ctx, tgt)
+	if err != nil {
 		return 0, err
 	}
-	idents := ts.SourceIdents(ctx) // before the snapshot: a later change of them is seen
 	repl, err := capture.Connect(ctx, cfg.Source, "")
 	if err != nil {
 		return 0, err
@@ -184,18 +181,22 @@ func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.
 	}
 }
 
-// checkPublishing is CheckPublishing on a connection of its own to the
-// source (one not reached is the copy's to report).
-func (ts *Syncer) checkPublishing(ctx context.Context, tgt *pgx.Conn) error {
-	if ts.cfg.PartialPublication {
-		return nil
-	}
+// beforeCopy is what a copy does on the source before its snapshot, on
+// one connection: the publication must publish every kind of change (a
+// table recorded for a new copy because it left some out, the event
+// trigger's message, is copied once it is set back, or the run stops
+// here: CheckPublishing), and the published tables' source identities are
+// read (sourceIdents), so that a later change of them is seen.
+func (ts *Syncer) beforeCopy(ctx context.Context, tgt *pgx.Conn) (map[schema.TableName]string, error) {
 	src, err := install.ConnectSource(ctx, ts.cfg.Source)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
-	return ts.CheckPublishing(ctx, src, tgt)
+	if err := ts.CheckPublishing(ctx, src, tgt); err != nil {
+		return nil, err
+	}
+	return ts.sourceIdents(ctx, src), nil
 }
 
 // SourceIdents returns the source identity of every table the publication
@@ -210,6 +211,10 @@ func (ts *Syncer) SourceIdents(ctx context.Context) map[schema.TableName]string 
 		return nil
 	}
 	defer src.Close(context.WithoutCancel(ctx))
+	return ts.sourceIdents(ctx, src)
+}
+
+func (ts *Syncer) sourceIdents(ctx context.Context, src *pgx.Conn) map[schema.TableName]string {
 	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
 	if err != nil {
 		ts.log.Debug("source identities of the published tables not read", "component", "tablesync", "err", err)
