@@ -238,16 +238,8 @@ func TestPublicationReplacedWithoutTrigger(t *testing.T) {
 	e.srcExec(`ALTER PUBLICATION pub_o DROP TABLE a`)
 	e.srcExec(`UPDATE a SET v = 'while out' WHERE id <= 10; DELETE FROM a WHERE id = 50`)
 	e.srcExec(`ALTER PUBLICATION pub_o ADD TABLE a`)
-	waitFor(t, "a to be copied anew", time.Minute, func() bool {
-		n1, h1 := checksum(t, e.Src, "a", "id")
-		n2, h2 := checksum(t, e.Tgt, "a", "id")
-		return n1 == n2 && h1 == h2
-	})
-	select {
-	case err := <-done:
-		t.Fatalf("the run ended: %v", err)
-	default:
-	}
+	waitFor(t, "a to be copied anew", time.Minute, e.sameRows("a", "a"))
+	stillRunning(t, done)
 }
 
 // TestPublicationFilterChanged: a publication's row filter changed while
@@ -275,14 +267,7 @@ func TestPublicationFilterChanged(t *testing.T) {
 			cfg.DDL = mode
 			cfg.PublicationPoll = time.Second
 			e.catchUp(cfg)
-			same := func(filter string) func() bool {
-				return func() bool {
-					q := "(SELECT * FROM f WHERE " + filter + ")"
-					n1, h1 := checksum(t, e.Src, q, "id")
-					n2, h2 := checksum(t, e.Tgt, "f", "id")
-					return n1 == n2 && h1 == h2
-				}
-			}
+			same := func(filter string) func() bool { return e.sameRows("(SELECT * FROM f WHERE "+filter+")", "f") }
 			if !same("id > 10")() {
 				t.Fatal("the initial copy did not follow the row filter")
 			}
@@ -295,11 +280,7 @@ func TestPublicationFilterChanged(t *testing.T) {
 			e.srcExec(`ALTER PUBLICATION pub_f SET TABLE f WHERE (id > 20)`)
 			e.srcExec(`INSERT INTO f VALUES (61, 'after the narrower filter')`)
 			waitFor(t, "f to hold only the narrower filter's rows", time.Minute, same("id > 20"))
-			select {
-			case err := <-done:
-				t.Fatalf("the run ended: %v", err)
-			default:
-			}
+			stillRunning(t, done)
 		})
 	}
 }
@@ -381,12 +362,24 @@ func TestPublicationPartialBriefly(t *testing.T) {
 	e.srcExec(`ALTER PUBLICATION pub_p SET (publish = 'insert, update, delete, truncate')`)
 	e.srcExec(`INSERT INTO a VALUES (51, 'after')`)
 	for _, tb := range []string{"a", "b"} {
-		waitFor(t, tb+" to be copied anew", time.Minute, func() bool {
-			n1, h1 := checksum(t, e.Src, tb, "id")
-			n2, h2 := checksum(t, e.Tgt, tb, "id")
-			return n1 == n2 && h1 == h2
-		})
+		waitFor(t, tb+" to be copied anew", time.Minute, e.sameRows(tb, tb))
 	}
+	stillRunning(t, done)
+}
+
+// sameRows returns whether the source's rows of src (a table or a
+// parenthesised query) are the target's of tgt, by id.
+func (e *env) sameRows(src, tgt string) func() bool {
+	return func() bool {
+		n1, h1 := checksum(e.t, e.Src, src, "id")
+		n2, h2 := checksum(e.t, e.Tgt, tgt, "id")
+		return n1 == n2 && h1 == h2
+	}
+}
+
+// stillRunning fails the test if the run in the background has ended.
+func stillRunning(t *testing.T, done <-chan error) {
+	t.Helper()
 	select {
 	case err := <-done:
 		t.Fatalf("the run ended: %v", err)
