@@ -74,12 +74,16 @@ func PublicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema
 }
 
 // PublicationIdents returns the tables pub publishes now (as
-// PublicationTables), each with its identity on the source: its oid and
-// the oids of the publication's entries that publish it (pg_publication_rel
-// of it or an ancestor, pg_publication_namespace of their schemas; on
-// PostgreSQL 14 none of schemas), as text. The same name with another
-// identity was dropped and made again, or taken out of the publication and
-// added back.
+// PublicationTables), each with its identity on the source, as text
+// "table/entry/schema-entry/publication": its oid, the oids of the
+// publication's entries that publish it (pg_publication_rel of it or an
+// ancestor, pg_publication_namespace of their schemas; on PostgreSQL 14
+// none of schemas), and the xmin of the publication's own row, which
+// every ALTER PUBLICATION ... SET (publish = ..., publish_via_partition_root
+// = ...), OWNER TO and RENAME writes anew (adding or dropping tables does
+// not). The same name with another identity was dropped and made again,
+// taken out of the publication and added back, or published by options
+// that may have left changes out meanwhile (IdentChange).
 func PublicationIdents(ctx context.Context, src *pgx.Conn, pub string) (map[schema.TableName]string, error) {
 	var version int
 	if err := src.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
@@ -91,7 +95,7 @@ func PublicationIdents(ctx context.Context, src *pgx.Conn, pub string) (map[sche
 		WHERE pn.pnpubid = p.oid AND pn.pnnspid IN (SELECT a.relnamespace FROM pg_catalog.pg_class a WHERE a.oid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid))))::text, '-')`
 	}
 	rows, err := src.Query(ctx, `SELECT pt.schemaname::text, pt.tablename::text, c.oid::text || '/' ||
-	coalesce((SELECT max(pr.oid) FROM pg_catalog.pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid)))::text, '-') || '/' || `+bySchema+`
+	coalesce((SELECT max(pr.oid) FROM pg_catalog.pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid IN (SELECT c.oid UNION SELECT relid FROM pg_catalog.pg_partition_ancestors(c.oid)))::text, '-') || '/' || `+bySchema+` || '/' || p.xmin::text
 FROM pg_catalog.pg_publication_tables pt
 JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname
 JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
@@ -113,6 +117,33 @@ WHERE pt.pubname = $1`, pub)
 		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
 	}
 	return out, nil
+}
+
+// IdentChange compares a table's source identity recorded with its copy
+// with the one PublicationIdents reads now. It returns "" when they are
+// the same; else what differs: "table" (another oid: the table was
+// dropped and made again), "entry" (another publication entry publishes
+// it: it was taken out and added back, or its row filter or column list
+// was set anew), or "publication" (the publication's row was written
+// anew: its options may have left changes out meanwhile, even if they
+// are back as they were). adopt reports a recorded identity that an
+// earlier version wrote without the publication part and that otherwise
+// matches: the caller records now's without copying anything.
+func IdentChange(recorded, now string) (what string, adopt bool) {
+	if recorded == now {
+		return "", false
+	}
+	r, n := strings.Split(recorded, "/"), strings.Split(now, "/")
+	switch {
+	case len(r) == 0 || len(n) == 0 || r[0] != n[0]:
+		return "table", false
+	case len(r) < 3 || len(n) < 3 || r[1] != n[1] || r[2] != n[2]:
+		return "entry", false
+	case len(r) == 3:
+		return "", true
+	default:
+		return "publication", false
+	}
 }
 
 // publicationSQL returns the tables --tables names now and the CREATE

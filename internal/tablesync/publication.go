@@ -36,11 +36,13 @@ import (
 //     run, as with the event trigger. If it is back before that, it is
 //     recorded pending at once and copied anew;
 //   - a recorded table whose source identity (its oid, the publication's
-//     entries that publish it: install.PublicationIdents) is not the one
-//     recorded with its copy, or at the first poll after it: dropped and
-//     made again, or out of the publication and back, between two polls
-//     or while no engine ran. It is copied anew (followIdent); the writer
-//     sees a table made again too, at its first change;
+//     entries that publish it, the xmin of the publication's row:
+//     install.PublicationIdents) is not the one recorded with its copy,
+//     or at the first poll after it: dropped and made again, out of the
+//     publication and back, or the publication's options altered (and
+//     perhaps set back: changes may have been left out), between two
+//     polls or while no engine ran. It is copied anew (followIdent); the
+//     writer sees a table made again too, at its first change;
 //   - a publication changed to leave out inserts, updates, deletes or
 //     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
 //     as a start would refuse it (install.CheckPublishes), and every
@@ -204,17 +206,27 @@ func (ts *Syncer) FollowIdents(ctx context.Context, tgt *pgx.Conn, filter *apply
 // the stream) is copied anew.
 func (ts *Syncer) followIdent(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, sy target.TableSync, ident string) error {
 	t := schema.TableName{Schema: sy.Schema, Name: sy.Name}
-	switch sy.SourceIdent {
-	case ident:
-		return nil
-	case "":
+	if sy.SourceIdent == "" {
 		return target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, ident)
+	}
+	what, adopt := install.IdentChange(sy.SourceIdent, ident)
+	switch {
+	case adopt:
+		return target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, ident)
+	case what == "":
+		return nil
 	}
 	if err := ts.recopy(ctx, tgt, filter, t); err != nil {
 		return err
 	}
-	ts.log.Warn("a table was dropped and made again, or taken out of the publication and added back, since repstream last looked (without the event trigger): "+
-		"its changes meanwhile were not in the stream, it is copied anew", "component", "tablesync", "table", t.String(), "source_ident", ident, "recorded_ident", sy.SourceIdent)
+	why := map[string]string{
+		"table": "the table was dropped and made again",
+		"entry": "the table was taken out of the publication and added back, or its row filter or column list set anew",
+		"publication": "the publication was altered (ALTER PUBLICATION ... SET (publish = ...), SET (publish_via_partition_root = ...), OWNER TO or RENAME): " +
+			"it may have left changes out meanwhile, even if it publishes everything now",
+	}[what]
+	ts.log.Warn(why+", since repstream last looked (without the event trigger): "+
+		"its changes meanwhile may not be in the stream, so it is copied anew", "component", "tablesync", "table", t.String(), "source_ident", ident, "recorded_ident", sy.SourceIdent)
 	return nil
 }
 

@@ -31,11 +31,13 @@ import (
 //     (--snapshot=false): all its changes are applied.
 //   - source_ident (without the event trigger): what the source's catalog
 //     said of the ready table at a publication poll after its copy (its
-//     oid, and the publication's entries that publish it: SourceIdent).
+//     oid, the publication's entries that publish it, the xmin of the
+//     publication's row: SourceIdent).
 //     Every state change clears it; the next poll sets it. Another ident
-//     for the same name means the table was dropped and made again, or
-//     taken out of the publication and added back: changes outside the
-//     stream, so it is copied anew.
+//     for the same name means the table was dropped and made again,
+//     taken out of the publication and added back, or published by
+//     options that may have left changes out meanwhile: changes outside
+//     the stream, so it is copied anew (install.IdentChange).
 const tablesSchema = `
 CREATE TABLE IF NOT EXISTS repstream.tables (
 	slot text NOT NULL,
