@@ -25,6 +25,10 @@
 //	<dir>/broker-<i>/stdout.log  the JVM's stdout and stderr
 //	<dir>/broker-<i>/pid         the broker's JVM process id
 //
+// The brokers map a class-data-sharing archive of their classes, made once
+// per JVM in the jar cache (<home>/broker-<key>.jsa, cds.go): it halves a
+// broker's start.
+//
 // Every broker is both broker and controller (a voter of a static quorum),
 // so one broker is a whole cluster and three survive the loss of one. The
 // brokers run with a small fixed heap (Options.HeapMB), few threads,
@@ -187,6 +191,8 @@ type Cluster struct {
 	secure    *Secure
 	log       *slog.Logger
 	brokers   []*broker
+	archive   string // the brokers' class archive (cds.go), "" for none
+	dumpTo    string // a broker started to make the archive writes it here at exit
 
 	mu     sync.Mutex
 	closed bool
@@ -243,9 +249,10 @@ func StartCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	archive := ensureArchive(ctx, home, java, logger)
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		c, err := startOnce(ctx, opts, home, java, logger)
+		c, err := startOnce(ctx, opts, home, java, archive, "", logger)
 		if err == nil {
 			return c, nil
 		}
@@ -258,7 +265,10 @@ func StartCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	return nil, lastErr
 }
 
-func startOnce(ctx context.Context, opts Options, home, java string, logger *slog.Logger) (*Cluster, error) {
+// startOnce starts the cluster opts describes; archive is the brokers'
+// class archive ("": none), dumpTo where a broker writes one at exit ("":
+// nowhere).
+func startOnce(ctx context.Context, opts Options, home, java, archive, dumpTo string, logger *slog.Logger) (*Cluster, error) {
 	name := sanitizeName(opts.Name)
 	dir, err := os.MkdirTemp(os.TempDir(), DirPrefix+name+"-*")
 	if err != nil {
@@ -279,6 +289,8 @@ func startOnce(ctx context.Context, opts Options, home, java string, logger *slo
 		settings:  opts.Settings,
 		secure:    opts.Secure,
 		log:       logger.With("component", "kafkatest", "cluster", name),
+		archive:   archive,
+		dumpTo:    dumpTo,
 	}
 	fail := func(err error) (*Cluster, error) {
 		c.killAll()
@@ -535,7 +547,7 @@ func (c *Cluster) format(ctx context.Context, b *broker) error {
 
 // jvmArgs returns the JVM options of broker b with a heap of heapMB.
 func (c *Cluster) jvmArgs(b *broker, heapMB int) []string {
-	return []string{
+	args := []string{
 		"-Xms" + strconv.Itoa(heapMB) + "m",
 		"-Xmx" + strconv.Itoa(heapMB) + "m",
 		// A small heap on a small machine: the serial collector adds no
@@ -547,6 +559,12 @@ func (c *Cluster) jvmArgs(b *broker, heapMB int) []string {
 		"-Dkafka.logs.dir=" + b.dir,
 		"-cp", filepath.Join(c.home, "libs", "*"),
 	}
+	if c.archive != "" {
+		// Classes loaded and verified once, mapped by every broker
+		// (cds.go).
+		args = append(args, "-XX:SharedArchiveFile="+c.archive)
+	}
+	return args
 }
 
 // startProcess starts broker b's JVM; the caller waits for it to serve.
@@ -556,7 +574,11 @@ func (c *Cluster) startProcess(b *broker) error {
 		return fmt.Errorf("kafkatest: %w", err)
 	}
 	defer out.Close()
-	args := append(c.jvmArgs(b, c.heapMB), "kafka.Kafka", filepath.Join(b.dir, "server.properties"))
+	args := c.jvmArgs(b, c.heapMB)
+	if c.dumpTo != "" {
+		args = append(args, "-XX:ArchiveClassesAtExit="+c.dumpTo)
+	}
+	args = append(args, "kafka.Kafka", filepath.Join(b.dir, "server.properties"))
 	cmd := exec.Command(c.java, args...)
 	cmd.Dir = b.dir
 	cmd.Stdout = out

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,61 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// shared is the test binary's one-broker cluster (Shared), started on
+// first use and closed by CloseShared.
+var shared struct {
+	mu      sync.Mutex
+	cluster *Cluster
+	err     error
+	started bool
+}
+
+// Shared returns the test binary's one-broker cluster with the default
+// settings, starting it on first use, for tests that neither stop, kill
+// nor reconfigure a broker. Each such test uses its own topics (its own
+// slot). It lives until CloseShared, which the test binary's TestMain
+// must call (pgtest.Main(m, kafkatest.CloseShared)). When t fails, the
+// broker's log tail is printed.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	Require(t, "")
+	shared.mu.Lock()
+	if !shared.started {
+		shared.started = true
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		t0 := time.Now()
+		shared.cluster, shared.err = StartCluster(ctx, Options{Name: "shared"})
+		cancel()
+		if shared.err == nil {
+			t.Logf("kafkatest: shared broker serving at %s after %s (dir %s)",
+				strings.Join(shared.cluster.Addrs(), ","), time.Since(t0).Round(time.Millisecond), shared.cluster.Dir())
+		}
+	}
+	c, err := shared.cluster, shared.err
+	shared.mu.Unlock()
+	if err != nil {
+		t.Fatalf("kafkatest: start the shared broker: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kafkatest: shared broker log:\n%s", c.LogTails())
+		}
+	})
+	return c
+}
+
+// CloseShared closes the cluster Shared started, if any.
+func CloseShared() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.cluster != nil {
+		if err := shared.cluster.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "kafkatest: %v\n", err)
+		}
+		shared.cluster = nil
+	}
 }
 
 // Require skips t (or, with REPSTREAM_REQUIRE_KAFKA set, fails it) when

@@ -86,7 +86,8 @@ func (p *proc) alive() {
 // one apply killed -9 and restarted. Both targets end equal to the source,
 // with no row twice (a keyless table counts its inserts).
 func TestKafkaCaptureApply(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
 	src := pgtest.Shared(t, "source")
 	tgtC := pgtest.Shared(t, "target")
 	srcDB := pgtest.NewDB(t, src)
@@ -284,7 +285,8 @@ func logTails(t *testing.T, procs ...*proc) {
 // --target-only` then a new start seeds that target again, while the
 // capture keeps its slot.
 func TestKafkaTrimmedOffset(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
 	src := pgtest.Shared(t, "source")
 	tgtC := pgtest.Shared(t, "target")
 	srcDB, tgtDB := pgtest.NewDB(t, src), pgtest.NewDB(t, tgtC)
@@ -423,7 +425,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 // stream says the table was added: the other target's apply copies it
 // because its first change is of a table that target never copied.
 func TestKafkaTablesAdd(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	for _, ddl := range []string{"trigger", "relation"} {
 		t.Run(ddl, func(t *testing.T) {
 			t.Parallel() // each its own databases and slot

@@ -22,7 +22,7 @@ import (
 // offset without applying anything twice.
 func TestKafkaSchemaChanges(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
 	capt := e.startCapture("capture")
@@ -73,7 +73,7 @@ func TestKafkaSchemaChanges(t *testing.T) {
 // topic holds: the rows before and after it arrive equal, none twice.
 func TestKafkaBinaryValues(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	const moodSQL = `CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`
 	e.exec(moodSQL)
@@ -141,7 +141,7 @@ func dataFormats(t *testing.T, k *kafkatest.Cluster, topic string) (binary, text
 // --binary=false, the same apply starts and the target equals the source.
 func TestKafkaBinaryTargetMismatch(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
 	if _, err := tgt.Exec(t.Context(), `CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, note text)`); err != nil {
@@ -186,7 +186,7 @@ func TestKafkaBinaryTargetMismatch(t *testing.T) {
 // savepoint is rolled back (pgoutput describes it again then).
 func TestKafkaSchemaRename(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	if e.src.Version() < 15 {
 		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
@@ -276,7 +276,7 @@ func TestKafkaSchemaRename(t *testing.T) {
 // error queue, the others are applied, and `errors` lists it.
 func TestKafkaOnErrorPark(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	db, tgt := e.newTarget()
 	capt := e.startCapture("capture")

@@ -5,11 +5,19 @@
 // says so. A package of its own so that `go test ./...` runs it beside
 // internal/e2e rather than after it.
 //
-// The tests that check what arrives (schema changes, values, a foreign
-// record, the topic and broker checks, fidelity), not how faults are
-// timed, call t.Parallel: each has its own broker and databases, and they
-// run two at a time once the fault tests are done, which keeps `make
-// test` within its time.
+// Brokers: the tests that neither stop, kill nor reconfigure a broker
+// share one (kafkatest.Shared, started at first use and closed by
+// TestMain), each with its own slot, topic and databases: a broker's
+// start costs about 5 s of two CPUs. The others start their own
+// (kafkatest.Start).
+//
+// Most tests call t.Parallel and run two at a time after the serial ones:
+// those that time a fault against a load on shared CPUs (the leader of
+// three brokers killed, the acceptance run, a capture frozen past its
+// walsender's timeout, an apply killed inside a group) stay serial, so
+// that what they time is not this package's other tests' load; so do
+// those that set the password's environment variable (t.Setenv). That
+// keeps `make test` within its time.
 //
 // Files:
 //

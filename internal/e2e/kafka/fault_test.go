@@ -375,6 +375,7 @@ func closedAddr(t *testing.T) string {
 // source or the target; with a broker there afterwards, the same commands
 // replicate.
 func TestKafkaBrokerDownAtStart(t *testing.T) {
+	t.Parallel() // see doc.go
 	addr := closedAddr(t)
 	e := newKafkaEnv(t, addr)
 	tgtDB, tgt := e.newTarget()
@@ -461,7 +462,7 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 // broker.
 func TestKafkaTopicRefused(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	t.Run("settings", func(t *testing.T) { topicSettingsRefused(t, k) })
 	t.Run("another source", func(t *testing.T) { topicOfAnotherSource(t, k) })
 }
@@ -576,6 +577,7 @@ func topicOfAnotherSource(t *testing.T, k *kafkatest.Cluster) {
 // capture starts a new session by itself and goes on; the target ends
 // equal to the source.
 func TestKafkaBrokerAwayPastTxnTimeout(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1, Settings: map[string]string{
 		"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
@@ -627,6 +629,7 @@ func (e *kafkaEnv) slotConfirmed(lsn string) (string, int64) {
 // the kill (nor at all while the broker is away), capture and apply ride
 // through, and once the broker is back everything arrives, once.
 func TestKafkaBrokerLostWhileRunning(t *testing.T) {
+	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
@@ -731,7 +734,8 @@ func TestKafkaLeaderKilled(t *testing.T) {
 // goes as fragments, inside a transaction streamed in progress) arrives
 // byte for byte, and stays when an update leaves it unchanged.
 func TestKafkaLargeValue(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	e.exec("CREATE TABLE big (id int PRIMARY KEY, n int NOT NULL, payload text)")
 	tgtDB, tgt := e.newTarget()
@@ -804,7 +808,7 @@ func TestKafkaLargeValue(t *testing.T) {
 // applied everything before it; the capture goes on.
 func TestKafkaCorruptRecord(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
 	capt := e.startCapture("capture")
@@ -856,7 +860,8 @@ func TestKafkaCorruptRecord(t *testing.T) {
 // from refuses, saying the slot is in use, without disturbing the first:
 // its transactions all reach the target, once.
 func TestKafkaTwoCaptures(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
 	capt := e.startCapture("capture")
@@ -936,7 +941,7 @@ func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.
 // restart, and halfway through the backlog that built up while it was
 // down; restarted each time: no transaction lost, none applied twice.
 func TestKafkaKillApplyInGroup(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
 	ctx := t.Context()
@@ -995,7 +1000,7 @@ func TestKafkaKillApplyInGroup(t *testing.T) {
 // them for where the topic ends): the brokers fence it, and it stops.
 // The target ends equal to the source.
 func TestKafkaFrozenCapture(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
 	// The first capture's walsender gives up on it 2 s after it freezes.

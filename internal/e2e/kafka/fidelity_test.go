@@ -45,7 +45,7 @@ INSERT INTO doomed SELECT g, 'old' FROM generate_series(1, 20) g;`
 // broker.
 func TestKafkaFidelity(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	k := kafkatest.Shared(t)
 	t.Run("shapes", func(t *testing.T) { fidelityShapes(t, k) })
 	t.Run("publication filter", func(t *testing.T) { publicationFilter(t, k) })
 }

@@ -22,7 +22,8 @@ import (
 // for them, so they are in the copy, not applied again). Both targets end
 // equal to the source.
 func TestKafkaLateTarget(t *testing.T) {
-	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	ctx := t.Context()
 	dbA, tgtA := e.newTarget()

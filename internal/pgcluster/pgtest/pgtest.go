@@ -175,10 +175,11 @@ func dbName(testName string, seq uint64) string {
 }
 
 // Main runs the tests: it first removes stale clusters left by killed test
-// processes (pgcluster.ReapStale), then runs m, removes the shared clusters
-// and exits with m's code. On SIGINT/SIGTERM it removes the shared clusters
-// and those of running tests, then exits 1.
-func Main(m *testing.M) {
+// processes (pgcluster.ReapStale), then runs m, calls atExit (other shared
+// servers' closers, such as kafkatest.CloseShared), removes the shared
+// clusters and exits with m's code. On SIGINT/SIGTERM it calls atExit,
+// removes the shared clusters and those of running tests, then exits 1.
+func Main(m *testing.M, atExit ...func()) {
 	reg.mu.Lock()
 	reg.mainActive = true
 	reg.mu.Unlock()
@@ -198,6 +199,9 @@ func Main(m *testing.M) {
 		select {
 		case s := <-sigs:
 			fmt.Fprintf(os.Stderr, "pgtest: %v: removing clusters\n", s)
+			for _, f := range atExit {
+				f()
+			}
 			removeAll()
 			os.Exit(1)
 		case <-done:
@@ -207,6 +211,9 @@ func Main(m *testing.M) {
 	code := m.Run()
 	close(done)
 	signal.Stop(sigs)
+	for _, f := range atExit {
+		f()
+	}
 	removeAll()
 	os.Exit(code)
 }
