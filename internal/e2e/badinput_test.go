@@ -305,6 +305,7 @@ func TestBadInputUnreachableServer(t *testing.T) {
 // not exist. The error says which side and what is wrong, and never shows a
 // password.
 func TestBadInputWrongDSN(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(acctSchema)
 	cfg := e.config("public.acct")
@@ -353,6 +354,7 @@ func TestBadInputWrongDSN(t *testing.T) {
 // names the server and the user and does not show the password; the right
 // one replicates.
 func TestBadInputWrongPassword(t *testing.T) {
+	t.Parallel() // own clusters
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "scram", Fast: true})
 	e := newEnvOn(t, c, c)
 	e.both(acctSchema)
@@ -418,6 +420,7 @@ func TestBadInputWrongPassword(t *testing.T) {
 // TestBadInputWalLevel: a source with wal_level=replica is refused with what
 // to change; once it is logical, the run completes.
 func TestBadInputWalLevel(t *testing.T) {
+	t.Parallel() // own clusters
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "walreplica", Fast: true, Settings: map[string]string{"wal_level": "replica"}})
 	e := newEnvOn(t, c, pgtest.Shared(t, "target"))
 	e.both(acctSchema)
@@ -443,6 +446,7 @@ func TestBadInputWalLevel(t *testing.T) {
 // TestBadInputPublication: without --tables the publication must exist; a
 // --tables pattern must match a table.
 func TestBadInputPublication(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)
@@ -467,6 +471,7 @@ func TestBadInputPublication(t *testing.T) {
 // table without --truncate, before creating the slot and without touching the
 // target's rows; with --truncate it replaces them.
 func TestBadInputNonEmptyTarget(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 30) g`)
@@ -508,6 +513,7 @@ func TestBadInputNonEmptyTarget(t *testing.T) {
 // target while streaming fails the run with the table and the LSN, keeping
 // what was applied before.
 func TestBadInputMissingTargetTable(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	t.Run("at start", func(t *testing.T) {
 		e := newEnv(t)
 		e.both(`CREATE TABLE a (id int PRIMARY KEY, v text)`)
@@ -832,6 +838,7 @@ func TestBadInputSlot(t *testing.T) {
 // TestBadInputCLI: through the built binary, a failure exits non-zero with
 // the message on stderr, and a successful `run --until-caught-up` exits 0.
 func TestBadInputCLI(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	bin := repstreamBinary(t)
 	e := newEnv(t)
 	e.srcExec(acctSchema)
@@ -882,6 +889,7 @@ func lastLine(s string) string {
 // left behind — once published, the source would refuse its UPDATEs and
 // DELETEs; after REPLICA IDENTITY FULL it replicates.
 func TestBadInputKeylessTable(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE logs (at timestamptz, line text)`)
 	e.srcExec(`INSERT INTO logs VALUES (now(), 'one'), (now(), 'two')`)

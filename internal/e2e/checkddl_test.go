@@ -12,6 +12,7 @@ import (
 // not owning the table cannot apply the source's schema changes: check
 // warns, naming the owner and the fix, unless --ddl=false.
 func TestCheckSaysWhatDDLNeeds(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE cd (id int PRIMARY KEY, v text)`)
 	r := newLPRoles(e)

@@ -17,6 +17,7 @@ import (
 // and text; `repstream drop` removes the slot, the publication repstream
 // created and its state on the target.
 func TestStatusAndDrop(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE s (id int PRIMARY KEY)`)
 	cfg := e.config("public.s")
@@ -71,6 +72,7 @@ func TestStatusAndDrop(t *testing.T) {
 // TestHTTPEndpoints: a running engine serves its stats and positions as JSON
 // at /status and in Prometheus format at /metrics.
 func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE h (id int PRIMARY KEY)`)
 	cfg := e.config("public.h")

@@ -54,6 +54,7 @@ var skipCommand = regexp.MustCompile(`repstream errors skip --slot (\S+) --lsn (
 // none after it. After `errors skip --lsn` a rerun skips it (recorded in
 // the error queue as skipped) and applies the rest.
 func TestConflictStopAndSkipLSN(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
 	e.srcExec(`INSERT INTO t SELECT g, g FROM generate_series(1, 20) g`)
@@ -128,6 +129,7 @@ func counter(reg *stats.Registry, component, name string) int64 {
 // `errors retry --all` applies them, the queue is empty, and source and
 // target are equal.
 func TestConflictPark(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, note text)`)
 	e.srcExec(`INSERT INTO t SELECT g, g, 'n' || g FROM generate_series(1, 50) g`)
@@ -228,6 +230,7 @@ func TestConflictPark(t *testing.T) {
 // kind check_violation, the SQLSTATE and the key, and the next
 // transactions are applied. Skipping it (errors skip ID) gives it up.
 func TestConflictParkCheckViolation(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE acct (id int PRIMARY KEY, n int NOT NULL)`)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 10) g`)

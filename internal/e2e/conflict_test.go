@@ -15,6 +15,7 @@ import (
 // unique violation; the worker must roll it back and apply it again after
 // the earlier groups commit, not fail.
 func TestUniqueIndexReordering(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, order := range []config.CommitOrder{config.CommitFull, config.CommitDependent} {
 		t.Run(order.String(), func(t *testing.T) {
 			e := newEnv(t)

@@ -17,6 +17,7 @@ import (
 // it: nothing would ever put the digits back). A column dropped and added
 // again with its type, in the same window, is copied as it is.
 func TestCopyRefusesSchemaDrift(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE drift (id int PRIMARY KEY, amount numeric(12,2), note text)`)
 	e.both(`CREATE TABLE readded (id int PRIMARY KEY, note text)`)
@@ -81,6 +82,7 @@ func (e *env) exportSnapshot(ctx context.Context) string {
 // with the source's type stops the run, naming the column and both types,
 // instead of rounding its digits away; nothing of it is applied.
 func TestRestartStopsWhereTargetWouldRound(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE money (id int PRIMARY KEY, amount numeric(12,4))`)
 	e.srcExec(`INSERT INTO money VALUES (1, 1.2345)`)

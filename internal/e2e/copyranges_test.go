@@ -44,6 +44,7 @@ func copiedInRanges(log, table string) bool {
 // and a partitioned one (copied whole through its root). Each arrives
 // whole and equal, row for row, and repstream.tables counts its rows.
 func TestCopyRanges(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE holes (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	e.both(`CREATE TABLE filtered (id int PRIMARY KEY, v int NOT NULL, pad text, secret text)`)
@@ -127,6 +128,7 @@ func TestCopyRanges(t *testing.T) {
 // the next run empties it and copies it again from a new snapshot: no row
 // twice, none missing (the table has no key that would refuse a duplicate).
 func TestCopyRangesInterrupted(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE nokey (id int NOT NULL, v int NOT NULL, pad text)`)
 	e.both(`ALTER TABLE nokey REPLICA IDENTITY FULL`)

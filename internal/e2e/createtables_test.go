@@ -12,6 +12,7 @@ import (
 // run then replicates every row exactly. It used to stop with "type ... does
 // not exist".
 func TestCreateTablesUserTypes(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`
 		CREATE SCHEMA app;
@@ -57,6 +58,7 @@ func TestCreateTablesUserTypes(t *testing.T) {
 // compatible, and an extension's type needs the extension: otherwise the
 // run stops before changing anything, naming the type (or extension).
 func TestCreateTablesTypeConflicts(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	t.Run("enum differs", func(t *testing.T) {
 		e := newEnv(t)
 		e.srcExec(`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE TABLE m (id int PRIMARY KEY, v mood)`)
@@ -87,6 +89,7 @@ func TestCreateTablesTypeConflicts(t *testing.T) {
 // works after a cutover (with sequences sync); identity sequences come with
 // their columns.
 func TestCreateTablesSerialAndDefaults(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE SEQUENCE shared_s START 100 INCREMENT 5;
 		CREATE TABLE s (id serial PRIMARY KEY, code int DEFAULT nextval('shared_s'), note text DEFAULT 'none', at date DEFAULT '2024-01-01',
@@ -108,6 +111,7 @@ func TestCreateTablesSerialAndDefaults(t *testing.T) {
 // digits rounded) — is reported before anything changes, every problem at
 // once. A type the target checks itself (text into int) is left to it.
 func TestTargetTableIncompatible(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE w (id int PRIMARY KEY, a text, b int, at timestamptz, amount numeric(10,4), n text)`)
 	e.tgtExec(`CREATE TABLE w (id int PRIMARY KEY, a text, extra int NOT NULL, fine int NOT NULL DEFAULT 0, at timestamp, amount numeric(10,2), n int)`)
@@ -127,6 +131,7 @@ func TestTargetTableIncompatible(t *testing.T) {
 // identity (FULL, USING INDEX on a unique index of their own) and get the
 // source's other indexes once the initial copy is done.
 func TestCreateTablesReplicaIdentity(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE rf (a int, b text); ALTER TABLE rf REPLICA IDENTITY FULL;
 		CREATE TABLE ri (id int PRIMARY KEY, code text NOT NULL); CREATE UNIQUE INDEX ri_code ON ri (code);
@@ -231,6 +236,7 @@ func TestCreateTablesUndoneOnFailedStart(t *testing.T) {
 // and indexes of the tables --create-tables made bare; the start builds
 // them before streaming, so UPDATEs and DELETEs find their rows by key.
 func TestCreateTablesNoSnapshot(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE ns (id int PRIMARY KEY, v text NOT NULL); CREATE INDEX ns_v ON ns (v)`)
 	cfg := e.config("public.ns")

@@ -15,6 +15,7 @@ import (
 // and the queue), one in a savepoint rolled back, and rows written to the
 // new tables afterwards.
 func TestDDLCreateTableAs(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, eager := range []bool{false, true} {
 		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
 			e := newEnv(t)
@@ -72,6 +73,7 @@ func TestDDLCreateTableAs(t *testing.T) {
 // nothing that stays: the transaction fails at commit naming the table,
 // and the run stops.
 func TestDDLCreateTableAsWithoutMessage(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 15 {
 		t.Skip("new tables are published by FOR TABLES IN SCHEMA (PostgreSQL 15+)")

@@ -17,6 +17,7 @@ import (
 // says so (table, column, LSN, what to do) instead of guessing; restarted
 // after the commit, it applies the transaction with the source's values.
 func TestDDLRelationFallbackEager(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE ge2 (id int PRIMARY KEY, a text); INSERT INTO ge2 SELECT i, 'a' || i FROM generate_series(1, 50) i`)
 	cfg := e.config("public.ge2")

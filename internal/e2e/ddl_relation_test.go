@@ -24,6 +24,7 @@ import (
 // column added on the target with the source's values), the next run goes
 // on. Before, existing target rows got NULL and only a warning was logged.
 func TestDDLRelationFallbackDefaults(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE g (id int PRIMARY KEY, a text); INSERT INTO g SELECT i, 'a' || i FROM generate_series(1, 50) i;
 		CREATE TABLE ge (id int PRIMARY KEY)`)

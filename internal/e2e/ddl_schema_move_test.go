@@ -15,6 +15,7 @@ import (
 // schema's tables move on the target too, the rows after the rename reach
 // them under the new name, and a table moved out is moved out on the target.
 func TestDDLSchemaRenameAndSetSchema(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 15 {
 		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
@@ -69,6 +70,7 @@ func TestDDLSchemaRenameAndSetSchema(t *testing.T) {
 // committed one must outlive its transaction (the rows after it go to
 // app2.a). Queue and eager apply.
 func TestDDLStreamedSchemaRename(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, eager := range []bool{false, true} {
 		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
 			e := newEnv(t)

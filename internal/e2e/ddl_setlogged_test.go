@@ -13,6 +13,7 @@ import (
 // does, then streamed. The same for a table moved into the published
 // schema by SET SCHEMA.
 func TestDDLSetLoggedTakesTableUp(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 15 {
 		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
@@ -63,6 +64,7 @@ func TestDDLSetLoggedTakesTableUp(t *testing.T) {
 // UNLOGGED): the target's rows are not the source's, so it is copied anew,
 // not left with different rows that then receive the stream.
 func TestDDLSetLoggedTargetHasTable(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 15 {
 		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")

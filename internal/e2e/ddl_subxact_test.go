@@ -27,6 +27,7 @@ import (
 // the target (the dropped column's and table's data stay). With and without
 // eager apply.
 func TestDDLStreamedSubxactAbort(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, eager := range []bool{false, true} {
 		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
 			e := newEnv(t)

@@ -100,6 +100,7 @@ func (e *env) waitStreaming(slot string) {
 // --until-caught-up carries a CREATE TABLE made while no engine ran.
 // Without the schema-change capture, the first ADD COLUMN stopped the run.
 func TestDDLReplicated(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, binary := range []bool{true, false} {
 		t.Run(map[bool]string{true: "binary", false: "text"}[binary], func(t *testing.T) {
 			e := newEnv(t)
@@ -197,6 +198,7 @@ func TestDDLReplicated(t *testing.T) {
 // evaluated per row (random()) cannot get the same values on the target:
 // the run stops naming the table, the column and the LSN.
 func TestDDLVolatileDefault(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE vd (id int PRIMARY KEY); INSERT INTO vd SELECT generate_series(1, 10)`)
 	cfg := e.config("public.vd")
@@ -212,6 +214,7 @@ func TestDDLVolatileDefault(t *testing.T) {
 // RENAME COLUMN (one column gone, one added) stops the run with an error
 // instead of losing the column's values on the target.
 func TestDDLRelationFallback(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE f (id int PRIMARY KEY, a text, b int); INSERT INTO f SELECT g, 'a' || g, g FROM generate_series(1, 100) g`)
 	cfg := e.config("public.*")
@@ -275,6 +278,7 @@ func TestDDLRelationFallback(t *testing.T) {
 // its functions and state from the source, and the partitions' TRUNCATE
 // triggers.
 func TestDDLDropRemovesTrigger(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE dr (id int PRIMARY KEY)`)
 	// A partitioned table: its leaf gets the TRUNCATE trigger repstream_truncate.
@@ -309,6 +313,7 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 // the run with an error that says to restart — and the restarted run
 // (which then uses text) applies everything.
 func TestDDLBinaryRestart(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TYPE mood AS ENUM ('sad', 'ok')`)
 	e.srcExec(`CREATE TABLE b (id int PRIMARY KEY, n int, v text); INSERT INTO b VALUES (1, 1, 'ok')`)

@@ -12,6 +12,7 @@ import (
 // transactions; updates and deletes find their rows; the sequence is not
 // consulted.
 func TestIdentityAlwaysTarget(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE acc (id int PRIMARY KEY, v text)`)
 	e.tgtExec(`CREATE TABLE acc (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text)`)
@@ -47,6 +48,7 @@ func TestIdentityAlwaysTarget(t *testing.T) {
 // text and, where the run falls back from it, binary mode; and with
 // REPLICA IDENTITY FULL.
 func TestCompositeKey(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	const ddl = `
 		CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 		CREATE TYPE inner_t AS (a int, m mood, ms mood[]);

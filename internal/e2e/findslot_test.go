@@ -12,6 +12,7 @@ import (
 // without --slot on a target holding one replication's state use it, and
 // say which; with two, they list them and ask.
 func TestAdminCommandsFindTheirReplication(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE fs (id int PRIMARY KEY, v text)`)
 	e.tgtExec(`INSERT INTO fs VALUES (1, 'on the target only')`)

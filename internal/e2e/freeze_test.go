@@ -122,6 +122,7 @@ func (e *env) fillFreezable(table string) {
 // of their own), and so is a tiny one (FREEZE's fixed cost is not worth
 // it). All equal the source row for row, after streaming too.
 func TestCopyFreeze(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.fillFreezable("small")
 	e.both(`CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, pad text);
@@ -233,6 +234,7 @@ func TestCopyFreezeFallback(t *testing.T) {
 // rows when Copy starts (no caller emptied it) keeps them: the TRUNCATE of
 // COPY FREEZE never drops a row it did not write.
 func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.fillFreezable("notrunc")
 	e.fillFreezable("hasrows")
@@ -276,6 +278,7 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 // TRUNCATE nor a row — and the next run copies the table again, frozen,
 // equal to the source row for row.
 func TestKillDuringFreezeCopy(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE killed (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	e.srcExec(`INSERT INTO killed SELECT g, g % 13, repeat('k', 60) FROM generate_series(1, 250000) g`)

@@ -9,6 +9,7 @@ import (
 // case-insensitive collation) are told apart: an UPDATE or DELETE changes
 // the row that has exactly the old values, not the first equal one.
 func TestFullIdentityLookAlikes(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, binary := range []bool{true, false} {
 		name := "text"
 		if binary {
@@ -41,6 +42,7 @@ func TestFullIdentityLookAlikes(t *testing.T) {
 // composite column holding a point (no equality operator) replicates its
 // UPDATEs and DELETEs (compared as text) instead of stopping at the first.
 func TestFullIdentityCompositeWithPoint(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TYPE loc AS (p point, label text)`)
 	e.both(`CREATE TABLE cp (id int, l loc); ALTER TABLE cp REPLICA IDENTITY FULL`)

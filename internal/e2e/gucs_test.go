@@ -11,6 +11,7 @@ import (
 // walsender and the copy sessions inherit them) do not change the values
 // the target gets, in text and binary.
 func TestSourceOutputSettings(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, binary := range []bool{false, true} {
 		t.Run(fmt.Sprintf("binary=%v", binary), func(t *testing.T) {
 			e := newEnv(t)

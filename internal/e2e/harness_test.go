@@ -97,15 +97,25 @@ func (e *env) config(tables ...string) config.Config {
 	c := config.Default()
 	c.Source = e.src.DSN(e.srcDB)
 	c.Target = e.tgt.DSN(e.tgtDB)
-	c.Slot = "rs_" + strings.TrimPrefix(e.srcDB, "t_")
-	if len(c.Slot) > 63 {
-		c.Slot = c.Slot[:63]
-	}
+	c.Slot = e.uniqueName("rs_", 63)
 	c.Tables = tables
 	c.SpillDir = filepath.Join(e.t.TempDir(), "spill") // created 0700 by the queue (t.TempDir is 0755)
 	c.StatusInterval = time.Second
 	c.Memory = 64 << 20
 	return c
+}
+
+// uniqueName is prefix and the source database's name (less its "t_"),
+// at most max bytes: cut in its middle, it keeps the database's sequence
+// suffix, so it is unique also among tests that run at once (slots and
+// roles are cluster-wide).
+func (e *env) uniqueName(prefix string, max int) string {
+	n := prefix + strings.TrimPrefix(e.srcDB, "t_")
+	if len(n) > max {
+		i := strings.LastIndexByte(n, '_')
+		n = n[:max-(len(n)-i)] + n[i:]
+	}
+	return n
 }
 
 func testLogger(t *testing.T) *slog.Logger {

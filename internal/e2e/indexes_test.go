@@ -47,6 +47,7 @@ SELECT coalesce(string_agg(d, E'\n' ORDER BY d), '') FROM (
 // plain index. NULLS NOT DISTINCT and a partial unique index are kept. The
 // same holds for a table the event trigger reports created later.
 func TestCreateTablesKeysExactly(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE SCHEMA app;
 		CREATE TABLE app.inc (a int, b int, c text, PRIMARY KEY (a) INCLUDE (b));
@@ -120,6 +121,7 @@ func TestCreateTablesKeysExactly(t *testing.T) {
 // reported no more. A key the target cannot build still stops the run,
 // naming the table.
 func TestCreateTablesIndexNotBuildable(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE FUNCTION public.src_only(text) RETURNS text IMMUTABLE LANGUAGE sql AS 'SELECT lower($1)';
 		CREATE TABLE x (id int PRIMARY KEY, v text, w int);

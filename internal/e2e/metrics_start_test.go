@@ -18,6 +18,7 @@ import (
 // the gauges that wait for the first probe and the initial copy's
 // per-table series come later, and are there once the run streams.
 func TestMetricsAtStart(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE ms (id int PRIMARY KEY)`)
 	e.srcExec(`INSERT INTO ms SELECT generate_series(1, 100)`)

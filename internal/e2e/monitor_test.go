@@ -39,6 +39,7 @@ func runCLI(t *testing.T, timeout time.Duration, argv ...string) (string, string
 // say so, `top` must print its header and a line with the apply workers, and
 // the target must end equal to the source.
 func TestAdviseApplyBottleneck(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE slow (id int PRIMARY KEY, v text)`)
 	e.tgtExec(`CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.001); RETURN NEW; END $$`)
@@ -148,6 +149,7 @@ func TestAdviseApplyBottleneck(t *testing.T) {
 // TestCheck: `check` passes a good pair (and changes nothing on either
 // server), and fails a source with wal_level=replica naming wal_level.
 func TestCheck(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE chk (id int PRIMARY KEY, v text)`)
 	cfg := e.config("public.chk")
@@ -247,6 +249,7 @@ func TestCheck(t *testing.T) {
 // missing one with its GRANT: the source role's REPLICATION and SELECT, the
 // target role's SET on session_replication_role and its table privileges.
 func TestCheckPrivileges(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE chk (id int PRIMARY KEY, v text)`)
 	role := "rs_chk_" + strings.TrimPrefix(e.srcDB, "t_")

@@ -140,6 +140,7 @@ var (
 // endpoints are read-only and show no DSN, and the dashboard and alert
 // rules use only exported series. Ends comparing source and target.
 func TestMonitoring(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE mon (id int PRIMARY KEY, v text)`)
 	e.srcExec(`INSERT INTO mon SELECT g, repeat('x', 100) FROM generate_series(1, 50000) g`)
@@ -401,6 +402,7 @@ func kitSeries(t *testing.T) map[string]bool {
 // running engine: the DOM has the pipeline's components, and the number of
 // changes capture shows grows after the source changes.
 func TestLivePageChromium(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	browser := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -475,6 +477,7 @@ func TestLivePageChromium(t *testing.T) {
 // it; once the lock goes, everything is applied, the lag is 0 and /healthz
 // is 200 again.
 func TestHealthzApplyLag(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE lag (id int PRIMARY KEY)`)
 	cfg := e.config("public.lag")

@@ -72,6 +72,7 @@ func TestPartitionTruncateLeaf(t *testing.T) {
 // TestPartitionTruncateHashStops: a hash partition's rows cannot be told
 // apart on a target partitioned otherwise: the run stops, naming it.
 func TestPartitionTruncateHashStops(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 14 {
 		t.Skip("the event trigger needs a PostgreSQL 14+ source")
@@ -96,6 +97,7 @@ func TestPartitionTruncateHashStops(t *testing.T) {
 }
 
 func TestPartitionAttachPopulated(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, partitioned := range []bool{true, false} {
 		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
 		t.Run(name, func(t *testing.T) {
@@ -121,6 +123,7 @@ func TestPartitionAttachPopulated(t *testing.T) {
 }
 
 func TestPartitionDetach(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, partitioned := range []bool{true, false} {
 		name := map[bool]string{true: "target partitioned the same", false: "target ordinary"}[partitioned]
 		t.Run(name, func(t *testing.T) {
@@ -146,6 +149,7 @@ func TestPartitionDetach(t *testing.T) {
 // detached partition's rows out of it into a table of its own that is
 // replicated from then on.
 func TestPartitionSchemaPublication(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	if e.srcMajor() < 15 {
 		t.Skip("FOR TABLES IN SCHEMA needs a PostgreSQL 15+ source")
@@ -177,6 +181,7 @@ func TestPartitionSchemaPublication(t *testing.T) {
 // transaction, and a partitioned table attached as a partition (its rows in
 // its own partitions).
 func TestPartitionCreatedAndFilled(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e, sync := partitionEnv(t, false)
 	e.srcExec(`BEGIN; CREATE TABLE m_2027 PARTITION OF m FOR VALUES FROM ('2027-01-01') TO ('2028-01-01');
 		INSERT INTO m SELECT g, date '2027-02-02', 'new' FROM generate_series(80001, 80050) g; COMMIT`)
@@ -196,6 +201,7 @@ func TestPartitionCreatedAndFilled(t *testing.T) {
 // TestPartitionAttachWhileRunning: the root copied again by a running
 // engine (tablesync's Watch), its changes held until then.
 func TestPartitionAttachWhileRunning(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e, sync := partitionEnv(t, false)
 	cfg := e.config("public.m")
 	cfg.CreateTables = true

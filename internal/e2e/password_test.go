@@ -52,6 +52,7 @@ func childEnv(t *testing.T, extra ...string) []string {
 // /proc, never holds it, and neither does anything it prints, a failed
 // login included.
 func TestPasswordsOffTheCommandLine(t *testing.T) {
+	t.Parallel() // own clusters
 	bin := repstreamBinary(t)
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "pw", Fast: true,
 		HBA: []string{"host all " + pwRole + " 127.0.0.1/32 scram-sha-256"}})

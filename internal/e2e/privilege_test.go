@@ -22,10 +22,7 @@ func newLPRoles(e *env) lpRoles {
 	if v := e.tgt.Version(); v < 15 {
 		e.t.Skipf("a non-superuser target role needs GRANT SET ON PARAMETER (PostgreSQL 15+); the target is %d", v)
 	}
-	name := e.config().Slot
-	if len(name) > 60 {
-		name = name[:60]
-	}
+	name := e.uniqueName("rs_", 61)
 	r := lpRoles{src: name + "_s", tgt: name + "_t"}
 	e.srcExec(`CREATE ROLE ` + r.src + ` LOGIN REPLICATION`)
 	e.tgtExec(`CREATE ROLE ` + r.tgt + ` LOGIN`)
@@ -74,6 +71,7 @@ func (e *env) lpConfig(r lpRoles, tables ...string) config.Config {
 // lists, and the target ends equal to the source. A target trigger does
 // not fire: the apply sessions run as replica, which the SET grant allows.
 func TestLeastPrivilege(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE lp (id int PRIMARY KEY, v text);
 		CREATE TABLE lp2 (id bigint PRIMARY KEY, n numeric, t timestamptz)`)
@@ -110,6 +108,7 @@ func TestLeastPrivilege(t *testing.T) {
 // before it changes anything, with an error naming the statement that
 // grants it.
 func TestLeastPrivilegeErrors(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE lpe (id int PRIMARY KEY, v text)`)
 	e.srcExec(`INSERT INTO lpe SELECT g, 'x' FROM generate_series(1, 10) g`)
@@ -191,6 +190,7 @@ func TestLeastPrivilegeErrors(t *testing.T) {
 // repstream streams (which the checks at start cannot see) stops the run
 // with an error naming the table, the LSN and the GRANT.
 func TestLeastPrivilegeRevokedWhileRunning(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE lpr (id int PRIMARY KEY, v text)`)
 	r := newLPRoles(e)

@@ -58,25 +58,25 @@ func tail(s string, n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// TestLargeTransactionSpills replicates one 1,000,000-row transaction with a
-// 64 MiB queue budget. Through the queue (--eager=false) it must spill, the
+// TestLargeTransactionSpills replicates one 300,000-row transaction (about
+// 40 MiB of changes) with a 16 MiB queue budget. Through the queue (--eager=false) it must spill, the
 // peak RSS must stay within the budget plus a fixed overhead, and spill must
 // cost little more than the changes themselves. Applied eagerly (the
 // default) it must not spill at all, within the same memory.
 func TestLargeTransactionSpills(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	if testing.Short() {
-		t.Skip("1M rows")
+		t.Skip("300,000 rows")
 	}
 	for _, eager := range []bool{false, true} {
 		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
 			e := newEnv(t)
 			e.both(`CREATE TABLE big1m (id bigint PRIMARY KEY, channel int, value float8, label text)`)
 			cfg := e.config("public.big1m")
-			cfg.Memory = 64 << 20
+			cfg.Memory = 16 << 20
 			cfg.ApplyParallelism = 2
 			e.catchUp(cfg) // create the slot
-			e.srcExec(`INSERT INTO big1m SELECT g, g % 1000, g * 0.5, 'label ' || g FROM generate_series(1, 1000000) g`)
+			e.srcExec(`INSERT INTO big1m SELECT g, g % 1000, g * 0.5, 'label ' || g FROM generate_series(1, 300000) g`)
 			log, rss, err := runBinary(t, 5*time.Minute, args(cfg, "--until-caught-up", fmt.Sprintf("--eager=%v", eager))...)
 			if err != nil {
 				t.Fatalf("repstream: %v\n%s", err, tail(log, 30))
@@ -87,7 +87,7 @@ func TestLargeTransactionSpills(t *testing.T) {
 			changeBytes := summaryField(t, log, "change_bytes")
 			t.Logf("peak RSS %.1f MiB; bytes of changes queued %.1f MiB; spilled %.1f MiB written for %.1f MiB of changes (%.2fx)",
 				float64(rss)/(1<<20), changeBytes/(1<<20), spilled/(1<<20), accounted/(1<<20), spilled/max(accounted, 1))
-			if limit := int64(64+100) << 20; rss > limit {
+			if limit := int64(16+100) << 20; rss > limit {
 				t.Fatalf("peak RSS %d MiB exceeds the budget plus overhead (%d MiB)", rss>>20, limit>>20)
 			}
 			if eager {
@@ -97,7 +97,7 @@ func TestLargeTransactionSpills(t *testing.T) {
 				return
 			}
 			if spilled == 0 {
-				t.Fatalf("a 1M-row transaction under --memory 64MiB did not spill")
+				t.Fatalf("a 300,000-row transaction under --memory 16MiB did not spill")
 			}
 			if spilled > 1.3*accounted {
 				t.Fatalf("spill wrote %.0f bytes for %.0f bytes of changes (> 1.3x)", spilled, accounted)

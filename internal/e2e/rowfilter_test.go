@@ -9,6 +9,7 @@ import "testing"
 // before, and then never changed again (an UPDATE that leaves the filter
 // streams as a DELETE, one that enters it as an INSERT).
 func TestPublicationRowFilterAndColumns(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	var v int
 	if err := e.Src.QueryRow(t.Context(), "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil {

@@ -19,6 +19,7 @@ import (
 // `errors retry --all` applies them and the queue is empty; every table
 // then equals the source, columns and rows.
 func TestSchemaChangesAndConflictsTogether(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE items (id int PRIMARY KEY, name text, qty int, obsolete text)`)
 	e.srcExec(`INSERT INTO items SELECT g, 'item' || g, g, 'x' FROM generate_series(1, 100) g`)

@@ -33,10 +33,7 @@ func (e *env) hostileRole(side string) (string, *pgx.Conn) {
 	if side == "target" {
 		admin, db, dsn = e.Tgt, e.tgtDB, e.tgt.DSN(e.tgtDB)
 	}
-	role := "mallory_" + strings.TrimPrefix(db, "t_")
-	if len(role) > 63 {
-		role = role[:63]
-	}
+	role := e.uniqueName("mallory_"+side[:1]+"_", 63)
 	for _, sql := range []string{
 		"CREATE ROLE " + role + " LOGIN NOSUPERUSER",
 		"GRANT CREATE ON DATABASE " + db + " TO " + role,
@@ -103,6 +100,7 @@ GRANT ALL ON SCHEMA repstream TO PUBLIC;`
 // run, check and drop refuse the schema, naming its owner, and touch
 // nothing.
 func TestHostileSchemaRefused(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, side := range []string{"source", "target"} {
 		t.Run(side, func(t *testing.T) {
 			e := newEnv(t)
@@ -162,6 +160,7 @@ func reportFails(rep *healthcheck.Report, side, what string) bool {
 // both sides, an ordinary role with CREATE on the database can neither add
 // nor replace anything in it, nor call its functions, nor write its state.
 func TestInstalledSchemaLocked(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE l (id int PRIMARY KEY, v text); INSERT INTO l VALUES (1, 'a')`)
 	cfg := e.config("public.l")
@@ -205,6 +204,7 @@ func TestInstalledSchemaLocked(t *testing.T) {
 // TestSameDatabaseRefused: with the target the source's own database, run
 // (with --truncate), check and tables add refuse before touching anything.
 func TestSameDatabaseRefused(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE same (id int PRIMARY KEY, v text); INSERT INTO same SELECT g, 'v' FROM generate_series(1, 10) g`)
 	cfg := e.config("public.same")
@@ -251,6 +251,7 @@ func TestSameDatabaseRefused(t *testing.T) {
 // other following schema changes, and dropping the last leaves nothing of
 // repstream on either side.
 func TestDropKeepsOtherReplication(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE k (id int PRIMARY KEY, v text); INSERT INTO k VALUES (1, 'a')`)
 	a := e.config("public.k")
@@ -327,6 +328,7 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 // same target database at the same instant both run; neither's failure
 // handling removes the other's state.
 func TestConcurrentFirstStarts(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE c1 (id int PRIMARY KEY); CREATE TABLE c2 (id int PRIMARY KEY);
 		INSERT INTO c1 SELECT generate_series(1, 1000); INSERT INTO c2 SELECT generate_series(1, 1000)`)
@@ -369,6 +371,7 @@ func TestConcurrentFirstStarts(t *testing.T) {
 // pg_catalog compares varchar through text; apply's key matches use
 // pg_catalog's, so replicated UPDATEs and DELETEs never run it.
 func TestOperatorHijack(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE v (id varchar(20) PRIMARY KEY, n int)`)
 	e.srcExec(`INSERT INTO v SELECT 'k' || g, g FROM generate_series(1, 10) g`)

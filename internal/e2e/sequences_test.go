@@ -17,6 +17,7 @@ import (
 // positions, leaves one the target already advanced past the source, and
 // touches none the tables do not use.
 func TestSequencesSync(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`
 		CREATE SEQUENCE shared_seq;

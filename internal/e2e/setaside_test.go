@@ -97,6 +97,7 @@ func sameDefs(t *testing.T, what, before, after string) {
 // definitions, foreign keys into and out of them included; --keep-indexes
 // leaves them in place; the copied rows then replicate.
 func TestSetAsideUserTables(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	loadUserSchema(e, 5000)
 	before := schemaDefs(t, e)
@@ -210,6 +211,7 @@ func TestSetAsideKilledMidCopy(t *testing.T) {
 // the source, copies it and makes it. An index the rows break is recorded
 // as not built (repstream.unbuilt_indexes) and the run goes on.
 func TestSetAsideFailedBuild(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`CREATE TABLE dup (id int NOT NULL, v text, w int); ALTER TABLE dup REPLICA IDENTITY FULL;
 		INSERT INTO dup SELECT g % 1000, 'v' || g, g % 10 FROM generate_series(1, 1500) g;`)
@@ -267,6 +269,7 @@ SELECT coalesce(string_agg(d, E'\n' ORDER BY d), '') FROM (
 // target's CHECK constraint refuses) leaves the user's tables as they
 // were defined, at once; so does `repstream drop` after it.
 func TestSetAsideFailedFirstStart(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	loadUserSchema(e, 2000)
 	e.tgtExec(`ALTER TABLE app.big DROP CONSTRAINT big_v_check; ALTER TABLE app.big ADD CONSTRAINT big_v_check CHECK (v < 90)`)

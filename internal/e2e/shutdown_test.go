@@ -17,6 +17,7 @@ import (
 // once (as native's worker answers it), not after wal_sender_timeout. The
 // prepared transaction is then committed and replicated whole.
 func TestSourceFastShutdownNotHeldUp(t *testing.T) {
+	t.Parallel() // own clusters
 	src := pgtest.Cluster(t, pgcluster.Options{Name: "shutsrc", Fast: true, Settings: map[string]string{
 		"max_prepared_transactions": "5", "wal_sender_timeout": "60s",
 	}})

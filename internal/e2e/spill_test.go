@@ -35,6 +35,7 @@ func smallDisk(t *testing.T) string {
 // is local — never a "connection lost" retried for ever (the regression:
 // the engine reconnected in a loop while /healthz said ok).
 func TestSpillDiskFullStops(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	disk := smallDisk(t)
 	e := newEnv(t)
 	e.both(`CREATE TABLE big (id int PRIMARY KEY, v text)`)

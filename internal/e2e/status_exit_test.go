@@ -38,6 +38,7 @@ func runStatusBinary(t *testing.T, args ...string) (int, string, string) {
 // target's progress record) and for a missing slot; --format json carries
 // the verdict.
 func TestStatusExitCodes(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE sx (id int PRIMARY KEY)`)
 	cfg := e.config("public.sx")

@@ -19,6 +19,7 @@ import (
 // the end, and a large transaction interleaved with small ones on the same
 // keys.
 func TestStreamedTransactions(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	for _, mode := range applyModes {
 		t.Run(mode.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -114,6 +115,7 @@ func TestStreamedTransactions(t *testing.T) {
 // inside that stream and, once it commits, never again for the ordinary
 // transactions that follow. Capture must keep that description.
 func TestRelationFromCommittedStream(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE r (id int PRIMARY KEY, v text)`)
 	cfg := e.config("public.r")
@@ -131,6 +133,7 @@ func TestRelationFromCommittedStream(t *testing.T) {
 // source commits — with a rolled-back subtransaction undone by a savepoint,
 // and a streamed transaction aborted at the end rolled back.
 func TestEagerApply(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE big (id int PRIMARY KEY, v text)`)
 	cfg := e.config("public.big")

@@ -17,6 +17,7 @@ import (
 // publishes, creates, copies and streams exactly those tables. A comma
 // inside quotes used to split the name in two ("matches no table").
 func TestTablesOddIdentifiers(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.srcExec(`
 		CREATE SCHEMA "a,b";

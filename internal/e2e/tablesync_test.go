@@ -263,6 +263,7 @@ func TestTablesAddWhileRunning(t *testing.T) {
 // run copies it before it streams (until caught up), after which it is
 // ready with its sync LSN and rows.
 func TestTablesList(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE l1 (id int PRIMARY KEY, v int NOT NULL, pad text);
 		CREATE TABLE l2 (id int PRIMARY KEY, v int NOT NULL, pad text)`)
@@ -318,6 +319,7 @@ func TestTablesList(t *testing.T) {
 // with --create-tables making the target table — and copies it before it
 // streams; writes made while no engine ran are not lost.
 func TestTablesWidenedOnRestart(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
 	e.both(`CREATE TABLE w1 (id int PRIMARY KEY, v int NOT NULL)`)
 	e.srcExec(`CREATE TABLE w2 (id int PRIMARY KEY, v int NOT NULL, note text);

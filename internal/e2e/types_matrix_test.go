@@ -78,6 +78,7 @@ func typesMatrixRows(base int) []string {
 // run use text); every table must then equal the source's, compared as text
 // row by row.
 func TestTypesMatrix(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
 	builtin := []string{"tm_arrays", "tm_ranges", "tm_scalars", "tm_toast"}
 	for _, tc := range []struct {
 		name   string
