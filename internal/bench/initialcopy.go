@@ -523,7 +523,9 @@ func (p *pgcopydbSys) stop(ctx context.Context, res *RunResult) error {
 	p.closeLog()
 	if ps := p.cmd.ProcessState; ps != nil {
 		// The process's rusage counts its waited-for children (the COPY
-		// and index workers, pg_dump and pg_restore) too.
+		// and index workers, pg_dump and pg_restore) too. Its peak RSS
+		// is the largest of theirs, or this process's own at the fork
+		// if that is larger (watchPeakRSS): an upper bound.
 		res.Resources.EngineCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 			res.Resources.EnginePeakRSSBytes = ru.Maxrss << 10

@@ -423,6 +423,7 @@ type pgstreamSys struct {
 	cmd     *exec.Cmd
 	logf    *os.File
 	done    chan struct{}
+	peakRSS func() int64 // watchPeakRSS of the running pgstream
 	waitErr error
 	stopped bool
 }
@@ -528,6 +529,7 @@ func (p *pgstreamSys) start(ctx context.Context) error {
 		p.waitErr = p.cmd.Wait()
 		close(p.done)
 	}()
+	p.peakRSS = watchPeakRSS(p.cmd.Process.Pid, p.done)
 	return nil
 }
 
@@ -544,6 +546,7 @@ func (p *pgstreamSys) stop(ctx context.Context, res *RunResult) error {
 	if p.cmd == nil {
 		return nil
 	}
+	peak := p.peakRSS()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -557,10 +560,8 @@ func (p *pgstreamSys) stop(ctx context.Context, res *RunResult) error {
 	}
 	if ps := p.cmd.ProcessState; ps != nil {
 		res.Resources.EngineCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			res.Resources.EnginePeakRSSBytes = ru.Maxrss << 10
-		}
 	}
+	res.Resources.EnginePeakRSSBytes = peak
 	return nil
 }
 

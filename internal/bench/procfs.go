@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on
@@ -170,4 +171,66 @@ func (m *cpuMeter) total(group string) float64 {
 		}
 	}
 	return s
+}
+
+// watchPeakRSS follows pid's peak resident set size (VmHWM in
+// /proc/<pid>/status) every 100 ms until done is closed, and returns a
+// func giving the last value read, in bytes (0: none read). Not the
+// rusage of its wait: Go clones a child sharing the parent's memory until
+// exec, and Linux carries that memory's high-water mark into the child's
+// ru_maxrss, which then reports the parent's (this process's) peak
+// whenever that is the larger. Growth in the last 100 ms before the
+// process exits is not seen.
+func watchPeakRSS(pid int, done <-chan struct{}) func() int64 {
+	var mu sync.Mutex
+	var peak int64
+	read := func() {
+		if v, err := readProc(pid, "status", parseVmHWM); err == nil && v > 0 {
+			mu.Lock()
+			peak = max(peak, int64(v))
+			mu.Unlock()
+		}
+	}
+	read()
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				read()
+			}
+		}
+	}()
+	return func() int64 {
+		select {
+		case <-done: // waited for: its pid may be another's now
+		default:
+			read()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
+
+// parseVmHWM extracts VmHWM ("VmHWM:  12345 kB") from /proc/<pid>/status,
+// in bytes.
+func parseVmHWM(b []byte) (float64, error) {
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("malformed VmHWM line %q", line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("malformed VmHWM line %q", line)
+			}
+			return float64(kb << 10), nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM line")
 }

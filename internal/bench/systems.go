@@ -69,6 +69,7 @@ type repstreamSys struct {
 	logf    *os.File
 	addr    string
 	done    chan struct{}
+	peakRSS func() int64 // watchPeakRSS of the running engine
 	waitErr error
 	stopped bool
 	// copyMode (initial-copy workload): `run --snapshot --create-tables
@@ -184,6 +185,7 @@ func (r *repstreamSys) start(ctx context.Context) error {
 		r.waitErr = r.cmd.Wait()
 		close(r.done)
 	}()
+	r.peakRSS = watchPeakRSS(r.cmd.Process.Pid, r.done)
 	// Wait for the status endpoint: the engine is set up once it answers.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -302,6 +304,7 @@ func (r *repstreamSys) stop(ctx context.Context, res *RunResult) error {
 		return nil
 	}
 	r.poll(ctx)
+	peak := r.peakRSS()
 	_ = r.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-r.done:
@@ -315,10 +318,8 @@ func (r *repstreamSys) stop(ctx context.Context, res *RunResult) error {
 	r.stopped = true
 	if ps := r.cmd.ProcessState; ps != nil {
 		res.Resources.EngineCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
-		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-			res.Resources.EnginePeakRSSBytes = ru.Maxrss << 10
-		}
 	}
+	res.Resources.EnginePeakRSSBytes = peak
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res.Components = r.samples

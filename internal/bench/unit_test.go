@@ -292,3 +292,22 @@ func TestWriteMarkdownRounds(t *testing.T) {
 		t.Errorf("summary does not compare within the round:\n%s", s.String())
 	}
 }
+
+func TestParseVmHWM(t *testing.T) {
+	status := "Name:\trepstream\nVmPeak:\t 1300000 kB\nVmHWM:\t   76288 kB\nVmRSS:\t   70000 kB\n"
+	if v, err := parseVmHWM([]byte(status)); err != nil || v != 76288<<10 {
+		t.Errorf("parseVmHWM = %v, %v; want %d", v, err, 76288<<10)
+	}
+	for _, bad := range []string{"Name:\tzombie\n", "VmHWM:\t12 MB\n", "VmHWM:\tx kB\n"} {
+		if v, err := parseVmHWM([]byte(bad)); err == nil {
+			t.Errorf("parseVmHWM(%q) = %v, want an error", bad, v)
+		}
+	}
+	// This process's own: running, so read.
+	done := make(chan struct{})
+	peak := watchPeakRSS(os.Getpid(), done)
+	if v := peak(); v <= 0 {
+		t.Errorf("watchPeakRSS of this process = %d", v)
+	}
+	close(done)
+}

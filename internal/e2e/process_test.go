@@ -18,7 +18,11 @@ import (
 )
 
 // runBinary runs bin/repstream to completion and returns its stderr and
-// peak RSS in bytes.
+// peak RSS in bytes: its VmHWM, read every 50 ms while it runs. Not the
+// rusage of its wait: Go clones a child sharing the test process's memory
+// until exec, and Linux carries that memory's high-water mark into the
+// child's ru_maxrss, so with tests running in parallel it reported the
+// test process's peak.
 func runBinary(t *testing.T, timeout time.Duration, argv ...string) (string, int64, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -26,14 +30,30 @@ func runBinary(t *testing.T, timeout time.Duration, argv ...string) (string, int
 	cmd := exec.CommandContext(ctx, repstreamBinary(t), argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return "", 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	var rss int64
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			rss = ru.Maxrss * 1024 // Linux reports KiB
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)); err == nil {
+			if _, rest, ok := strings.Cut(string(b), "VmHWM:"); ok {
+				if f := strings.Fields(rest); len(f) > 0 {
+					if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+						rss = max(rss, kb<<10)
+					}
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			return stderr.String(), rss, err
+		case <-tick.C:
 		}
 	}
-	return stderr.String(), rss, err
 }
 
 // summaryField reads a numeric field of the engine's final "summary" log line.
