@@ -37,7 +37,8 @@
 // source's WAL retained for the slot is sampled for every system.
 //
 // repstream runs as a subprocess (the repstream binary itself), so its CPU
-// time and peak RSS come from the kernel, and its per-component stats are
+// time comes from the kernel (its wait's rusage) and its peak RSS from its
+// /proc VmHWM, read while it runs (watchPeakRSS), and its per-component stats are
 // polled from its --http /status endpoint once a second. PostgreSQL process
 // CPU comes from /proc/<pid>/stat (walsender: the slot's active_pid; native
 // apply worker: the target database's "logical replication worker" backends;
