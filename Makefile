@@ -81,8 +81,10 @@ unit:
 # internal/e2e/kafka (its own package) runs beside internal/e2e, the three
 # brokers' leader-kill tests included (REPSTREAM_KAFKA_FAULTS=1). -p 3: the
 # three long packages (internal/e2e, internal/e2e/kafka, internal/bench)
-# run at once; their tests mostly wait on servers, and with the default of
-# one per CPU (2) internal/e2e/kafka waited for internal/bench to finish.
+# run at once (with the default of one per CPU, 2, internal/e2e/kafka
+# waited for internal/bench to finish), each running its parallel tests
+# two at a time: together they keep both CPUs about 90% busy, so more at
+# once only stretches each test.
 integration:
 	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -p 3 -count=1 -timeout 20m ./...
 

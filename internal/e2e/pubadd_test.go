@@ -400,3 +400,29 @@ func stillRunning(t *testing.T, done <-chan error) {
 	default:
 	}
 }
+
+// TestStreamedTableReplacedWithoutTrigger: without the event trigger, a
+// replication started without a copy (--snapshot=false: the target
+// already has the rows) records each table's source identity at its
+// start, read before the slot is made. A table dropped and made again
+// under its name while the first run goes on, before any publication poll
+// looked (a poll every hour here), is then caught at its first change — another relation under the
+// recorded name — and copied anew. Before, the identity was recorded only
+// by the first poll: the target kept the old table's rows beside the new
+// one's.
+func TestStreamedTableReplacedWithoutTrigger(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE s (id int PRIMARY KEY, v text); INSERT INTO s SELECT g, 'old' FROM generate_series(1, 20) g`)
+	cfg := e.config("public.s")
+	cfg.DDL = "relation"
+	cfg.Snapshot = false
+	cfg.PublicationPoll = time.Hour
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`DROP TABLE s; CREATE TABLE s (id int PRIMARY KEY, v text); ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE s`)
+	e.srcExec(`INSERT INTO s SELECT g, 'new' FROM generate_series(101, 130) g`)
+	waitFor(t, "s to be copied anew", 30*time.Second, e.sameRows("s", "s"))
+	stillRunning(t, done)
+}

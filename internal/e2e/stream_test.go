@@ -219,10 +219,14 @@ func TestEagerAfterBacklog(t *testing.T) {
 	cfg.DecodingWorkMem = "64kB"
 	e.catchUp(cfg)
 	// The backlog, written while nothing replicates: long enough to take
-	// the engine well over behindAfter (0.25 s) to decode.
-	e.srcExec(`DO $$ BEGIN FOR i IN 1..200000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
+	// the engine well over behindAfter (0.25 s) to decode, short enough
+	// for apply, on a loaded machine too, to reach the large transaction
+	// within the eager path's wait for what comes before it (takeWaitMax,
+	// 10 s: 200,000 transactions took longer in CI, and the large one
+	// went through the queue).
+	e.srcExec(`DO $$ BEGIN FOR i IN 1..50000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
 	e.srcExec(`INSERT INTO big SELECT g, repeat('b', 40) FROM generate_series(1, 30000) g`)
-	e.srcExec(`DO $$ BEGIN FOR i IN 200001..201000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
+	e.srcExec(`DO $$ BEGIN FOR i IN 50001..51000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
 	t0 := time.Now()
 	reg := e.catchUp(cfg)
 	t.Logf("caught up in %s", time.Since(t0))

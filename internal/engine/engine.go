@@ -365,7 +365,7 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 		case stepAdoptSlot:
 			e.log.Warn("--adopt-slot: the target has no state for the slot: applying from the slot's confirmed position, without an initial copy", "slot", cfg.Slot, "confirmed", prog.Low)
 			if err = target.InitProgress(ctx, tgt, cfg.Slot, prog.Low, target.SnapshotNone, false); err == nil {
-				err = target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, prog.Low)
+				err = target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, prog.Low, e.sync.SourceIdents(ctx))
 			}
 		case stepRefuse:
 			err = p.refuse
@@ -395,7 +395,7 @@ func (e *Engine) recordLegacyStreamed(ctx context.Context, tgt *pgx.Conn, tables
 		return nil
 	}
 	e.log.Info("recording the published tables as streamed without a copy (a slot started by an earlier version)", "tables", len(tables))
-	return target.SetTablesStreamed(ctx, tgt, e.cfg.Slot, tables, low)
+	return target.SetTablesStreamed(ctx, tgt, e.cfg.Slot, tables, low, e.sync.SourceIdents(ctx))
 }
 
 // beforeStreaming copies the tables added since the last run (pending),
@@ -678,7 +678,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 		}
 		// Recorded: a table the stream carries later and the slot does
 		// not record entered the publication after (CopyUnrecorded).
-		return low, target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, low)
+		return low, target.SetTablesStreamed(ctx, tgt, cfg.Slot, tables, low, idents)
 	}
 	if err := target.InitProgress(ctx, tgt, cfg.Slot, low, target.SnapshotRunning, createdPub); err != nil {
 		return 0, err

@@ -16,7 +16,7 @@ func TestWriterCopyUnrecorded(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE public.known (id int PRIMARY KEY, v text); CREATE TABLE public.added (id int PRIMARY KEY, v text);`)
 	known := rel("public", "known", change.IdentityDefault, "*id", "v")
 	added := rel("public", "added", change.IdentityDefault, "*id", "v")
-	if err := SetTablesStreamed(e.ctx, e.conn, "s1", []schema.TableName{{Schema: "public", Name: "known"}}, 0x100); err != nil {
+	if err := SetTablesStreamed(e.ctx, e.conn, "s1", []schema.TableName{{Schema: "public", Name: "known"}}, 0x100, nil); err != nil {
 		t.Fatal(err)
 	}
 	filtered := map[schema.TableName]bool{} // what the engine's filter holds back, as engine.resync keeps it
