@@ -222,3 +222,49 @@ func TestPartitionAttachWhileRunning(t *testing.T) {
 	}
 	sync()
 }
+
+// TestDDLTriggersAlwaysOn: the source's event triggers fire in every
+// session: a table added to the publication under session_replication_role
+// = replica (another replication's apply, a restore) is copied; with the
+// triggers made for the origin alone it was not, and the target lacked
+// its rows. A trigger turned off while the engine runs (ALTER EVENT
+// TRIGGER ... DISABLE) stops the run, naming it, with every published
+// table recorded for a new copy: a table added to the publication
+// meanwhile, which no message announced, is copied by the next start,
+// which turns the triggers on again.
+func TestDDLTriggersAlwaysOn(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(partitionedSQL + `; CREATE TABLE x (id int PRIMARY KEY, v text); CREATE TABLE y (id int PRIMARY KEY, v text)`)
+	e.fillPartitions()
+	e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g; INSERT INTO y SELECT g, 'y' FROM generate_series(1, 30) g`)
+	cfg := e.config("public.m")
+	cfg.PublicationPoll = time.Second
+	e.catchUp(cfg)
+	e.srcExec(`SET session_replication_role = replica; ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE y; RESET session_replication_role`)
+	e.catchUp(cfg)
+	e.assertSame("y", "id")
+
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl DISABLE`)
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE x`)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the run ended without an error")
+		}
+		wantInError(t, err, "schema-change triggers were turned off", "repstream_ddl disabled", "recorded for a new copy")
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not stop within a minute of its event trigger's DISABLE")
+	}
+	e.waitSlotReleased(cfg.Slot)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
+	e.assertSame("x", "id")
+	var enabled string
+	if err := e.Src.QueryRow(t.Context(), `SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = 'repstream_ddl'`).Scan(&enabled); err != nil || enabled != "A" {
+		t.Fatalf("repstream_ddl after the next start: enabled %q (%v), want A (always)", enabled, err)
+	}
+}

@@ -48,21 +48,28 @@ func (e *Engine) resync(t schema.TableName) (undo func()) {
 // may not have run in a short run. So is a recorded table whose source
 // identity changed (tablesync's FollowIdents). In every mode, a
 // publication that no longer publishes every kind of change stops the
-// run instead of letting it say it caught up (CheckPublishing).
+// run instead of letting it say it caught up (CheckPublishing); with the
+// event trigger, so does a trigger turned off (CheckDDLTriggers).
 func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
 	if err != nil {
 		return err
 	}
 	untracked := e.ddl != ddlTrigger
-	if !untracked && e.cfg.PartialPublication && !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State != target.TableReady }) {
-		return nil
-	}
 	src, err := install.ConnectSource(ctx, e.cfg.Source)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
+	// Nor is it true while the event trigger has been off.
+	if !untracked {
+		if err := e.sync.CheckDDLTriggers(ctx, src, tgt); err != nil {
+			return err
+		}
+		if e.cfg.PartialPublication && !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State != target.TableReady }) {
+			return nil
+		}
+	}
 	// Caught up is not true of a publication that left changes out
 	// since the start (the poll may not have looked in a short run).
 	if err := e.sync.CheckPublishing(ctx, src, tgt); err != nil {

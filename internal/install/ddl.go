@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -292,6 +293,11 @@ CREATE EVENT TRIGGER repstream_ddl ON ddl_command_end
   EXECUTE FUNCTION repstream.ddl_end();
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 CREATE EVENT TRIGGER repstream_ddl_drop ON sql_drop EXECUTE FUNCTION repstream.ddl_drop();
+-- Also under session_replication_role = replica (another replication's
+-- apply, a restore): a trigger enabled for the origin alone would miss
+-- the schema changes made there.
+ALTER EVENT TRIGGER repstream_ddl ENABLE ALWAYS;
+ALTER EVENT TRIGGER repstream_ddl_drop ENABLE ALWAYS;
 
 -- The definitions as they are now: what the next change of each table
 -- compares with.
@@ -455,4 +461,45 @@ WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_
 		log.Warn("the schema repstream on the source is kept: something else is in it", "left", left)
 	}
 	return haveTrigger, nil, tx.Commit(ctx)
+}
+
+// ErrDDLTriggerOff: an event trigger or TRUNCATE trigger of a run with
+// --ddl=true is missing or does not fire for every session
+// (CheckDDLTriggers).
+var ErrDDLTriggerOff = errors.New("the schema-change triggers are off")
+
+// CheckDDLTriggers returns ErrDDLTriggerOff, naming what it found, when
+// one of the event triggers InstallDDL makes is gone or does not fire in
+// every session (ALTER EVENT TRIGGER ... DISABLE, or ENABLE REPLICA; one
+// enabled for the origin alone, as earlier versions made them, misses
+// only sessions with session_replication_role = replica, and passes), or
+// a leaf partition's repstream_truncate is disabled: the schema changes
+// made meanwhile were not in the stream.
+func CheckDDLTriggers(ctx context.Context, src *pgx.Conn) error {
+	var off []string
+	rows, err := src.Query(ctx, `SELECT w.name || ' ' || coalesce(CASE e.evtenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' END, 'missing')
+FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
+LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name
+WHERE e.evtenabled IS NULL OR e.evtenabled IN ('D', 'R')
+UNION ALL
+SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' ' || CASE g.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled for replica sessions only' END
+FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled IN ('D', 'R')
+ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return fmt.Errorf("look at the schema-change triggers: %w", err)
+		}
+		off = append(off, s)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	if len(off) > 0 {
+		return fmt.Errorf("%w: %s", ErrDDLTriggerOff, strings.Join(off, "; "))
+	}
+	return nil
 }

@@ -18,7 +18,7 @@
 //
 //	doc.go          this overview
 //	publication.go  EnsurePublication (from --tables), CheckPublishes, PublicationTables, PublicationIdents (each table's source identity), Publish
-//	ddl.go          the event trigger's SQL, SourceRole, InstallDDL, ReleaseDDL: schema-change capture on the source
+//	ddl.go          the event trigger's SQL, SourceRole, InstallDDL, ReleaseDDL, CheckDDLTriggers: schema-change capture on the source
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger), CheckUntrackedPartitions
 //	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)

@@ -34,6 +34,14 @@ import (
 //     sends) is applied before the messages of its leaves, which then find
 //     nothing left to remove.
 //
+// The event trigger fires always (ENABLE ALWAYS), also under
+// session_replication_role = replica, as repstream_ddl and
+// repstream_ddl_drop do (ddl.go). The TRUNCATE triggers fire for the
+// origin only: making them fire always takes an ALTER TABLE of the leaf,
+// which the event triggers would take for a schema change of it (a
+// partition just attached has none on the target). CheckDDLTriggers stops
+// a run that finds one of them disabled.
+//
 // Each message is a repstream.ddl message of the root (its definition, as
 // ddl_def gives it), published to the root publications that publish the
 // root (pubs), with "partition": the partition's names, bound, partition
@@ -170,6 +178,7 @@ DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
 CREATE EVENT TRIGGER repstream_ddl_partitions ON ddl_command_end
   WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
   EXECUTE FUNCTION repstream.ddl_partitions();
+ALTER EVENT TRIGGER repstream_ddl_partitions ENABLE ALWAYS;
 
 -- The partitions as they are now, and the TRUNCATE trigger on every leaf.
 SELECT repstream.partition_refresh(c.oid)

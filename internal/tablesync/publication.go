@@ -66,9 +66,6 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		return nil
 	}
 	pp.last = time.Now()
-	if !pp.tables && ts.cfg.PartialPublication {
-		return nil
-	}
 	// A source out of reach is the stream's to report (and ride out):
 	// the poll tries again next time.
 	src, err := install.ConnectSource(ctx, ts.cfg.Source)
@@ -85,6 +82,11 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 	}
 	if at, err = change.ParseLSN(s); err != nil {
 		return err
+	}
+	if !pp.tables {
+		if err := ts.CheckDDLTriggers(ctx, src, tgt); err != nil {
+			return err
+		}
 	}
 	if err := ts.CheckPublishing(ctx, src, tgt); err != nil {
 		return err
@@ -182,6 +184,35 @@ func (ts *Syncer) CheckPublishing(ctx context.Context, src, tgt *pgx.Conn) error
 	}
 	return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
 		"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, len(published), err)
+}
+
+// CheckDDLTriggers stops a running engine that follows schema changes
+// through the source's event trigger (its error) when a trigger of it is
+// gone or does not fire in every session (install.CheckDDLTriggers): the
+// schema changes, tables added to the publication and partition TRUNCATEs
+// made meanwhile were not in the stream. Every table the publication
+// publishes is recorded pending first (target.PendAll): the next start,
+// which installs the triggers anew, copies them anew.
+func (ts *Syncer) CheckDDLTriggers(ctx context.Context, src, tgt *pgx.Conn) error {
+	err := install.CheckDDLTriggers(ctx, src)
+	if !errors.Is(err, install.ErrDDLTriggerOff) {
+		return err
+	}
+	at := "unknown"
+	var lsn string
+	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
+		at = lsn
+	}
+	published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if perr == nil {
+		perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
+	}
+	if perr != nil {
+		return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): what they would have carried since never reached the target, "+
+			"and recording the tables for a new copy failed (%v): copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
+	}
+	return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): the schema changes, tables added to the publication "+
+		"and partition TRUNCATEs made since never reached the target, so its %d tables are recorded for a new copy, which the next start makes (it installs the triggers anew): %w", at, len(published), err)
 }
 
 // FollowIdents compares each ready table of syncs that idents has (the
