@@ -487,6 +487,13 @@ func topicSettingsRefused(t *testing.T, k *kafkatest.Cluster) {
 		if _, err := adm.AlterTopicConfigs(t.Context(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: c.set, Value: &v}}, e.topic()); err != nil {
 			t.Fatal(err)
 		}
+		// The controller answers before the broker has replayed the
+		// change: wait until the broker describes it (and the last
+		// round's fix).
+		waitTopicConfig(t, adm, e.topic(), c.set, c.value)
+		if c.set != "cleanup.policy" {
+			waitTopicConfig(t, adm, e.topic(), "cleanup.policy", "delete")
+		}
 		p := startProc(t, "capture", e.captureArgs()...)
 		err := exitOf(t, p, 60*time.Second)
 		out := p.out.tail(20)
@@ -507,8 +514,31 @@ func topicSettingsRefused(t *testing.T, k *kafkatest.Cluster) {
 		}
 	}
 	// Both fixed: the capture runs.
+	waitTopicConfig(t, adm, e.topic(), "max.message.bytes", strconv.Itoa(kafkalog.MaxBatchBytes))
 	capt := e.startCapture("capture")
 	capt.stop()
+}
+
+// waitTopicConfig waits until the brokers describe topic's config name
+// as value.
+func waitTopicConfig(t *testing.T, adm *kadm.Client, topic, name, value string) {
+	t.Helper()
+	pgtest.WaitFor(t, "topic "+topic+" to have "+name+"="+value, 30*time.Second, func() (bool, error) {
+		rcs, err := adm.DescribeTopicConfigs(t.Context(), topic)
+		if err != nil {
+			return false, err
+		}
+		rc, err := rcs.On(topic, nil)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range rc.Configs {
+			if c.Key == name {
+				return c.MaybeValue() == value, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // topicOfAnotherSource (TestKafkaTopicRefused/another_source): a slot's topic written by the capture of
