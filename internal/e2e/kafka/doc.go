@@ -14,7 +14,8 @@
 // Most tests call t.Parallel and run two at a time after the serial ones:
 // those that time a fault against a load on shared CPUs (the leader of
 // three brokers killed, the acceptance run, a capture frozen past its
-// walsender's timeout, an apply killed inside a group) stay serial, so
+// walsender's timeout, an apply killed inside a group, the source's
+// latency while a broker is lost) stay serial, so
 // that what they time is not this package's other tests' load; so do
 // those that set the password's environment variable (t.Setenv). That
 // keeps `make test` within its time.

@@ -659,7 +659,6 @@ func (e *kafkaEnv) slotConfirmed(lsn string) (string, int64) {
 // the kill (nor at all while the broker is away), capture and apply ride
 // through, and once the broker is back everything arrives, once.
 func TestKafkaBrokerLostWhileRunning(t *testing.T) {
-	t.Parallel() // see doc.go
 	k := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
 	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
 	tgtDB, tgt := e.newTarget()
