@@ -160,19 +160,7 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	}
 	e.srcExec(`ALTER TABLE side.u SET UNLOGGED`)
 	e.srcExec(`INSERT INTO b VALUES (100, 'moves apply on')`)
-	stops := func(after string, want ...string) {
-		t.Helper()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Fatal("the run ended without an error")
-			}
-			wantInError(t, err, want...)
-		case <-time.After(time.Minute):
-			t.Fatalf("the run did not stop within a minute after %s", after)
-		}
-	}
-	stops("a table was set UNLOGGED", "side.u", "UNLOGGED", "set it LOGGED again")
+	stopsWith(t, done, "a table was set UNLOGGED", "side.u", "UNLOGGED", "set it LOGGED again")
 
 	// The publication set to leave out updates: a start refuses that, so
 	// a running engine stops.
@@ -182,7 +170,7 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	e.waitStreaming(cfg.Slot)
 	e.srcExec(`ALTER PUBLICATION pub_r SET (publish = 'insert')`)
 	e.srcExec(`UPDATE a SET v = 'while updates were left out' WHERE id <= 5`)
-	stops("the publication left out updates", "pub_r", "does not publish update", "never reached the target", "recorded for a new copy")
+	stopsWith(t, done, "the publication left out updates", "pub_r", "does not publish update", "never reached the target", "recorded for a new copy")
 	// A start refuses it; once it publishes updates again, the tables
 	// are copied anew: a's UPDATE never was in the stream.
 	e.waitSlotReleased(cfg.Slot)
@@ -337,15 +325,7 @@ func TestCaughtUpChecksPublication(t *testing.T) {
 	if _, err := lock.Exec(t.Context(), `COMMIT`); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("the run said it caught up, with an UPDATE the publication left out")
-		}
-		wantInError(t, err, "pub_c", "does not publish update", "recorded for a new copy")
-	case <-time.After(time.Minute):
-		t.Fatal("the run did not end within a minute")
-	}
+	stopsWith(t, done, "an UPDATE the publication left out", "pub_c", "does not publish update", "recorded for a new copy")
 	e.mustFail(cfg, "does not publish update")
 	e.srcExec(`ALTER PUBLICATION pub_c SET (publish = 'insert, update, delete, truncate')`)
 	e.catchUp(cfg)
@@ -388,6 +368,22 @@ func (e *env) sameRows(src, tgt string) func() bool {
 		n1, h1 := checksum(e.t, e.Src, src, "id")
 		n2, h2 := checksum(e.t, e.Tgt, tgt, "id")
 		return n1 == n2 && h1 == h2
+	}
+}
+
+// stopsWith fails the test unless the run in the background ends within
+// a minute with an error holding every one of want (after: what should
+// have stopped it, for the failure).
+func stopsWith(t *testing.T, done <-chan error, after string, want ...string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the run ended without an error after %s", after)
+		}
+		wantInError(t, err, want...)
+	case <-time.After(time.Minute):
+		t.Fatalf("the run did not stop within a minute after %s", after)
 	}
 }
 

@@ -169,21 +169,13 @@ func (ts *Syncer) CheckPublishing(ctx context.Context, src, tgt *pgx.Conn) error
 	if !errors.Is(err, install.ErrPartialPublication) {
 		return err
 	}
-	at := "unknown"
-	var lsn string
-	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
-		at = lsn
-	}
-	published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
-	if perr == nil {
-		perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
-	}
+	at, n, perr := ts.pendAll(ctx, src, tgt)
 	if perr != nil {
 		return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
 			"and recording its tables for a new copy failed (%v): once it publishes them again, copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
 	}
 	return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
-		"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, len(published), err)
+		"so its %d tables are recorded for a new copy, which the next start makes once it publishes every kind of change again: %w", at, n, err)
 }
 
 // CheckDDLTriggers stops a running engine that follows schema changes
@@ -198,21 +190,30 @@ func (ts *Syncer) CheckDDLTriggers(ctx context.Context, src, tgt *pgx.Conn) erro
 	if !errors.Is(err, install.ErrDDLTriggerOff) {
 		return err
 	}
-	at := "unknown"
-	var lsn string
-	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
-		at = lsn
-	}
-	published, perr := install.PublicationTables(ctx, src, ts.cfg.Publication)
-	if perr == nil {
-		perr = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
-	}
+	at, n, perr := ts.pendAll(ctx, src, tgt)
 	if perr != nil {
 		return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): what they would have carried since never reached the target, "+
 			"and recording the tables for a new copy failed (%v): copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
 	}
 	return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): the schema changes, tables added to the publication "+
-		"and partition TRUNCATEs made since never reached the target, so its %d tables are recorded for a new copy, which the next start makes (it installs the triggers anew): %w", at, len(published), err)
+		"and partition TRUNCATEs made since never reached the target, so its %d tables are recorded for a new copy, which the next start makes (it installs the triggers anew): %w", at, n, err)
+}
+
+// pendAll records every table the publication publishes pending
+// (target.PendAll), for a run about to stop because the stream lacked
+// changes since the source's WAL position at (returned for the error;
+// "unknown" if it could not be read); n is how many.
+func (ts *Syncer) pendAll(ctx context.Context, src, tgt *pgx.Conn) (at string, n int, err error) {
+	at = "unknown"
+	var lsn string
+	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
+		at = lsn
+	}
+	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if err == nil {
+		err = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
+	}
+	return at, len(published), err
 }
 
 // FollowIdents compares each ready table of syncs that idents has (the
