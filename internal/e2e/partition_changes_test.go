@@ -241,9 +241,16 @@ func TestDDLTriggersAlwaysOn(t *testing.T) {
 	cfg := e.config("public.m")
 	cfg.PublicationPoll = time.Second
 	e.catchUp(cfg)
-	e.srcExec(`SET session_replication_role = replica; ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE y; RESET session_replication_role`)
+	// A source that is itself a subscriber (its apply runs as a replica
+	// session) adds a table and truncates one partition: both reach the
+	// target.
+	e.srcExec(`SET session_replication_role = replica; ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE y; TRUNCATE m_2025; RESET session_replication_role`)
 	e.catchUp(cfg)
 	e.assertSame("y", "id")
+	e.assertSame("m", "id, at")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM m_2025"); n != 0 {
+		t.Fatalf("m_2025 on the target after its TRUNCATE in a replica session: %d rows, want 0", n)
+	}
 
 	done, cancel := e.runInBackground(cfg)
 	defer cancel()
@@ -259,4 +266,55 @@ func TestDDLTriggersAlwaysOn(t *testing.T) {
 	if err := e.Src.QueryRow(t.Context(), `SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = 'repstream_ddl'`).Scan(&enabled); err != nil || enabled != "A" {
 		t.Fatalf("repstream_ddl after the next start: enabled %q (%v), want A (always)", enabled, err)
 	}
+}
+
+// TestDDLTriggersOffWhileStopped: the event trigger turned off and on
+// again while no engine of the replication ran, or between two looks of a
+// running one, leaves it as it should be, but what it would have carried
+// meanwhile (here a table added to the publication) never reached the
+// stream. The next start, or the running engine, sees it touched and
+// copies every table anew; a start after nothing happened copies nothing.
+func TestDDLTriggersOffWhileStopped(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(partitionedSQL + `; CREATE TABLE x (id int PRIMARY KEY, v text); CREATE TABLE z (id int PRIMARY KEY, v text)`)
+	e.fillPartitions()
+	e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g; INSERT INTO z SELECT g, 'z' FROM generate_series(1, 30) g`)
+	cfg := e.config("public.m")
+	cfg.PublicationPoll = time.Second
+	e.catchUp(cfg)
+	copied := func() string {
+		t.Helper()
+		var at string
+		if err := e.Tgt.QueryRow(t.Context(), `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1`, cfg.Slot).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := copied()
+	e.catchUp(cfg)
+	if again := copied(); again != first {
+		t.Fatalf("a restart with the triggers untouched copied tables again (copied_at %s, then %s)", first, again)
+	}
+
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl DISABLE`)
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE x`)
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl ENABLE ALWAYS`)
+	e.catchUp(cfg)
+	e.assertSame("x", "id")
+	e.assertSame("m", "id, at")
+	if copied() == first {
+		t.Fatal("the start after the triggers were off copied nothing")
+	}
+
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl DISABLE; ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE z; ALTER EVENT TRIGGER repstream_ddl ENABLE ALWAYS`)
+	stopsWith(t, done, "its event trigger's DISABLE and ENABLE", "schema-change triggers were turned off", "since this replication last saw them working", "recorded for a new copy")
+	e.waitSlotReleased(cfg.Slot)
+	e.catchUp(cfg)
+	e.assertSame("z", "id")
+	e.assertSame("x", "id")
+	e.assertSame("m", "id, at")
 }

@@ -27,8 +27,10 @@ func (m ddlMode) String() string {
 }
 
 // setUpDDL decides how this run follows schema changes and, for the event
-// trigger, installs it on the source (in one transaction: install.InstallDDL).
-func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log *slog.Logger) (ddlMode, error) {
+// trigger, installs it on the source (in one transaction: install.InstallDDL),
+// through around when it is not nil (tablesync's TriggersAtStart: a look
+// at the triggers before they are set right).
+func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log *slog.Logger, around func(setUp func() error) error) (ddlMode, error) {
 	switch setting {
 	case "false":
 		return ddlOff, nil
@@ -47,7 +49,11 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 		log.Warn("schema changes are followed from pgoutput's Relation messages: the source role is not a superuser and cannot create the event trigger (a RENAME COLUMN will stop the run)", "ddl", "relation")
 		return ddlRelation, nil
 	}
-	if err := install.InstallDDL(ctx, src, version, slot, pub); err != nil {
+	setUp := func() error { return install.InstallDDL(ctx, src, version, slot, pub) }
+	if around == nil {
+		around = func(setUp func() error) error { return setUp() }
+	}
+	if err := around(setUp); err != nil {
 		return ddlOff, err
 	}
 	log.Info("schema changes are captured by the event trigger repstream_ddl on the source")

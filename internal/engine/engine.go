@@ -150,9 +150,16 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	tables, err := e.publishedTables(ctx, src, &undo)
+	tables, err := e.publishedTables(ctx, src, &undo, func(setUp func() error) error {
+		return e.sync.TriggersAtStart(ctx, src, tgt, prog.Exists, setUp)
+	})
 	if err != nil {
 		return err
+	}
+	if e.ddl != ddlTrigger {
+		if err := target.SetTriggerDigest(ctx, tgt, cfg.Slot, ""); err != nil {
+			return err
+		}
 	}
 	e.schemaMayLag, e.copyResumed = resuming(prog, firstStart, e.ddl)
 	if err := e.prepareTables(ctx, src, tgt, tables, createdPub, &undo); err != nil {
@@ -273,14 +280,15 @@ func (e *Engine) ensurePublication(ctx context.Context, src, tgt *pgx.Conn, undo
 }
 
 // publishedTables sets up how schema changes are followed (installing the
-// event trigger: undone with the rest if a first start fails) and returns
+// event trigger, through around unless it is nil: setUpDDL; undone with
+// the rest if a first start fails) and returns
 // the publication's tables, once checked: the publication publishes every
 // kind of change (or --partial-publication), and partitions published
 // through their root are followed (or --allow-untracked-partitions).
-func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *install.Undo) ([]schema.TableName, error) {
+func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *install.Undo, around func(setUp func() error) error) ([]schema.TableName, error) {
 	cfg := e.cfg
 	var err error
-	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, cfg.Publication, e.log); err != nil {
+	if e.ddl, err = setUpDDL(ctx, src, cfg.DDL, cfg.Slot, cfg.Publication, e.log, around); err != nil {
 		return nil, err
 	}
 	if e.ddl == ddlTrigger {

@@ -295,7 +295,7 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	if createdPub {
 		undo.Publication(src, cfg.Publication)
 	}
-	tables, err := e.publishedTables(ctx, src, &undo)
+	tables, err := e.publishedTables(ctx, src, &undo, nil)
 	if err != nil {
 		return slot, "", "", 0, err
 	}
@@ -468,6 +468,16 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	if e.ddl, err = captureDDL(ctx, src, cfg); err != nil {
+		return err
+	}
+	// The triggers as the capture left them: were they off while this
+	// apply was stopped? (The capture sets them right at its start.)
+	if e.ddl == ddlTrigger {
+		err = e.sync.TriggersAtStart(ctx, src, tgt, prog.Exists, nil)
+	} else {
+		err = target.SetTriggerDigest(ctx, tgt, cfg.Slot, "")
+	}
+	if err != nil {
 		return err
 	}
 	tables, err := install.PublicationTables(ctx, src, cfg.Publication)

@@ -34,13 +34,15 @@ import (
 //     sends) is applied before the messages of its leaves, which then find
 //     nothing left to remove.
 //
-// The event trigger fires always (ENABLE ALWAYS), also under
-// session_replication_role = replica, as repstream_ddl and
-// repstream_ddl_drop do (ddl.go). The TRUNCATE triggers fire for the
-// origin only: making them fire always takes an ALTER TABLE of the leaf,
-// which the event triggers would take for a schema change of it (a
-// partition just attached has none on the target). CheckDDLTriggers stops
-// a run that finds one of them disabled.
+// The event trigger and the TRUNCATE triggers fire always (ENABLE ALWAYS),
+// also under session_replication_role = replica, as repstream_ddl and
+// repstream_ddl_drop do (ddl.go). Making a TRUNCATE trigger fire always
+// takes an ALTER TABLE of the leaf, which the event triggers would take for
+// a schema change of it (a partition just attached has none on the
+// target): repstream.truncate_always lists the leaf in repstream.self_ddl
+// while it alters it, and the event triggers pass over the tables listed
+// there. CheckDDLTriggers stops a run that finds one of them disabled, or
+// firing for one kind of session only.
 //
 // Each message is a repstream.ddl message of the root (its definition, as
 // ddl_def gives it), published to the root publications that publish the
@@ -82,7 +84,12 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION repstream.partition_refresh(root oid) RETURNS void
+-- upgrade: also set every existing trigger of the tree to fire always (at
+-- install, after the run looked for one turned off: CheckDDLTriggers);
+-- else only those it makes, so that one turned off stays so for the runs
+-- to see.
+DROP FUNCTION IF EXISTS repstream.partition_refresh(oid);
+CREATE OR REPLACE FUNCTION repstream.partition_refresh(root oid, upgrade boolean) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   r record;
@@ -97,7 +104,29 @@ BEGIN
               AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'repstream_truncate')
   LOOP
     EXECUTE format('CREATE TRIGGER repstream_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION repstream.ddl_truncate()', r.relid::regclass);
+    PERFORM repstream.truncate_always(r.relid);
   END LOOP;
+  IF upgrade THEN
+    FOR r IN SELECT g.tgrelid AS relid FROM pg_partition_tree(root) t JOIN pg_trigger g ON g.tgrelid = t.relid
+              WHERE g.tgname = 'repstream_truncate' AND g.tgenabled <> 'A'
+    LOOP
+      PERFORM repstream.truncate_always(r.relid);
+    END LOOP;
+  END IF;
+END
+$fn$;
+
+-- A leaf's repstream_truncate fires in every session (ENABLE ALWAYS), also
+-- under session_replication_role = replica: another replication's apply
+-- (a source that is itself a subscriber), a restore. The ALTER TABLE it
+-- takes is repstream's own, not a schema change of the leaf: the event
+-- triggers pass over it (repstream.self_ddl).
+CREATE OR REPLACE FUNCTION repstream.truncate_always(rel oid) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  INSERT INTO repstream.self_ddl VALUES (rel) ON CONFLICT DO NOTHING;
+  EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER repstream_truncate', rel::regclass);
+  DELETE FROM repstream.self_ddl x WHERE x.relid = rel;
 END
 $fn$;
 
@@ -138,6 +167,7 @@ BEGIN
             WHERE e.classid = 'pg_class'::regclass AND c.relpersistence = 'p'
               AND (c.relkind = 'p' OR (c.relkind = 'r' AND c.relispartition))
               AND c.relnamespace <> 'repstream'::regnamespace
+              AND NOT EXISTS (SELECT 1 FROM repstream.self_ddl x WHERE x.relid = c.oid)
   LOOP
     BEGIN
       root := pg_partition_root(r.objid);
@@ -161,7 +191,7 @@ BEGIN
             pg_get_expr(s.relpartbound, s.relid), pg_get_partkeydef(r.objid), hasrows);
         END LOOP;
       END IF;
-      PERFORM repstream.partition_refresh(root);
+      PERFORM repstream.partition_refresh(root, false);
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.
       RAISE WARNING 'repstream: cannot follow the partitions of %: %', r.objid::regclass, SQLERRM;
@@ -174,14 +204,10 @@ BEGIN
 END
 $fn$;
 
-DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
-CREATE EVENT TRIGGER repstream_ddl_partitions ON ddl_command_end
-  WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
-  EXECUTE FUNCTION repstream.ddl_partitions();
-ALTER EVENT TRIGGER repstream_ddl_partitions ENABLE ALWAYS;
+%PARTTRIGGER%
 
 -- The partitions as they are now, and the TRUNCATE trigger on every leaf.
-SELECT repstream.partition_refresh(c.oid)
+SELECT repstream.partition_refresh(c.oid, true)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'p' AND NOT c.relispartition AND c.relpersistence = 'p'
    AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'repstream') AND n.nspname NOT LIKE 'pg\_%';
@@ -199,6 +225,8 @@ DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
 DROP FUNCTION IF EXISTS repstream.ddl_partitions();
 DROP FUNCTION IF EXISTS repstream.ddl_truncate() CASCADE;
 DROP FUNCTION IF EXISTS repstream.partition_refresh(oid);
+DROP FUNCTION IF EXISTS repstream.partition_refresh(oid, boolean);
+DROP FUNCTION IF EXISTS repstream.truncate_always(oid);
 DROP FUNCTION IF EXISTS repstream.partition_msg(text, oid, oid, text, text, text, boolean);
 DROP FUNCTION IF EXISTS repstream.standalone_pubs(oid);
 DROP TABLE IF EXISTS repstream.partition_state;
@@ -207,10 +235,11 @@ DROP TABLE IF EXISTS repstream.partition_state;
 // partitionsInstallSQL is partitionsSQL for a source of version (a
 // server_version_num).
 func partitionsInstallSQL(version int) string {
+	trigger := ensureEventTrigger("repstream_ddl_partitions", "ddl_command_end", []string{"CREATE TABLE", "ALTER TABLE"}, "repstream.ddl_partitions()")
 	if version >= 150000 {
-		return strings.ReplaceAll(partitionsSQL, "%SCHEMAPUBREL%", schemaPubRelSQL)
+		return strings.NewReplacer("%SCHEMAPUBREL%", schemaPubRelSQL, "%PARTTRIGGER%", trigger).Replace(partitionsSQL)
 	}
-	return strings.ReplaceAll(partitionsSQL, "%SCHEMAPUBREL%", "")
+	return strings.NewReplacer("%SCHEMAPUBREL%", "", "%PARTTRIGGER%", trigger).Replace(partitionsSQL)
 }
 
 // CheckUntrackedPartitions refuses a run without the schema-change event

@@ -185,8 +185,15 @@ func (ts *Syncer) CheckPublishing(ctx context.Context, src, tgt *pgx.Conn) error
 // made meanwhile were not in the stream. Every table the publication
 // publishes is recorded pending first (target.PendAll): the next start,
 // which installs the triggers anew, copies them anew.
+//
+// So does a trigger touched since the replication last saw them working
+// (install.TriggerDigest differs from the one the target records: turned
+// off and on again between two looks, or while the engine was stopped).
 func (ts *Syncer) CheckDDLTriggers(ctx context.Context, src, tgt *pgx.Conn) error {
 	err := install.CheckDDLTriggers(ctx, src)
+	if err == nil {
+		err = ts.checkDigest(ctx, src, tgt)
+	}
 	if !errors.Is(err, install.ErrDDLTriggerOff) {
 		return err
 	}
@@ -197,6 +204,73 @@ func (ts *Syncer) CheckDDLTriggers(ctx context.Context, src, tgt *pgx.Conn) erro
 	}
 	return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): the schema changes, tables added to the publication "+
 		"and partition TRUNCATEs made since never reached the target, so its %d tables are recorded for a new copy, which the next start makes (it installs the triggers anew): %w", at, n, err)
+}
+
+// checkDigest compares the source's schema-change triggers with what the
+// target records of them (install.TriggerDigest), recording them if it
+// has nothing yet; one that differs is ErrDDLTriggerOff.
+func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
+	now, err := install.TriggerDigest(ctx, src)
+	if err != nil {
+		return err
+	}
+	seen, err := target.TriggerDigest(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	switch {
+	case seen == "":
+		return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
+	case seen != now:
+		return fmt.Errorf("%w: dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", install.ErrDDLTriggerOff, seen, now)
+	}
+	return nil
+}
+
+// TriggersAtStart is a start's look at the source's schema-change
+// triggers, for a run that follows schema changes through them: if they
+// were turned off since the replication last saw them working, while no
+// engine of it ran (a trigger off now, unless resumed is false: a first
+// start; or touched: install.TriggerDigest differs from the one recorded),
+// the changes they would have carried were never in the stream, and every
+// table the publication publishes is recorded pending, for this start to
+// copy anew. Then it runs setUp (InstallDDL, which sets the triggers
+// right; nil for apply --kafka, whose capture does that) and records the
+// triggers as they are.
+func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resumed bool, setUp func() error) error {
+	seen, err := target.TriggerDigest(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	now, err := install.TriggerDigest(ctx, src)
+	if err != nil {
+		return err
+	}
+	why := ""
+	if off := install.CheckDDLTriggers(ctx, src); errors.Is(off, install.ErrDDLTriggerOff) && resumed {
+		why = off.Error()
+	} else if off != nil && !errors.Is(off, install.ErrDDLTriggerOff) {
+		return off
+	} else if seen != "" && seen != now {
+		why = fmt.Sprintf("dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", seen, now)
+	}
+	if why != "" {
+		at, n, err := ts.pendAll(ctx, src, tgt)
+		if err != nil {
+			return fmt.Errorf("the source's schema-change triggers were off while no engine of this replication ran (%s): recording its tables for a new copy failed: %w", why, err)
+		}
+		ts.log.Warn("the source's schema-change triggers were off while no engine of this replication ran: the schema changes, tables added to the publication and partition TRUNCATEs made meanwhile never reached the target, so every table is copied anew",
+			"why", why, "tables", n, "source_wal", at)
+	}
+	if setUp != nil {
+		if err := setUp(); err != nil {
+			return err
+		}
+		if now, err = install.TriggerDigest(ctx, src); err != nil {
+			return err
+		}
+	}
+	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
 }
 
 // pendAll records every table the publication publishes pending

@@ -16,7 +16,8 @@
 //	connect.go    Connect: an apply connection (replica role, text conventions)
 //	session.go    OpenSession: an apply session (async commit, apply lock) and its Writer
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once
-//	progress.go   repstream.progress / repstream.applied: the exactly-once record
+//	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
+//	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
 //	txn.go        txnState: where the transaction stands, BEGIN's placement
 //	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs

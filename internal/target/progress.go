@@ -109,12 +109,16 @@ func Register(ctx context.Context, conn *pgx.Conn, slot string) error {
 }
 
 // replicationsSchema lists the replications that use the target's state:
-// one row per slot, from its first start (Register) to its drop (Release).
+// one row per slot, from its first start (Register) to its drop (Release),
+// with the source's schema-change triggers as the replication last saw
+// them working (ddl_triggers: install.TriggerDigest; NULL: never, or not
+// following schema changes through them).
 const replicationsSchema = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
 	slot text PRIMARY KEY,
 	registered_at timestamptz NOT NULL DEFAULT now()
-);`
+);
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS ddl_triggers text;`
 
 func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// The transaction is idempotent: one that a running apply's own

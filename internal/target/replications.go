@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -29,4 +30,29 @@ func Replications(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 		return nil, fmt.Errorf("list the replications on the target: %w", err)
 	}
 	return slots, nil
+}
+
+// TriggerDigest returns the source's schema-change triggers as slot's
+// replication last saw them working (install.TriggerDigest; "": never
+// recorded).
+func TriggerDigest(ctx context.Context, conn *pgx.Conn, slot string) (string, error) {
+	var d *string
+	err := conn.QueryRow(ctx, `SELECT ddl_triggers FROM repstream.replications WHERE slot = $1`, slot).Scan(&d)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && d == nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read what slot %q last saw of the source's schema-change triggers: %w", slot, err)
+	}
+	return *d, nil
+}
+
+// SetTriggerDigest records digest as what slot's replication last saw of
+// the source's schema-change triggers ("": nothing, for a run that does
+// not follow schema changes through them).
+func SetTriggerDigest(ctx context.Context, conn *pgx.Conn, slot, digest string) error {
+	if _, err := conn.Exec(ctx, `UPDATE repstream.replications SET ddl_triggers = nullif($2, '') WHERE slot = $1`, slot, digest); err != nil {
+		return fmt.Errorf("record what slot %q saw of the source's schema-change triggers: %w", slot, err)
+	}
+	return nil
 }

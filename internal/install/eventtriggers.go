@@ -1,0 +1,77 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The event triggers of --ddl=true (repstream_ddl, repstream_ddl_drop,
+// repstream_ddl_partitions) are shared by every repstream replication of
+// the source database, and a run can only see what they did while it
+// looked. While they are off (disabled, dropped, enabled for replica
+// sessions only), schema changes, tables added to a publication and
+// partition TRUNCATEs never reach the stream: a replication whose engine
+// was stopped then, or that another start set right again before it
+// looked, would go on without them.
+//
+// Each row of pg_event_trigger changes its xmin with every ALTER EVENT
+// TRIGGER, and its oid with every DROP and CREATE: TriggerDigest, the three
+// rows' oid, xmin and enabled state, changes whenever anyone touches them.
+// Each target records the digest it last saw them in, on (after its
+// start's install) and at every later look; a digest that differs from
+// the one recorded means they may have been off meanwhile (tablesync's
+// CheckDDLTriggers copies every table anew). So InstallDDL must not
+// touch a trigger that is as it should be (ensureEventTrigger): a start
+// of one replication would otherwise make every other one copy anew.
+// A change of a trigger's definition in a new version of repstream does
+// that once, on purpose: nothing tells which digest it replaced.
+
+// ensureEventTrigger returns SQL that makes the event trigger name on
+// event (tags: its WHEN TAG IN list, none: every command) execute fn and
+// fire in every session (ENABLE ALWAYS: also under
+// session_replication_role = replica: another replication's apply, a
+// restore), changing nothing if it does already; one with another
+// definition is dropped and made again.
+func ensureEventTrigger(name, event string, tags []string, fn string) string {
+	when, same := "", "e.evttags IS NULL"
+	if len(tags) > 0 {
+		quoted := make([]string, len(tags))
+		for i, t := range tags {
+			quoted[i] = "'" + t + "'"
+		}
+		when = "\n  WHEN TAG IN (" + strings.Join(quoted, ", ") + ")"
+		same = "e.evttags = ARRAY[" + strings.Join(quoted, ", ") + "]"
+	}
+	return fmt.Sprintf(`
+DO $do$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger e WHERE e.evtname = '%[1]s' AND e.evtevent = '%[2]s'
+                    AND e.evtfoid = '%[4]s'::regprocedure AND %[5]s) THEN
+    DROP EVENT TRIGGER IF EXISTS %[1]s;
+    CREATE EVENT TRIGGER %[1]s ON %[2]s%[3]s
+      EXECUTE FUNCTION %[4]s;
+  END IF;
+  IF (SELECT e.evtenabled FROM pg_catalog.pg_event_trigger e WHERE e.evtname = '%[1]s') <> 'A' THEN
+    ALTER EVENT TRIGGER %[1]s ENABLE ALWAYS;
+  END IF;
+END
+$do$;
+`, name, event, when, fn, same)
+}
+
+// TriggerDigest describes the event triggers of --ddl=true as they are
+// now: each one's oid, row xmin and enabled state ("-" when missing).
+// Any DROP, CREATE or ALTER EVENT TRIGGER of one changes it.
+func TriggerDigest(ctx context.Context, src *pgx.Conn) (string, error) {
+	var d string
+	err := src.QueryRow(ctx, `SELECT string_agg(w.name || ':' || coalesce(e.oid::text || '/' || e.xmin::text || '/' || e.evtenabled::text, '-'), ',' ORDER BY w.name)
+FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
+LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name`).Scan(&d)
+	if err != nil {
+		return "", fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	return d, nil
+}
