@@ -303,8 +303,16 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("x", "id")
 	e.assertSame("m", "id, at")
-	if copied() == first {
+	second := copied()
+	if second == first {
 		t.Fatal("the start after the triggers were off copied nothing")
+	}
+	// A leaf's TRUNCATE trigger, the same.
+	e.srcExec(`ALTER TABLE m_2024 DISABLE TRIGGER repstream_truncate; TRUNCATE m_2024; ALTER TABLE m_2024 ENABLE ALWAYS TRIGGER repstream_truncate`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
+	if copied() == second {
+		t.Fatal("the start after a TRUNCATE trigger was off copied nothing")
 	}
 
 	done, cancel := e.runInBackground(cfg)
@@ -316,5 +324,14 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("z", "id")
 	e.assertSame("x", "id")
+	e.assertSame("m", "id, at")
+
+	done, cancel = e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER TABLE m_2025 DISABLE TRIGGER repstream_truncate; TRUNCATE m_2025; ALTER TABLE m_2025 ENABLE ALWAYS TRIGGER repstream_truncate`)
+	stopsWith(t, done, "a TRUNCATE trigger's DISABLE and ENABLE", "schema-change triggers were turned off", "repstream_truncate on m_2025 altered", "recorded for a new copy")
+	e.waitSlotReleased(cfg.Slot)
+	e.catchUp(cfg)
 	e.assertSame("m", "id, at")
 }

@@ -475,9 +475,10 @@ var ErrDDLTriggerOff = errors.New("the schema-change triggers are off")
 // a leaf partition's repstream_truncate is disabled or fires in replica
 // sessions only (one firing for the origin alone, as earlier versions made
 // them, passes too): the schema changes made meanwhile were not in the
-// stream. A trigger turned off and on again between two looks leaves
-// them as they should be: tablesync's CheckDDLTriggers compares
-// TriggerDigest too.
+// stream. So is a repstream_truncate altered since repstream set it (its
+// comment names its catalog row's xmin then: truncate_always). An event
+// trigger turned off and on again between two looks leaves them as they
+// should be: tablesync's CheckDDLTriggers compares TriggerDigest too.
 func CheckDDLTriggers(ctx context.Context, src *pgx.Conn) error {
 	var off []string
 	rows, err := src.Query(ctx, `SELECT w.name || ' ' || coalesce(CASE e.evtenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' END, 'missing')
@@ -487,6 +488,11 @@ WHERE e.evtenabled IS NULL OR e.evtenabled IN ('D', 'R')
 UNION ALL
 SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' ' || CASE g.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled for replica sessions only' END
 FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled IN ('D', 'R')
+UNION ALL
+SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' altered since repstream set it (ALTER TABLE ... DISABLE and ENABLE TRIGGER)'
+FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled NOT IN ('D', 'R')
+ AND pg_catalog.obj_description(g.oid, 'pg_trigger') LIKE 'repstream: set at %'
+ AND pg_catalog.obj_description(g.oid, 'pg_trigger') <> 'repstream: set at ' || g.xmin::text
 ORDER BY 1`)
 	if err != nil {
 		return fmt.Errorf("look at the schema-change triggers: %w", err)

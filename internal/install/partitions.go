@@ -41,8 +41,9 @@ import (
 // a schema change of it (a partition just attached has none on the
 // target): repstream.truncate_always lists the leaf in repstream.self_ddl
 // while it alters it, and the event triggers pass over the tables listed
-// there. CheckDDLTriggers stops a run that finds one of them disabled, or
-// firing for one kind of session only.
+// there. CheckDDLTriggers stops a run that finds one of them disabled,
+// firing for one kind of session only, or altered since (its comment
+// records its catalog row's xmin as repstream left it).
 //
 // Each message is a repstream.ddl message of the root (its definition, as
 // ddl_def gives it), published to the root publications that publish the
@@ -108,7 +109,8 @@ BEGIN
   END LOOP;
   IF upgrade THEN
     FOR r IN SELECT g.tgrelid AS relid FROM pg_partition_tree(root) t JOIN pg_trigger g ON g.tgrelid = t.relid
-              WHERE g.tgname = 'repstream_truncate' AND g.tgenabled <> 'A'
+              WHERE g.tgname = 'repstream_truncate'
+                AND (g.tgenabled <> 'A' OR obj_description(g.oid, 'pg_trigger') IS DISTINCT FROM 'repstream: set at ' || g.xmin::text)
     LOOP
       PERFORM repstream.truncate_always(r.relid);
     END LOOP;
@@ -121,12 +123,20 @@ $fn$;
 -- (a source that is itself a subscriber), a restore. The ALTER TABLE it
 -- takes is repstream's own, not a schema change of the leaf: the event
 -- triggers pass over it (repstream.self_ddl).
+--
+-- The trigger's comment then records its catalog row's xmin, which any
+-- later ALTER of it (DISABLE, ENABLE, RENAME) changes: CheckDDLTriggers
+-- sees one turned off and on again between two looks.
 CREATE OR REPLACE FUNCTION repstream.truncate_always(rel oid) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  x text;
 BEGIN
   INSERT INTO repstream.self_ddl VALUES (rel) ON CONFLICT DO NOTHING;
   EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER repstream_truncate', rel::regclass);
   DELETE FROM repstream.self_ddl x WHERE x.relid = rel;
+  SELECT g.xmin::text INTO x FROM pg_trigger g WHERE g.tgrelid = rel AND g.tgname = 'repstream_truncate';
+  EXECUTE format('COMMENT ON TRIGGER repstream_truncate ON %s IS %L', rel::regclass, 'repstream: set at ' || x);
 END
 $fn$;
 
