@@ -235,8 +235,9 @@ func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
 // the changes they would have carried were never in the stream, and every
 // table the publication publishes is recorded pending, for this start to
 // copy anew. Then it runs setUp (InstallDDL, which sets the triggers
-// right; nil for apply --kafka, whose capture does that) and records the
-// triggers as they are.
+// right; nil for apply --kafka, whose capture does that: a trigger off
+// then stops the start, naming the capture's start as the way out) and
+// records the triggers as they are.
 func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resumed bool, setUp func() error) error {
 	seen, err := target.TriggerDigest(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
@@ -247,7 +248,8 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		return err
 	}
 	why := ""
-	if off := install.CheckDDLTriggers(ctx, src); errors.Is(off, install.ErrDDLTriggerOff) && resumed {
+	off := install.CheckDDLTriggers(ctx, src)
+	if errors.Is(off, install.ErrDDLTriggerOff) && resumed {
 		why = off.Error()
 	} else if off != nil && !errors.Is(off, install.ErrDDLTriggerOff) {
 		return off
@@ -261,6 +263,12 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		}
 		ts.log.Warn("the source's schema-change triggers were off while no engine of this replication ran: the schema changes, tables added to the publication and partition TRUNCATEs made meanwhile never reached the target, so every table is copied anew",
 			"why", why, "tables", n, "source_wal", at)
+	}
+	if setUp == nil && off != nil {
+		// Only the capture sets them right: an apply that ran now would
+		// follow a stream that lacks what they carry, and stop at its
+		// first poll.
+		return fmt.Errorf("%w: start the capture again (it sets them right), then this apply", off)
 	}
 	if setUp != nil {
 		if err := setUp(); err != nil {

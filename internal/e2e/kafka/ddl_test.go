@@ -73,7 +73,22 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	e.exec("ALTER EVENT TRIGGER repstream_ddl ENABLE ALWAYS")
 	e.exec("INSERT INTO moved VALUES (26, 'after')")
 	ap = e.startApply("apply (after the trigger was off)", db)
-	waitSame(t, e.s, tgt, append(tables, tableOrder{"moved", "id"}), 60*time.Second, capt, ap)
+	tables = append(tables, tableOrder{"moved", "id"})
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
+
+	// Off at the apply's start: only the capture sets it right, so the
+	// apply refuses to start until the capture has started again.
+	ap.kill()
+	e.exec("ALTER EVENT TRIGGER repstream_ddl DISABLE")
+	ap = e.startApply("apply (the trigger off)", db)
+	if err := exitOf(t, ap, 40*time.Second); err == nil || !strings.Contains(ap.out.tail(20), "start the capture again") {
+		t.Fatalf("an apply started with the event trigger off: exit %v, want an error naming the capture's start:\n%s", err, ap.out.tail(20))
+	}
+	e.exec("INSERT INTO moved VALUES (27, 'trigger off')")
+	capt.stop()
+	capt = e.startCapture("capture (sets the trigger right)")
+	ap = e.startApply("apply (the trigger on again)", db)
+	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
 }
