@@ -417,6 +417,8 @@ itself.`
 	if role == config.RoleCapture {
 		cmd.Flags().DurationVar(&s.cfg.KafkaTxnTimeout, "kafka-txn-timeout", kafkalog.TxnTimeout,
 			"timeout of the capture's Kafka transactions (at most the brokers' transaction.max.timeout.ms); brokers away longer abort the open one and the capture starts a new session")
+		cmd.Flags().DurationVar(&s.cfg.KafkaLinger, "kafka-linger", kafkalog.DefaultLinger,
+			"how long a record waits after a transaction's end for the transactions that follow, unless it holds 64 KiB: longer costs the brokers and every apply fewer requests, and adds up to that much to each transaction's latency (while catching up: 50 ms)")
 	}
 	return cmd
 }

@@ -151,6 +151,10 @@ type Config struct {
 	// (kafkalog.TxnTimeout by default; at most the brokers'
 	// transaction.max.timeout.ms).
 	KafkaTxnTimeout time.Duration `yaml:"kafka_txn_timeout"`
+	// KafkaLinger is how long the capture holds a record after a
+	// transaction's end for the transactions that follow, unless it holds
+	// 64 KiB (kafkalog.DefaultLinger; 0: the default).
+	KafkaLinger time.Duration `yaml:"kafka_linger"`
 }
 
 // Role is which half of the replication a process runs.
@@ -307,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CatchUpWait < 0 || c.CatchUpWait > time.Second {
 		errs = append(errs, fmt.Errorf("--catch-up-wait %s: between 0 (off) and 1s", c.CatchUpWait))
+	}
+	if c.KafkaLinger < 0 || c.KafkaLinger > time.Second {
+		errs = append(errs, fmt.Errorf("--kafka-linger %s: between 0 (the default) and 1s", c.KafkaLinger))
 	}
 	for _, d := range []struct {
 		flag string
