@@ -164,7 +164,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	wm := apply.NewWatermark(slot.Confirmed)
 	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto), Binary: e.binary,
 		CommitEvery: kafkalog.CommitInterval(cfg.KafkaTxnTimeout), Linger: cfg.KafkaLinger,
-		LastCommit:  tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
+		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
 	defer func() {
 		w.Close() // the record being filled, flushed and committed (up to 5 s)
 		prod.Close()
