@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -71,11 +72,12 @@ func TestValidate(t *testing.T) {
 	c.Slot = "Bad-Name"
 	c.CommitOrder = "random"
 	c.DDL = "yes"
+	c.KafkaLinger = -time.Millisecond
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"--source", "--target", "--slot", "--commit-order", "--ddl"} {
+	for _, want := range []string{"--source", "--target", "--slot", "--commit-order", "--ddl", "--kafka-linger"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
