@@ -335,3 +335,32 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("m", "id, at")
 }
+
+// TestDDLTriggersFirstUse: a replication that followed schema changes
+// from the Relation messages (--ddl=relation) and then starts with the
+// event trigger installs it without copying anything anew: triggers that
+// never existed were never off.
+func TestDDLTriggersFirstUse(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE x (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g`)
+	cfg := e.config("public.x")
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	var first, again string
+	q := `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1`
+	if err := e.Tgt.QueryRow(t.Context(), q, cfg.Slot).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DDL = "true"
+	e.srcExec(`UPDATE x SET v = 'y' WHERE id <= 10`)
+	e.catchUp(cfg)
+	e.assertSame("x", "id")
+	if err := e.Tgt.QueryRow(t.Context(), q, cfg.Slot).Scan(&again); err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatalf("the first start with the event trigger copied the tables again (copied_at %s, then %s)", first, again)
+	}
+}

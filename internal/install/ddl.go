@@ -480,35 +480,48 @@ var ErrDDLTriggerOff = errors.New("the schema-change triggers are off")
 // trigger turned off and on again between two looks leaves them as they
 // should be: tablesync's CheckDDLTriggers compares TriggerDigest too.
 func CheckDDLTriggers(ctx context.Context, src *pgx.Conn) error {
-	var off []string
-	rows, err := src.Query(ctx, `SELECT w.name || ' ' || coalesce(CASE e.evtenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' END, 'missing')
-FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
-LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name
-WHERE e.evtenabled IS NULL OR e.evtenabled IN ('D', 'R')
-UNION ALL
-SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' ' || CASE g.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled for replica sessions only' END
-FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled IN ('D', 'R')
-UNION ALL
-SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' altered since repstream set it (ALTER TABLE ... DISABLE and ENABLE TRIGGER)'
-FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled NOT IN ('D', 'R')
- AND pg_catalog.obj_description(g.oid, 'pg_trigger') LIKE 'repstream: set at %'
- AND pg_catalog.obj_description(g.oid, 'pg_trigger') <> 'repstream: set at ' || g.xmin::text
-ORDER BY 1`)
+	off, _, err := DDLTriggersOff(ctx, src)
 	if err != nil {
-		return fmt.Errorf("look at the schema-change triggers: %w", err)
-	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return fmt.Errorf("look at the schema-change triggers: %w", err)
-		}
-		off = append(off, s)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("look at the schema-change triggers: %w", err)
+		return err
 	}
 	if len(off) > 0 {
 		return fmt.Errorf("%w: %s", ErrDDLTriggerOff, strings.Join(off, "; "))
 	}
 	return nil
+}
+
+// DDLTriggersOff lists what CheckDDLTriggers finds off, each named and
+// said how; missing says whether all of it is event triggers that are not
+// there at all (never installed for this database, as for a replication
+// that followed schema changes without them until now).
+func DDLTriggersOff(ctx context.Context, src *pgx.Conn) (off []string, missing bool, err error) {
+	rows, err := src.Query(ctx, `SELECT w.name || ' ' || coalesce(CASE e.evtenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' END, 'missing'), e.evtenabled IS NULL
+FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
+LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name
+WHERE e.evtenabled IS NULL OR e.evtenabled IN ('D', 'R')
+UNION ALL
+SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' ' || CASE g.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled for replica sessions only' END, false
+FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled IN ('D', 'R')
+UNION ALL
+SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' altered since repstream set it (ALTER TABLE ... DISABLE and ENABLE TRIGGER)', false
+FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled NOT IN ('D', 'R')
+ AND pg_catalog.obj_description(g.oid, 'pg_trigger') LIKE 'repstream: set at %'
+ AND pg_catalog.obj_description(g.oid, 'pg_trigger') <> 'repstream: set at ' || g.xmin::text
+ORDER BY 1`)
+	if err != nil {
+		return nil, false, fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	missing = true
+	for rows.Next() {
+		var s string
+		var m bool
+		if err := rows.Scan(&s, &m); err != nil {
+			return nil, false, fmt.Errorf("look at the schema-change triggers: %w", err)
+		}
+		off, missing = append(off, s), missing && m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	return off, missing && len(off) > 0, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -230,8 +231,10 @@ func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
 // TriggersAtStart is a start's look at the source's schema-change
 // triggers, for a run that follows schema changes through them: if they
 // were turned off since the replication last saw them working, while no
-// engine of it ran (a trigger off now, unless resumed is false: a first
-// start; or touched: install.TriggerDigest differs from the one recorded),
+// engine of it ran (a trigger off now, unless resumed is false, a first
+// start, or the event triggers are not there at all and nothing is
+// recorded, a first start with them; or touched: install.TriggerDigest
+// differs from the one recorded),
 // the changes they would have carried were never in the stream, and every
 // table the publication publishes is recorded pending, for this start to
 // copy anew. Then it runs setUp (InstallDDL, which sets the triggers
@@ -247,14 +250,24 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 	if err != nil {
 		return err
 	}
+	offList, missing, err := install.DDLTriggersOff(ctx, src)
+	if err != nil {
+		return err
+	}
+	var off error
+	if len(offList) > 0 {
+		off = fmt.Errorf("%w: %s", install.ErrDDLTriggerOff, strings.Join(offList, "; "))
+	}
 	why := ""
-	off := install.CheckDDLTriggers(ctx, src)
-	if errors.Is(off, install.ErrDDLTriggerOff) && resumed {
-		why = off.Error()
-	} else if off != nil && !errors.Is(off, install.ErrDDLTriggerOff) {
-		return off
-	} else if seen != "" && seen != now {
+	switch {
+	case seen != "" && seen != now:
 		why = fmt.Sprintf("dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", seen, now)
+	case off != nil && resumed && (seen != "" || !missing):
+		// Event triggers not there at all, with nothing recorded, are a
+		// replication's first start with them (it followed schema
+		// changes otherwise until now, or an earlier version recorded
+		// nothing): InstallDDL makes them.
+		why = off.Error()
 	}
 	if why != "" {
 		at, n, err := ts.pendAll(ctx, src, tgt)
