@@ -364,3 +364,27 @@ func TestDDLTriggersFirstUse(t *testing.T) {
 		t.Fatalf("the first start with the event trigger copied the tables again (copied_at %s, then %s)", first, again)
 	}
 }
+
+// TestTargetTableDroppedIsCopied: a published table dropped on the target
+// between two runs is made again by the next start (--create-tables)
+// and copied, not left to take only the changes from then on. With the
+// event trigger and without it.
+func TestTargetTableDroppedIsCopied(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, ddl := range []string{"true", "relation"} {
+		t.Run("ddl="+ddl, func(t *testing.T) {
+			e := newEnv(t)
+			e.both(`CREATE TABLE x (id int PRIMARY KEY, v text); CREATE TABLE y (id int PRIMARY KEY)`)
+			e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g; INSERT INTO y SELECT generate_series(1, 5)`)
+			cfg := e.config("public.x", "public.y")
+			cfg.DDL = ddl
+			cfg.CreateTables = true
+			e.catchUp(cfg)
+			e.tgtExec(`DROP TABLE x`)
+			e.srcExec(`INSERT INTO x SELECT g, 'new' FROM generate_series(41, 50) g`)
+			e.catchUp(cfg)
+			e.assertSame("x", "id")
+			e.assertSame("y", "id")
+		})
+	}
+}

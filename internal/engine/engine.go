@@ -162,7 +162,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		}
 	}
 	e.schemaMayLag, e.copyResumed = resuming(prog, firstStart, e.ddl)
-	if err := e.prepareTables(ctx, src, tgt, tables, createdPub, &undo); err != nil {
+	if err := e.prepareTables(ctx, src, tgt, tables, createdPub, prog.Exists, &undo); err != nil {
 		return err
 	}
 	slot, err := e.findSlot(ctx, src, tgt, tables)
@@ -317,14 +317,29 @@ func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *insta
 // binary. A keyless table that repstream itself would publish
 // (createdPub) is refused: once published, the source refuses its UPDATEs
 // and DELETEs — the run would break the application writing it.
-func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub bool, undo *install.Undo) error {
+//
+// On a start that streams on (resumed: the target has a record of the
+// slot, and no initial copy to finish), a table it had to make that the
+// slot records (copied, or streamed from its start) was dropped on the
+// target since. Made empty, it would take the source's changes from here
+// on without its rows before: it is recorded pending instead, and this
+// start copies it (beforeStreaming). One the slot does not record is left
+// to the stream, which may make it (a table detached from a root, a
+// CREATE TABLE the event trigger reported), and to the copies of tables
+// the stream brings unrecorded (without the event trigger: CopyUnrecorded).
+func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub, resumed bool, undo *install.Undo) error {
 	cfg := e.cfg
-	noBinary, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
+	noBinary, created, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
 		Slot: cfg.Slot, Create: cfg.CreateTables, RefuseKeyless: createdPub,
 		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
 	}, undo, e.log)
 	if err != nil {
 		return err
+	}
+	if resumed && !e.copyResumed && len(created) > 0 {
+		if err := e.copyDropped(ctx, tgt, created); err != nil {
+			return err
+		}
 	}
 	e.binary = cfg.Binary && noBinary == ""
 	switch {
@@ -340,6 +355,26 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 	return nil
+}
+
+// copyDropped records pending the tables of created (made by this start)
+// that the slot records: they were dropped on the target (prepareTables).
+func (e *Engine) copyDropped(ctx context.Context, tgt *pgx.Conn, created []schema.TableName) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var dropped []schema.TableName
+	for _, t := range created {
+		if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
+			dropped = append(dropped, t)
+			e.log.Warn("a replicated table was missing on the target (dropped there): made again, it is copied from a new snapshot, then streamed", "table", t.String())
+		}
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	return target.PendAll(ctx, tgt, e.cfg.Slot, dropped)
 }
 
 // findSlot looks the slot up and checks, before anything is copied, the

@@ -488,7 +488,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	// The values' format the capture writes now: a target that cannot
 	// take binary ones is refused before anything.
 	e.topicBinary = e.topicFormat(ctx, adm, brokers, topic)
-	if err := e.prepareTables(ctx, src, tgt, tables, false, &undo); err != nil {
+	if err := e.prepareTables(ctx, src, tgt, tables, false, prog.Exists && prog.Snapshot == target.SnapshotDone, &undo); err != nil {
 		return err
 	}
 	e.binary = false // each record says its values' format: the writer follows it (change.Relation.Binary)

@@ -43,8 +43,9 @@ type TablesStart struct {
 // dependencies first) — in one target transaction: all of it, or nothing.
 //
 // What it creates is recorded in undo, to be dropped again if this first
-// start fails before its slot exists.
-func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, o TablesStart, undo *Undo, log *slog.Logger) (noBinary string, err error) {
+// start fails before its slot exists; created names the tables it made
+// that were missing (not those a start made bare and makes again).
+func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, o TablesStart, undo *Undo, log *slog.Logger) (noBinary string, created []schema.TableName, err error) {
 	create, refuseKeyless := o.Create, o.RefuseKeyless
 	var missing []*schema.Table
 	var again []schema.TableName
@@ -55,13 +56,13 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 	var copying []schema.TableName
 	if o.CopyResumed {
 		if ready, bare, copying, err = resumedCopy(ctx, tgt, o.Slot); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	for _, t := range tables {
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
-			return "", fmt.Errorf("source table %s: %w", t, err)
+			return "", nil, fmt.Errorf("source table %s: %w", t, err)
 		}
 		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
 			if refuseKeyless {
@@ -97,10 +98,10 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 			continue
 		}
 		if !errors.Is(err, schema.ErrTableNotFound) {
-			return "", fmt.Errorf("target table %s: %w", t, err)
+			return "", nil, fmt.Errorf("target table %s: %w", t, err)
 		}
 		if !create {
-			return "", fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
+			return "", nil, fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)
 		}
 		missing = append(missing, st)
 		if noBinary == "" {
@@ -108,10 +109,10 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 		}
 	}
 	if len(keyless) > 0 {
-		return "", fmt.Errorf("tables repstream would publish cannot be replicated as they are:\n  %s", strings.Join(keyless, "\n  "))
+		return "", nil, fmt.Errorf("tables repstream would publish cannot be replicated as they are:\n  %s", strings.Join(keyless, "\n  "))
 	}
 	if len(problems) > 0 {
-		return "", fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
+		return "", nil, fmt.Errorf("the target's tables cannot take the source's rows (fix them, or drop them and use --create-tables):\n  %s",
 			strings.Join(problems, "\n  "))
 	}
 	// A table whose copy did not complete and that the source no longer
@@ -133,11 +134,16 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 	if len(missing) > 0 {
 		made, err := CreateTables(ctx, src, tgt, missing, again, o.Slot, log)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		undo.CreatedTables(tgt, o.Slot, made)
+		for _, st := range missing {
+			if t := (schema.TableName{Schema: st.Schema, Name: st.Name}); !slices.Contains(again, t) {
+				created = append(created, t)
+			}
+		}
 	}
-	return noBinary, nil
+	return noBinary, created, nil
 }
 
 // resumedCopy reads, for a start that resumes slot's initial copy, the
