@@ -339,24 +339,29 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 // TestDDLTriggersFirstUse: a replication that followed schema changes
 // from the Relation messages (--ddl=relation) and then starts with the
 // event trigger installs it without copying anything anew: triggers that
-// never existed were never off.
+// never existed were never off. A table added to the publication between
+// its last run without the trigger and that start is copied.
 func TestDDLTriggersFirstUse(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
-	e.both(`CREATE TABLE x (id int PRIMARY KEY, v text)`)
-	e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g`)
+	e.both(`CREATE TABLE x (id int PRIMARY KEY, v text); CREATE TABLE z (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g; INSERT INTO z SELECT g, 'z' FROM generate_series(1, 30) g`)
 	cfg := e.config("public.x")
 	cfg.DDL = "relation"
 	e.catchUp(cfg)
 	var first, again string
-	q := `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1`
+	q := `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1 AND table_name = 'x'`
 	if err := e.Tgt.QueryRow(t.Context(), q, cfg.Slot).Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	cfg.DDL = "true"
 	e.srcExec(`UPDATE x SET v = 'y' WHERE id <= 10`)
+	// Added to the publication since the last look without the trigger:
+	// no message describes it.
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE z`)
 	e.catchUp(cfg)
 	e.assertSame("x", "id")
+	e.assertSame("z", "id")
 	if err := e.Tgt.QueryRow(t.Context(), q, cfg.Slot).Scan(&again); err != nil {
 		t.Fatal(err)
 	}

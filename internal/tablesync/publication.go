@@ -240,7 +240,9 @@ func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
 // copy anew. Then it runs setUp (InstallDDL, which sets the triggers
 // right; nil for apply --kafka, whose capture does that: a trigger off
 // then stops the start, naming the capture's start as the way out) and
-// records the triggers as they are.
+// records the triggers as they are. A resumed replication's first start
+// with the triggers it installs also copies the published tables it does
+// not record (pendUnrecordedAtFirstUse).
 func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resumed bool, setUp func() error) error {
 	seen, err := target.TriggerDigest(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
@@ -290,8 +292,41 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		if now, err = install.TriggerDigest(ctx, src); err != nil {
 			return err
 		}
+		if resumed && seen == "" && missing {
+			if err := ts.pendUnrecordedAtFirstUse(ctx, src, tgt); err != nil {
+				return err
+			}
+		}
 	}
 	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
+}
+
+// pendUnrecordedAtFirstUse records pending the published tables the slot
+// does not record, at a replication's first start with the event trigger
+// it just installed: until now it followed schema changes otherwise
+// (--ddl=relation), whose polls copy a table that enters the publication,
+// and one that entered since its last look was described by no message.
+func (ts *Syncer) pendUnrecordedAtFirstUse(ctx context.Context, src, tgt *pgx.Conn) error {
+	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		return err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var unrecorded []schema.TableName
+	for _, t := range published {
+		if !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
+			unrecorded = append(unrecorded, t)
+			ts.log.Warn("a table is in the publication that this replication never copied, at its first start with the event trigger (added since its last look without it): it is copied from a new snapshot, then streamed",
+				"component", "tablesync", "table", t.String())
+		}
+	}
+	if len(unrecorded) == 0 {
+		return nil
+	}
+	return target.PendAll(ctx, tgt, ts.cfg.Slot, unrecorded)
 }
 
 // pendAll records every table the publication publishes pending
