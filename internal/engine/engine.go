@@ -157,7 +157,7 @@ func (e *Engine) run(ctx context.Context) (err error) {
 		return err
 	}
 	if e.ddl != ddlTrigger {
-		if err := target.SetTriggerDigest(ctx, tgt, cfg.Slot, ""); err != nil {
+		if err := target.SetTriggerDigest(ctx, tgt, cfg.Slot, target.NoTriggers); err != nil {
 			return err
 		}
 	}

@@ -475,7 +475,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if e.ddl == ddlTrigger {
 		err = e.sync.TriggersAtStart(ctx, src, tgt, prog.Exists, nil)
 	} else {
-		err = target.SetTriggerDigest(ctx, tgt, cfg.Slot, "")
+		err = target.SetTriggerDigest(ctx, tgt, cfg.Slot, target.NoTriggers)
 	}
 	if err != nil {
 		return err

@@ -220,7 +220,7 @@ func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
 		return err
 	}
 	switch {
-	case seen == "":
+	case seen == "" || seen == target.NoTriggers:
 		return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
 	case seen != now:
 		return fmt.Errorf("%w: dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", install.ErrDDLTriggerOff, seen, now)
@@ -248,6 +248,12 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 	if err != nil {
 		return err
 	}
+	// Its last start did without the triggers: this is its first with
+	// them.
+	firstUse := resumed && seen == target.NoTriggers
+	if seen == target.NoTriggers {
+		seen = ""
+	}
 	now, err := install.TriggerDigest(ctx, src)
 	if err != nil {
 		return err
@@ -264,7 +270,7 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 	switch {
 	case seen != "" && seen != now:
 		why = fmt.Sprintf("dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", seen, now)
-	case off != nil && resumed && (seen != "" || !missing):
+	case off != nil && resumed && (seen != "" || !missing) && !firstUse:
 		// Event triggers not there at all, with nothing recorded, are a
 		// replication's first start with them (it followed schema
 		// changes otherwise until now, or an earlier version recorded
@@ -292,10 +298,10 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		if now, err = install.TriggerDigest(ctx, src); err != nil {
 			return err
 		}
-		if resumed && seen == "" && missing {
-			if err := ts.pendUnrecordedAtFirstUse(ctx, src, tgt); err != nil {
-				return err
-			}
+	}
+	if firstUse || resumed && seen == "" && missing && setUp != nil {
+		if err := ts.pendUnrecordedAtFirstUse(ctx, src, tgt); err != nil {
+			return err
 		}
 	}
 	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)

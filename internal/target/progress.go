@@ -111,8 +111,8 @@ func Register(ctx context.Context, conn *pgx.Conn, slot string) error {
 // replicationsSchema lists the replications that use the target's state:
 // one row per slot, from its first start (Register) to its drop (Release),
 // with the source's schema-change triggers as the replication last saw
-// them working (ddl_triggers: install.TriggerDigest; NULL: never, or not
-// following schema changes through them).
+// them working (ddl_triggers: install.TriggerDigest; NoTriggers: its last
+// start followed schema changes without them; NULL: never recorded).
 const replicationsSchema = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
 	slot text PRIMARY KEY,

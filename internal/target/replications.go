@@ -32,9 +32,15 @@ func Replications(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	return slots, nil
 }
 
+// NoTriggers is the TriggerDigest of a replication whose last start
+// followed schema changes without the event trigger (--ddl=relation or
+// false).
+const NoTriggers = "none"
+
 // TriggerDigest returns the source's schema-change triggers as slot's
-// replication last saw them working (install.TriggerDigest; "": never
-// recorded).
+// replication last saw them working (install.TriggerDigest; NoTriggers:
+// its last start did without them; "": never recorded, as by earlier
+// versions).
 func TriggerDigest(ctx context.Context, conn *pgx.Conn, slot string) (string, error) {
 	var d *string
 	err := conn.QueryRow(ctx, `SELECT ddl_triggers FROM repstream.replications WHERE slot = $1`, slot).Scan(&d)
@@ -48,8 +54,8 @@ func TriggerDigest(ctx context.Context, conn *pgx.Conn, slot string) (string, er
 }
 
 // SetTriggerDigest records digest as what slot's replication last saw of
-// the source's schema-change triggers ("": nothing, for a run that does
-// not follow schema changes through them).
+// the source's schema-change triggers (NoTriggers for a run that does not
+// follow schema changes through them).
 func SetTriggerDigest(ctx context.Context, conn *pgx.Conn, slot, digest string) error {
 	if _, err := conn.Exec(ctx, `UPDATE repstream.replications SET ddl_triggers = nullif($2, '') WHERE slot = $1`, slot, digest); err != nil {
 		return fmt.Errorf("record what slot %q saw of the source's schema-change triggers: %w", slot, err)
