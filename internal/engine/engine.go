@@ -323,8 +323,8 @@ func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *insta
 // slot records (copied, or streamed from its start) was dropped on the
 // target since. Made empty, it would take the source's changes from here
 // on without its rows before: it is recorded pending instead, and this
-// start copies it (beforeStreaming). One the slot does not record is left
-// to the stream, which may make it (a table detached from a root, a
+// start copies it (beforeStreaming; tablesync's CopyDropped). One the
+// slot does not record is left to the stream, which may make it (a table detached from a root, a
 // CREATE TABLE the event trigger reported), and to the copies of tables
 // the stream brings unrecorded (without the event trigger: CopyUnrecorded).
 func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub, resumed bool, undo *install.Undo) error {
@@ -337,7 +337,7 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		return err
 	}
 	if resumed && !e.copyResumed && len(created) > 0 {
-		if err := e.copyDropped(ctx, tgt, created); err != nil {
+		if err := e.sync.CopyDropped(ctx, tgt, created); err != nil {
 			return err
 		}
 	}
@@ -355,26 +355,6 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		e.log.Info("values travel as text, not binary", "reason", noBinary)
 	}
 	return nil
-}
-
-// copyDropped records pending the tables of created (made by this start)
-// that the slot records: they were dropped on the target (prepareTables).
-func (e *Engine) copyDropped(ctx context.Context, tgt *pgx.Conn, created []schema.TableName) error {
-	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
-	if err != nil {
-		return err
-	}
-	var dropped []schema.TableName
-	for _, t := range created {
-		if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
-			dropped = append(dropped, t)
-			e.log.Warn("a replicated table was missing on the target (dropped there): made again, it is copied from a new snapshot, then streamed", "table", t.String())
-		}
-	}
-	if len(dropped) == 0 {
-		return nil
-	}
-	return target.PendAll(ctx, tgt, e.cfg.Slot, dropped)
 }
 
 // findSlot looks the slot up and checks, before anything is copied, the

@@ -307,6 +307,29 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
 }
 
+// CopyDropped records pending the tables of created (made on the target
+// by this start: install.PrepareTables) that the slot records, copied or
+// streamed: they were dropped on the target since, and made empty they
+// would take the source's changes without their rows before. This start
+// copies them (SyncPending).
+func (ts *Syncer) CopyDropped(ctx context.Context, tgt *pgx.Conn, created []schema.TableName) error {
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var dropped []schema.TableName
+	for _, t := range created {
+		if target.Records(syncs, t) {
+			dropped = append(dropped, t)
+			ts.log.Warn("a replicated table was missing on the target (dropped there): made again, it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
+		}
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	return target.PendAll(ctx, tgt, ts.cfg.Slot, dropped)
+}
+
 // pendUnrecordedAtFirstUse records pending the published tables the slot
 // does not record, at a replication's first start with the event trigger
 // it just installed: until now it followed schema changes otherwise
@@ -323,7 +346,7 @@ func (ts *Syncer) pendUnrecordedAtFirstUse(ctx context.Context, src, tgt *pgx.Co
 	}
 	var unrecorded []schema.TableName
 	for _, t := range published {
-		if !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
+		if !target.Records(syncs, t) {
 			unrecorded = append(unrecorded, t)
 			ts.log.Warn("a table is in the publication that this replication never copied, at its first start with the event trigger (added since its last look without it): it is copied from a new snapshot, then streamed",
 				"component", "tablesync", "table", t.String())
@@ -404,7 +427,7 @@ func (ts *Syncer) followIdent(ctx context.Context, tgt *pgx.Conn, filter *apply.
 // (and a run that ends caught up, before it ends).
 func (ts *Syncer) PendUnrecorded(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, syncs []target.TableSync, published []schema.TableName) error {
 	for _, t := range published {
-		if slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name }) {
+		if target.Records(syncs, t) {
 			continue
 		}
 		if err := ts.recopy(ctx, tgt, filter, t); err != nil {

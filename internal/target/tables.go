@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,12 @@ const (
 	TableCopying = "copying"
 	TableReady   = "ready"
 )
+
+// Records reports whether syncs (a slot's rows of repstream.tables) has
+// one for table t.
+func Records(syncs []TableSync, t schema.TableName) bool {
+	return slices.ContainsFunc(syncs, func(s TableSync) bool { return s.Schema == t.Schema && s.Name == t.Name })
+}
 
 // TableSync is one row of repstream.tables.
 type TableSync struct {
