@@ -220,24 +220,25 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 }
 
 // openSnapshot connects to the source and imports the exported snapshot in
-// a REPEATABLE READ READ ONLY transaction.
+// a REPEATABLE READ READ ONLY transaction; its errors are the source's
+// (SourceError).
 func openSnapshot(ctx context.Context, dsn, snapshotName string) (*pgx.Conn, error) {
 	srcCfg, err := pgdsn.ParsePgx(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: source DSN: %w", err)
+		return nil, &SourceError{fmt.Errorf("snapshot: source DSN: %w", err)}
 	}
 	srcCfg.RuntimeParams["application_name"] = "repstream-snapshot"
 	src, err := pgx.ConnectConfig(ctx, srcCfg)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)
+		return nil, &SourceError{fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)}
 	}
 	if _, err := src.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		src.Close(context.Background())
-		return nil, fmt.Errorf("snapshot: begin: %w", err)
+		return nil, &SourceError{fmt.Errorf("snapshot: begin: %w", err)}
 	}
 	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
 		src.Close(context.Background())
-		return nil, fmt.Errorf("snapshot: import snapshot %s: %w", snapshotName, err)
+		return nil, &SourceError{fmt.Errorf("snapshot: import snapshot %s: %w", snapshotName, err)}
 	}
 	return src, nil
 }
