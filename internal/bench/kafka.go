@@ -132,7 +132,7 @@ func (b *kafkaBroker) warmUp(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	defer func() { _, _ = adm.DeleteTopics(context.Background(), topic) }()
-	prod, err := kafkalog.NewProducer(kafkalog.Plain(brokers), topic, 0)
+	prod, err := kafkalog.NewProducer(kafkalog.Plain(brokers), topic, 0, kgo.NoCompression())
 	if err != nil {
 		return err
 	}

@@ -155,6 +155,9 @@ type Config struct {
 	// transaction's end for the transactions that follow, unless it holds
 	// 64 KiB (kafkalog.DefaultLinger; 0: the default).
 	KafkaLinger time.Duration `yaml:"kafka_linger"`
+	// KafkaCompression is the codec of the capture's batches
+	// (kafkalog.Compressions; "": kafkalog.DefaultCompression, snappy).
+	KafkaCompression string `yaml:"kafka_compression"`
 }
 
 // Role is which half of the replication a process runs.

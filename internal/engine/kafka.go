@@ -52,6 +52,9 @@ func (e *Engine) runHalf(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if _, err := kafkalog.Compression(e.cfg.KafkaCompression); err != nil {
+		return err // before anything is made
+	}
 	e.brokers = kc
 	pctx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
@@ -157,7 +160,11 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
 	start := max(slot.Confirmed, tail.LastCommit)
-	prod, err := kafkalog.NewProducer(brokers, topic, cfg.KafkaTxnTimeout)
+	codec, err := kafkalog.Compression(cfg.KafkaCompression)
+	if err != nil {
+		return err
+	}
+	prod, err := kafkalog.NewProducer(brokers, topic, cfg.KafkaTxnTimeout, codec)
 	if err != nil {
 		return err
 	}

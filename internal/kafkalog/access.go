@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // What each half needs on the topic (Kafka ACL operations): the capture
@@ -84,7 +85,7 @@ func CheckTopicAccess(ctx context.Context, adm *kadm.Client, topic, role string,
 // topic, so call it only where no capture of the slot can be running (its
 // slot does not exist yet).
 func CheckTransactionalID(ctx context.Context, c Cluster, topic string, txnTimeout time.Duration) error {
-	prod, err := NewProducer(c, topic, txnTimeout)
+	prod, err := NewProducer(c, topic, txnTimeout, kgo.NoCompression())
 	if err != nil {
 		return err
 	}

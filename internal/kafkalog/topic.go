@@ -33,9 +33,8 @@ func Brokers(s string) []string {
 // NewProducer returns the capture's client: every record acknowledged by
 // all in-sync replicas, idempotent (no duplicates and no reordering on
 // retries), retried without limit while the brokers are away (the slot
-// waits meanwhile), sent at once, batches compressed with snappy
-// (cheap for the capture and the readers; on conditions' backlog, less
-// CPU in all and a shorter catch-up than none).
+// waits meanwhile), sent at once, its batches compressed with codec
+// (Compression).
 //
 // It is transactional, with the topic's name as its transactional id: a
 // capture session that loads its producer id (Writer.Fence) fences every
@@ -47,7 +46,7 @@ func Brokers(s string) []string {
 //
 // txnTimeout is the transactions' timeout (0: TxnTimeout); a Writer
 // commits every CommitInterval(txnTimeout).
-func NewProducer(c Cluster, topic string, txnTimeout time.Duration) (*kgo.Client, error) {
+func NewProducer(c Cluster, topic string, txnTimeout time.Duration, codec kgo.CompressionCodec) (*kgo.Client, error) {
 	if txnTimeout <= 0 {
 		txnTimeout = TxnTimeout
 	}
@@ -56,7 +55,7 @@ func NewProducer(c Cluster, topic string, txnTimeout time.Duration) (*kgo.Client
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
-		kgo.ProducerBatchCompression(kgo.SnappyCompression()),
+		kgo.ProducerBatchCompression(codec),
 		kgo.ProducerBatchMaxBytes(MaxBatchBytes),
 		kgo.MaxBufferedRecords(1<<20),
 		kgo.MaxBufferedBytes(2*DefaultMaxInFlight+DefaultMaxRecord),
@@ -64,6 +63,34 @@ func NewProducer(c Cluster, topic string, txnTimeout time.Duration) (*kgo.Client
 		kgo.TransactionalID(topic),
 		kgo.TransactionTimeout(txnTimeout),
 	)...)
+}
+
+// Compressions are the codecs the capture's batches may be compressed
+// with (--kafka-compression). DefaultCompression is snappy: it moves and
+// keeps about half the bytes, and on brokers beside the capture costs no
+// time: on conditions' 1M-row backlog, snappy and none alternated over 6
+// rounds caught up in a median 5.09 and 5.16 s, at the same CPU within
+// the machine's noise (docs/bench/README.md). lz4 is as cheap; zstd
+// compresses most, for a slow link or small disks; none spares the CPU
+// of the capture (which compresses), of each broker (which decompresses
+// every batch to validate it) and of each apply.
+var Compressions = []string{"none", "snappy", "lz4", "zstd"}
+
+const DefaultCompression = "snappy"
+
+// Compression is the codec Compressions names ("": DefaultCompression).
+func Compression(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none":
+		return kgo.NoCompression(), nil
+	case "", "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("--kafka-compression %q: one of %s", name, strings.Join(Compressions, ", "))
 }
 
 // TxnTimeout is the timeout of the capture's Kafka transactions (the

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestTopicFits: a topic that could not hold every record of a slot's
@@ -68,5 +70,28 @@ func TestEpochSameSource(t *testing.T) {
 	}
 	if err := (Epoch{Database: "shop"}).SameSource("t", "capture", "1", "shop"); err != nil {
 		t.Errorf("a marker without a system identifier: %v", err)
+	}
+}
+
+// TestCompression: each name --kafka-compression takes is a codec, ""
+// the default (snappy); another name is refused, listing them.
+func TestCompression(t *testing.T) {
+	for _, name := range append([]string{""}, Compressions...) {
+		if _, err := Compression(name); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	if c, _ := Compression(""); c != kgo.SnappyCompression() {
+		t.Errorf("the default is %v, want snappy", c)
+	}
+	if c, _ := Compression("none"); c != kgo.NoCompression() {
+		t.Errorf("none is %v", c)
+	}
+	if c, _ := Compression("zstd"); c != kgo.ZstdCompression() {
+		t.Errorf("zstd is %v", c)
+	}
+	_, err := Compression("gzip9")
+	if err == nil || !strings.Contains(err.Error(), `--kafka-compression "gzip9": one of none, snappy, lz4, zstd`) {
+		t.Errorf("got %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
@@ -99,7 +100,9 @@ func TestKafkaSchemaChanges(t *testing.T) {
 // table of many built-in types arrives equal through inserts, updates and
 // deletes. A schema change to a column of a type that is not built in (an
 // enum) makes the capture start its session again in text, from what the
-// topic holds: the rows before and after it arrive equal, none twice.
+// topic holds: the rows before and after it arrive equal, none twice. The
+// capture compresses its batches with zstd (--kafka-compression), and the
+// apply reads them.
 func TestKafkaBinaryValues(t *testing.T) {
 	t.Parallel() // see doc.go
 	k := kafkatest.Shared(t)
@@ -116,7 +119,7 @@ func TestKafkaBinaryValues(t *testing.T) {
 	if _, err := tgt.Exec(t.Context(), moodSQL); err != nil {
 		t.Fatal(err)
 	}
-	capt := e.startCapture("capture")
+	capt := e.startCapture("capture", "--kafka-compression", "zstd")
 	ap := e.startApply("apply", db)
 	tables := append(slices.Clone(kafkaTables), tableOrder{"kinds", "id"})
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
@@ -142,6 +145,11 @@ func TestKafkaBinaryValues(t *testing.T) {
 	}
 	if l := lineWith(capt.out.tail(1000), "values in text"); l == "" {
 		t.Errorf("the capture's log does not say it went on in text:\n%s", capt.out.tail(20))
+	}
+	codecs := map[uint8]int{}
+	eachRecord(t, k, e.topic(), func(r *kgo.Record) { codecs[r.Attrs.CompressionType()]++ })
+	if codecs[4] == 0 || len(codecs) > 2 || len(codecs) == 2 && codecs[0] == 0 { // 4: zstd; 0: none (a batch it would not shrink)
+		t.Errorf("the records' compression types: %v; want 4 (zstd), and 0 for batches too small to shrink", codecs)
 	}
 	capt.stop()
 	ap.stop()

@@ -935,6 +935,21 @@ func recordKinds(t *testing.T, k *kafkatest.Cluster, topic string) map[byte]int 
 // recordHeaders reads the headers of every record of topic, in order.
 func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.Header {
 	t.Helper()
+	var hs []kafkalog.Header
+	eachRecord(t, k, topic, func(r *kgo.Record) {
+		h, _, err := kafkalog.ParseHeader(r.Value)
+		if err != nil {
+			t.Fatalf("%s offset %d: %v", topic, r.Offset, err)
+		}
+		hs = append(hs, h)
+	})
+	return hs
+}
+
+// eachRecord calls f with every record of topic, in order, but the
+// control records (the markers of the capture's Kafka transactions).
+func eachRecord(t *testing.T, k *kafkatest.Cluster, topic string, f func(*kgo.Record)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	o, err := k.Admin(t).ListEndOffsets(ctx, topic)
@@ -943,7 +958,6 @@ func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.
 	}
 	end, _ := o.Lookup(topic, 0)
 	cl := k.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(0)}}), kgo.KeepControlRecords())
-	var hs []kafkalog.Header
 	for next := int64(0); next < end.Offset; {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -954,14 +968,9 @@ func recordHeaders(t *testing.T, k *kafkatest.Cluster, topic string) []kafkalog.
 			if r.Attrs.IsControl() {
 				continue // a marker of the capture's Kafka transactions
 			}
-			h, _, err := kafkalog.ParseHeader(r.Value)
-			if err != nil {
-				t.Fatalf("%s offset %d: %v", topic, r.Offset, err)
-			}
-			hs = append(hs, h)
+			f(r)
 		}
 	}
-	return hs
 }
 
 // TestKafkaKillApplyInGroup: under a steady load of many small
