@@ -64,6 +64,9 @@ type Engine struct {
 	// topicBinary (apply from Kafka): the topic's last record, at start,
 	// had binary values.
 	topicBinary bool
+	// topicID (apply from Kafka): the brokers' id of the topic, read at
+	// start (checkTopicID; "": they give none).
+	topicID string
 	// srcID (apply from Kafka): the apply's source, which the topic's
 	// epoch markers must name (kafkalog.Epoch.SameSource).
 	srcID provision.Identity

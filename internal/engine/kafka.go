@@ -468,6 +468,9 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 			undo.Run(ctx, e.log)
 		}
 	}()
+	if err := e.checkTopicID(ctx, adm, tgt, topic, prog); err != nil {
+		return err
+	}
 	// The capture makes the topic first, then the publication and the
 	// slot: copy only once they are there, or the copy would miss what
 	// the slot never sees.
@@ -598,6 +601,10 @@ func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []
 	startAt func(context.Context, change.LSN) int64) (target.Progress, error) {
 	cfg := e.cfg
 	if err := target.InitProgress(ctx, tgt, cfg.Slot, 0, target.SnapshotRunning, false); err != nil {
+		return target.Progress{}, err
+	}
+	// Before any offset is recorded: the topic they are offsets of.
+	if err := target.SetKafkaTopic(ctx, tgt, cfg.Slot, e.topicID); err != nil {
 		return target.Progress{}, err
 	}
 	e.setPhase("copying")
@@ -769,6 +776,29 @@ func (e *Engine) reseedAdvice(err error) error {
 	}
 	return fmt.Errorf("target %s: %w: the transactions it still needs are gone from the topic; re-seed this target: `repstream drop --target-only --slot %s --source ... --target ...`, then start `repstream apply` again (a new initial copy)",
 		pgDatabase(e.cfg.Target), err, e.cfg.Slot)
+}
+
+// checkTopicID reads the id of the topic (e.topicID) and compares it with
+// the one the target recorded: a topic deleted and made again under the
+// same name since this target last read it starts its offsets again at 0,
+// so the recorded offset would skip the new topic's first records, and the
+// transactions this target had not applied went with the old topic. That
+// stops this apply, naming both ids and the way to re-seed the target.
+// A target of an earlier version, which recorded none, records it now.
+func (e *Engine) checkTopicID(ctx context.Context, adm *kadm.Client, tgt *pgx.Conn, topic string, prog target.Progress) error {
+	id, err := kafkalog.TopicID(ctx, adm, topic)
+	if err != nil {
+		return fmt.Errorf("kafka %s: %w", e.cfg.Kafka, err)
+	}
+	e.topicID = id
+	if !prog.Exists || id == "" {
+		return nil // the first start records it with its copy (copyForKafka)
+	}
+	if prog.KafkaTopicID != "" && prog.KafkaTopicID != id {
+		return e.reseedAdvice(fmt.Errorf("%w: topic %s was deleted and made again since this target last read it (its id was %s, it is %s now): its offsets started again at 0, and what this target had not applied went with the old topic",
+			kafkalog.ErrTrimmed, topic, prog.KafkaTopicID, id))
+	}
+	return target.SetKafkaTopic(ctx, tgt, e.cfg.Slot, id)
 }
 
 // kafkaStatus is the apply's position in the topic, for Status.

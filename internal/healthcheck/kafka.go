@@ -96,7 +96,8 @@ func (c *checker) kafkaOffset(ctx context.Context, adm *kadm.Client, topic strin
 		return
 	}
 	var off int64
-	err := c.tgt.QueryRow(ctx, "SELECT kafka_offset FROM repstream.progress WHERE slot = $1", c.opts.Slot).Scan(&off)
+	var id string // kafka_topic_id (targets of earlier versions have no such column)
+	err := c.tgt.QueryRow(ctx, "SELECT kafka_offset, coalesce(to_jsonb(p)->>'kafka_topic_id', '') FROM repstream.progress p WHERE slot = $1", c.opts.Slot).Scan(&off, &id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || err == nil && off < 0:
 		c.r.add(OK, "kafka", "target's offset", "", "none recorded: no apply has streamed to this target yet")
@@ -110,8 +111,14 @@ func (c *checker) kafkaOffset(ctx context.Context, adm *kadm.Client, topic strin
 		c.r.add(Fail, "kafka", "target's offset", "", "read the topic's offsets: %v", err)
 		return
 	}
+	reseed := fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply`", c.opts.Slot)
+	if now, err := kafkalog.TopicID(ctx, adm, topic); err == nil && id != "" && now != "" && now != id {
+		c.r.add(Fail, "kafka", "target's offset", reseed,
+			"%d, of another topic: %s was deleted and made again since this target read it (id %s, now %s)", off, topic, id, now)
+		return
+	}
 	if off < start {
-		c.r.add(Fail, "kafka", "target's offset", fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply`", c.opts.Slot),
+		c.r.add(Fail, "kafka", "target's offset", reseed,
 			"%d, gone from the topic (it starts at %d: retention)", off, start)
 		return
 	}

@@ -123,7 +123,7 @@
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Epoch.SameSource, CheckSource: the topic's last session read this source
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
-//	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, Tail (past control records), NextEpoch
+//	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch
 //	access.go   what each half needs of the brokers' ACLs, checked before anything is made: CheckTopicAccess (the Metadata request's authorized operations), CheckTransactionalID (a producer with the capture's transactional id), ErrAccess
 //	cluster.go  Cluster (the brokers and how to reach them: every client is made from one), Security (TLS, SASL), NewCluster, EnvPassword
 package kafkalog

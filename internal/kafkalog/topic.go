@@ -296,6 +296,26 @@ func Offsets(ctx context.Context, adm *kadm.Client, topic string) (start, end in
 	return s.Offset, e.Offset, nil
 }
 
+// TopicID returns the brokers' id of topic (Kafka 2.8+; "" when they give
+// none): a topic deleted and made again under the same name has another,
+// and its offsets start again at 0. ErrNoTopic: the topic does not exist.
+func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error) {
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return "", fmt.Errorf("read the id of topic %s: %w", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return "", fmt.Errorf("%w: %s", ErrNoTopic, topic)
+	case td.Err != nil:
+		return "", fmt.Errorf("read the id of topic %s: %w", topic, td.Err)
+	case td.ID == kadm.TopicID{}:
+		return "", nil
+	}
+	return td.ID.String(), nil
+}
+
 // ErrNoTopic: the slot's topic does not exist.
 var ErrNoTopic = errors.New("no such topic")
 

@@ -47,8 +47,9 @@ func TestSlotStatusCheck(t *testing.T) {
 	}
 }
 
-// TestKafkaCheck: status --kafka fails when the topic cannot be read or
-// the target's offset is gone from it (retention), and says how to re-seed.
+// TestKafkaCheck: status --kafka fails when the topic cannot be read, the
+// target's offset is gone from it (retention) or is of a topic deleted
+// since (another topic id), and says how to re-seed.
 func TestKafkaCheck(t *testing.T) {
 	ok := SlotStatus{Slot: "s", Active: true, WALStatus: "reserved"}
 	for _, tc := range []struct {
@@ -60,6 +61,9 @@ func TestKafkaCheck(t *testing.T) {
 		{"no offset yet", KafkaStatus{Topic: "repstream.s", End: 10, Offset: -1}, ""},
 		{"brokers down", KafkaStatus{Topic: "repstream.s", Error: "kafka [127.0.0.1:1]: dial tcp: connection refused"}, "127.0.0.1:1"},
 		{"trimmed", KafkaStatus{Topic: "repstream.s", Start: 50, End: 60, Offset: 40}, "drop --target-only"},
+		{"same topic", KafkaStatus{Topic: "repstream.s", End: 10, Offset: 4, TopicID: "AAAA", RecordedID: "AAAA"}, ""},
+		{"id not recorded", KafkaStatus{Topic: "repstream.s", End: 10, Offset: 4, TopicID: "AAAA"}, ""},
+		{"made again", KafkaStatus{Topic: "repstream.s", End: 10, Offset: 4, TopicID: "BBBB", RecordedID: "AAAA"}, "deleted and made again"},
 	} {
 		st := ok
 		k := tc.k

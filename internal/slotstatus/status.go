@@ -39,7 +39,8 @@ type SlotStatus struct {
 	// kafka.go), nil without --kafka.
 	Kafka *KafkaStatus `json:"kafka,omitempty"`
 
-	targetOffset int64 // the target's recorded kafka_offset (-1: none)
+	targetOffset  int64  // the target's recorded kafka_offset (-1: none)
+	targetTopicID string // and kafka_topic_id ("": none)
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -94,7 +95,7 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	st.Snapshot = string(prog.Snapshot)
 	st.targetOffset = -1
 	if prog.Exists {
-		st.targetOffset = prog.KafkaOffset
+		st.targetOffset, st.targetTopicID = prog.KafkaOffset, prog.KafkaTopicID
 	}
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS repstream.applied (
 	PRIMARY KEY (slot, end_lsn)
 );
 ALTER TABLE repstream.applied ADD COLUMN IF NOT EXISTS first_lsn pg_lsn;
-ALTER TABLE repstream.progress ADD COLUMN IF NOT EXISTS kafka_offset bigint NOT NULL DEFAULT -1;`
+ALTER TABLE repstream.progress ADD COLUMN IF NOT EXISTS kafka_offset bigint NOT NULL DEFAULT -1;
+ALTER TABLE repstream.progress ADD COLUMN IF NOT EXISTS kafka_topic_id text NOT NULL DEFAULT '';`
 
 // Progress is the apply position recorded on the target for one slot.
 //
@@ -65,6 +66,11 @@ type Progress struct {
 	// read from again: every transaction not applied by Low starts at or
 	// after it. -1: none recorded yet.
 	KafkaOffset int64
+	// KafkaTopicID is the brokers' id of the topic KafkaOffset is an
+	// offset of (kafkalog.TopicID), recorded at this target's first start
+	// (or its first start with a version that records it) and never
+	// changed: a topic deleted and made again has another. "": none.
+	KafkaTopicID string
 }
 
 // SnapshotState is where a slot's initial copy stands, as its progress
@@ -241,8 +247,12 @@ func LoadProgress(ctx context.Context, conn *pgx.Conn, slot string) (Progress, e
 	var p Progress
 	var low string
 	err := conn.QueryRow(ctx,
-		`SELECT low_lsn::text, snapshot, created_publication, kafka_offset FROM repstream.progress WHERE slot = $1`, slot).
-		Scan(&low, &p.Snapshot, &p.CreatedPublication, &p.KafkaOffset)
+		// The Kafka columns through to_jsonb: a target whose state an
+		// earlier version made has none until an engine's next start
+		// (Register) adds them, and status, drop or errors may run first.
+		`SELECT low_lsn::text, snapshot, created_publication, coalesce((to_jsonb(p)->>'kafka_offset')::bigint, -1), coalesce(to_jsonb(p)->>'kafka_topic_id', '')
+FROM repstream.progress p WHERE slot = $1`, slot).
+		Scan(&low, &p.Snapshot, &p.CreatedPublication, &p.KafkaOffset, &p.KafkaTopicID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Progress{}, nil
 	}
@@ -366,6 +376,15 @@ func AdvanceLow(ctx context.Context, conn *pgx.Conn, slot string, low change.LSN
 WHERE a.slot = $1 AND p.slot = $1 AND a.end_lsn <= p.low_lsn`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("advance low watermark of slot %q to %s: %w", slot, low, err)
+	}
+	return nil
+}
+
+// SetKafkaTopic records the id of the topic this target reads
+// (Progress.KafkaTopicID) unless one is recorded already.
+func SetKafkaTopic(ctx context.Context, conn *pgx.Conn, slot, id string) error {
+	if _, err := conn.Exec(ctx, `UPDATE repstream.progress SET kafka_topic_id = $2 WHERE slot = $1 AND kafka_topic_id = ''`, slot, id); err != nil {
+		return fmt.Errorf("record the topic id of slot %q: %w", slot, err)
 	}
 	return nil
 }

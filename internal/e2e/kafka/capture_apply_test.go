@@ -283,7 +283,12 @@ func logTails(t *testing.T, procs ...*proc) {
 // from the topic (retention; here DeleteRecords) stops with an error that
 // names the target and the way out, never a silent reset; `drop
 // --target-only` then a new start seeds that target again, while the
-// capture keeps its slot.
+// capture keeps its slot. The same for a topic deleted while the apply is
+// stopped and made again by the capture's next start, with more records
+// than the apply's offset: its offsets start again at 0, and the rows
+// written meanwhile went with the old topic; read from the recorded
+// offset, it would skip them and the new topic's first records without a
+// word.
 func TestKafkaTrimmedOffset(t *testing.T) {
 	t.Parallel() // see doc.go
 	k := kafkatest.Shared(t)
@@ -387,29 +392,102 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 			t.Fatalf("check --kafka with the target's offset trimmed: %v, want a failure and %q:\n%s", err, want, out)
 		}
 	}
-	ap = startProc(t, "apply (after the trim)", applyArgs...)
-	select {
-	case err := <-ap.exited:
-		out := ap.out.tail(20)
-		if err == nil || !strings.Contains(out, "re-seed") || !strings.Contains(out, tgtDB) || !strings.Contains(out, "drop --target-only") {
-			t.Fatalf("apply after its offset was trimmed: exit %v, want an error naming the target %s and `drop --target-only`:\n%s", err, tgtDB, out)
+	// The apply stops, naming the target and the way out; that way out:
+	// this target's state dropped, the slot kept, a new copy.
+	reseeded := func(why string, want ...string) *proc {
+		t.Helper()
+		ap := startProc(t, "apply ("+why+")", applyArgs...)
+		select {
+		case err := <-ap.exited:
+			out := ap.out.tail(20)
+			for _, w := range append([]string{"re-seed", tgtDB, "drop --target-only"}, want...) {
+				if err == nil || !strings.Contains(out, w) {
+					t.Fatalf("apply %s: exit %v, want an error naming %q:\n%s", why, err, w, out)
+				}
+			}
+			ap.exited <- err
+		case <-time.After(60 * time.Second):
+			t.Fatalf("apply %s did not stop:\n%s", why, ap.out.tail(20))
 		}
-		ap.exited <- err
-	case <-time.After(60 * time.Second):
-		t.Fatalf("apply after its offset was trimmed did not stop:\n%s", ap.out.tail(20))
+		drop := exec.Command(repstreamBinary(t), "drop", "--target-only", "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot, "--spill-dir", spill)
+		if out, err := drop.CombinedOutput(); err != nil {
+			t.Fatalf("drop --target-only: %v\n%s", err, out)
+		}
+		var active bool
+		if err := s.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil || !active {
+			t.Fatalf("the capture's slot after drop --target-only: active %v, %v", active, err)
+		}
+		ap = startProc(t, "apply (re-seeded after "+why+")", applyArgs...)
+		logTails(t, ap)
+		return ap
 	}
-	// The way out: this target's state dropped, the slot kept, a new copy.
-	drop := exec.Command(repstreamBinary(t), "drop", "--target-only", "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot, "--spill-dir", spill)
-	if out, err := drop.CombinedOutput(); err != nil {
-		t.Fatalf("drop --target-only: %v\n%s", err, out)
-	}
-	var active bool
-	if err := s.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil || !active {
-		t.Fatalf("the capture's slot after drop --target-only: active %v, %v", active, err)
-	}
-	ap = startProc(t, "apply (re-seeded)", applyArgs...)
-	logTails(t, capt, ap)
+	ap = reseeded("after the trim")
 	insert(201, 220)
+	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
+
+	// The topic deleted while the apply is stopped, with rows it has not
+	// applied, and made again by the capture's next start.
+	recorded := func() int64 {
+		t.Helper()
+		var off int64
+		pgtest.WaitFor(t, "the apply's offset recorded", 30*time.Second, func() (bool, error) {
+			err := tc.QueryRow(ctx, "SELECT kafka_offset FROM repstream.progress WHERE slot = $1 AND snapshot = 'done'", slot).Scan(&off)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return false, nil
+			}
+			return err == nil && off >= 0, err
+		})
+		return off
+	}
+	recorded()
+	ap.stop()
+	from := recorded()
+	insert(221, 260)
+	if err := s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the capture to write rows 221 to 260", 30*time.Second, func() (bool, error) {
+		var ok bool
+		err := s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", slot, wal).Scan(&ok)
+		return ok, err
+	})
+	capt.stop()
+	if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the topic deleted", 30*time.Second, func() (bool, error) {
+		td, err := adm.ListTopics(ctx, topic)
+		return err == nil && !td.Has(topic), err
+	})
+	capt = startProc(t, "capture (a new topic)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
+	logTails(t, capt)
+	pgtest.WaitFor(t, "the capture's new session", 60*time.Second, func() (bool, error) {
+		capt.alive()
+		return strings.Contains(capt.out.tail(50), "capture session started"), nil
+	})
+	for next := 261; ; next += 20 {
+		insert(next, next+19)
+		if n, err := adm.ListEndOffsets(ctx, topic); err == nil {
+			if o, ok := n.Lookup(topic, 0); ok && o.Err == nil && o.Offset > from+5 {
+				break
+			}
+		}
+		if next > 20000 {
+			t.Fatalf("the new topic does not pass offset %d", from)
+		}
+	}
+	ck = exec.Command(repstreamBinary(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	out, err = ck.CombinedOutput()
+	for _, want := range []string{"FAIL  kafka   target's offset", "was deleted and made again", "drop --target-only"} {
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("check --kafka with the topic made again: %v, want a failure and %q:\n%s", err, want, out)
+		}
+	}
+	st = exec.Command(repstreamBinary(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	if out, err := st.CombinedOutput(); err == nil || st.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "deleted and made again") || !strings.Contains(string(out), "drop --target-only") {
+		t.Fatalf("status --kafka with the topic made again: %v, want exit 2 naming drop --target-only:\n%s", err, out)
+	}
+	ap = reseeded("after the topic was made again", "was deleted and made again")
 	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
 	capt.stop()
 	ap.stop()
