@@ -131,8 +131,22 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 
 	// A first start (no slot yet: no capture of it can be running) starts
 	// a producer with the transactional id before it makes anything, so
-	// that ACLs missing on it stop it with nothing left behind.
-	checkProducer := func(ctx context.Context) error {
+	// that ACLs missing on it stop it with nothing left behind. It also
+	// refuses a topic that holds records already: a capture of a slot of
+	// this name wrote them, and the slot was dropped since. What the
+	// source wrote after that slot's last acknowledged position reached
+	// no target, and a new slot, starting from now, would go on after
+	// that gap in the same topic: every apply would read on without it.
+	firstStartCheck := func(ctx context.Context) error {
+		tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
+		if err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		if !tail.Empty {
+			return fmt.Errorf("replication slot %q does not exist on the source, but topic %s holds records of a capture of it (offsets %d to %d, commits up to %s): the slot was dropped since, and what the source wrote after its last acknowledged position reached no target; a new slot would go on after that gap. "+
+				"To start this replication over, delete the topic (kafka-topics.sh --bootstrap-server %s --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+				cfg.Slot, topic, tail.Start, tail.End-1, tail.LastCommit, cfg.Kafka, topic, cfg.Slot)
+		}
 		if err := kafkalog.CheckTransactionalID(ctx, brokers, topic, cfg.KafkaTxnTimeout); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
@@ -148,7 +162,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		}
 		return nil
 	}
-	slot, sysid, db, proto, err := e.provisionCapture(ctx, checkProducer, sameSource)
+	slot, sysid, db, proto, err := e.provisionCapture(ctx, firstStartCheck, sameSource)
 	if err != nil {
 		return err
 	}

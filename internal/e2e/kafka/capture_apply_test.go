@@ -288,7 +288,9 @@ func logTails(t *testing.T, procs ...*proc) {
 // than the apply's offset: its offsets start again at 0, and the rows
 // written meanwhile went with the old topic; read from the recorded
 // offset, it would skip them and the new topic's first records without a
-// word.
+// word. Before that, the capture's slot is dropped: a capture started
+// then refuses to make a new slot behind the topic's records (it would go
+// on after a gap), naming the topic's deletion as the way out.
 func TestKafkaTrimmedOffset(t *testing.T) {
 	t.Parallel() // see doc.go
 	k := kafkatest.Shared(t)
@@ -452,6 +454,32 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		return ok, err
 	})
 	capt.stop()
+	// The slot dropped meanwhile: a capture starting with a new one would
+	// go on after a gap in the same topic. It refuses, naming the way
+	// out, and makes nothing.
+	if _, err := s.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		t.Fatal(err)
+	}
+	refused := startProc(t, "capture (its slot dropped)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
+	select {
+	case err := <-refused.exited:
+		out := refused.out.tail(20)
+		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "topic " + topic + " holds records", "--delete --topic " + topic, "drop --target-only"} {
+			if err == nil || !strings.Contains(out, w) {
+				t.Fatalf("capture with its slot dropped: exit %v, want an error naming %q:\n%s", err, w, out)
+			}
+		}
+		refused.exited <- err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("capture with its slot dropped did not stop:\n%s", refused.out.tail(20))
+	}
+	var slots int
+	if err := s.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("slots named %s after the refused capture: %d, %v", slot, slots, err)
+	}
+	// The way out it names: the topic deleted (the capture makes it
+	// again); each target then sees another topic id and asks for a
+	// re-seed.
 	if _, err := adm.DeleteTopics(ctx, topic); err != nil {
 		t.Fatal(err)
 	}
