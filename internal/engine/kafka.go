@@ -336,7 +336,8 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 		}
 		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
 	} else if slot.WALStatus == "lost" {
-		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s` and start again (every apply then copies again)", cfg.Slot, cfg.Slot)
+		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s`, delete the topic (kafka-topics.sh --bootstrap-server %s --delete --topic %s) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+			cfg.Slot, cfg.Slot, cfg.Kafka, kafkalog.Topic(cfg.Slot), cfg.Slot)
 	}
 	proto = capture.ProtoVersionFor(version / 10000)
 	if err := e.chooseCaptureBinary(ctx, src, tables, proto); err != nil {
