@@ -349,9 +349,7 @@ func SourceRole(ctx context.Context, src *pgx.Conn) (super bool, version int, er
 // server_version_num, 14 or later) and registers slot, publishing pub, as
 // one of its users.
 func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub string) error {
-	triggers := ensureEventTrigger("repstream_ddl", "ddl_command_end",
-		[]string{"CREATE TABLE", "ALTER TABLE", "CREATE TABLE AS", "SELECT INTO", "ALTER SCHEMA", "ALTER PUBLICATION"}, "repstream.ddl_end()") +
-		ensureEventTrigger("repstream_ddl_drop", "sql_drop", nil, "repstream.ddl_drop()")
+	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger)
 	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "", "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	if version >= 150000 {
 		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)

@@ -29,27 +29,51 @@ import (
 // A change of a trigger's definition in a new version of repstream does
 // that once, on purpose: nothing tells which digest it replaced.
 
-// ensureEventTrigger returns SQL that makes the event trigger name on
-// event (tags: its WHEN TAG IN list, none: every command) execute fn and
-// fire in every session (ENABLE ALWAYS: also under
-// session_replication_role = replica: another replication's apply, a
-// restore), changing nothing if it does already; one with another
-// definition is dropped and made again.
-func ensureEventTrigger(name, event string, tags []string, fn string) string {
-	when, same := "", "e.evttags IS NULL"
-	if len(tags) > 0 {
-		quoted := make([]string, len(tags))
-		for i, t := range tags {
-			quoted[i] = "'" + t + "'"
+// eventTrigger is one of the event triggers of --ddl=true as this
+// version makes it: name on event (tags: its WHEN TAG IN list, none:
+// every command), executing fn.
+type eventTrigger struct {
+	name, event string
+	tags        []string
+	fn          string
+}
+
+var (
+	ddlEndTrigger = eventTrigger{"repstream_ddl", "ddl_command_end",
+		[]string{"CREATE TABLE", "ALTER TABLE", "CREATE TABLE AS", "SELECT INTO", "ALTER SCHEMA", "ALTER PUBLICATION"}, "repstream.ddl_end()"}
+	ddlDropTrigger       = eventTrigger{"repstream_ddl_drop", "sql_drop", nil, "repstream.ddl_drop()"}
+	ddlPartitionsTrigger = eventTrigger{"repstream_ddl_partitions", "ddl_command_end", []string{"CREATE TABLE", "ALTER TABLE"}, "repstream.ddl_partitions()"}
+	eventTriggers        = []eventTrigger{ddlEndTrigger, ddlDropTrigger, ddlPartitionsTrigger}
+)
+
+// when is the trigger's WHEN clause, and same a condition on
+// pg_event_trigger e that holds when e is as this version makes it
+// (enabled state aside).
+func (t eventTrigger) when() (when, same string) {
+	same = "e.evttags IS NULL"
+	if len(t.tags) > 0 {
+		quoted := make([]string, len(t.tags))
+		for i, tag := range t.tags {
+			quoted[i] = "'" + tag + "'"
 		}
 		when = "\n  WHEN TAG IN (" + strings.Join(quoted, ", ") + ")"
 		same = "e.evttags = ARRAY[" + strings.Join(quoted, ", ") + "]"
 	}
+	same = fmt.Sprintf("e.evtname = '%s' AND e.evtevent = '%s' AND e.evtfoid = to_regprocedure('%s') AND %s", t.name, t.event, t.fn, same)
+	return when, same
+}
+
+// ensureEventTrigger returns SQL that makes the event trigger t and has
+// it fire in every session (ENABLE ALWAYS: also under
+// session_replication_role = replica: another replication's apply, a
+// restore), changing nothing if it does already; one with another
+// definition is dropped and made again.
+func ensureEventTrigger(t eventTrigger) string {
+	when, same := t.when()
 	return fmt.Sprintf(`
 DO $do$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger e WHERE e.evtname = '%[1]s' AND e.evtevent = '%[2]s'
-                    AND e.evtfoid = '%[4]s'::regprocedure AND %[5]s) THEN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger e WHERE %[5]s) THEN
     DROP EVENT TRIGGER IF EXISTS %[1]s;
     CREATE EVENT TRIGGER %[1]s ON %[2]s%[3]s
       EXECUTE FUNCTION %[4]s;
@@ -59,7 +83,28 @@ BEGIN
   END IF;
 END
 $do$;
-`, name, event, when, fn, same)
+`, t.name, t.event, when, t.fn, same)
+}
+
+// EventTriggersStale lists the event triggers of --ddl=true that are not
+// as this version's capture (or run) makes them: missing, of another
+// definition (an earlier version's), or not enabled always. Their next
+// install changes them, and with them TriggerDigest.
+func EventTriggersStale(ctx context.Context, src *pgx.Conn) ([]string, error) {
+	var conds []string
+	for _, t := range eventTriggers {
+		_, same := t.when()
+		conds = append(conds, fmt.Sprintf("SELECT '%s' WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger e WHERE %s AND e.evtenabled = 'A')", t.name, same))
+	}
+	rows, err := src.Query(ctx, strings.Join(conds, "\nUNION ALL\n"))
+	if err != nil {
+		return nil, fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look at the schema-change triggers: %w", err)
+	}
+	return stale, nil
 }
 
 // TriggerDigest describes the event triggers of --ddl=true as they are

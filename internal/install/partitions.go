@@ -245,7 +245,7 @@ DROP TABLE IF EXISTS repstream.partition_state;
 // partitionsInstallSQL is partitionsSQL for a source of version (a
 // server_version_num).
 func partitionsInstallSQL(version int) string {
-	trigger := ensureEventTrigger("repstream_ddl_partitions", "ddl_command_end", []string{"CREATE TABLE", "ALTER TABLE"}, "repstream.ddl_partitions()")
+	trigger := ensureEventTrigger(ddlPartitionsTrigger)
 	if version >= 150000 {
 		return strings.NewReplacer("%SCHEMAPUBREL%", schemaPubRelSQL, "%PARTTRIGGER%", trigger).Replace(partitionsSQL)
 	}

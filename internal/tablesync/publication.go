@@ -285,11 +285,15 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		ts.log.Warn("the source's schema-change triggers were off while no engine of this replication ran: the schema changes, tables added to the publication and partition TRUNCATEs made meanwhile never reached the target, so every table is copied anew",
 			"why", why, "tables", n, "source_wal", at)
 	}
-	if setUp == nil && off != nil {
-		// Only the capture sets them right: an apply that ran now would
-		// follow a stream that lacks what they carry, and stop at its
-		// first poll.
-		return fmt.Errorf("%w: start the capture again (it sets them right), then this apply", off)
+	if setUp == nil {
+		// Only the capture sets them right: an apply that ran with them
+		// off would follow a stream that lacks what they carry, and stop
+		// at its first poll; one that recorded them as an earlier
+		// version made them (nothing recorded yet) would see the
+		// capture's start change them, and copy every table anew.
+		if now, err = ts.waitForCapture(ctx, src, seen == ""); err != nil {
+			return err
+		}
 	}
 	if setUp != nil {
 		if err := setUp(); err != nil {
@@ -305,6 +309,46 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		}
 	}
 	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
+}
+
+// captureTriggerWait is how long an apply --kafka start waits for the
+// capture to set the schema-change triggers right (both halves started at
+// once, after an upgrade).
+const captureTriggerWait = 30 * time.Second
+
+// waitForCapture waits up to captureTriggerWait, for apply --kafka, until
+// the schema-change triggers are on and, when first (nothing recorded
+// yet), as this version's capture makes them
+// (install.EventTriggersStale), and returns their digest then. After
+// that, it refuses the start, naming the capture's start as the way out.
+func (ts *Syncer) waitForCapture(ctx context.Context, src *pgx.Conn, first bool) (string, error) {
+	for waited := time.Duration(0); ; waited += time.Second {
+		off, _, err := install.DDLTriggersOff(ctx, src)
+		if err != nil {
+			return "", err
+		}
+		var stale []string
+		if first && len(off) == 0 {
+			if stale, err = install.EventTriggersStale(ctx, src); err != nil {
+				return "", err
+			}
+		}
+		switch {
+		case len(off) == 0 && len(stale) == 0:
+			return install.TriggerDigest(ctx, src)
+		case waited >= captureTriggerWait && len(off) > 0:
+			return "", fmt.Errorf("%w: %s: start the capture again (it sets them right), then this apply", install.ErrDDLTriggerOff, strings.Join(off, "; "))
+		case waited >= captureTriggerWait:
+			return "", fmt.Errorf("the source's schema-change triggers are not as this version's capture makes them (%s: an earlier version's?): start the capture of this version (it sets them right), then this apply", strings.Join(stale, ", "))
+		case waited == 0:
+			ts.log.Info("waiting for the capture to set the schema-change triggers right", "off", off, "not_as_made", stale, "up_to", captureTriggerWait)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // CopyDropped records pending the tables of created (made on the target

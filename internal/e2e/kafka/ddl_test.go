@@ -78,17 +78,23 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
 
 	// Off at the apply's start: only the capture sets it right, so the
-	// apply refuses to start until the capture has started again.
+	// apply waits for the capture's start (both started at once), and
+	// refuses to start when none came within 30 s.
 	ap.kill()
 	e.exec("ALTER EVENT TRIGGER repstream_ddl DISABLE")
 	ap = e.startApply("apply (the trigger off)", db)
-	if err := exitOf(t, ap, 40*time.Second); err == nil || !strings.Contains(ap.out.tail(20), "start the capture again") {
-		t.Fatalf("an apply started with the event trigger off: exit %v, want an error naming the capture's start:\n%s", err, ap.out.tail(20))
+	if err := exitOf(t, ap, 60*time.Second); err == nil || !strings.Contains(ap.out.tail(20), "start the capture again") ||
+		!strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right") {
+		t.Fatalf("an apply started with the event trigger off: exit %v, want it to wait, then an error naming the capture's start:\n%s", err, ap.out.tail(20))
 	}
 	e.exec("INSERT INTO moved VALUES (27, 'trigger off')")
+	ap = e.startApply("apply (the trigger off, the capture coming)", db)
+	pgtest.WaitFor(t, "the apply waiting for the capture", 30*time.Second, func() (bool, error) {
+		ap.alive()
+		return strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right"), nil
+	})
 	capt.stop()
 	capt = e.startCapture("capture (sets the trigger right)")
-	ap = e.startApply("apply (the trigger on again)", db)
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
@@ -342,7 +348,9 @@ func TestKafkaOnErrorPark(t *testing.T) {
 // from the Relation messages (--ddl=relation) is started with the event
 // trigger; a table added to the publication while both halves were
 // stopped, with rows, had no message. The apply's first start with the
-// trigger copies the tables it does not record, not the others.
+// trigger copies the tables it does not record, not the others. Then an
+// upgrade, the apply started before the capture: it waits for the capture
+// to set the trigger right, and copies nothing anew.
 func TestKafkaFirstStartWithTrigger(t *testing.T) {
 	t.Parallel() // see doc.go
 	k := kafkatest.Shared(t)
@@ -371,6 +379,35 @@ func TestKafkaFirstStartWithTrigger(t *testing.T) {
 	}
 	if again != copied {
 		t.Errorf("the apply's first start with the trigger copied acct again (copied_at %s, then %s)", copied, again)
+	}
+	capt.stop()
+	ap.stop()
+
+	// An upgrade from a version that made the event trigger otherwise
+	// (here: enabled for origin sessions only) and recorded nothing of
+	// it, both halves started at once, the apply first: it waits for the
+	// capture to set the trigger right, rather than record it as it was
+	// and, at its next poll, see the capture's change and copy every
+	// table anew.
+	e.exec("ALTER EVENT TRIGGER repstream_ddl ENABLE")
+	if _, err := tgt.Exec(t.Context(), "UPDATE repstream.replications SET ddl_triggers = NULL WHERE slot = $1", e.slot); err != nil {
+		t.Fatal(err)
+	}
+	ap = e.startApply("apply (upgraded, before the capture)", db, "--publication-poll", "1s")
+	pgtest.WaitFor(t, "the apply waiting for the capture", 30*time.Second, func() (bool, error) {
+		ap.alive()
+		return strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right"), nil
+	})
+	capt = e.startCapture("capture (upgraded)")
+	e.exec("INSERT INTO added VALUES (32, 'upgraded')")
+	waitSame(t, e.s, tgt, append(kafkaTables[:3:3], tableOrder{"added", "id"}), 60*time.Second, capt, ap)
+	time.Sleep(3 * time.Second) // past a few polls
+	ap.alive()
+	if err := tgt.QueryRow(t.Context(), q).Scan(&again); err != nil {
+		t.Fatal(err)
+	}
+	if again != copied {
+		t.Errorf("the upgraded apply copied acct again (copied_at %s, then %s)", copied, again)
 	}
 	capt.stop()
 	ap.stop()
