@@ -144,8 +144,8 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		}
 		if !tail.Empty {
 			return fmt.Errorf("replication slot %q does not exist on the source, but topic %s holds records of a capture of it (offsets %d to %d, commits up to %s): the slot was dropped since, and what the source wrote after its last acknowledged position reached no target; a new slot would go on after that gap. "+
-				"To start this replication over, delete the topic (kafka-topics.sh --bootstrap-server %s --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
-				cfg.Slot, topic, tail.Start, tail.End-1, tail.LastCommit, cfg.Kafka, topic, cfg.Slot)
+				"To start this replication over, delete the topic (`repstream drop --kafka %s --slot %s --source ...`, or kafka-topics.sh --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+				cfg.Slot, topic, tail.Start, tail.End-1, tail.LastCommit, cfg.Kafka, cfg.Slot, topic, cfg.Slot)
 		}
 		if err := kafkalog.CheckTransactionalID(ctx, brokers, topic, cfg.KafkaTxnTimeout); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
@@ -336,8 +336,8 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 		}
 		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
 	} else if slot.WALStatus == "lost" {
-		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --slot %s`, delete the topic (kafka-topics.sh --bootstrap-server %s --delete --topic %s) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
-			cfg.Slot, cfg.Slot, cfg.Kafka, kafkalog.Topic(cfg.Slot), cfg.Slot)
+		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --kafka %s --slot %s --source ...` (the slot, the publication if repstream made it, the topic) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+			cfg.Slot, cfg.Kafka, cfg.Slot, cfg.Slot)
 	}
 	proto = capture.ProtoVersionFor(version / 10000)
 	if err := e.chooseCaptureBinary(ctx, src, tables, proto); err != nil {

@@ -2,14 +2,18 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -90,4 +94,68 @@ func (e *Engine) Flushed() change.LSN {
 		return 0
 	}
 	return wm.Flush()
+}
+
+// DropKafka takes a replication of the Kafka mode down (`drop --kafka`):
+// each target's state first when cfg.Target names one (refused while its
+// apply runs), then what the capture made on the source (the slot,
+// refused while the capture runs; the event trigger's registration; the
+// publication if repstream made it), then the topic, so that the slot's
+// name can serve a new replication (a capture refuses a topic with records
+// and no slot). The brokers are reached and the slot looked at before
+// anything is removed.
+func DropKafka(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	kc, err := KafkaCluster(cfg)
+	if err != nil {
+		return err
+	}
+	adm, cl, err := kafkalog.NewAdmin(kc)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	topic := kafkalog.Topic(cfg.Slot)
+	if _, _, err := kafkalog.Offsets(ctx, adm, topic); err != nil && !errors.Is(err, kafkalog.ErrNoTopic) {
+		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	}
+	if err := install.CheckSlotIdle(ctx, cfg.Source, cfg.Slot); err != nil {
+		return err
+	}
+	if cfg.Target != "" {
+		if err := install.DropTarget(ctx, cfg.Target, cfg.Slot, cfg.SpillDir, log); err != nil {
+			return err
+		}
+	}
+	if err := install.DropCapture(ctx, cfg.Source, cfg.Slot, cfg.Publication, log); err != nil {
+		return err
+	}
+	rs, err := adm.DeleteTopics(ctx, topic)
+	if err == nil {
+		err = rs.Error()
+	}
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		log.Info("no topic to delete", "topic", topic)
+	case err != nil:
+		return fmt.Errorf("kafka %s: delete topic %s: %w", cfg.Kafka, topic, err)
+	default:
+		// The brokers delete it in the background: wait until they no
+		// longer list it, so that a capture of the same name started
+		// next makes it anew.
+		for waited := time.Duration(0); ; waited += 200 * time.Millisecond {
+			if _, err := kafkalog.TopicID(ctx, adm, topic); errors.Is(err, kafkalog.ErrNoTopic) {
+				break
+			}
+			if waited >= 30*time.Second {
+				return fmt.Errorf("kafka %s: topic %s still listed 30 s after its deletion", cfg.Kafka, topic)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		log.Info("deleted the topic", "topic", topic)
+	}
+	return nil
 }

@@ -2,9 +2,12 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/provision"
@@ -51,6 +54,37 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
 		return err
 	}
+	if err := dropSlot(ctx, src, slot, log); err != nil {
+		return err
+	}
+	if prog.CreatedPublication {
+		if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
+			return fmt.Errorf("drop publication %q: %w", publication, err)
+		}
+		log.Info("dropped publication", "publication", publication)
+	}
+	kept, err := target.Release(ctx, tgt, slot, log)
+	if err != nil {
+		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
+	}
+	if len(kept) > 0 {
+		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
+	} else if exists {
+		log.Info("dropped the schema repstream on the target", "slot", slot)
+	}
+	if spillDir == "" {
+		spillDir = queue.DefaultSpillDir(slot)
+	}
+	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
+		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
+	}
+	return nil
+}
+
+// dropSlot drops the slot (refused while a walsender streams from it) and
+// its registration with the schema-change event trigger, which goes with
+// the last replication of the database.
+func dropSlot(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) error {
 	s, err := LookupSlot(ctx, src, slot)
 	if err != nil {
 		return err
@@ -74,27 +108,62 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 	case dropped:
 		log.Info("dropped the schema-change event trigger and the schema repstream on the source")
 	}
-	if prog.CreatedPublication {
-		if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
-			return fmt.Errorf("drop publication %q: %w", publication, err)
-		}
-		log.Info("dropped publication", "publication", publication)
-	}
-	kept, err := target.Release(ctx, tgt, slot, log)
+	return nil
+}
+
+// CheckSlotIdle refuses a slot a walsender streams from (a capture or a
+// run still running); a missing slot passes.
+func CheckSlotIdle(ctx context.Context, sourceDSN, slot string) error {
+	src, err := ConnectSource(ctx, sourceDSN)
 	if err != nil {
-		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
+		return err
 	}
-	if len(kept) > 0 {
-		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
-	} else if exists {
-		log.Info("dropped the schema repstream on the target", "slot", slot)
+	defer src.Close(context.Background())
+	s, err := LookupSlot(ctx, src, slot)
+	if err != nil {
+		return err
 	}
-	if spillDir == "" {
-		spillDir = queue.DefaultSpillDir(slot)
+	if s.Active {
+		return fmt.Errorf("replication slot %q is in use: stop the repstream that streams from it first", slot)
 	}
-	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
-		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
+	return nil
+}
+
+// DropCapture removes what `repstream capture` made on the source for
+// slot: the slot (refused while a capture streams from it), its
+// registration with the event trigger, and publication if repstream made
+// it (PublicationMark; one made otherwise is kept, and the log says so).
+// The topic and the targets' state are the caller's.
+func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	src, err := ConnectSource(ctx, sourceDSN)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
+		return err
+	}
+	if err := dropSlot(ctx, src, slot, log); err != nil {
+		return err
+	}
+	var mark *string
+	err = src.QueryRow(ctx, "SELECT obj_description(oid, 'pg_publication') FROM pg_catalog.pg_publication WHERE pubname = $1", publication).Scan(&mark)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up publication %q: %w", publication, err)
+	case mark == nil || *mark != PublicationMark:
+		log.Info("kept the publication: repstream did not make it", "publication", publication)
+		return nil
+	}
+	if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {
+		return fmt.Errorf("drop publication %q: %w", publication, err)
+	}
+	log.Info("dropped publication", "publication", publication)
 	return nil
 }
 

@@ -49,12 +49,19 @@ func EnsurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 	if partitioned {
 		sql += " WITH (publish_via_partition_root = true)"
 	}
+	// Marked, in the same transaction, as repstream's: `drop --kafka`,
+	// whose capture keeps no record of it on a target, drops only such.
+	sql += "; COMMENT ON PUBLICATION " + change.QuoteIdent(pub) + " IS '" + PublicationMark + "'"
 	if _, err := src.Exec(ctx, sql); err != nil {
 		return false, fmt.Errorf("create publication %q: %w", pub, pgerr.PublicationPrivilege(pub, sqlNames(names), src.Config().User).Explain(err))
 	}
 	log.Info("created publication", "publication", pub, "tables", len(names))
 	return true, nil
 }
+
+// PublicationMark is the comment of a publication repstream made
+// (EnsurePublication).
+const PublicationMark = "made by repstream"
 
 // PublicationTables lists the tables publication pub publishes, by name.
 func PublicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema.TableName, error) {

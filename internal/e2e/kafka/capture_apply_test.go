@@ -464,7 +464,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	select {
 	case err := <-refused.exited:
 		out := refused.out.tail(20)
-		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "topic " + topic + " holds records", "--delete --topic " + topic, "drop --target-only"} {
+		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "topic " + topic + " holds records", "drop --kafka " + brokers + " --slot " + slot, "drop --target-only"} {
 			if err == nil || !strings.Contains(out, w) {
 				t.Fatalf("capture with its slot dropped: exit %v, want an error naming %q:\n%s", err, w, out)
 			}
@@ -517,8 +517,44 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	}
 	ap = reseeded("after the topic was made again", "was deleted and made again")
 	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "tr")
-	capt.stop()
+
+	// The replication taken down: `drop --kafka` refuses while the
+	// capture runs, then removes the slot, the publication the capture
+	// made, the topic and the target's state, so that a new capture of
+	// the same name starts afresh.
+	dropKafka := func() (string, error) {
+		out, err := exec.Command(repstreamBinary(t), "drop", "--kafka", brokers, "--source", src.DSN(srcDB), "--slot", slot,
+			"--target", tgtC.DSN(tgtDB), "--spill-dir", spill).CombinedOutput()
+		return string(out), err
+	}
 	ap.stop()
+	if out, err := dropKafka(); err == nil || !strings.Contains(out, "is in use") {
+		t.Fatalf("drop --kafka while the capture runs: %v, want a refusal:\n%s", err, out)
+	}
+	capt.stop()
+	if out, err := dropKafka(); err != nil {
+		t.Fatalf("drop --kafka: %v\n%s", err, out)
+	}
+	var left string
+	if err := s.QueryRow(ctx, `SELECT concat_ws(' ',
+		(SELECT 'slot' FROM pg_replication_slots WHERE slot_name = $1),
+		(SELECT 'publication' FROM pg_publication WHERE pubname = $1))`, slot).Scan(&left); err != nil || left != "" {
+		t.Fatalf("left on the source after drop --kafka: %q, %v", left, err)
+	}
+	if td, err := adm.ListTopics(ctx, topic); err != nil || td.Has(topic) {
+		t.Fatalf("topic %s after drop --kafka: listed %v, %v", topic, td.Has(topic), err)
+	}
+	var states int
+	if err := tc.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'").Scan(&states); err != nil || states != 0 {
+		t.Fatalf("the schema repstream on the target after drop --kafka: %d, %v", states, err)
+	}
+	capt = startProc(t, "capture (after drop --kafka)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
+	logTails(t, capt)
+	pgtest.WaitFor(t, "the new capture's session", 60*time.Second, func() (bool, error) {
+		capt.alive()
+		return strings.Contains(capt.out.tail(50), "capture session started"), nil
+	})
+	capt.stop()
 }
 
 // TestKafkaTablesAdd (issue 30): `tables add` through Kafka, run for one
