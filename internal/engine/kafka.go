@@ -137,15 +137,23 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	// source wrote after that slot's last acknowledged position reached
 	// no target, and a new slot, starting from now, would go on after
 	// that gap in the same topic: every apply would read on without it.
+	// So does a topic whose records retention has all removed: its
+	// offsets go on.
 	firstStartCheck := func(ctx context.Context) error {
 		tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
 		if err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
-		if !tail.Empty {
-			return fmt.Errorf("replication slot %q does not exist on the source, but topic %s holds records of a capture of it (offsets %d to %d, commits up to %s): the slot was dropped since, and what the source wrote after its last acknowledged position reached no target; a new slot would go on after that gap. "+
+		// Any record ever written, also one retention has removed since
+		// (a target that read it would read on after the gap).
+		if tail.End > 0 {
+			held := fmt.Sprintf("offsets %d to %d, commits up to %s", tail.Start, tail.End-1, tail.LastCommit)
+			if tail.Empty {
+				held = fmt.Sprintf("offsets up to %d, removed since by retention", tail.End-1)
+			}
+			return fmt.Errorf("replication slot %q does not exist on the source, but a capture of it wrote to topic %s (%s): the slot was dropped since, and what the source wrote after its last acknowledged position reached no target; a new slot would go on after that gap. "+
 				"To start this replication over, delete the topic (`repstream drop --kafka %s --slot %s --source ...`, or kafka-topics.sh --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
-				cfg.Slot, topic, tail.Start, tail.End-1, tail.LastCommit, cfg.Kafka, cfg.Slot, topic, cfg.Slot)
+				cfg.Slot, topic, held, cfg.Kafka, cfg.Slot, topic, cfg.Slot)
 		}
 		if err := kafkalog.CheckTransactionalID(ctx, brokers, topic, cfg.KafkaTxnTimeout); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/repstream/repstream/internal/change"
@@ -102,8 +103,10 @@ func (e *Engine) Flushed() change.LSN {
 // refused while the capture runs; the event trigger's registration; the
 // publication if repstream made it), then the topic, so that the slot's
 // name can serve a new replication (a capture refuses a topic with records
-// and no slot). The brokers are reached and the slot looked at before
-// anything is removed.
+// and no slot). The brokers are reached, the principal's right to delete
+// the topic checked and the slot looked at before anything is removed.
+// The capture processes must be stopped first: one waiting to reconnect
+// holds no walsender, and would make the slot and the topic again.
 func DropKafka(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	kc, err := KafkaCluster(cfg)
 	if err != nil {
@@ -115,7 +118,13 @@ func DropKafka(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer cl.Close()
 	topic := kafkalog.Topic(cfg.Slot)
-	if _, _, err := kafkalog.Offsets(ctx, adm, topic); err != nil && !errors.Is(err, kafkalog.ErrNoTopic) {
+	if _, _, err := kafkalog.Offsets(ctx, adm, topic); err == nil {
+		// Deleted last: one this principal may not delete would leave
+		// the replication half taken down.
+		if err := kafkalog.CheckTopicAccess(ctx, adm, topic, "drop", []kadm.ACLOperation{kadm.OpDelete}); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+	} else if !errors.Is(err, kafkalog.ErrNoTopic) {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	}
 	if err := install.CheckSlotIdle(ctx, cfg.Source, cfg.Slot); err != nil {
@@ -137,7 +146,7 @@ func DropKafka(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		log.Info("no topic to delete", "topic", topic)
 	case err != nil:
-		return fmt.Errorf("kafka %s: delete topic %s: %w", cfg.Kafka, topic, err)
+		return fmt.Errorf("kafka %s: delete topic %s (the rest is dropped: only the topic is left; delete.topic.enable on the brokers?): %w", cfg.Kafka, topic, err)
 	default:
 		// The brokers delete it in the background: wait until they no
 		// longer list it, so that a capture of the same name started

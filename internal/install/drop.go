@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/target"
@@ -132,7 +133,8 @@ func CheckSlotIdle(ctx context.Context, sourceDSN, slot string) error {
 // DropCapture removes what `repstream capture` made on the source for
 // slot: the slot (refused while a capture streams from it), its
 // registration with the event trigger, and publication if repstream made
-// it (PublicationMark; one made otherwise is kept, and the log says so).
+// it (PublicationMark) and no other replication registered with the
+// event trigger names it (one kept is logged).
 // The topic and the targets' state are the caller's.
 func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *slog.Logger) error {
 	if log == nil {
@@ -146,6 +148,13 @@ func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *
 	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
 		return err
 	}
+	// Read before the slot's registration goes: the other replications
+	// registered with the publication (repstream.replications).
+	var others []string
+	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(slot::text ORDER BY slot), '{}') FROM repstream.replications WHERE publication = $1 AND slot <> $2`,
+		publication, slot).Scan(&others); err != nil && !pgerr.Is(err, pgerr.UndefinedTable) {
+		return fmt.Errorf("look up the replications of publication %q: %w", publication, err)
+	}
 	if err := dropSlot(ctx, src, slot, log); err != nil {
 		return err
 	}
@@ -153,11 +162,15 @@ func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *
 	err = src.QueryRow(ctx, "SELECT obj_description(oid, 'pg_publication') FROM pg_catalog.pg_publication WHERE pubname = $1", publication).Scan(&mark)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		log.Info("no publication to drop", "publication", publication)
 		return nil
 	case err != nil:
 		return fmt.Errorf("look up publication %q: %w", publication, err)
 	case mark == nil || *mark != PublicationMark:
-		log.Info("kept the publication: repstream did not make it", "publication", publication)
+		log.Info("kept the publication: not marked as made by repstream (made by hand, or by an earlier version): drop it by hand if nothing uses it", "publication", publication)
+		return nil
+	case len(others) > 0:
+		log.Info("kept the publication: other replications use it", "publication", publication, "slots", others)
 		return nil
 	}
 	if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {

@@ -454,17 +454,23 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		return ok, err
 	})
 	capt.stop()
-	// The slot dropped meanwhile: a capture starting with a new one would
-	// go on after a gap in the same topic. It refuses, naming the way
-	// out, and makes nothing.
+	// The slot dropped meanwhile, and the topic's records removed by
+	// retention since: a capture starting with a new slot would go on
+	// after a gap in the same topic (its offsets go on). It refuses,
+	// naming the way out, and makes nothing.
 	if _, err := s.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		t.Fatal(err)
+	}
+	var all kadm.Offsets
+	all.Add(kadm.Offset{Topic: topic, Partition: 0, At: endOffset()})
+	if _, err := adm.DeleteRecords(ctx, all); err != nil {
 		t.Fatal(err)
 	}
 	refused := startProc(t, "capture (its slot dropped)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
 	select {
 	case err := <-refused.exited:
 		out := refused.out.tail(20)
-		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "topic " + topic + " holds records", "drop --kafka " + brokers + " --slot " + slot, "drop --target-only"} {
+		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "a capture of it wrote to topic " + topic, "removed since by retention", "drop --kafka " + brokers + " --slot " + slot, "drop --target-only"} {
 			if err == nil || !strings.Contains(out, w) {
 				t.Fatalf("capture with its slot dropped: exit %v, want an error naming %q:\n%s", err, w, out)
 			}
