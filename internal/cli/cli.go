@@ -348,7 +348,7 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 	s.bindConnection(cmd.Flags())
 	cmd.Flags().BoolVar(&targetOnly, "target-only", false, "remove only the slot's state on --target (and the apply's spill directory): for one target of `repstream apply --kafka`, leaving the slot, the publication, the topic and the other targets as they are; then `repstream apply` copies that target again")
 	cmd.Flags().StringVar(&s.cfg.SpillDir, "spill-dir", "", "the run's --spill-dir, if it had one: removed with its spill files (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
-	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "a replication of `repstream capture`: the brokers; drops the slot, the publication if repstream made it and no other replication uses it, and the topic repstream.<slot> (--target: that target's state too; the other targets' with --target-only each); --target is then optional. Stop the capture and the applies first")
+	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "a replication of `repstream capture`: the brokers; drops the slot, the publication if repstream made it and no other logical slot of the database may use it, and the topic repstream.<slot> (--target: that target's state too; the other targets' with --target-only each); --target is then optional. Stop the capture and the applies first")
 	bindKafkaSecurity(cmd.Flags(), &s.cfg)
 	return cmd
 }

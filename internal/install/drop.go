@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
-	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/target"
@@ -133,8 +132,8 @@ func CheckSlotIdle(ctx context.Context, sourceDSN, slot string) error {
 // DropCapture removes what `repstream capture` made on the source for
 // slot: the slot (refused while a capture streams from it), its
 // registration with the event trigger, and publication if repstream made
-// it (PublicationMark) and no other replication registered with the
-// event trigger names it (one kept is logged).
+// it (PublicationMark) and no other pgoutput slot of the database may
+// stream it (one kept is logged).
 // The topic and the targets' state are the caller's.
 func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *slog.Logger) error {
 	if log == nil {
@@ -148,12 +147,14 @@ func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *
 	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
 		return err
 	}
-	// Read before the slot's registration goes: the other replications
-	// registered with the publication (repstream.replications).
+	// Which slot streams which publication is said only when it starts
+	// streaming: every other pgoutput slot of the database may use it
+	// (another capture, one without the event trigger and so not in
+	// repstream.replications, a subscription).
 	var others []string
-	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(slot::text ORDER BY slot), '{}') FROM repstream.replications WHERE publication = $1 AND slot <> $2`,
-		publication, slot).Scan(&others); err != nil && !pgerr.Is(err, pgerr.UndefinedTable) {
-		return fmt.Errorf("look up the replications of publication %q: %w", publication, err)
+	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_catalog.pg_replication_slots
+WHERE database = current_database() AND plugin = 'pgoutput' AND slot_name <> $1`, slot).Scan(&others); err != nil {
+		return fmt.Errorf("look up the other slots of the database: %w", err)
 	}
 	if err := dropSlot(ctx, src, slot, log); err != nil {
 		return err
@@ -170,7 +171,7 @@ func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *
 		log.Info("kept the publication: not marked as made by repstream (made by hand, or by an earlier version): drop it by hand if nothing uses it", "publication", publication)
 		return nil
 	case len(others) > 0:
-		log.Info("kept the publication: other replications use it", "publication", publication, "slots", others)
+		log.Info("kept the publication: other logical replication slots of the database may use it; drop it by hand if none does", "publication", publication, "slots", others)
 		return nil
 	}
 	if _, err := src.Exec(ctx, "DROP PUBLICATION IF EXISTS "+change.QuoteIdent(publication)); err != nil {

@@ -212,6 +212,23 @@ func waitSame(t *testing.T, src, tgt *pgx.Conn, tables []tableOrder, timeout tim
 			return true, nil
 		})
 	}
+	// Equal rows may come before an apply's first start has recorded its
+	// copy: a test that stops it then would interrupt that start (which
+	// removes what it made). Wait for every copy on the target recorded.
+	pgtest.WaitFor(t, "the target's initial copies recorded", timeout, func() (bool, error) {
+		for _, p := range alive {
+			p.alive()
+		}
+		var copying, all int
+		err := tgt.QueryRow(ctx, "SELECT count(*) FILTER (WHERE snapshot <> 'done'), count(*) FROM repstream.progress").Scan(&copying, &all)
+		if err != nil {
+			return false, err
+		}
+		if copying > 0 || all == 0 {
+			return false, fmt.Errorf("%d of %d copies not recorded done", copying, all)
+		}
+		return true, nil
+	})
 	// A duplicate of an insert-only row would be counted above; say so
 	// plainly when it happens.
 	for _, tb := range tables {
