@@ -46,14 +46,11 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 			return err
 		}
 	}
-	src, err := ConnectSource(ctx, sourceDSN)
+	src, err := connectSourceChecked(ctx, sourceDSN)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
-	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
-		return err
-	}
 	if err := dropSlot(ctx, src, slot, log); err != nil {
 		return err
 	}
@@ -79,6 +76,21 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 		log.Warn("the slot's spill directory is left", "dir", spillDir, "err", err)
 	}
 	return nil
+}
+
+// connectSourceChecked connects to the source and checks its schema
+// repstream (one another role could use is refused) before a drop
+// touches anything there.
+func connectSourceChecked(ctx context.Context, sourceDSN string) (*pgx.Conn, error) {
+	src, err := ConnectSource(ctx, sourceDSN)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
+		src.Close(context.Background())
+		return nil, err
+	}
+	return src, nil
 }
 
 // dropSlot drops the slot (refused while a walsender streams from it) and
@@ -139,14 +151,11 @@ func DropCapture(ctx context.Context, sourceDSN, slot, publication string, log *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	src, err := ConnectSource(ctx, sourceDSN)
+	src, err := connectSourceChecked(ctx, sourceDSN)
 	if err != nil {
 		return err
 	}
 	defer src.Close(context.Background())
-	if _, err := provision.CheckSchema(ctx, src, "source"); err != nil {
-		return err
-	}
 	// Which slot streams which publication is said only when it starts
 	// streaming: every other pgoutput slot of the database may use it
 	// (another capture, one without the event trigger and so not in

@@ -69,6 +69,16 @@ func (p *proc) stop() {
 }
 
 // alive fails the test if the process has exited.
+// waitLogged waits up to timeout until p has logged a line holding line,
+// failing the test as soon as p exits.
+func (p *proc) waitLogged(line string, timeout time.Duration) {
+	p.t.Helper()
+	pgtest.WaitFor(p.t, p.name+" to log "+line, timeout, func() (bool, error) {
+		p.alive()
+		return strings.Contains(p.out.tail(50), line), nil
+	})
+}
+
 func (p *proc) alive() {
 	p.t.Helper()
 	select {
@@ -495,10 +505,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	})
 	capt = startProc(t, "capture (a new topic)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
 	logTails(t, capt)
-	pgtest.WaitFor(t, "the capture's new session", 60*time.Second, func() (bool, error) {
-		capt.alive()
-		return strings.Contains(capt.out.tail(50), "capture session started"), nil
-	})
+	capt.waitLogged("capture session started", 60*time.Second)
 	for next := 261; ; next += 20 {
 		insert(next, next+19)
 		if n, err := adm.ListEndOffsets(ctx, topic); err == nil {
@@ -556,10 +563,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	}
 	capt = startProc(t, "capture (after drop --kafka)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
 	logTails(t, capt)
-	pgtest.WaitFor(t, "the new capture's session", 60*time.Second, func() (bool, error) {
-		capt.alive()
-		return strings.Contains(capt.out.tail(50), "capture session started"), nil
-	})
+	capt.waitLogged("capture session started", 60*time.Second)
 	capt.stop()
 }
 

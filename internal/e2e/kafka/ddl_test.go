@@ -89,10 +89,7 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	}
 	e.exec("INSERT INTO moved VALUES (27, 'trigger off')")
 	ap = e.startApply("apply (the trigger off, the capture coming)", db)
-	pgtest.WaitFor(t, "the apply waiting for the capture", 30*time.Second, func() (bool, error) {
-		ap.alive()
-		return strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right"), nil
-	})
+	ap.waitLogged("waiting for the capture to set the schema-change triggers right", 30*time.Second)
 	capt.stop()
 	capt = e.startCapture("capture (sets the trigger right)")
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
@@ -373,13 +370,17 @@ func TestKafkaFirstStartWithTrigger(t *testing.T) {
 	e.exec("INSERT INTO added VALUES (31, 'after')")
 	ap = e.startApply("apply (first start with the trigger)", db)
 	waitSame(t, e.s, tgt, append(kafkaTables[:3:3], tableOrder{"added", "id"}), 60*time.Second, capt, ap)
-	var again string
-	if err := tgt.QueryRow(t.Context(), q).Scan(&again); err != nil {
-		t.Fatal(err)
+	copiedOnce := func(who string) {
+		t.Helper()
+		var again string
+		if err := tgt.QueryRow(t.Context(), q).Scan(&again); err != nil {
+			t.Fatal(err)
+		}
+		if again != copied {
+			t.Errorf("%s copied acct again (copied_at %s, then %s)", who, copied, again)
+		}
 	}
-	if again != copied {
-		t.Errorf("the apply's first start with the trigger copied acct again (copied_at %s, then %s)", copied, again)
-	}
+	copiedOnce("the apply's first start with the trigger")
 	capt.stop()
 	ap.stop()
 
@@ -394,21 +395,13 @@ func TestKafkaFirstStartWithTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	ap = e.startApply("apply (upgraded, before the capture)", db, "--publication-poll", "1s")
-	pgtest.WaitFor(t, "the apply waiting for the capture", 30*time.Second, func() (bool, error) {
-		ap.alive()
-		return strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right"), nil
-	})
+	ap.waitLogged("waiting for the capture to set the schema-change triggers right", 30*time.Second)
 	capt = e.startCapture("capture (upgraded)")
 	e.exec("INSERT INTO added VALUES (32, 'upgraded')")
 	waitSame(t, e.s, tgt, append(kafkaTables[:3:3], tableOrder{"added", "id"}), 60*time.Second, capt, ap)
 	time.Sleep(3 * time.Second) // past a few polls
 	ap.alive()
-	if err := tgt.QueryRow(t.Context(), q).Scan(&again); err != nil {
-		t.Fatal(err)
-	}
-	if again != copied {
-		t.Errorf("the upgraded apply copied acct again (copied_at %s, then %s)", copied, again)
-	}
+	copiedOnce("the upgraded apply")
 	capt.stop()
 	ap.stop()
 }
