@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // Watermark tracks which source transactions are durably applied on the
@@ -43,6 +44,13 @@ type Watermark struct {
 	idle    change.LSN
 	flushed change.LSN
 	notify  chan struct{} // closed and replaced whenever Flush may have advanced
+
+	// latency, when set (TraceLatency), gets each transaction's commit →
+	// stage latency as it is registered (stats.StageReceived), made
+	// visible (visibleStage) and done (doneStage); a stage named "" is
+	// not recorded.
+	latency                 *stats.CommitLatency
+	visibleStage, doneStage string
 }
 
 type mark struct {
@@ -57,6 +65,23 @@ type mark struct {
 // confirmed position).
 func NewWatermark(start change.LSN) *Watermark {
 	return &Watermark{low: start, vlow: start, flushed: start, notify: make(chan struct{})}
+}
+
+// TraceLatency records each registered transaction's commit → stage
+// latencies in l (nil: none): registered (stats.StageReceived), Visible
+// (visible) and Done (done; a Done that was not Visible is both). A stage
+// named "" is not recorded. Call it before the first Register.
+func (w *Watermark) TraceLatency(l *stats.CommitLatency, visible, done string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.latency, w.visibleStage, w.doneStage = l, visible, done
+}
+
+// observe records the mark's commit → stage latency (w.mu held).
+func (w *Watermark) observe(stage string, m *mark) {
+	if w.latency != nil && stage != "" {
+		w.latency.Observe(stage, m.commit)
+	}
 }
 
 // Register records a committed source transaction, in commit order.
@@ -80,6 +105,7 @@ func (w *Watermark) RegisterCommit(end change.LSN, commit time.Time) {
 		m.commit = commit.UnixNano()
 	}
 	w.pending = append(w.pending, m)
+	w.observe(stats.StageReceived, &m)
 	w.undone++
 }
 
@@ -92,6 +118,10 @@ func (w *Watermark) Done(end change.LSN) {
 	if !ok || w.pending[i].done {
 		return
 	}
+	if !w.pending[i].visible {
+		w.observe(w.visibleStage, &w.pending[i])
+	}
+	w.observe(w.doneStage, &w.pending[i])
 	w.pending[i].done = true
 	w.pending[i].visible = true
 	w.undone--
@@ -124,6 +154,7 @@ func (w *Watermark) Visible(end change.LSN) {
 		return
 	}
 	w.pending[i].visible = true
+	w.observe(w.visibleStage, &w.pending[i])
 	if w.advanceVisible() {
 		w.signal()
 	}

@@ -1,10 +1,13 @@
 package apply
 
 import (
+	"maps"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 func TestWatermarkInOrder(t *testing.T) {
@@ -104,5 +107,45 @@ func BenchmarkWatermark(b *testing.B) {
 		e := change.LSN(i + 1)
 		w.Register(e)
 		w.Done(e)
+	}
+}
+
+// TestWatermarkTraceLatency: each registered transaction's commit → stage
+// latencies go to the registry, once per stage, under the names given; a
+// transaction without a commit time and a replayed one are not counted.
+func TestWatermarkTraceLatency(t *testing.T) {
+	reg := stats.NewRegistry()
+	w := NewWatermark(100)
+	w.TraceLatency(reg.CommitLatency(), stats.StageVisible, stats.StageDurable)
+	commit := time.Now().Add(-time.Second)
+	w.RegisterCommit(200, commit)
+	w.RegisterCommit(300, commit)
+	w.RegisterCommit(300, commit) // replayed: ignored
+	w.Register(400)               // no commit time
+	w.Visible(200)
+	w.Visible(200)
+	w.Done(200)
+	w.Done(300) // done without visible first: both
+	w.Done(400)
+	counts := map[string]int64{}
+	for _, l := range reg.Snapshot().CommitLatency {
+		counts[l.Stage] = l.Count
+		if l.P50 < 1000 || l.P50 > 1100 {
+			t.Errorf("%s p50 = %v ms, want about 1000", l.Stage, l.P50)
+		}
+	}
+	if want := map[string]int64{stats.StageReceived: 2, stats.StageVisible: 2, stats.StageDurable: 2}; !maps.Equal(counts, want) {
+		t.Errorf("counts %v, want %v", counts, want)
+	}
+
+	// The capture's: only Done, under its own name.
+	reg = stats.NewRegistry()
+	w = NewWatermark(100)
+	w.TraceLatency(reg.CommitLatency(), "", stats.StageAcked)
+	w.RegisterCommit(200, commit)
+	w.Done(200)
+	got := reg.Snapshot().CommitLatency
+	if len(got) != 2 || got[0].Stage != stats.StageAcked || got[1].Stage != stats.StageReceived {
+		t.Errorf("capture's stages %+v, want acked and received", got)
 	}
 }

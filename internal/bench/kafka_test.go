@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // TestKafkaSystemParse: kafka is a known system, neither a peer nor native.
@@ -177,6 +179,24 @@ func TestKafkaBench(t *testing.T) {
 				if tc.mode == ModeLive && r.Latency.Seen == 0 {
 					t.Errorf("%s: no probe seen", r.Label)
 				}
+				if r.FinalStats != nil && r.CaptureFinalStats != nil {
+					// Each half's commit latencies, under its stages.
+					stages := func(s *stats.Snapshot) (names []string) {
+						for _, l := range stats.OrderStages(s.CommitLatency) {
+							if l.Count > 0 {
+								names = append(names, l.Stage)
+							}
+						}
+						return names
+					}
+					if got := stages(r.CaptureFinalStats); !slices.Equal(got, []string{"received", "acked"}) {
+						t.Errorf("%s: the capture's commit latency stages %v, want received, acked", r.Label, got)
+					}
+					// (durable may come after the last look: a flush poll later)
+					if got := stages(r.FinalStats); len(got) < 2 || !slices.Equal(got[:2], []string{"received", "visible"}) {
+						t.Errorf("%s: the apply's commit latency stages %v, want received, visible (and durable)", r.Label, got)
+					}
+				}
 				for _, half := range []string{"capture", "apply"} {
 					if _, err := os.Stat(filepath.Join(out, "logs", strings.ReplaceAll(r.Label, " ", "_")+"."+half+".log")); err != nil {
 						t.Errorf("%s: %s log: %v", r.Label, half, err)
@@ -191,7 +211,7 @@ func TestKafkaBench(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"| kafka / native |", "| broker CPU (kafka) (s) |", "## Kafka path against direct mode"} {
+			for _, want := range []string{"| kafka / native |", "| broker CPU (kafka) (s) |", "## Kafka path against direct mode", "kafka: capture received "} {
 				if !strings.Contains(string(md), want) {
 					t.Errorf("report.md lacks %q", want)
 				}

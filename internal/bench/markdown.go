@@ -232,6 +232,7 @@ func writeRunsMarkdown(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "Probe: a row committed on the source every 100 ms, polled on the target every eighth of its age (250 µs to 10 ms) until seen. CPU from /proc; the native apply worker is counted in the target backends.\n\n")
 	}
 	writeBottlenecks(w, runs)
+	writeCommitLatency(w, runs)
 
 	if rep.Settings.Repeat > 1 {
 		writeRoundsMarkdown(w, rep)

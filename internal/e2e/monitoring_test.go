@@ -209,6 +209,9 @@ func TestMonitoring(t *testing.T) {
 		`repstream_connection_up{side="target"} 1`,
 		"\nrepstream_healthy 1",
 		"\nrepstream_captured_changes_total 1100\n",
+		`repstream_commit_latency_seconds_count{stage="received"} `,
+		`repstream_commit_latency_seconds_count{stage="visible"} `,
+		`repstream_commit_latency_seconds_count{stage="durable"} `,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -471,6 +471,7 @@ func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
+	e.wm.TraceLatency(e.stats.CommitLatency(), stats.StageVisible, stats.StageDurable)
 	e.watchWatermark(e.wm)
 	acker := newRecordedAcker(e.wm, prog.Low)
 	e.setPhase("streaming")

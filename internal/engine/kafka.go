@@ -191,6 +191,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		return err
 	}
 	wm := apply.NewWatermark(slot.Confirmed)
+	wm.TraceLatency(e.stats.CommitLatency(), "", stats.StageAcked) // Done: the brokers hold it
 	w := kafkalog.NewWriter(kafkalog.WriterOptions{Client: prod, Topic: topic, Proto: uint8(proto), Binary: e.binary,
 		CommitEvery: kafkalog.CommitInterval(cfg.KafkaTxnTimeout), Linger: cfg.KafkaLinger,
 		LastCommit: tail.LastCommit, Acked: wm.Done, Logger: e.log, Stats: e.stats.Component("kafka")})
@@ -711,6 +712,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	defer q.Close()
 	e.queue = q
 	e.wm = apply.NewWatermark(prog.Low)
+	e.wm.TraceLatency(e.stats.CommitLatency(), stats.StageVisible, stats.StageDurable)
 	e.watchWatermark(e.wm)
 	e.setPhase("streaming")
 	wm := e.wm

@@ -127,12 +127,13 @@ var (
 	dCopyRowsEst = desc("copy_rows_estimate", "Estimated rows of the table (pg_class.reltuples) when its copy started.", "table")
 	dCopyByteEst = desc("copy_bytes_estimate", "Estimated size of the table on disk (relpages) when its copy started.", "table")
 	dCopyDone    = desc("copy_done", "1 once the table's initial copy is complete.", "table")
+	dCommitLat   = desc("commit_latency_seconds", "Seconds from a source transaction's commit (its commit timestamp) to a stage of this process, since it started: received (decoded), visible (committed on the target), durable (the target's WAL flushed past it), acked (capture --kafka: the brokers hold it).", "stage")
 	dUnbuilt     = desc("indexes_not_built", "Indexes of the source that --create-tables could not build on the target and that are still missing there (`repstream tables list` names them); the tables replicate without them.")
 
 	allDescs = []*prometheus.Desc{dBuild, dUptime, dPhase, dHealthy, dBusy, dIdle, dFlow, dState, dItems, dBytes, dTxns,
 		dCounter, dGauge, dInfo, dCapChanges, dCapBytes, dCapTxns, dAppChanges, dAppBytes, dAppTxns, dQueueMem, dQueueTxns,
 		dSpillBytes, dSpillFiles, dReceived, dAcked, dSourceWAL, dSourceLag, dApplyLag, dRetained, dWALStatus, dSlotActive,
-		dUp, dReconnects, dConflicts, dCopyRows, dCopyBytes, dCopyRowsEst, dCopyByteEst, dCopyDone, dUnbuilt}
+		dUp, dReconnects, dConflicts, dCopyRows, dCopyBytes, dCopyRowsEst, dCopyByteEst, dCopyDone, dUnbuilt, dCommitLat}
 
 	phases      = []string{"starting", "copying", "streaming", "stopping"}
 	walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
@@ -157,6 +158,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	e.gauge(dUptime, s.Uptime)
 	c.collectStages(&e, s)
 	c.collectEngine(&e, s)
+	for _, l := range s.CommitLatency {
+		q := map[float64]float64{0.5: l.P50 / 1000, 0.9: l.P90 / 1000, 0.99: l.P99 / 1000}
+		if m, err := prometheus.NewConstSummary(dCommitLat, uint64(l.Count), l.Mean*float64(l.Count)/1000, q, l.Stage); err == nil {
+			ch <- m
+		}
+	}
 }
 
 func (c *Collector) collectStages(e *emitter, s Snapshot) {

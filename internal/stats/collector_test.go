@@ -3,6 +3,7 @@ package stats
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -67,6 +68,12 @@ func monitoringFixture() (*Registry, *fakeClock) {
 	cp.Add(400, 40000)
 	cp.Gauge(GaugeRowsEstimate).Store(1000)
 	cp.Gauge(GaugeBytesEstimate).Store(81920)
+	lat := r.CommitLatency()
+	for i := range 100 { // received 1..100 ms ago
+		lat.Observe(StageReceived, clk.Now().Add(-time.Duration(i+1)*time.Millisecond).UnixNano())
+	}
+	lat.Observe(StageVisible, clk.Now().Add(-3*time.Millisecond).UnixNano())
+	lat.Observe(StageVisible, 0) // no commit time: not recorded
 	return r, clk
 }
 
@@ -109,6 +116,8 @@ func TestCollectorGolden(t *testing.T) {
 		`repstream_phase{phase="streaming"}`:                                                1,
 		`repstream_healthy`:                                                                 0, // lag 90 s > 1 min
 		`repstream_connection_up{side="target"}`:                                            1,
+		`repstream_commit_latency_seconds_count{stage="received"}`:                          100,
+		`repstream_commit_latency_seconds_count{stage="visible"}`:                           1,
 	} {
 		got, ok := series[s]
 		if !ok {
@@ -117,6 +126,17 @@ func TestCollectorGolden(t *testing.T) {
 		}
 		if !near(got, want) {
 			t.Errorf("%s = %v, want %v", s, got, want)
+		}
+	}
+	// Commit latencies: the histograms keep 2 significant digits.
+	for s, want := range map[string]float64{
+		`repstream_commit_latency_seconds{stage="received",quantile="0.5"}`:  0.050,
+		`repstream_commit_latency_seconds{stage="received",quantile="0.99"}`: 0.099,
+		`repstream_commit_latency_seconds{stage="visible",quantile="0.5"}`:   0.003,
+		`repstream_commit_latency_seconds_sum{stage="received"}`:             5.05,
+	} {
+		if got, ok := series[s]; !ok || math.Abs(got-want) > want/50 {
+			t.Errorf("%s = %v (present: %v), want %v within 2%%", s, got, ok, want)
 		}
 	}
 	for s := range series {

@@ -295,7 +295,7 @@ func parseExposition(text []byte) (map[string]float64, error) {
 				if !strings.HasSuffix(name, "_total") {
 					return nil, fail("counter name without _total")
 				}
-			case "gauge":
+			case "gauge", "summary":
 			default:
 				return nil, fail("unknown type %q", typ)
 			}
@@ -312,6 +312,9 @@ func parseExposition(text []byte) (map[string]float64, error) {
 				return nil, fail("%v", err)
 			}
 			name, _, _ := strings.Cut(key, "{")
+			if types[current] == "summary" && (name == current+"_sum" || name == current+"_count") {
+				name = current
+			}
 			if name != current {
 				return nil, fail("sample of %q outside its family (current %q)", name, current)
 			}

@@ -70,6 +70,8 @@ type Registry struct {
 	mu     sync.RWMutex
 	byName map[string]*Component
 	order  []*Component
+
+	latency *CommitLatency // set by NewRegistry, never replaced
 }
 
 // NewRegistry returns an empty registry; its uptime starts now.
@@ -79,6 +81,7 @@ func NewRegistry(opts ...Option) *Registry {
 		o(r)
 	}
 	r.start = r.now()
+	r.latency = newCommitLatency(r.now)
 	return r
 }
 
@@ -230,6 +233,10 @@ type Snapshot struct {
 	Uptime float64 `json:"uptime_seconds"`
 	// Components are in creation order.
 	Components []ComponentSnapshot `json:"components"`
+	// CommitLatency is each stage's commit → stage latencies since the
+	// process started (CommitLatency), by stage name; absent before
+	// any transaction.
+	CommitLatency []StageLatency `json:"commit_latency,omitempty"`
 }
 
 // ComponentSnapshot is a point-in-time copy of one component. The three state
@@ -264,6 +271,7 @@ func (r *Registry) Snapshot() Snapshot {
 	for _, c := range comps {
 		s.Components = append(s.Components, c.snapshot(now))
 	}
+	s.CommitLatency = r.latency.Snapshot()
 	return s
 }
 
