@@ -81,10 +81,7 @@ func writeCommitLatency(w io.Writer, runs []*RunResult) {
 	}
 	var lines []string
 	for _, r := range runs {
-		label := r.Label
-		if r.Round > 0 {
-			label += fmt.Sprintf(" (round %d)", r.Round)
-		}
+		label := r.Label // with --repeat: "kafka #2"
 		app := stages(r.FinalStats)
 		if capt := stages(r.CaptureFinalStats); capt != "" {
 			lines = append(lines, fmt.Sprintf("%s: capture %s; apply %s", label, capt, app))

@@ -40,13 +40,13 @@ func TestWriteCommitLatency(t *testing.T) {
 	snap := func(ls ...stats.StageLatency) *stats.Snapshot { return &stats.Snapshot{CommitLatency: ls} }
 	runs := []*RunResult{
 		{Label: "repstream", FinalStats: snap(stats.StageLatency{Stage: "visible", P50: 2.81, P99: 11.58}, stats.StageLatency{Stage: "received", P50: 1.91, P99: 5.25})},
-		{Label: "kafka", Round: 2, FinalStats: snap(stats.StageLatency{Stage: "received", P50: 7.36, P99: 20.35}),
+		{Label: "kafka #2", Round: 2, FinalStats: snap(stats.StageLatency{Stage: "received", P50: 7.36, P99: 20.35}),
 			CaptureFinalStats: snap(stats.StageLatency{Stage: "acked", P50: 6.85, P99: 19.45})},
 		{Label: "native"},
 	}
 	var md strings.Builder
 	writeCommitLatency(&md, runs)
-	for _, want := range []string{"repstream: received 1.91 / 5.25, visible 2.81 / 11.58; ", "kafka (round 2): capture acked 6.85 / 19.45; apply received 7.36 / 20.35."} {
+	for _, want := range []string{"repstream: received 1.91 / 5.25, visible 2.81 / 11.58; ", "kafka #2: capture acked 6.85 / 19.45; apply received 7.36 / 20.35."} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown %q lacks %q", md.String(), want)
 		}
