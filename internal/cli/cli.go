@@ -436,7 +436,7 @@ itself.`
 		cmd.Flags().DurationVar(&s.cfg.KafkaTxnTimeout, "kafka-txn-timeout", kafkalog.TxnTimeout,
 			"timeout of the capture's Kafka transactions (at most the brokers' transaction.max.timeout.ms); brokers away longer abort the open one and the capture starts a new session")
 		cmd.Flags().DurationVar(&s.cfg.KafkaLinger, "kafka-linger", kafkalog.DefaultLinger,
-			"how long a record waits after a transaction's end for the transactions that follow, unless it holds 64 KiB: longer costs the brokers and every apply fewer requests, and adds up to that much to each transaction's latency (while catching up: 50 ms)")
+			"how long a record waits after a transaction's end for the transactions that follow, unless it holds 64 KiB or none ended in as long before (a quiet stream: it goes at once): longer costs the brokers and every apply fewer requests, and adds up to that much to each transaction's latency (while catching up: 50 ms)")
 		cmd.Flags().StringVar(&s.cfg.KafkaCompression, "kafka-compression", kafkalog.DefaultCompression,
 			"codec of the records' batches: "+strings.Join(kafkalog.Compressions, ", ")+" (snappy and lz4 are cheap, zstd compresses most; none spares the CPU of the capture, the brokers and every apply, and moves about twice the bytes)")
 	}

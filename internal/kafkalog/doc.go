@@ -61,7 +61,8 @@
 //     commit and abort markers, which take offsets) as Tail does.
 //   - A record holds whole frames of one or more transactions: at a
 //     transaction boundary (a Commit, Stream Stop, Stream Commit or Stream
-//     Abort) it is produced at once when it holds 64 KiB, else within 5 ms
+//     Abort) it is produced at once when it holds 64 KiB or when no
+//     boundary came in the 5 ms before (a quiet stream), else within 5 ms
 //     with the transactions that came meanwhile. While the capture is more
 //     than 4 MiB of WAL behind the source's position (Writer.SourceWAL,
 //     read every quarter second), a backlog, those are 512 KiB and 50 ms:

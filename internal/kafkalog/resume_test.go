@@ -110,6 +110,7 @@ func newRVWire(t *testing.T, maxRecord int) *rvWire {
 	p := &fakeProducer{}
 	w := NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 2, MaxRecord: maxRecord, Linger: time.Hour, CatchUpLinger: time.Hour})
 	w.o.Epoch = 1
+	w.lastBoundary = time.Now() // records fill by size: no quiet stream (boundary)
 	return &rvWire{t: t, w: w, p: p, at: 0x1000}
 }
 

@@ -164,6 +164,9 @@ func newTestWriter(t *testing.T, p *fakeProducer, linger time.Duration) *txnWrit
 	tw := &txnWriter{t: t, at: 0x1000000}
 	tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Linger: linger, CatchUpLinger: linger,
 		Acked: func(end change.LSN) { tw.acks = append(tw.acks, end) }})
+	// As if a transaction had just gone: the first is not one of a quiet
+	// stream (produced at once, whatever the linger).
+	tw.w.lastBoundary = time.Now()
 	return tw
 }
 
@@ -225,9 +228,11 @@ func TestWriterCatchUpRecords(t *testing.T) {
 	}
 }
 
-// TestWriterLinger: a lone transaction is produced Linger after its
-// commit while the stream is live, CatchUpLinger after it while the stream
-// is far behind the source.
+// TestWriterLinger: while the stream is live, a transaction whose commit
+// comes Linger or more after the one before (a quiet stream) is produced
+// at once; one that follows another more closely waits up to Linger after
+// its commit, gathering those that come meanwhile. While the stream is
+// far behind the source, every record waits CatchUpLinger.
 func TestWriterLinger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &fakeProducer{}
@@ -244,14 +249,39 @@ func TestWriterLinger(t *testing.T) {
 			}
 		}
 		tw.txn()
-		after(DefaultLinger-time.Microsecond, 0, "before the linger ends")
-		after(time.Microsecond, 1, "once the linger ends")
+		after(0, 1, "a first transaction") // t = 0
+		tw.txn()
+		after(time.Millisecond, 1, "a second one at once, 1 ms after") // t = 1 ms
+		tw.txn()                                                       // gathered with the second
+		after(DefaultLinger-time.Millisecond-time.Microsecond, 1, "before the second's linger ends")
+		after(time.Microsecond, 2, "once the second's linger ends") // t = 5 ms
+		if frames := countFrames(t, p.records()[1]); frames != 2*3+1 {
+			t.Errorf("the second record holds %d frames, want two transactions' 6 and a Relation message", frames)
+		}
+		after(time.Millisecond, 2, "")                     // t = 6 ms: 5 ms after the last commit
+		tw.txn()                                           // quiet again
+		after(0, 3, "a transaction Linger after the last") // produced at once
 
 		tw.w.SourceWAL(tw.at + 64<<20)
+		after(time.Second, 3, "")
 		tw.txn()
-		after(DefaultCatchUpLinger-time.Microsecond, 1, "catching up, before the catch-up linger ends")
-		after(time.Microsecond, 2, "catching up, once the catch-up linger ends")
+		after(DefaultCatchUpLinger-time.Microsecond, 3, "catching up, before the catch-up linger ends")
+		after(time.Microsecond, 4, "catching up, once the catch-up linger ends")
 	})
+}
+
+// countFrames returns how many frames the data record rec holds.
+func countFrames(t *testing.T, rec []byte) int {
+	t.Helper()
+	h, body, err := ParseHeader(rec)
+	if err != nil || h.Kind != KindData {
+		t.Fatalf("record: %+v %v", h, err)
+	}
+	n := 0
+	if err := Frames(body, func(Frame) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestReaderBehind: a backlog is more than 256 records to read, or a
