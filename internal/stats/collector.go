@@ -3,6 +3,7 @@ package stats
 import (
 	"bytes"
 	"io"
+	"math"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -127,7 +128,7 @@ var (
 	dCopyRowsEst = desc("copy_rows_estimate", "Estimated rows of the table (pg_class.reltuples) when its copy started.", "table")
 	dCopyByteEst = desc("copy_bytes_estimate", "Estimated size of the table on disk (relpages) when its copy started.", "table")
 	dCopyDone    = desc("copy_done", "1 once the table's initial copy is complete.", "table")
-	dCommitLat   = desc("commit_latency_seconds", "Seconds from a source transaction's commit (its commit timestamp) to a stage of this process, since it started: received (decoded), visible (committed on the target), durable (the target's WAL flushed past it), acked (capture --kafka: the brokers hold it).", "stage")
+	dCommitLat   = desc("commit_latency_seconds", "Seconds from a source transaction's commit (its commit timestamp) to a stage of this process: quantiles over the last 1 to 2 minutes (NaN: no transaction then), count and sum since it started. Stages: received (decoded), visible (committed on the target), durable (the target's WAL flushed past it), acked (capture --kafka: the brokers hold it).", "stage")
 	dUnbuilt     = desc("indexes_not_built", "Indexes of the source that --create-tables could not build on the target and that are still missing there (`repstream tables list` names them); the tables replicate without them.")
 
 	allDescs = []*prometheus.Desc{dBuild, dUptime, dPhase, dHealthy, dBusy, dIdle, dFlow, dState, dItems, dBytes, dTxns,
@@ -159,7 +160,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectStages(&e, s)
 	c.collectEngine(&e, s)
 	for _, l := range s.CommitLatency {
-		q := map[float64]float64{0.5: l.P50 / 1000, 0.9: l.P90 / 1000, 0.99: l.P99 / 1000}
+		// Quantiles of the recent window (as client_golang's summaries
+		// keep a sliding one), count and sum since the start.
+		q := map[float64]float64{0.5: math.NaN(), 0.9: math.NaN(), 0.99: math.NaN()}
+		if l.RecentCount > 0 {
+			q = map[float64]float64{0.5: l.RecentP50 / 1000, 0.9: l.RecentP90 / 1000, 0.99: l.RecentP99 / 1000}
+		}
 		if m, err := prometheus.NewConstSummary(dCommitLat, uint64(l.Count), l.Mean*float64(l.Count)/1000, q, l.Stage); err == nil {
 			ch <- m
 		}

@@ -46,8 +46,10 @@
 // Besides the components, a registry keeps [CommitLatency]: histograms of
 // how long after its source commit each transaction reached each step of
 // this process (received, visible, durable; a Kafka capture's acked),
-// which apply.Watermark records. Snapshots carry their percentiles, and
-// /metrics exports them as the summary repstream_commit_latency_seconds.
+// which apply.Watermark records, since the start and over the last one to
+// two LatencyWindows. Snapshots carry both; /metrics exports the summary
+// repstream_commit_latency_seconds (the recent quantiles, count and sum
+// since the start).
 //
 // Files:
 //

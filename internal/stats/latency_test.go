@@ -48,3 +48,37 @@ func BenchmarkCommitLatencyObserve(b *testing.B) {
 		l.Observe(StageVisible, commit)
 	}
 }
+
+// TestCommitLatencyRecent: the recent figures cover the last one to two
+// LatencyWindows; those since the start, everything.
+func TestCommitLatencyRecent(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	l := NewRegistry(WithClock(clk.Now)).CommitLatency()
+	observe := func(lat time.Duration) { l.Observe(StageVisible, clk.Now().Add(-lat).UnixNano()) }
+	check := func(when string, count, recent int64, recentP50 float64) {
+		t.Helper()
+		s := l.Snapshot()
+		if len(s) != 1 {
+			t.Fatalf("%s: %+v", when, s)
+		}
+		g := s[0]
+		if g.Count != count || g.RecentCount != recent || g.RecentP50 < recentP50*0.99 || g.RecentP50 > recentP50*1.01 {
+			t.Errorf("%s: count %d, recent %d with p50 %v ms; want %d, %d with p50 %v", when, g.Count, g.RecentCount, g.RecentP50, count, recent, recentP50)
+		}
+	}
+	observe(5 * time.Millisecond) // t = 0
+	clk.Advance(30 * time.Second)
+	observe(5 * time.Millisecond)
+	check("within the first window", 2, 2, 5)
+	clk.Advance(45 * time.Second) // t = 75 s: the first window is the previous one
+	check("in the second window", 2, 2, 5)
+	observe(20 * time.Millisecond)
+	check("in the second window, after another", 3, 3, 5)
+	clk.Advance(60 * time.Second) // t = 135 s: the window of the first two is gone
+	check("in the third window", 3, 1, 20)
+	clk.Advance(5 * time.Minute)
+	check("after a quiet while", 3, 0, 0)
+	observe(7 * time.Millisecond)
+	check("after a quiet while, then one", 4, 1, 7)
+}
