@@ -457,7 +457,8 @@ func TestLivePageChromium(t *testing.T) {
 		return n
 	}
 	dom := dump()
-	for _, want := range []string{`id="comp-capture"`, `id="comp-queue"`, `id="worker-apply.0"`, `id="comp-target"`, `id="row-capture"`, `class="ok">healthy`} {
+	for _, want := range []string{`id="comp-capture"`, `id="comp-queue"`, `id="worker-apply.0"`, `id="comp-target"`, `id="row-capture"`, `class="ok">healthy`,
+		`<tr id="latency-received"><td>received</td>`, `<tr id="latency-visible"><td>visible</td>`} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the rendered page lacks %s:\n%.4000s", want, dom)
 		}
