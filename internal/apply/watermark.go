@@ -48,7 +48,8 @@ type Watermark struct {
 	// latency, when set (TraceLatency), gets each transaction's commit →
 	// stage latency as it is registered (stats.StageReceived), made
 	// visible (visibleStage) and done (doneStage); a stage named "" is
-	// not recorded.
+	// not recorded. Set before the watermark is shared, read without mu,
+	// and recorded after mu is released (Observe reads the clock).
 	latency                 *stats.CommitLatency
 	visibleStage, doneStage string
 }
@@ -70,17 +71,17 @@ func NewWatermark(start change.LSN) *Watermark {
 // TraceLatency records each registered transaction's commit → stage
 // latencies in l (nil: none): registered (stats.StageReceived), Visible
 // (visible) and Done (done; a Done that was not Visible is both). A stage
-// named "" is not recorded. Call it before the first Register.
+// named "" is not recorded. Call it before the watermark is shared (the
+// fields it sets are read without the lock).
 func (w *Watermark) TraceLatency(l *stats.CommitLatency, visible, done string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.latency, w.visibleStage, w.doneStage = l, visible, done
 }
 
-// observe records the mark's commit → stage latency (w.mu held).
-func (w *Watermark) observe(stage string, m *mark) {
+// observe records a commit → stage latency (commit: Unix ns, 0 unknown),
+// outside the lock: it reads the clock.
+func (w *Watermark) observe(stage string, commit int64) {
 	if w.latency != nil && stage != "" {
-		w.latency.Observe(stage, m.commit)
+		w.latency.Observe(stage, commit)
 	}
 }
 
@@ -92,36 +93,51 @@ func (w *Watermark) Register(end change.LSN) { w.RegisterCommit(end, time.Time{}
 // RegisterCommit is Register with the transaction's source commit time,
 // which OldestUnapplied reports (watermark_lag.go).
 func (w *Watermark) RegisterCommit(end change.LSN, commit time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n := len(w.pending); n > w.head && end <= w.pending[n-1].end {
-		return
-	}
-	if end <= w.low {
-		return
-	}
 	m := mark{end: end}
 	if !commit.IsZero() {
 		m.commit = commit.UnixNano()
 	}
+	if w.register(m) {
+		w.observe(stats.StageReceived, m.commit)
+	}
+}
+
+// register appends m unless it is a replay (RegisterCommit).
+func (w *Watermark) register(m mark) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.pending); n > w.head && m.end <= w.pending[n-1].end {
+		return false
+	}
+	if m.end <= w.low {
+		return false
+	}
 	w.pending = append(w.pending, m)
-	w.observe(stats.StageReceived, &m)
 	w.undone++
+	return true
 }
 
 // Done marks the transaction ending at end as durably applied (or as skipped
 // because the target had it already). Done implies Visible.
 func (w *Watermark) Done(end change.LSN) {
+	if commit, wasVisible, ok := w.done(end); ok {
+		if !wasVisible {
+			w.observe(w.visibleStage, commit)
+		}
+		w.observe(w.doneStage, commit)
+	}
+}
+
+// done is Done under the lock: the transaction's commit time, whether it
+// was visible before, and whether it was registered and not done yet.
+func (w *Watermark) done(end change.LSN) (commit int64, wasVisible, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	i, ok := w.find(end)
 	if !ok || w.pending[i].done {
-		return
+		return 0, false, false
 	}
-	if !w.pending[i].visible {
-		w.observe(w.visibleStage, &w.pending[i])
-	}
-	w.observe(w.doneStage, &w.pending[i])
+	commit, wasVisible = w.pending[i].commit, w.pending[i].visible
 	w.pending[i].done = true
 	w.pending[i].visible = true
 	w.undone--
@@ -142,22 +158,32 @@ func (w *Watermark) Done(end change.LSN) {
 	if advanced {
 		w.signal()
 	}
+	return commit, wasVisible, true
 }
 
 // Visible marks the transaction ending at end as committed on the target
 // (not necessarily durable yet).
 func (w *Watermark) Visible(end change.LSN) {
+	if commit, ok := w.visible(end); ok {
+		w.observe(w.visibleStage, commit)
+	}
+}
+
+// visible is Visible under the lock: the transaction's commit time, and
+// whether it was registered and not visible yet.
+func (w *Watermark) visible(end change.LSN) (int64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	i, ok := w.find(end)
 	if !ok || w.pending[i].visible {
-		return
+		return 0, false
 	}
 	w.pending[i].visible = true
-	w.observe(w.visibleStage, &w.pending[i])
+	commit := w.pending[i].commit
 	if w.advanceVisible() {
 		w.signal()
 	}
+	return commit, true
 }
 
 // VisibleLow returns the newest end LSN such that it and every transaction
