@@ -49,6 +49,9 @@ type Verdict struct {
 	Worker          string   `json:"worker,omitempty"`
 	Components      []Load   `json:"components"`
 	Recommendations []string `json:"recommendations"`
+	// Latency is the process's commit → stage latencies at the
+	// interval's end (stats.CommitLatency), in pipeline order.
+	Latency []stats.StageLatency `json:"commit_latency,omitempty"`
 }
 
 // Bottleneck applies the Streams advisor's rule to the loads of one
@@ -73,7 +76,7 @@ func Bottleneck(loads []Load, th Thresholds) (b Load, ok bool) {
 func Advise(prev, cur stats.Snapshot, in Inputs) Verdict {
 	iv := Measure(Sample{Stats: prev}, Sample{Stats: cur})
 	th := in.Thresholds
-	v := Verdict{Seconds: iv.Seconds, Components: iv.Components, Recommendations: []string{}}
+	v := Verdict{Seconds: iv.Seconds, Components: iv.Components, Recommendations: []string{}, Latency: stats.OrderStages(cur.CommitLatency)}
 	if iv.Seconds <= 0 {
 		v.Recommendations = append(v.Recommendations, "the two samples are the same moment: measure over a longer interval")
 		return v
@@ -190,8 +193,8 @@ func targetFacts(t *TargetFacts, rec func(string, ...any)) {
 }
 
 // WriteVerdict prints v for a person: "bottleneck: <component>" or
-// "no bottleneck" first, then what each component did, then the
-// recommendations.
+// "no bottleneck" first, then what each component did, the recent commit
+// → stage latencies (when any), then the recommendations.
 func WriteVerdict(w io.Writer, v Verdict) error {
 	var b strings.Builder
 	if v.Bottleneck == "" {
@@ -209,6 +212,15 @@ func WriteVerdict(w io.Writer, v Verdict) error {
 			name = fmt.Sprintf("%s(%d)", l.Name, l.Workers)
 		}
 		fmt.Fprintf(&b, "  %-12s %6s chg/s %7s/s  B%3d I%3d F%3d\n", name, count(l.ItemsPerSec), size(l.BytesPerSec), pct(l.Busy), pct(l.Idle), pct(l.Waiting))
+	}
+	var lat []string
+	for _, l := range v.Latency {
+		if l.RecentCount > 0 {
+			lat = append(lat, fmt.Sprintf("%s %s / %s", l.Stage, trim(l.RecentP50), trim(l.RecentP99)))
+		}
+	}
+	if len(lat) > 0 {
+		fmt.Fprintf(&b, "\ncommit → stage over the last 1 to 2 minutes (p50 / p99 ms): %s\n", strings.Join(lat, ", "))
 	}
 	if len(v.Recommendations) > 0 {
 		b.WriteString("\nrecommendations:\n")

@@ -159,6 +159,11 @@ func TestBottleneckRule(t *testing.T) {
 
 func TestAdviseTargetFacts(t *testing.T) {
 	prev, cur := snaps(capt(100, 9.9, 0), worker("apply.0", 1000, 100, 9, 1, 0))
+	cur.CommitLatency = []stats.StageLatency{ // printed in pipeline order, the recent figures; durable: none lately
+		{Stage: stats.StageVisible, Count: 900, P50: 3, RecentCount: 90, RecentP50: 2.84, RecentP99: 9.79},
+		{Stage: stats.StageDurable, Count: 900, P50: 70},
+		{Stage: stats.StageReceived, Count: 900, P50: 2, RecentCount: 90, RecentP50: 1.95, RecentP99: 6.27},
+	}
 	v := Advise(prev, cur, Inputs{Thresholds: DefaultThresholds(), CPUs: 1,
 		Target: &TargetFacts{Triggers: []string{"public.t slow"}, IndexHeavy: []string{"public.u (7 indexes)"}}})
 	var buf bytes.Buffer
