@@ -109,6 +109,9 @@ func TestAdviseApplyBottleneck(t *testing.T) {
 	if first := strings.SplitN(out, "\n", 2)[0]; first != "bottleneck: apply" {
 		t.Fatalf("advise's first line is %q, want \"bottleneck: apply\":\n%s", first, out)
 	}
+	if !strings.Contains(out, "\ncommit → stage over the last 1 to 2 minutes (p50 / p99 ms): received ") {
+		t.Errorf("advise does not print the run's commit → stage latencies:\n%s", out)
+	}
 	if !strings.Contains(out, "slow_row on public.slow (ENABLE ALWAYS)") {
 		t.Errorf("advise --target does not name the slow trigger:\n%s", out)
 	}
