@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -184,6 +185,16 @@ func TestDDLReplicated(t *testing.T) {
 			e.catchUp(cfg)
 			if schemaPubs {
 				e.assertSameTable("app.later", "id")
+				// The tables the messages made are recorded as streamed
+				// (the renamed one under its new name), not copied anew.
+				var made []string
+				if err := e.Tgt.QueryRow(t.Context(), `SELECT coalesce(array_agg(table_name || ' ' || state || ' ' || (copied_at IS NULL) ORDER BY table_name), '{}')
+					FROM repstream.tables WHERE slot = $1 AND table_name IN ('n', 'n2', 'later')`, cfg.Slot).Scan(&made); err != nil {
+					t.Fatal(err)
+				}
+				if want := []string{"later ready true", "n2 ready true"}; !slices.Equal(made, want) {
+					t.Errorf("the tables made on the source are recorded %q, want %q (ready, never copied)", made, want)
+				}
 			}
 			e.assertSameTable("app.t", "id")
 			var notNull bool
@@ -346,4 +357,38 @@ func TestDDLBinaryRestart(t *testing.T) {
 		t.Errorf("format %q after the restart, want text", f)
 	}
 	e.assertSameTable("public.b", "id")
+}
+
+// TestDDLMadeTablesRecordedOnUpgrade: a replication that an earlier
+// version ran with the event trigger did not record the tables its
+// schema-change messages made (this version copies a published table the
+// slot does not record). Its first start by this version records them as
+// streamed, as that version streamed them, instead of copying each anew.
+func TestDDLMadeTablesRecordedOnUpgrade(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("a table created later is published through FOR TABLES IN SCHEMA: PostgreSQL 15+")
+	}
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10)`)
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`CREATE TABLE made (id int PRIMARY KEY, v text); INSERT INTO made SELECT g, 'v' FROM generate_series(1, 20) g`)
+	e.catchUp(cfg)
+	made := "SELECT count(*) FROM repstream.tables WHERE slot = '" + cfg.Slot + "' AND table_name = 'made' AND state = 'ready' AND copied_at IS NULL"
+	if n := e.count(e.Tgt, made); n != 1 {
+		t.Fatalf("the table a CREATE TABLE made is not recorded as streamed (%d rows)", n)
+	}
+	// As an earlier version left the target.
+	e.tgtExec(`DELETE FROM repstream.tables WHERE table_name = 'made'; UPDATE repstream.replications SET made_recorded = false`)
+	e.srcExec(`INSERT INTO made VALUES (21, 'after'); UPDATE made SET v = 'u' WHERE id = 1`)
+	e.catchUp(cfg)
+	e.assertSame("made", "id")
+	if n := e.count(e.Tgt, made); n != 1 {
+		t.Errorf("the table a CREATE TABLE made under an earlier version is not recorded as streamed (%d rows): it was copied anew", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.replications WHERE slot = '"+cfg.Slot+"' AND made_recorded"); n != 1 {
+		t.Errorf("the replication is not marked as recording the tables its schema changes make")
+	}
 }

@@ -175,6 +175,11 @@ func TestPartitionSchemaPublication(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("m", "id, at")
 	e.assertSame("m_2025", "id, at")
+	// The detached table is recorded as streamed from its detach (its rows
+	// moved on the target), not copied anew from the source.
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE slot = '"+cfg.Slot+"' AND table_name = 'm_2025' AND state = 'ready' AND copied_at IS NULL"); n != 1 {
+		t.Errorf("the detached m_2025 is not recorded as streamed (%d rows): it was copied anew", n)
+	}
 }
 
 // TestPartitionCreatedAndFilled: a partition created and filled in one

@@ -329,7 +329,7 @@ func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *insta
 // start copies it (beforeStreaming; tablesync's CopyDropped). One the
 // slot does not record is left to the stream, which may make it (a table detached from a root, a
 // CREATE TABLE the event trigger reported), and to the copies of tables
-// the stream brings unrecorded (without the event trigger: CopyUnrecorded).
+// the stream brings unrecorded (CopyUnrecorded).
 func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub, resumed bool, undo *install.Undo) error {
 	cfg := e.cfg
 	noBinary, created, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
@@ -410,7 +410,7 @@ func (e *Engine) carryOut(ctx context.Context, tgt *pgx.Conn, tables []schema.Ta
 
 // recordLegacyStreamed records the published tables of a slot that
 // streams without a copy as streamed, when an earlier version recorded
-// none: without that, a run without the event trigger would copy each
+// none: without that, a run would copy each
 // of them anew at its first change (CopyUnrecorded).
 func (e *Engine) recordLegacyStreamed(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, e.cfg.Slot)
@@ -626,9 +626,10 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		Slot: e.cfg.Slot, Binary: e.binary,
 		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager),
 		Publication: e.cfg.Publication, Resync: e.resync, PartialPublication: e.cfg.PartialPublication,
-		// Without the event trigger nothing says that a table entered the
-		// publication with rows: one the slot never copied is copied.
-		CopyUnrecorded: e.ddl != ddlTrigger,
+		// Nothing said that a table the slot does not record entered the
+		// publication (no event trigger, or a session with it off): it
+		// is copied.
+		CopyUnrecorded: true,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +

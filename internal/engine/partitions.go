@@ -42,10 +42,12 @@ func (e *Engine) resync(t schema.TableName) (undo func()) {
 // is applied, so the copy's new snapshot is later, and its sync LSN makes
 // the next run skip what the copy holds.
 //
-// Without the event trigger, a published table the slot does not record
-// (added to the publication, nothing written to it since) is recorded
-// pending first and copied too: the publication poll of tablesync's Watch
-// may not have run in a short run. So is a recorded table whose source
+// A published table the slot does not record (added to the publication
+// without the event trigger, or in a session with it off, nothing written
+// to it since; a table a schema-change message made is recorded, and every
+// message is applied by now) is recorded pending first and copied too:
+// the publication poll of tablesync's Watch may not have run in a short
+// run. Without the event trigger, so is a recorded table whose source
 // identity changed (tablesync's FollowIdents). In every mode, a
 // publication that no longer publishes every kind of change stops the
 // run instead of letting it say it caught up (CheckPublishing); with the
@@ -66,9 +68,6 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 		if err := e.sync.CheckDDLTriggers(ctx, src, tgt); err != nil {
 			return err
 		}
-		if e.cfg.PartialPublication && !slices.ContainsFunc(syncs, func(s target.TableSync) bool { return s.State != target.TableReady }) {
-			return nil
-		}
 	}
 	// Caught up is not true of a publication that left changes out
 	// since the start (the poll may not have looked in a short run).
@@ -84,9 +83,9 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 		if err := e.sync.FollowIdents(ctx, tgt, e.tables, syncs, idents); err != nil {
 			return err
 		}
-		if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
-			return err
-		}
+	}
+	if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
+		return err
 	}
 	return e.sync.SyncPending(ctx, tgt, published)
 }

@@ -18,6 +18,9 @@ func TestIdentChange(t *testing.T) {
 		{"16384/16390/-", "16384/16401/-/802", "entry", false},
 		{"16384/16390/-", "16385/16390/-/802", "table", false},
 		{"garbage", "16384/16390/-/802", "table", false},
+		// A table a schema-change message made: its oid alone.
+		{"16384", "16384/16390/-/802", "", true},
+		{"16384", "16385/16390/-/802", "table", false},
 	} {
 		what, adopt := IdentChange(c.recorded, c.now)
 		if what != c.what || adopt != c.adopt {

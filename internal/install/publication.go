@@ -134,8 +134,10 @@ WHERE pt.pubname = $1`, pub)
 // was set anew), or "publication" (the publication's row was written
 // anew: its options may have left changes out meanwhile, even if they
 // are back as they were). adopt reports a recorded identity that an
-// earlier version wrote without the publication part and that otherwise
-// matches: the caller records now's without copying anything.
+// earlier version wrote without the publication part, or that names the
+// oid alone (a table a schema-change message made:
+// target.SetTableMade, then followed by the event trigger), and that
+// otherwise matches: the caller records now's without copying anything.
 func IdentChange(recorded, now string) (what string, adopt bool) {
 	if recorded == now {
 		return "", false
@@ -144,6 +146,8 @@ func IdentChange(recorded, now string) (what string, adopt bool) {
 	switch {
 	case len(r) == 0 || len(n) == 0 || r[0] != n[0]:
 		return "table", false
+	case len(r) == 1:
+		return "", true
 	case len(r) < 3 || len(n) < 3 || r[1] != n[1] || r[2] != n[2]:
 		return "entry", false
 	case len(r) == 3:

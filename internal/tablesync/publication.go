@@ -59,6 +59,71 @@ type publicationPoll struct {
 	tables bool          // compare the tables too (no event trigger)
 	last   time.Time
 	out    map[schema.TableName]change.LSN // recorded, seen out of the publication at this source position
+	unseen map[schema.TableName]change.LSN // with the event trigger: published, not recorded, first seen at this source position
+}
+
+// pendUnseen is the poll's look, with the event trigger, at the tables the
+// publication publishes. A ready one recorded without its source identity
+// gets it. One that the slot does not record: a schema-change
+// message on its way may record it (a table made: SetTableMade), so a
+// table is first noted with the source's WAL position at. Once apply has
+// passed at and it is still published and not recorded, no message said
+// that it entered the publication (a session with the trigger off:
+// PostgreSQL 17's event_triggers = off; or made by one): it is recorded
+// pending, and copied.
+func (ts *Syncer) pendUnseen(ctx context.Context, src, tgt *pgx.Conn, pp *publicationPoll, filter *apply.TableFilter, at change.LSN) error {
+	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		return err
+	}
+	published := slices.SortedFunc(maps.Keys(idents), schema.TableName.Compare)
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	for _, sy := range syncs {
+		// Ready without a source identity (a partition detached into a
+		// table of its own, or recorded by an earlier version): the
+		// writer copies it anew if its changes come under another oid.
+		t := schema.TableName{Schema: sy.Schema, Name: sy.Name}
+		if id, ok := idents[t]; ok && sy.State == target.TableReady && sy.SourceIdent == "" {
+			if err := target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, id); err != nil {
+				return err
+			}
+		}
+	}
+	prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if pp.unseen == nil {
+		pp.unseen = map[schema.TableName]change.LSN{}
+	}
+	seen := map[schema.TableName]bool{}
+	for _, t := range published {
+		if target.Records(syncs, t) {
+			continue
+		}
+		seen[t] = true
+		since, noted := pp.unseen[t]
+		switch {
+		case !noted:
+			pp.unseen[t] = at
+		case prog.Low >= since:
+			delete(pp.unseen, t)
+			if err := ts.recopy(ctx, tgt, filter, t); err != nil {
+				return err
+			}
+			ts.log.Warn("a table is in the publication that this replication never copied, and no schema-change message said it entered (a session with the event trigger off, "+
+				"PostgreSQL 17's event_triggers = off): it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String(), "source_position", since)
+		}
+	}
+	for t := range pp.unseen {
+		if !seen[t] {
+			delete(pp.unseen, t)
+		}
+	}
+	return nil
 }
 
 // poll runs one comparison when its interval has passed.
@@ -93,7 +158,7 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 		return err
 	}
 	if !pp.tables {
-		return nil
+		return ts.pendUnseen(ctx, src, tgt, pp, filter, at)
 	}
 	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
 	if err != nil {
@@ -303,12 +368,60 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 			return err
 		}
 	}
-	if firstUse || resumed && seen == "" && missing && setUp != nil {
+	pendUnrecorded := firstUse || resumed && seen == "" && missing && setUp != nil
+	if pendUnrecorded {
 		if err := ts.pendUnrecordedAtFirstUse(ctx, src, tgt); err != nil {
 			return err
 		}
 	}
+	if err := ts.recordMadeByEarlier(ctx, src, tgt, resumed && why == "" && !pendUnrecorded); err != nil {
+		return err
+	}
 	return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
+}
+
+// recordMadeByEarlier is the first start, by this version, of a
+// replication an earlier version ran with the event trigger
+// (target.MadeRecorded false): that version did not record the tables the
+// schema-change messages made, and the writer would copy each of them
+// anew at its first change, the publication poll the others. When record
+// (it followed every schema change until now), the published tables not
+// recorded are recorded as streamed (as the earlier version streamed
+// them: target.SetTablesStreamed); otherwise they were just recorded
+// pending, for a copy. Either way, from now on they are recorded.
+func (ts *Syncer) recordMadeByEarlier(ctx context.Context, src, tgt *pgx.Conn, record bool) error {
+	made, err := target.MadeRecorded(ctx, tgt, ts.cfg.Slot)
+	if err != nil || made {
+		return err
+	}
+	if record {
+		published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+		if err != nil {
+			return err
+		}
+		syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		var unrecorded []schema.TableName
+		for _, t := range published {
+			if !target.Records(syncs, t) {
+				unrecorded = append(unrecorded, t)
+			}
+		}
+		if len(unrecorded) > 0 {
+			ts.log.Info("recording the published tables that schema changes made as streamed (a replication an earlier version ran)",
+				"component", "tablesync", "tables", len(unrecorded))
+			if err := target.SetTablesStreamed(ctx, tgt, ts.cfg.Slot, unrecorded, prog.Low, ts.sourceIdents(ctx, src)); err != nil {
+				return err
+			}
+		}
+	}
+	return target.SetMadeRecorded(ctx, tgt, ts.cfg.Slot)
 }
 
 // captureTriggerWait is how long an apply --kafka start waits for the
@@ -466,9 +579,12 @@ func (ts *Syncer) followIdent(ctx context.Context, tgt *pgx.Conn, filter *apply.
 }
 
 // PendUnrecorded records pending, and filters, every published table that
-// syncs (the slot's recorded tables) lacks: without the event trigger, one
-// added to the publication that nothing wrote since. Watch copies them
-// (and a run that ends caught up, before it ends).
+// syncs (the slot's recorded tables) lacks: one added to the publication
+// that nothing wrote since, without the event trigger or in a session
+// with it off (with it, the caller has applied every schema-change
+// message up to the source position it read the publication at: a table
+// one made is recorded). Watch copies them (and a run that ends caught
+// up, before it ends).
 func (ts *Syncer) PendUnrecorded(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, syncs []target.TableSync, published []schema.TableName) error {
 	for _, t := range published {
 		if target.Records(syncs, t) {
@@ -477,8 +593,8 @@ func (ts *Syncer) PendUnrecorded(ctx context.Context, tgt *pgx.Conn, filter *app
 		if err := ts.recopy(ctx, tgt, filter, t); err != nil {
 			return err
 		}
-		ts.log.Warn("a table is in the publication that this replication never copied (without the event trigger: ALTER PUBLICATION ... ADD TABLE, "+
-			"or a table created since): it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
+		ts.log.Warn("a table is in the publication that this replication never copied (ALTER PUBLICATION ... ADD TABLE without the event trigger, or in a session with it off; "+
+			"without it, a table created since): it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
 	}
 	return nil
 }

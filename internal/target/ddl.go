@@ -93,7 +93,7 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 			}
 		}
 		w.log.Info("created table on the target, as on the source", "table", tn, "lsn", c.LSN)
-		return nil
+		return w.recordMade(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound) && w.entersPublication(msg):
 		return w.takeUp(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound):
@@ -112,6 +112,30 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		// after a crash of the source, is copied anew too: costly, not
 		// wrong.)
 		return w.takeUp(ctx, msg, c.LSN, fail)
+	}
+	if msg.Creates() {
+		return w.recordMade(ctx, msg, c.LSN, fail)
+	}
+	if old := cur.TableName(); old != tn && w.opts.CopyUnrecorded {
+		if err := RenameTableRecord(ctx, w.conn, w.opts.Slot, old, tn); err != nil {
+			return fail(err)
+		}
+		delete(w.recorded, old)
+	}
+	return nil
+}
+
+// recordMade records a table the message made on the source as streamed
+// from here (SetTableMade), when the writer copies unrecorded tables and
+// the run's publication publishes it: its first change then finds it
+// recorded, and one that entered the publication without such a message
+// does not.
+func (w *Writer) recordMade(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN, fail func(error) error) error {
+	if !w.opts.CopyUnrecorded || w.opts.Publication != "" && !msg.Publishes(w.opts.Publication) {
+		return nil
+	}
+	if err := SetTableMade(ctx, w.conn, w.opts.Slot, schema.NameFromDDL(&msg.Table), lsn, msg.OID); err != nil {
+		return fail(err)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@
 //	session.go    OpenSession: an apply session (async commit, apply lock) and its Writer
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
-//	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working
+//	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working; MadeRecorded, SetMadeRecorded: whether repstream.tables records the tables schema-change messages made (false: registered by an earlier version)
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
 //	txn.go        txnState: where the transaction stands, BEGIN's placement
 //	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs
@@ -30,9 +30,9 @@
 //	modify.go     updates, deletes and truncates as prepared statements
 //	plan.go       relPlan: per relation, the target table's columns, keys and statements
 //	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)
-//	ddl.go        schema changes: a captured DDL message (its parsed form, change.Change.DDL), or a new Relation version (--ddl=relation)
+//	ddl.go        schema changes: a captured DDL message (its parsed form, change.Change.DDL), or a new Relation version (--ddl=relation); recordMade records a table a message made (SetTableMade), a RENAME moves its record (RenameTableRecord)
 //	deferred.go   keys and indexes built after a table's copy, or set aside for it (repstream.deferred_ddl): DeferBuild, BuildAfterCopy
-//	unrecorded.go tables the stream carries that the slot never copied, or under a copied one's name another relation id than the recorded source oid (CopyUnrecorded): recorded pending, copied anew
+//	unrecorded.go tables the stream carries that the slot never copied nor saw made, or under a recorded one's name another relation id than the recorded source oid (CopyUnrecorded): recorded pending, copied anew
 //	partition.go  partition messages: a partition truncated, attached or detached on the source
 //	savepoint.go  savepoints for eager apply's subtransactions
 //	errors.go     what an apply error says: retryable, COPY line and column

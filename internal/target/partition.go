@@ -226,12 +226,12 @@ func (p *partChange) detach(ctx context.Context) error {
 		if err := w.exec(ctx, "ALTER TABLE "+p.tp.parent+" DETACH PARTITION "+p.part.Quoted()); err != nil {
 			return p.fail(err)
 		}
-		if alone {
-			w.log.Info("detached partition on the target, as on the source; replicated as a table of its own", "table", p.root, "partition", p.part, "lsn", p.lsn)
-		} else {
+		if !alone {
 			w.log.Warn("detached partition on the target, as on the source; the publication does not publish it: it is no longer replicated", "table", p.root, "partition", p.part, "lsn", p.lsn)
+			return nil
 		}
-		return nil
+		w.log.Info("detached partition on the target, as on the source; replicated as a table of its own", "table", p.root, "partition", p.part, "lsn", p.lsn)
+		return p.recordDetached(ctx)
 	}
 	if schema.HashPartition(p.pc.Constraint) {
 		return w.hashPartitionStop(ctx, p.root, p.part, p.fail)
@@ -255,6 +255,22 @@ func (p *partChange) detach(ctx context.Context) error {
 	}
 	w.log.Info("detached on the source: moved the partition's rows out of the target's root into a table of its own, replicated from now on",
 		"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+	return p.recordDetached(ctx)
+}
+
+// recordDetached records a detached partition that the publication
+// publishes as a table of its own as streamed from here
+// (SetTableMade; its source oid is for the publication poll to record):
+// the target has its rows, and the writer copies only tables that entered
+// the publication unseen.
+func (p *partChange) recordDetached(ctx context.Context) error {
+	w := p.w
+	if !w.opts.CopyUnrecorded {
+		return nil
+	}
+	if err := SetTableMade(ctx, w.conn, w.opts.Slot, p.part, p.lsn, 0); err != nil {
+		return p.fail(err)
+	}
 	return nil
 }
 

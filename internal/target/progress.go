@@ -118,13 +118,17 @@ func Register(ctx context.Context, conn *pgx.Conn, slot string) error {
 // one row per slot, from its first start (Register) to its drop (Release),
 // with the source's schema-change triggers as the replication last saw
 // them working (ddl_triggers: install.TriggerDigest; NoTriggers: its last
-// start followed schema changes without them; NULL: never recorded).
+// start followed schema changes without them; NULL: never recorded), and
+// whether repstream.tables records the tables the schema-change messages
+// made (made_recorded: false for a replication an earlier version
+// registered, until a start records them: MadeRecorded).
 const replicationsSchema = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
 	slot text PRIMARY KEY,
 	registered_at timestamptz NOT NULL DEFAULT now()
 );
-ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS ddl_triggers text;`
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS ddl_triggers text;
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS made_recorded bool NOT NULL DEFAULT false;`
 
 func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// The transaction is idempotent: one that a running apply's own
@@ -167,7 +171,7 @@ func ensureStateOnce(ctx context.Context, conn *pgx.Conn, slot string) error {
 		return fmt.Errorf("create progress state: %w", err)
 	}
 	if slot != "" {
-		if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, slot); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO repstream.replications (slot, made_recorded) VALUES ($1, true) ON CONFLICT (slot) DO NOTHING`, slot); err != nil {
 			return fmt.Errorf("register slot %q on the target: %w", slot, err)
 		}
 	}

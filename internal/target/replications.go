@@ -62,3 +62,28 @@ func SetTriggerDigest(ctx context.Context, conn *pgx.Conn, slot, digest string) 
 	}
 	return nil
 }
+
+// MadeRecorded reports whether repstream.tables records the tables the
+// schema-change messages made for slot (SetTableMade): false for a
+// replication an earlier version registered, until SetMadeRecorded. A
+// slot not registered has nothing of an earlier version: true.
+func MadeRecorded(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	var made bool
+	err := conn.QueryRow(ctx, `SELECT made_recorded FROM repstream.replications WHERE slot = $1`, slot).Scan(&made)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read whether slot %q records the tables its schema changes made: %w", slot, err)
+	}
+	return made, nil
+}
+
+// SetMadeRecorded records that repstream.tables records the tables the
+// schema-change messages made for slot from now on.
+func SetMadeRecorded(ctx context.Context, conn *pgx.Conn, slot string) error {
+	if _, err := conn.Exec(ctx, `UPDATE repstream.replications SET made_recorded = true WHERE slot = $1 AND NOT made_recorded`, slot); err != nil {
+		return fmt.Errorf("record that slot %q records the tables its schema changes made: %w", slot, err)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,14 +27,21 @@ import (
 //   - state 'ready': its rows were copied from a snapshot taken at sync_lsn
 //     (L). The source transactions ending at or below L are in the copy, so
 //     apply skips the table's changes in them; it applies those ending
-//     after L.
-//   - A table without a row was copied with the slot's initial copy by a
-//     version that kept no per-table state, or streams without a copy
-//     (--snapshot=false): all its changes are applied.
-//   - source_ident (without the event trigger): what the source's catalog
-//     said of the ready table at a publication poll after its copy (its
-//     oid, the publication's entries that publish it, the xmin of the
-//     publication's row: SourceIdent).
+//     after L. Or the stream carried every row it has, from L on: streamed
+//     from the slot's start (--snapshot=false, --adopt-slot:
+//     SetTablesStreamed), or made on the source by the schema-change
+//     message at L (SetTableMade; RenameTableRecord follows its renames).
+//   - A table without a row entered the publication without this
+//     replication seeing it (ALTER PUBLICATION ... ADD TABLE without the
+//     event trigger, or with it off: PostgreSQL 17's event_triggers =
+//     off): the writer copies it anew at its first change
+//     (unrecorded.go), tablesync's publication poll if none comes.
+//   - source_ident (ready): what the source's catalog said of the table
+//     at its copy, or at a publication poll after it without the event
+//     trigger (its oid, the publication's entries that publish it, the
+//     xmin of the publication's row: SourceIdent); for a table made by a
+//     schema-change message, its oid alone. The writer copies anew a
+//     table whose changes come under another oid.
 //     Every state change clears it; the next poll sets it. Another ident
 //     for the same name means the table was dropped and made again,
 //     taken out of the publication and added back, or published by
@@ -204,6 +212,48 @@ func MarkTablesNoticed(ctx context.Context, conn *pgx.Conn, slot string, names [
 WHERE slot = $1 AND state = 'pending' AND NOT noticed AND schema_name || '.' || table_name = ANY($2)`, slot, names)
 	if err != nil {
 		return fmt.Errorf("mark pending tables of slot %q noticed: %w", slot, err)
+	}
+	return nil
+}
+
+// SetTableMade records a table that a schema-change message made on the
+// source (CREATE TABLE, CREATE TABLE AS, SELECT INTO) as streamed from
+// there: ready at lsn, the message's position, with the source oid as its
+// identity (the stream carried every row it ever had). A ready record of
+// that name (a table dropped before) takes the new one's; one pending or
+// copying is left as it is: its copy is coming. oid 0: not known (a
+// partition detached into a table of its own), for the publication poll
+// to record.
+func SetTableMade(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, lsn change.LSN, oid uint32) error {
+	ident := ""
+	if oid != 0 {
+		ident = strconv.FormatUint(uint64(oid), 10)
+	}
+	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, source_ident)
+VALUES ($1, $2, $3, 'ready', $4::pg_lsn, nullif($5, ''))
+ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET sync_lsn = excluded.sync_lsn, source_ident = excluded.source_ident,
+	rows = 0, bytes = 0, copied_at = NULL, noticed = false, updated_at = now()
+WHERE repstream.tables.state = 'ready'`, slot, t.Schema, t.Name, lsn.String(), ident)
+	if err != nil {
+		return fmt.Errorf("record %s, made on the source at %s, as streamed for slot %q: %w", t, lsn, slot, err)
+	}
+	return nil
+}
+
+// RenameTableRecord moves the ready record of a table renamed (or moved
+// to another schema) on the source, which a schema-change message said,
+// to its new name: a stale ready record under the new name goes. A table
+// not recorded ready stays unrecorded under its new name too, so the
+// writer copies it at its first change.
+func RenameTableRecord(ctx context.Context, conn *pgx.Conn, slot string, from, to schema.TableName) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM repstream.tables t WHERE slot = $1 AND schema_name = $4 AND table_name = $5 AND state = 'ready'
+AND EXISTS (SELECT FROM repstream.tables f WHERE f.slot = $1 AND f.schema_name = $2 AND f.table_name = $3 AND f.state = 'ready')`,
+		slot, from.Schema, from.Name, to.Schema, to.Name)
+	b.Queue(`UPDATE repstream.tables SET schema_name = $4, table_name = $5, updated_at = now()
+WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state = 'ready'`, slot, from.Schema, from.Name, to.Schema, to.Name)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record %s, renamed %s on the source, for slot %q: %w", from, to, slot, err)
 	}
 	return nil
 }

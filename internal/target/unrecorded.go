@@ -14,26 +14,32 @@ import (
 )
 
 // Tables the stream carries that repstream.tables does not record
-// (WriterOptions.CopyUnrecorded): without the source's event trigger
-// (--ddl=relation or false) nothing says that a table entered the
-// publication with rows the stream never carried — ALTER PUBLICATION ...
-// ADD TABLE, ADD TABLES IN SCHEMA, SET SCHEMA into a published schema,
-// RENAME, SET LOGGED, a table holding rows attached as a leaf partition.
-// Every table the slot's copy or `tables add` copied, and every table a
-// run without a copy streamed from its start, is recorded; a table met in
-// the stream that is not is recorded pending and copied anew from a new
-// snapshot (tablesync's Watch), as `tables add` does. A table created on
-// the source after the start is copied too (it was empty then, so that
+// (WriterOptions.CopyUnrecorded): nothing said that the table entered the
+// publication, so its rows before may not be on the target. Without the
+// source's event trigger (--ddl=relation or false) nothing says so for
+// ALTER PUBLICATION ... ADD TABLE, ADD TABLES IN SCHEMA, SET SCHEMA into a
+// published schema, RENAME, SET LOGGED, a table holding rows attached as
+// a leaf partition; with it, a session with the trigger off does the same
+// (PostgreSQL 17's event_triggers = off, which a superuser may set).
+// Every table the slot's copy or `tables add` copied, every table a run
+// without a copy streamed from its start, and every table a schema-change
+// message made (SetTableMade, moved along by its renames:
+// RenameTableRecord) is recorded; a table met in the stream that is not is
+// recorded pending and copied anew from a new snapshot (tablesync's
+// Watch), as `tables add` does. Without the event trigger, a table created
+// on the source after the start is copied too (it was empty then, so that
 // costs a copy, not correctness). So is a recorded table whose changes
-// come under another relation id than the source oid recorded with its
-// copy (TableSync.SourceIdent): the table copied was dropped, and another
+// come under another relation id than the source oid recorded with it
+// (TableSync.SourceIdent): the table recorded was dropped, and another
 // made or renamed in its place. Tables that enter or leave the
 // publication without a change in the stream are tablesync's publication
 // poll's (tablesync/publication.go).
 //
 // The change that meets the table is not written: a table not ready gets
 // none of its changes (apply.TableFilter), and an UPDATE of a row copied
-// later would not find it.
+// later would not find it. A table this transaction created ahead of its
+// CREATE TABLE AS message (ctas.go) is new: its rows are all in the
+// stream, and the message records it.
 
 // errTakenUp: the change's table was recorded pending in this transaction
 // (or found pending): the change is left out, the copy holds it.
@@ -94,7 +100,7 @@ VALUES ($1, $2, $3, 'ready', $4::pg_lsn, NULLIF($5, '')) ON CONFLICT (slot, sche
 // at all.
 func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error {
 	tn := schema.TableName{Schema: rel.Namespace, Name: rel.Name}
-	if id, ok := w.recorded[tn]; ok && id == rel.ID {
+	if id, ok := w.recorded[tn]; ok && id == rel.ID || w.ahead.open[tn] {
 		return nil
 	}
 	state, ident, err := tableStateIdent(ctx, w.conn, w.opts.Slot, tn)
@@ -135,13 +141,13 @@ func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error 
 	w.markTakenUp(tn)
 	delete(w.recorded, tn)
 	if replaced {
-		w.log.Warn("the stream carries another table than the one this replication copied under that name (without the source's event trigger a DROP TABLE "+
-			"and CREATE TABLE, or a RENAME, in its place): it is copied from a new snapshot, then streamed",
+		w.log.Warn("the stream carries another table than the one this replication recorded under that name (a DROP TABLE and CREATE TABLE, or a RENAME, in its place, "+
+			"without the source's event trigger or in a session with it off): it is copied from a new snapshot, then streamed",
 			"table", tn, "relation_id", rel.ID, "copied_relation_id", identOID(ident))
 		return errTakenUp
 	}
-	w.log.Warn("the stream carries a table this replication never copied (without the source's event trigger an ALTER PUBLICATION ... ADD TABLE, "+
-		"a SET SCHEMA or RENAME into the publication, a CREATE TABLE look alike): it is copied from a new snapshot, then streamed",
+	w.log.Warn("the stream carries a table this replication never copied nor saw made (an ALTER PUBLICATION ... ADD TABLE, a SET SCHEMA or RENAME into the publication "+
+		"without the source's event trigger, or in a session with it off; a CREATE TABLE look alike): it is copied from a new snapshot, then streamed",
 		"table", tn, "relation_id", rel.ID)
 	return errTakenUp
 }

@@ -89,8 +89,10 @@ type WriterOptions struct {
 
 	// CopyUnrecorded: a table the stream carries that repstream.tables does
 	// not record for the slot is recorded pending and copied anew
-	// (unrecorded.go): without the source's event trigger, nothing else
-	// says that a table entered the publication with rows.
+	// (unrecorded.go): nothing said that it entered the publication, with
+	// rows the stream never carried. The tables schema-change messages
+	// make are recorded (recordMade). The engine always sets it; a writer
+	// without it applies whatever the stream carries.
 	CopyUnrecorded bool
 
 	// DeferPosition: CommitLSN does not read the target's WAL position and

@@ -291,6 +291,15 @@ func TestKafkaSchemaRename(t *testing.T) {
 	e.exec(`COMMIT`)
 	after := []tableOrder{{"app3.a", "id"}}
 	waitSame(t, e.s, tgt, after, 60*time.Second, capt, ap)
+	// The renames moved the table's record along: it was copied once,
+	// at the start (100 or 101 rows), never anew (thousands).
+	var recorded string
+	if err := tgt.QueryRow(t.Context(), `SELECT coalesce(string_agg(schema_name || '.' || table_name || ' ' || state || ' ' || (rows <= 101), ', '), '') FROM repstream.tables`).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != "app3.a ready true" {
+		t.Errorf("the target records %q, want app3.a ready from its first copy (at most 101 rows): renamed, it was copied anew", recorded)
+	}
 	ap.stop()
 	e.exec(`UPDATE app3.a SET v = 'while the apply was stopped' WHERE id <= 10`)
 	e.exec(`INSERT INTO app3.a VALUES (8001, 'while the apply was stopped')`)
