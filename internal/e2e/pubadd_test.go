@@ -432,7 +432,8 @@ func TestStreamedTableReplacedWithoutTrigger(t *testing.T) {
 // its way is not taken for one), or before a run that ends once caught up
 // ends; a table dropped and made again under a recorded name is copied
 // anew (its changes come under another oid); a table renamed is one the
-// target lacks (the run stops, naming it), copied once made there.
+// target lacks (the run stops, naming it), copied once made there; a
+// table set UNLOGGED stops the run, naming it (the publication poll).
 // Before, the stream's
 // changes of such a table were applied to a target that never got its
 // rows from before, and the run said it had caught up.
@@ -492,4 +493,18 @@ func TestPublicationAddedTriggerOff(t *testing.T) {
 	for _, tn := range []string{"a", "busy", "late", "quiet2"} {
 		e.assertSame(tn, "id")
 	}
+
+	// SET UNLOGGED in such a session (of a table a schema publishes:
+	// PostgreSQL refuses it for one listed): its changes leave the WAL
+	// without the trigger's message. The poll stops the run.
+	e.both(`CREATE SCHEMA side; CREATE TABLE side.u (id int PRIMARY KEY)`)
+	e.srcExec(`INSERT INTO side.u SELECT generate_series(1, 10); ALTER PUBLICATION pub_off ADD TABLES IN SCHEMA side`)
+	e.catchUp(cfg)
+	e.assertSame("side.u", "id")
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`SET event_triggers = off; ALTER TABLE side.u SET UNLOGGED; RESET event_triggers`)
+	e.srcExec(`INSERT INTO a VALUES (1000, 'moves apply on')`)
+	stopsWith(t, done, "a table was set UNLOGGED", "side.u", "UNLOGGED", "set it LOGGED again")
 }

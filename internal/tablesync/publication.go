@@ -20,13 +20,17 @@ import (
 )
 
 // publicationPoll follows what pgoutput never reports: whether the
-// publication still publishes every kind of change (in every mode) and,
-// without the source's event trigger (--ddl=relation, false; tables),
-// which tables it publishes. The writer copies a table the stream carries that
-// the slot never recorded (target/unrecorded.go); this poll also finds
+// publication still publishes every kind of change, and which tables it
+// publishes. Without the source's event trigger (--ddl=relation, false;
+// tables) nothing else says; with it, a session that turned it off
+// (PostgreSQL 17's event_triggers = off) may have changed them unseen.
+// The writer copies a table the stream carries that the slot never
+// recorded (target/unrecorded.go); this poll also finds
 //   - a table published and not recorded that has no change in the stream
 //     yet (ALTER PUBLICATION ... ADD TABLE of a table nobody writes):
-//     recorded pending, copied;
+//     recorded pending, copied (with the trigger, once apply has passed
+//     where the poll first saw it, so that a table a CREATE TABLE's
+//     message on its way records is not taken for one: pendUnseen);
 //   - a recorded table the publication no longer publishes (ALTER
 //     PUBLICATION ... DROP TABLE, RENAME, SET SCHEMA out, DROP TABLE, SET
 //     UNLOGGED), first seen at source WAL position X. Once apply has
@@ -34,16 +38,18 @@ import (
 //     it is still out, its record is removed: it is no longer replicated,
 //     and if it comes back, it is unrecorded, so copied anew (its changes
 //     outside were never in the stream). A table set UNLOGGED stops the
-//     run, as with the event trigger. If it is back before that, it is
-//     recorded pending at once and copied anew;
-//   - a recorded table whose source identity (its oid, the publication's
-//     entries that publish it, the xmin of the publication's row:
-//     install.PublicationIdents) is not the one recorded with its copy,
-//     or at the first poll after it: dropped and made again, out of the
-//     publication and back, or the publication's options altered (and
-//     perhaps set back: changes may have been left out), between two
-//     polls or while no engine ran. It is copied anew (followIdent); the
-//     writer sees a table made again too, at its first change;
+//     run, as the trigger's message does. If it is back before that, it
+//     is recorded pending at once and copied anew;
+//   - without the trigger, a recorded table whose source identity (its
+//     oid, the publication's entries that publish it, the xmin of the
+//     publication's row: install.PublicationIdents) is not the one
+//     recorded with its copy, or at the first poll after it: dropped and
+//     made again, out of the publication and back, or the publication's
+//     options altered (and perhaps set back: changes may have been left
+//     out), between two polls or while no engine ran. It is copied anew
+//     (followIdent); the writer sees a table made again too, at its first
+//     change (with the trigger, a ready table recorded without an identity
+//     gets one, for the writer's look);
 //   - a publication changed to leave out inserts, updates, deletes or
 //     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
 //     as a start would refuse it (install.CheckPublishes), and every
@@ -56,46 +62,20 @@ import (
 // and back) within one poll: docs/schema-changes.md says so.
 type publicationPoll struct {
 	every  time.Duration // config.PublicationPoll
-	tables bool          // compare the tables too (no event trigger)
+	tables bool          // no event trigger: follow the tables' identities, copy the unrecorded at once
 	last   time.Time
 	out    map[schema.TableName]change.LSN // recorded, seen out of the publication at this source position
 	unseen map[schema.TableName]change.LSN // with the event trigger: published, not recorded, first seen at this source position
 }
 
-// pendUnseen is the poll's look, with the event trigger, at the tables the
-// publication publishes. A ready one recorded without its source identity
-// gets it. One that the slot does not record: a schema-change
-// message on its way may record it (a table made: SetTableMade), so a
-// table is first noted with the source's WAL position at. Once apply has
-// passed at and it is still published and not recorded, no message said
-// that it entered the publication (a session with the trigger off:
-// PostgreSQL 17's event_triggers = off; or made by one): it is recorded
-// pending, and copied.
-func (ts *Syncer) pendUnseen(ctx context.Context, src, tgt *pgx.Conn, pp *publicationPoll, filter *apply.TableFilter, at change.LSN) error {
-	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
-	if err != nil {
-		return err
-	}
-	published := slices.SortedFunc(maps.Keys(idents), schema.TableName.Compare)
-	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
-	if err != nil {
-		return err
-	}
-	for _, sy := range syncs {
-		// Ready without a source identity (a partition detached into a
-		// table of its own, or recorded by an earlier version): the
-		// writer copies it anew if its changes come under another oid.
-		t := schema.TableName{Schema: sy.Schema, Name: sy.Name}
-		if id, ok := idents[t]; ok && sy.State == target.TableReady && sy.SourceIdent == "" {
-			if err := target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, id); err != nil {
-				return err
-			}
-		}
-	}
-	prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
-	if err != nil {
-		return err
-	}
+// pendUnseen is the poll's look, with the event trigger, at the
+// published tables the slot does not record: a schema-change message on
+// its way may record it (a table made: SetTableMade), so a table is first
+// noted with the source's WAL position at. Once apply has passed it (low)
+// and it is still published and not recorded, no message said that it
+// entered the publication (a session with the trigger off: PostgreSQL
+// 17's event_triggers = off): it is recorded pending, and copied.
+func (ts *Syncer) pendUnseen(ctx context.Context, tgt *pgx.Conn, pp *publicationPoll, filter *apply.TableFilter, at, low change.LSN, syncs []target.TableSync, published []schema.TableName) error {
 	if pp.unseen == nil {
 		pp.unseen = map[schema.TableName]change.LSN{}
 	}
@@ -109,7 +89,7 @@ func (ts *Syncer) pendUnseen(ctx context.Context, src, tgt *pgx.Conn, pp *public
 		switch {
 		case !noted:
 			pp.unseen[t] = at
-		case prog.Low >= since:
+		case low >= since:
 			delete(pp.unseen, t)
 			if err := ts.recopy(ctx, tgt, filter, t); err != nil {
 				return err
@@ -157,9 +137,6 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 	if err := ts.CheckPublishing(ctx, src, tgt); err != nil {
 		return err
 	}
-	if !pp.tables {
-		return ts.pendUnseen(ctx, src, tgt, pp, filter, at)
-	}
 	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
 	if err != nil {
 		return err
@@ -188,29 +165,28 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 			if err := ts.recopy(ctx, tgt, filter, t); err != nil {
 				return err
 			}
-			log.Warn("a table left the publication and came back (without the event trigger): its changes outside were not in the stream, it is copied anew", "table", t.String())
-		case in:
+			log.Warn("a table left the publication and came back unseen (without the event trigger, or in a session with it off): its changes outside were not in the stream, it is copied anew", "table", t.String())
+		case in && pp.tables:
 			if err := ts.followIdent(ctx, tgt, filter, sy, idents[t]); err != nil {
 				return err
+			}
+		case in:
+			// With the event trigger: a ready table recorded without its
+			// source identity (a partition detached into a table of its
+			// own, or recorded by an earlier version) gets it, so that the
+			// writer copies it anew if its changes come under another oid.
+			if sy.SourceIdent == "" {
+				if err := target.SetSourceIdent(ctx, tgt, ts.cfg.Slot, t, idents[t]); err != nil {
+					return err
+				}
 			}
 		case !wasOut:
 			pp.out[t] = at
 		case prog.Low >= since:
 			delete(pp.out, t)
-			var unlogged bool
-			if err := src.QueryRow(ctx, "SELECT coalesce((SELECT relpersistence = 'u' FROM pg_catalog.pg_class WHERE oid = to_regclass($1)), false)",
-				t.Quoted()).Scan(&unlogged); err != nil {
-				return fmt.Errorf("look up %s on the source: %w", t, err)
-			}
-			if err := target.ForgetTable(ctx, tgt, ts.cfg.Slot, t); err != nil {
+			if err := ts.forgetOut(ctx, src, tgt, t, since, pp.tables, log); err != nil {
 				return err
 			}
-			if unlogged {
-				return fmt.Errorf("table %s was set UNLOGGED on the source (before WAL position %s): its changes are no longer written to the WAL, so they cannot be replicated "+
-					"and the target would fall behind without a word; set it LOGGED again on the source (repstream then copies it anew), or take it out of the publication", t, since)
-			}
-			log.Warn("a table is no longer in the publication: it is no longer replicated, and the target keeps it as it is; if it comes back, it is copied anew",
-				"table", t.String(), "publication", ts.cfg.Publication, "source_position", since)
 		}
 	}
 	for t := range pp.out {
@@ -218,7 +194,38 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 			delete(pp.out, t)
 		}
 	}
-	return ts.PendUnrecorded(ctx, tgt, filter, syncs, published)
+	if pp.tables {
+		return ts.PendUnrecorded(ctx, tgt, filter, syncs, published)
+	}
+	return ts.pendUnseen(ctx, tgt, pp, filter, at, prog.Low, syncs, published)
+}
+
+// forgetOut removes the record of a table the publication no longer
+// publishes since the source's WAL position since, which apply has
+// passed: it is no longer replicated. One set UNLOGGED on the source
+// stops the run (with the event trigger, its message would have, unless
+// a session with the trigger off set it). untracked: the run follows no
+// event trigger.
+func (ts *Syncer) forgetOut(ctx context.Context, src, tgt *pgx.Conn, t schema.TableName, since change.LSN, untracked bool, log *slog.Logger) error {
+	var exists, unlogged bool
+	if err := src.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, coalesce((SELECT relpersistence = 'u' FROM pg_catalog.pg_class WHERE oid = to_regclass($1)), false)",
+		t.Quoted()).Scan(&exists, &unlogged); err != nil {
+		return fmt.Errorf("look up %s on the source: %w", t, err)
+	}
+	if err := target.ForgetTable(ctx, tgt, ts.cfg.Slot, t); err != nil {
+		return err
+	}
+	switch {
+	case unlogged:
+		return fmt.Errorf("table %s was set UNLOGGED on the source (before WAL position %s): its changes are no longer written to the WAL, so they cannot be replicated "+
+			"and the target would fall behind without a word; set it LOGGED again on the source (repstream then copies it anew), or take it out of the publication", t, since)
+	case !exists && !untracked:
+		log.Info("a table dropped on the source is no longer recorded", "table", t.String(), "source_position", since)
+	default:
+		log.Warn("a table is no longer in the publication: it is no longer replicated, and the target keeps it as it is; if it comes back, it is copied anew",
+			"table", t.String(), "publication", ts.cfg.Publication, "source_position", since)
+	}
+	return nil
 }
 
 // CheckPublishing stops a running engine (its error) whose publication no
