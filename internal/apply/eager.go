@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -48,11 +49,20 @@ type Eager struct {
 	st   *stats.Component
 	in   chan eagerItem
 
+	// stopped is closed when Run returns: nothing reads in any more, and
+	// the transaction Run had open is rolled back, so a send gives up
+	// (errEagerStopped) instead of waiting for a reader that is gone.
+	stopped chan struct{}
+
 	mu    sync.Mutex
 	owner uint32 // xid being applied eagerly; 0 when free
 	held  bool   // Hold: take no transaction (a table is being copied)
 	owned map[uint32]bool
 }
+
+// errEagerStopped: Run has returned (the run is ending, or eager apply
+// failed and says why there).
+var errEagerStopped = errors.New("eager apply has stopped")
 
 // EagerOptions configure Eager.
 type EagerOptions struct {
@@ -107,7 +117,7 @@ func NewEager(opts EagerOptions) *Eager {
 		opts.Stats = stats.NewRegistry()
 	}
 	return &Eager{opts: opts, log: opts.Logger.With("component", "eager"), st: opts.Stats.Component("eager"),
-		in: make(chan eagerItem, opts.Buffer), owned: map[uint32]bool{}}
+		in: make(chan eagerItem, opts.Buffer), stopped: make(chan struct{}), owned: map[uint32]bool{}}
 }
 
 // TryTake offers a streamed transaction at its first change. It returns true
@@ -163,11 +173,13 @@ func (e *Eager) Add(ctx context.Context, xid uint32, c *change.Change) error {
 }
 
 // Abort undoes a subtransaction (subxid != xid) or the whole transaction.
+// Once Run has returned there is nothing left to undo: the transaction it
+// had open was rolled back on its way out.
 func (e *Eager) Abort(ctx context.Context, xid, subxid uint32) error {
 	if subxid != 0 && subxid != xid {
 		return e.send(ctx, eagerItem{kind: eagerAbortSub, xid: xid, subxid: subxid})
 	}
-	if err := e.send(ctx, eagerItem{kind: eagerAbort, xid: xid}); err != nil {
+	if err := e.send(ctx, eagerItem{kind: eagerAbort, xid: xid}); err != nil && !errors.Is(err, errEagerStopped) {
 		return err
 	}
 	e.release(xid)
@@ -186,6 +198,8 @@ func (e *Eager) Commit(ctx context.Context, info change.TxnInfo) (change.LSN, er
 	case r := <-reply:
 		e.release(info.Xid)
 		return r.lsn, r.err
+	case <-e.stopped:
+		return 0, errEagerStopped
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
@@ -215,13 +229,17 @@ func (e *Eager) send(ctx context.Context, it eagerItem) error {
 	select {
 	case e.in <- it:
 		return nil
+	case <-e.stopped:
+		return errEagerStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
 // Run owns the eager connection and applies items in order until ctx ends.
+// It is called once.
 func (e *Eager) Run(ctx context.Context) error {
+	defer close(e.stopped)
 	w, closer, err := e.opts.NewWriter(ctx, e.st)
 	if err != nil {
 		return err

@@ -2,11 +2,13 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/stats"
 )
 
 // TestEagerWaitFollowsProgress: before taking a streamed transaction, Eager
@@ -45,6 +47,39 @@ func TestEagerWaitFollowsProgress(t *testing.T) {
 		took, low := run(t, 5)
 		if low != 500 || took != 500*time.Millisecond+takeStall {
 			t.Errorf("stalled: returned after %s at %s, want %s at 0/1F4", took, low, 500*time.Millisecond+takeStall)
+		}
+	})
+}
+
+// TestEagerAbortAfterRunStopped: once Run has returned (the run ends),
+// nothing reads Eager's queue: an Abort of the transaction it had open,
+// with the queue full, returns at once instead of waiting out its
+// context (a SIGTERM of apply --kafka waited 30 s there), and a Commit
+// says eager apply stopped. Virtual time (synctest).
+func TestEagerAbortAfterRunStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := NewEager(EagerOptions{Buffer: 1, NewWriter: func(context.Context, *stats.Component) (EagerWriter, func(), error) {
+			return nil, func() {}, nil
+		}})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := e.Run(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v, want canceled", err)
+		}
+		if err := e.Add(context.Background(), 7, &change.Change{}); err != nil {
+			t.Fatalf("Add into the queue's room: %v", err)
+		}
+		start := time.Now()
+		actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer acancel()
+		if err := e.Abort(actx, 7, 0); err != nil {
+			t.Errorf("Abort after Run stopped: %v, want nil", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Abort after Run stopped took %s, want at once", d)
+		}
+		if _, err := e.Commit(actx, change.TxnInfo{Xid: 8}); !errors.Is(err, errEagerStopped) {
+			t.Errorf("Commit after Run stopped: %v, want %v", err, errEagerStopped)
 		}
 	})
 }

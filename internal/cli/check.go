@@ -26,7 +26,8 @@ logical_decoding_work_mem, the source role's REPLICATION attribute, each
 table's SELECT privilege and replica identity, the publication and its tables,
 the slot (active, wal_status, retained WAL); on the target each table (exists
 or would be created with --create-tables, columns compatible, and, unless
---ddl=false, owned by the role, as schema changes need), whether the role
+--ddl=false, owned by the role, as schema changes need; with a superuser
+role, owned by a superuser unless --trust-table-owners), whether the role
 may SET session_replication_role, max_connections against --apply-parallelism,
 and repstream's state schema. With --kafka (the halves joined by Kafka): the
 brokers, the slot's topic (one partition, its replication factor and
@@ -51,7 +52,7 @@ Exits 1 when any item is FAIL.`,
 			rep, err := healthcheck.Run(cmd.Context(), healthcheck.Options{
 				Source: s.cfg.Source, Target: s.cfg.Target, Tables: s.cfg.Tables,
 				Publication: s.cfg.Publication, Slot: s.cfg.Slot, CreateTables: s.cfg.CreateTables,
-				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, Kafka: kc, Logger: s.logger(stderr),
+				ApplyParallelism: s.cfg.ApplyParallelism, DDL: s.cfg.DDL, TrustTableOwners: s.cfg.TrustTableOwners, Kafka: kc, Logger: s.logger(stderr),
 			})
 			if err != nil {
 				return err
@@ -77,6 +78,7 @@ Exits 1 when any item is FAIL.`,
 	fs.BoolVar(&s.cfg.CreateTables, "create-tables", false, "a table missing on the target will be created by the run (not a failure)")
 	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
 	fs.StringVar(&s.cfg.DDL, "ddl", s.cfg.DDL, "the run's --ddl: with true or relation, schema changes are applied to the target tables, which needs their ownership")
+	fs.BoolVar(&s.cfg.TrustTableOwners, "trust-table-owners", false, "the run's --trust-table-owners: a superuser target role may write tables owned by roles that are not superusers")
 	fs.StringVar(&s.cfg.Kafka, "kafka", "", "for the halves joined by Kafka (capture, apply): the brokers; checks them, the slot's topic (one partition, its replication) and the target's offset in it")
 	bindKafkaSecurity(fs, &s.cfg)
 	fs.StringVar(&format, "format", "text", "text or json")

@@ -48,6 +48,12 @@ type Config struct {
 	// updates, deletes or truncates (those changes never reach the
 	// target). Without it such a publication is refused.
 	PartialPublication bool `yaml:"partial_publication"`
+	// TrustTableOwners: a superuser target role writes tables owned by
+	// roles that are not superusers, whose code (index expressions,
+	// defaults, checks, ENABLE ALWAYS triggers) then runs as a superuser.
+	// Without it such a table is refused before a row of it is written
+	// (target/owners.go).
+	TrustTableOwners bool `yaml:"trust_table_owners"`
 	// AllowUntrackedPartitions: run without the schema-change event trigger
 	// although a partitioned table is replicated through its root (a
 	// TRUNCATE of one partition, ATTACH and DETACH PARTITION then never

@@ -391,3 +391,74 @@ CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = publ
 		t.Fatalf("%s became a superuser through an operator the apply session ran", role)
 	}
 }
+
+// TestTableOwnerTrap: a role that is not a superuser owns a target table
+// and gives it a column the source lacks, whose default calls its
+// function: whoever inserts runs it, and as a superuser it would make
+// the role one (PostgreSQL 16's subscriptions apply as the table's owner
+// for this). repstream, applying as a superuser, refuses such a table
+// before it writes a row of it — at the start, and when the table enters
+// the publication while it runs — naming the table, its owner and the
+// ways out; once a superuser owns it, the run goes on.
+func TestTableOwnerTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE o (id int PRIMARY KEY, v text); INSERT INTO o SELECT g, 'v' FROM generate_series(1, 10) g;
+		CREATE TABLE p (id int PRIMARY KEY, v text); INSERT INTO p SELECT g, 'p' FROM generate_series(1, 5) g`)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(context.Background(), `
+CREATE FUNCTION public.grab() RETURNS int LANGUAGE plpgsql AS $f$
+BEGIN
+	IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE `+role+` SUPERUSER'; END IF;
+	RETURN 0;
+END$f$;
+CREATE TABLE public.o (id int PRIMARY KEY, v text, trap int DEFAULT public.grab());
+CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab())`); err != nil {
+		t.Fatal(err)
+	}
+	var me string
+	if err := e.Tgt.QueryRow(t.Context(), "SELECT current_user::text").Scan(&me); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	cfg.Publication = "pub_owner"
+	e.srcExec(`CREATE PUBLICATION pub_owner FOR TABLE o`)
+	e.mustFail(cfg, "public.o is owned by "+role, "ALTER TABLE public.o OWNER TO "+me, "the default of column trap of public.o calls grab(), owned by "+role,
+		"is a superuser", "--trust-table-owners")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a column default the initial copy ran", role)
+	}
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"'"); n != 0 {
+		t.Errorf("the refused start left its slot behind")
+	}
+	// A superuser's table whose default still calls the role's function
+	// (its body the role may replace at any time) is refused too.
+	e.tgtExec(`ALTER TABLE public.o OWNER TO ` + me)
+	err := e.mustFail(cfg, "the default of column trap of public.o calls grab(), owned by "+role)
+	if strings.Contains(err.Error(), "public.o is owned by") {
+		t.Errorf("the table owned by %s is still said to be another's: %v", me, err)
+	}
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a column default the initial copy ran", role)
+	}
+
+	e.tgtExec(`ALTER TABLE public.o ALTER COLUMN trap DROP DEFAULT`)
+	e.catchUp(cfg)
+	if n := e.count(e.Tgt, "SELECT count(*) FROM o"); n != 10 {
+		t.Fatalf("target o has %d rows, want 10", n)
+	}
+
+	// p, the owner's still, enters the publication while the engine runs.
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER PUBLICATION pub_owner ADD TABLE p`)
+	e.srcExec(`INSERT INTO p VALUES (6, 'p'); INSERT INTO o VALUES (11, 'v')`)
+	stopsWith(t, done, "a table owned by another role entered the publication", "public.p is owned by "+role, "--trust-table-owners")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a column default apply ran", role)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p"); n != 0 {
+		t.Errorf("target p has %d rows, want none written", n)
+	}
+}

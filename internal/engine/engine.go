@@ -369,7 +369,10 @@ func (e *Engine) findSlot(ctx context.Context, src, tgt *pgx.Conn, tables []sche
 	if err != nil {
 		return slot, err
 	}
-	return slot, install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && e.cfg.Snapshot)
+	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, !slot.Exists && e.cfg.Snapshot); err != nil {
+		return slot, err
+	}
+	return slot, target.CheckOwners(ctx, tgt, tables, e.cfg.TrustTableOwners)
 }
 
 // carryOut does what the plan says, in order, and returns the record the
@@ -629,7 +632,8 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		// Nothing said that a table the slot does not record entered the
 		// publication (no event trigger, or a session with it off): it
 		// is copied.
-		CopyUnrecorded: true,
+		CopyUnrecorded:   true,
+		TrustTableOwners: e.cfg.TrustTableOwners,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +

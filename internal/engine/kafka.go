@@ -529,6 +529,9 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if err := install.CheckTablePrivileges(ctx, src, tgt, tables, prog.Snapshot != target.SnapshotDone); err != nil {
 		return err
 	}
+	if err := target.CheckOwners(ctx, tgt, tables, cfg.TrustTableOwners); err != nil {
+		return err
+	}
 	if prog.Snapshot != target.SnapshotDone {
 		startAt := func(ctx context.Context, restart change.LSN) int64 {
 			o, err := kafkalog.CopyStart(ctx, adm, brokers, topic, restart, topicStart)

@@ -35,6 +35,9 @@ type Options struct {
 	// schema changes are applied to the target tables, which needs their
 	// owner's privileges.
 	DDL string
+	// TrustTableOwners: the run's --trust-table-owners (a superuser target
+	// role may write tables owned by roles that are not superusers).
+	TrustTableOwners bool
 	// Kafka, for the halves joined by Kafka, is the brokers: the brokers,
 	// the slot's topic and the target's offset in it are checked too
 	// (side "kafka", kafka.go).
@@ -483,6 +486,10 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 		if err := c.tgt.QueryRow(ctx, `SELECT has_any_column_privilege($1::oid, 'SELECT') AND has_table_privilege($1::oid, 'INSERT')
 			AND has_table_privilege($1::oid, 'UPDATE') AND has_table_privilege($1::oid, 'DELETE') AND has_table_privilege($1::oid, 'TRUNCATE')`, tt.OID).Scan(&may); err != nil || !may {
 			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", n.Quoted(), c.tgtRole), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
+			continue
+		}
+		if err := target.CheckOwners(ctx, c.tgt, []schema.TableName{n}, c.opts.TrustTableOwners); err != nil {
+			c.r.add(Fail, side, check, "apply as a target role that is not a superuser, have a superuser own the table, or run with --trust-table-owners", "%v", err)
 			continue
 		}
 		if c.opts.DDL != "false" {

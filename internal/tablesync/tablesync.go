@@ -72,6 +72,9 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 		return 0, err
 	}
 	defer tgt.Close(context.Background())
+	if err := target.CheckOwners(ctx, tgt, tables, cfg.TrustTableOwners); err != nil {
+		return 0, err
+	}
 	for _, t := range tables {
 		if err := target.SetTableState(ctx, tgt, cfg.Slot, t.Schema, t.Name, target.TableCopying); err != nil {
 			return 0, err

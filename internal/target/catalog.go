@@ -31,6 +31,11 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	if err != nil && !(w.opts.RelationDDL && errors.Is(err, schema.ErrTableNotFound)) {
 		return nil, fmt.Errorf("%w on target", err)
 	}
+	if err == nil {
+		if err := w.checkOwner(ctx, tab.TableName()); err != nil {
+			return nil, err
+		}
+	}
 	if w.opts.RelationDDL {
 		if tab, err = w.followRelation(ctx, rel, tab, err); err != nil {
 			return nil, err

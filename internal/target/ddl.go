@@ -101,6 +101,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	case err != nil:
 		return fail(err)
 	}
+	if err := w.checkOwner(ctx, cur.TableName()); err != nil {
+		return fail(err)
+	}
 	if err := w.alter(ctx, cur, msg, c.LSN); err != nil {
 		return fail(err)
 	}

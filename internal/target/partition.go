@@ -98,6 +98,14 @@ func (w *Writer) partition(ctx context.Context, c *change.Change, msg *ddlmsg.Me
 	if err != nil {
 		return fail(err)
 	}
+	if err := w.checkOwner(ctx, root); err != nil {
+		return fail(err)
+	}
+	if tp.exists {
+		if err := w.checkOwner(ctx, part); err != nil {
+			return fail(err)
+		}
+	}
 	p := &partChange{w: w, lsn: c.LSN, msg: msg, pc: pc, root: root, part: part, tp: tp,
 		inPart: "(" + pc.Constraint + ") IS NOT FALSE", fail: fail}
 	switch msg.Tag {

@@ -95,6 +95,11 @@ type WriterOptions struct {
 	// without it applies whatever the stream carries.
 	CopyUnrecorded bool
 
+	// TrustTableOwners: a superuser target role writes tables that roles
+	// that are not superusers own (--trust-table-owners); otherwise such a
+	// table stops the writer before its first row (owners.go).
+	TrustTableOwners bool
+
 	// DeferPosition: CommitLSN does not read the target's WAL position and
 	// returns UnreadPosition (position.go); the caller reads it later.
 	DeferPosition bool
@@ -146,7 +151,10 @@ type Writer struct {
 	recorded   map[schema.TableName]uint32
 	takenUp    map[schema.TableName]bool
 	resyncUndo []func()
-	copies     copyBufs
+	// ownerChecked: tables whose owner may have its code run by this
+	// writer's role (owners.go).
+	ownerChecked map[schema.TableName]bool
+	copies       copyBufs
 	// copyChunk: the most bytes of rows one COPY sends (copyOut, adaptChunk).
 	copyChunk int
 	pipe      pipeline

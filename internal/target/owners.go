@@ -1,0 +1,146 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/schema"
+)
+
+// Table owners. Writing a table runs code that others may have chosen:
+// an index expression or predicate, a column default or generated
+// column, a CHECK or a domain's check, a partition key expression, a
+// trigger or rule set ENABLE ALWAYS or ENABLE REPLICA (the others do not
+// fire in apply's replica sessions), each a function or an operator's. A
+// superuser session that writes a table another role owns runs that
+// role's code with a superuser's rights, and so does one that writes a
+// table whose expressions call a function another role owns (its owner
+// may replace its body at any time): that role could make itself a
+// superuser (ALTER ROLE ... SUPERUSER in a column default's function).
+// PostgreSQL 16's subscriptions apply as the table's owner for the first;
+// a client session cannot shed a superuser's rights for good (the owner's
+// code could RESET ROLE). So a superuser target role writes only tables a
+// superuser owns whose code (the functions their objects above name
+// directly, and operators' functions) superusers own, and refuses the
+// others before it writes a row of them — at the start, before a copy,
+// at a table's first change or schema change in a writer (once per table
+// in its life: what a superuser adds to a table later is trusted) —
+// unless told that those roles are trusted (--trust-table-owners). A
+// target role that is not a superuser (docs/security.md, least
+// privilege) gives away nothing but its own grants. Not followed: what a
+// trusted function calls in turn.
+
+// ErrUntrustedOwner: a superuser target role would write a table whose
+// code a role that is not a superuser controls (CheckOwners).
+var ErrUntrustedOwner = errors.New("a role that is not a superuser could run its code as the superuser repstream writes the target as")
+
+// untrustedSQL lists, for a superuser session, the tables of $1 (quoted
+// names; existing ones) owned by a role that is not a superuser, or whose
+// objects that run when it is written name a function (or an operator
+// whose function) such a role owns: the table's index, what runs, the
+// function and its owner.
+const untrustedSQL = `
+WITH t AS (
+	SELECT u.i, c.oid, c.relowner FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+	JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
+	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+), objs AS (
+	SELECT t.i, 'pg_catalog.pg_attrdef'::regclass AS classid, d.oid AS objid, 'the default of column ' || quote_ident(a.attname) AS what
+	FROM t JOIN pg_catalog.pg_attrdef d ON d.adrelid = t.oid JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+	UNION ALL SELECT t.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname)
+	FROM t JOIN pg_catalog.pg_constraint k ON k.conrelid = t.oid
+	UNION ALL SELECT t.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text
+	FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped JOIN pg_catalog.pg_constraint k ON k.contypid = a.atttypid
+	UNION ALL SELECT t.i, 'pg_catalog.pg_class'::regclass, x.indexrelid, 'index ' || x.indexrelid::regclass::text
+	FROM t JOIN pg_catalog.pg_index x ON x.indrelid = t.oid
+	UNION ALL SELECT t.i, 'pg_catalog.pg_trigger'::regclass, g.oid, 'trigger ' || quote_ident(g.tgname)
+	FROM t JOIN pg_catalog.pg_trigger g ON g.tgrelid = t.oid AND g.tgenabled IN ('A', 'R')
+	UNION ALL SELECT t.i, 'pg_catalog.pg_rewrite'::regclass, w.oid, 'rule ' || quote_ident(w.rulename)
+	FROM t JOIN pg_catalog.pg_rewrite w ON w.ev_class = t.oid AND w.ev_enabled IN ('A', 'R')
+	UNION ALL SELECT t.i, 'pg_catalog.pg_class'::regclass, t.oid, 'the partition key' FROM t
+)
+SELECT t.i, 'the table', '', quote_ident(r.rolname) FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
+UNION ALL
+SELECT DISTINCT o.i, o.what, f.fn, quote_ident(r.rolname)
+FROM objs o
+JOIN pg_catalog.pg_depend dep ON dep.classid = o.classid AND dep.objid = o.objid
+JOIN LATERAL (
+	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
+	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
+	UNION ALL
+	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
+	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
+) f ON true
+JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+WHERE NOT r.rolsuper
+ORDER BY 1, 2, 3`
+
+// CheckOwners returns ErrUntrustedOwner, naming every table of tables (on
+// the target, existing ones) and what in it another role controls, when
+// the session's role is a superuser and a role that is not owns the table
+// or code it runs (untrustedSQL); nil when trust is set (those roles are
+// trusted) or the session's role is not a superuser.
+func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, trust bool) error {
+	if trust || len(tables) == 0 {
+		return nil
+	}
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = t.Quoted()
+	}
+	var me string
+	if err := conn.QueryRow(ctx, "SELECT quote_ident(current_user::text)").Scan(&me); err != nil {
+		return fmt.Errorf("look up the target role: %w", err)
+	}
+	rows, err := conn.Query(ctx, untrustedSQL, quoted)
+	if err != nil {
+		return fmt.Errorf("look up who owns the target tables and the code they run: %w", err)
+	}
+	var found []string
+	for rows.Next() {
+		var i int64
+		var what, fn, owner string
+		if err := rows.Scan(&i, &what, &fn, &owner); err != nil {
+			rows.Close()
+			return fmt.Errorf("look up who owns the target tables and the code they run: %w", err)
+		}
+		t := tables[i-1]
+		if fn == "" {
+			found = append(found, fmt.Sprintf("%s is owned by %s (ALTER TABLE %s OWNER TO %s, once you have checked what it runs)", t, owner,
+				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), me))
+			continue
+		}
+		found = append(found, fmt.Sprintf("%s of %s calls %s, owned by %s", what, t, fn, owner))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look up who owns the target tables and the code they run: %w", err)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the target role %s is a superuser, and roles that are not control code it would run writing these tables: %s; "+
+		"that code could make its owner a superuser. Apply as a target role that is not a superuser (docs/security.md: least privilege), "+
+		"or have a superuser own those tables and that code (or drop it), or pass --trust-table-owners if those roles may have a superuser's rights",
+		ErrUntrustedOwner, me, strings.Join(found, "; "))
+}
+
+// checkOwner is CheckOwners of one table, once per table in the writer's
+// life (its owner changes only by its owner or a superuser).
+func (w *Writer) checkOwner(ctx context.Context, tn schema.TableName) error {
+	if w.opts.TrustTableOwners || w.ownerChecked[tn] {
+		return nil
+	}
+	if err := CheckOwners(ctx, w.conn, []schema.TableName{tn}, false); err != nil {
+		return err
+	}
+	if w.ownerChecked == nil {
+		w.ownerChecked = map[schema.TableName]bool{}
+	}
+	w.ownerChecked[tn] = true
+	return nil
+}
