@@ -23,7 +23,8 @@ func checkCmd(stdout, stderr io.Writer) *cobra.Command {
 sessions are read-only): the source's wal_level, free replication slots and
 walsenders, max_slot_wal_keep_size, wal_sender_timeout,
 logical_decoding_work_mem, the source role's REPLICATION attribute, each
-table's SELECT privilege and replica identity, the publication and its tables,
+table's SELECT privilege (every row: no row-level security policy that
+applies to the role) and replica identity, the publication and its tables,
 the slot (active, wal_status, retained WAL); on the target each table (exists
 or would be created with --create-tables, columns compatible, and, unless
 --ddl=false, owned by the role, as schema changes need; with a superuser

@@ -350,6 +350,12 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT ON %s TO %s", n.Quoted(), c.srcRole), "the source role cannot SELECT it (the initial copy reads it)")
 			continue
 		}
+		var rls bool
+		if err := c.src.QueryRow(ctx, "SELECT row_security_active($1::oid)", t.OID).Scan(&rls); err == nil && rls {
+			c.r.add(Fail, side, check, fmt.Sprintf("ALTER ROLE %s BYPASSRLS (or disable row-level security on the table)", c.srcRole),
+				"row-level security policies apply to the source role: the initial copy would copy only the rows they show it (the copy refuses it)")
+			continue
+		}
 		switch {
 		case t.ReplicaIdentity == 'f':
 			c.r.add(OK, side, check, "", "REPLICA IDENTITY FULL (rows matched on all columns: slower on the target than a key)")

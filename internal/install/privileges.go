@@ -21,7 +21,9 @@ import (
 //
 //   - source: the REPLICATION attribute (replication connection, slot);
 //     SELECT on every published table (some column of it) when the initial
-//     copy will read it;
+//     copy will read it, and every row of it: no row-level security policy
+//     that applies to the role (BYPASSRLS, or the owner of a table without
+//     FORCE ROW LEVEL SECURITY);
 //     CREATE PUBLICATION is explained where it runs (it needs ownership of
 //     the tables: an owner can make the publication beforehand);
 //   - target: SET on session_replication_role (target.Connect), CREATE on
@@ -68,6 +70,15 @@ func CheckTablePrivileges(ctx context.Context, src, tgt *pgx.Conn, tables []sche
 		}
 		for _, t := range missing {
 			errs = append(errs, pgerr.SelectPrivilege(t, role).Missing())
+		}
+		// Row-level security that applies to the role would leave rows
+		// out of the copy (its sessions refuse such a table).
+		hidden, role, err := lacking(ctx, src, tables, `NOT row_security_active(t)`)
+		if err != nil {
+			return fmt.Errorf("check the source role's privileges: %w", err)
+		}
+		for _, t := range hidden {
+			errs = append(errs, pgerr.RowSecurityPrivilege(t, role).Missing())
 		}
 	}
 	// SELECT on any column is enough to read keys (column privileges).

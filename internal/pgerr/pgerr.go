@@ -101,6 +101,14 @@ func SlotInUse(err error) bool { return Is(err, ObjectInUse) }
 // PermissionDenied reports an insufficient-privilege error.
 func PermissionDenied(err error) bool { return Is(err, InsufficientPrivilege) }
 
+// RowSecurity reports a query refused because row-level security would
+// have filtered it (a session with row_security = off: "query would be
+// affected by row-level security policy").
+func RowSecurity(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == string(InsufficientPrivilege) && strings.Contains(pe.Message, "row-level security")
+}
+
 // TxnConflict reports a deadlock or serialization failure: the transaction
 // was chosen as a victim and succeeds when run again.
 func TxnConflict(err error) bool { return Is(err, DeadlockDetected, SerializationFailure) }

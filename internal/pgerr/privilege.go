@@ -33,6 +33,18 @@ func SelectPrivilege(table, role string) Privilege {
 	}
 }
 
+// RowSecurityPrivilege is reading every row of a source table whose
+// row-level security policies apply to the role: the initial copy would
+// otherwise copy only the rows they show (its sessions run with
+// row_security = off, so PostgreSQL refuses instead: RowSecurity).
+// table is quoted already.
+func RowSecurityPrivilege(table, role string) Privilege {
+	return Privilege{
+		Need: fmt.Sprintf("row-level security policies of %s apply to the source role %s: the initial copy would copy only the rows they show it", table, role),
+		Fix:  fmt.Sprintf("ALTER ROLE %s BYPASSRLS (or disable row-level security on the table)", QuoteName(role)),
+	}
+}
+
 // ReplicationPrivilege is the REPLICATION attribute a role needs to open a
 // replication connection (and create or stream from a slot).
 func ReplicationPrivilege(role string) Privilege {

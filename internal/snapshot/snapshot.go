@@ -228,6 +228,9 @@ func openSnapshot(ctx context.Context, dsn, snapshotName string) (*pgx.Conn, err
 		return nil, &SourceError{fmt.Errorf("snapshot: source DSN: %w", err)}
 	}
 	srcCfg.RuntimeParams["application_name"] = "repstream-snapshot"
+	// A table whose row-level security policies apply to the role fails
+	// the copy instead of giving it only the rows they show.
+	srcCfg.RuntimeParams["row_security"] = "off"
 	src, err := pgx.ConnectConfig(ctx, srcCfg)
 	if err != nil {
 		return nil, &SourceError{fmt.Errorf("snapshot: connect to source %s: %w", pgdsn.Describe(&srcCfg.Config), err)}
@@ -496,7 +499,11 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece, log *slog.Logg
 	// COPY failed for that (cancelled by the pipe's error: 57014), and the
 	// source's error says what to do (a lost connection is retried).
 	if out.err != nil && pgerr.PermissionDenied(out.err) {
-		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, pgerr.SelectPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), src.Config().User).Explain(out.err))
+		priv := pgerr.SelectPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), src.Config().User)
+		if pgerr.RowSecurity(out.err) {
+			priv = pgerr.RowSecurityPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), src.Config().User)
+		}
+		return 0, 0, fmt.Errorf("snapshot of %s: read from source: %w", t, priv.Explain(out.err))
 	}
 	if out.err != nil && pgerr.ConnectionLost(out.err) && (err == nil || pgerr.Is(err, pgerr.QueryCanceled)) {
 		return 0, 0, &SourceError{fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)}
