@@ -19,7 +19,7 @@ func TestCheckSaysWhatDDLNeeds(t *testing.T) {
 	cfg := e.lpConfig(r)
 	e.srcExec(fmt.Sprintf(`GRANT SELECT ON cd TO %s`, r.src))
 	e.srcExec(fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE cd`, cfg.Slot))
-	e.tgtExec(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
+	e.tgtParamACL(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
 	e.tgtExec(fmt.Sprintf(`GRANT CREATE ON DATABASE %s TO %s`, e.tgtDB, r.tgt))
 	e.tgtExec(fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON cd TO %s`, r.tgt))
 	for _, ddl := range []string{"", "false"} {

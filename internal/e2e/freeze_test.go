@@ -240,7 +240,7 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 	e.fillFreezable("hasrows")
 	e.tgtExec(`INSERT INTO hasrows VALUES (-1, 'kept')`)
 	r := newLPRoles(e)
-	e.tgtExec(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
+	e.tgtParamACL(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
 	e.tgtExec(`GRANT SELECT, INSERT ON notrunc TO ` + r.tgt)
 	e.tgtExec(`GRANT SELECT, INSERT, TRUNCATE ON hasrows TO ` + r.tgt)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,21 @@ import (
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
+
+// paramACL serialises the GRANTs and REVOKEs of SET ON PARAMETER
+// session_replication_role (and the DROP OWNED BY that takes them back):
+// they all update the parameter's one row of pg_parameter_acl, which the
+// tests share, and two at once fail with "tuple concurrently updated".
+var paramACL sync.Mutex
+
+// tgtParamACL runs sql, a GRANT or REVOKE on the target's parameter,
+// alone among the tests (paramACL).
+func (e *env) tgtParamACL(sql string) {
+	e.t.Helper()
+	paramACL.Lock()
+	defer paramACL.Unlock()
+	e.tgtExec(sql)
+}
 
 // lpRoles are two non-superuser roles for an env: src (LOGIN REPLICATION)
 // and tgt (LOGIN). Roles are cluster-wide: they are dropped, with what they
@@ -33,6 +49,8 @@ func newLPRoles(e *env) lpRoles {
 				e.t.Logf("cleanup: source: %s: %v", q, err)
 			}
 		}
+		paramACL.Lock()
+		defer paramACL.Unlock()
 		for _, q := range []string{"DROP OWNED BY " + r.tgt, "DROP ROLE " + r.tgt} {
 			if _, err := e.Tgt.Exec(ctx, q); err != nil {
 				e.t.Logf("cleanup: target: %s: %v", q, err)
@@ -53,7 +71,7 @@ func (e *env) grantLeastPrivilege(r lpRoles, pub string, tables ...string) {
 		e.tgtExec(fmt.Sprintf(`ALTER TABLE %s OWNER TO %s`, tb, r.tgt))
 	}
 	e.srcExec(fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, pub, strings.Join(tables, ", ")))
-	e.tgtExec(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
+	e.tgtParamACL(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt)
 	e.tgtExec(fmt.Sprintf(`GRANT CREATE ON DATABASE %s TO %s`, e.tgtDB, r.tgt))
 }
 
@@ -126,8 +144,8 @@ func TestLeastPrivilegeErrors(t *testing.T) {
 	}{
 		{
 			name:   "target role lacks SET on session_replication_role",
-			before: func() { e.tgtExec(`REVOKE SET ON PARAMETER session_replication_role FROM ` + r.tgt) },
-			after:  func() { e.tgtExec(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt) },
+			before: func() { e.tgtParamACL(`REVOKE SET ON PARAMETER session_replication_role FROM ` + r.tgt) },
+			after:  func() { e.tgtParamACL(`GRANT SET ON PARAMETER session_replication_role TO ` + r.tgt) },
 			want:   "run: GRANT SET ON PARAMETER session_replication_role TO " + r.tgt,
 		},
 		{

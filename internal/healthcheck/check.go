@@ -494,6 +494,12 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 			c.r.add(Fail, side, check, fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s TO %s", n.Quoted(), c.tgtRole), "the target role may not read and write it (SELECT, INSERT, UPDATE, DELETE, TRUNCATE)")
 			continue
 		}
+		var rls bool
+		if err := c.tgt.QueryRow(ctx, "SELECT row_security_active($1::oid)", tt.OID).Scan(&rls); err == nil && rls {
+			c.r.add(Fail, side, check, fmt.Sprintf("ALTER ROLE %s BYPASSRLS (or disable row-level security on the table)", c.tgtRole),
+				"row-level security policies apply to the target role: apply must see and write every row")
+			continue
+		}
 		if err := target.CheckOwners(ctx, c.tgt, []schema.TableName{n}, c.opts.TrustTableOwners); err != nil {
 			c.r.add(Fail, side, check, "apply as a target role that is not a superuser, have a superuser own the table, or run with --trust-table-owners", "%v", err)
 			continue

@@ -28,7 +28,8 @@ import (
 //     the tables: an owner can make the publication beforehand);
 //   - target: SET on session_replication_role (target.Connect), CREATE on
 //     the database for the repstream schema (EnsureState), and SELECT,
-//     INSERT, UPDATE, DELETE and TRUNCATE on every replicated table.
+//     INSERT, UPDATE, DELETE and TRUNCATE on every replicated table, with
+//     no row-level security policy that applies to the role there.
 
 // CheckReplicationAttribute fails unless the source role may open a
 // replication connection: a superuser or a role with REPLICATION. Managed
@@ -89,6 +90,13 @@ func CheckTablePrivileges(ctx context.Context, src, tgt *pgx.Conn, tables []sche
 	}
 	for _, t := range missing {
 		errs = append(errs, pgerr.WritePrivilege(t, role).Missing())
+	}
+	hidden, role, err := lacking(ctx, tgt, tables, `NOT row_security_active(t)`)
+	if err != nil {
+		return fmt.Errorf("check the target role's privileges: %w", err)
+	}
+	for _, t := range hidden {
+		errs = append(errs, pgerr.TargetRowSecurityPrivilege(t, role).Missing())
 	}
 	return errors.Join(errs...)
 }

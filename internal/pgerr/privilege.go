@@ -45,6 +45,17 @@ func RowSecurityPrivilege(table, role string) Privilege {
 	}
 }
 
+// TargetRowSecurityPrivilege is writing every row of a target table whose
+// row-level security policies apply to the role: apply would not find the
+// rows they hide (its sessions run with row_security = off, so PostgreSQL
+// refuses instead). table is quoted already.
+func TargetRowSecurityPrivilege(table, role string) Privilege {
+	return Privilege{
+		Need: fmt.Sprintf("row-level security policies of %s apply to the target role %s: apply must see and write every row", table, role),
+		Fix:  fmt.Sprintf("ALTER ROLE %s BYPASSRLS (or disable row-level security on the table)", QuoteName(role)),
+	}
+}
+
 // ReplicationPrivilege is the REPLICATION attribute a role needs to open a
 // replication connection (and create or stream from a slot).
 func ReplicationPrivilege(role string) Privilege {

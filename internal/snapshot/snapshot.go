@@ -509,7 +509,11 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece, log *slog.Logg
 		return 0, 0, &SourceError{fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)}
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), pgerr.WritePrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), dst.Config().User).Explain(err))
+		priv := pgerr.WritePrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), dst.Config().User)
+		if pgerr.RowSecurity(err) {
+			priv = pgerr.TargetRowSecurityPrivilege(pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), dst.Config().User)
+		}
+		return 0, 0, fmt.Errorf("snapshot of %s: write to target%s: %w", t, targetColumn(err), priv.Explain(err))
 	}
 	if out.err != nil {
 		return 0, 0, &SourceError{fmt.Errorf("snapshot of %s: read from source: %w", t, out.err)}

@@ -39,6 +39,10 @@ func ConnectWatched(ctx context.Context, dsn, appName string, watch *LinkWatch) 
 	if appName != "" {
 		rp["application_name"] = appName
 	}
+	// Row-level security that applies to the role would hide rows from
+	// apply's updates and deletes and from the copy's checks: a statement
+	// it would filter fails instead (pgerr.RowSecurity).
+	rp["row_security"] = "off"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to target %s: %w", where, err)

@@ -44,5 +44,9 @@ func (w *Writer) explainDenied(schema, table string, err error) error {
 	if !pgerr.PermissionDenied(err) {
 		return err
 	}
-	return pgerr.WritePrivilege(pgerr.QuoteName(schema)+"."+pgerr.QuoteName(table), w.conn.Config().User).Explain(err)
+	name := pgerr.QuoteName(schema) + "." + pgerr.QuoteName(table)
+	if pgerr.RowSecurity(err) {
+		return pgerr.TargetRowSecurityPrivilege(name, w.conn.Config().User).Explain(err)
+	}
+	return pgerr.WritePrivilege(name, w.conn.Config().User).Explain(err)
 }

@@ -53,7 +53,7 @@ func (p *relPlan) insertRowsStmt(n int) *stmt {
 func (w *Writer) queueInsertRows(ctx context.Context, p *relPlan, rows []byte, lsns []change.LSN) error {
 	s := p.insertRowsStmt(len(lsns))
 	if err := w.prepare(ctx, s); err != nil {
-		return fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsns[0], err)
+		return fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsns[0], w.explainDenied(p.name.Schema, p.name.Name, err))
 	}
 	size := len(rows)
 	vals, buf := w.insertVals[:0], w.unescaped[:0]

@@ -80,7 +80,7 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 		s = s.plainVariant()
 	}
 	if err := w.prepare(ctx, s); err != nil {
-		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, err)
+		return fmt.Errorf("apply %s to %s at %s: %w", c.Op, c.Rel, c.LSN, w.explainDenied(c.Rel.Namespace, c.Rel.Name, err))
 	}
 	params := w.params[:0]
 	size := 0
@@ -134,7 +134,7 @@ func (w *Writer) queueInsertRow(ctx context.Context, p *relPlan, rows []byte, ls
 		p.insert = s
 	}
 	if err := w.prepare(ctx, s); err != nil {
-		return nil, fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsn, err)
+		return nil, fmt.Errorf("apply insert to %s at %s: %w", p.rel, lsn, w.explainDenied(p.name.Schema, p.name.Name, err))
 	}
 	var err error
 	before := len(rows)
