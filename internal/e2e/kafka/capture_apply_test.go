@@ -467,7 +467,13 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	// The slot dropped meanwhile, and the topic's records removed by
 	// retention since: a capture starting with a new slot would go on
 	// after a gap in the same topic (its offsets go on). It refuses,
-	// naming the way out, and makes nothing.
+	// naming the way out, and makes nothing. (The capture's walsender
+	// may hold the slot a moment after the process is gone.)
+	pgtest.WaitFor(t, "the stopped capture's walsender to release the slot", 30*time.Second, func() (bool, error) {
+		var active bool
+		err := s.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		return err == nil && !active, err
+	})
 	if _, err := s.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
 		t.Fatal(err)
 	}
