@@ -402,23 +402,13 @@ func (ts *Syncer) recordMadeByEarlier(ctx context.Context, src, tgt *pgx.Conn, r
 		return err
 	}
 	if record {
-		published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
-		if err != nil {
-			return err
-		}
-		syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+		unrecorded, err := ts.unrecordedPublished(ctx, src, tgt)
 		if err != nil {
 			return err
 		}
 		prog, err := target.LoadProgress(ctx, tgt, ts.cfg.Slot)
 		if err != nil {
 			return err
-		}
-		var unrecorded []schema.TableName
-		for _, t := range published {
-			if !target.Records(syncs, t) {
-				unrecorded = append(unrecorded, t)
-			}
 		}
 		if len(unrecorded) > 0 {
 			ts.log.Info("recording the published tables that schema changes made as streamed (a replication an earlier version ran)",
@@ -500,26 +490,38 @@ func (ts *Syncer) CopyDropped(ctx context.Context, tgt *pgx.Conn, created []sche
 // (--ddl=relation), whose polls copy a table that enters the publication,
 // and one that entered since its last look was described by no message.
 func (ts *Syncer) pendUnrecordedAtFirstUse(ctx context.Context, src, tgt *pgx.Conn) error {
-	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	unrecorded, err := ts.unrecordedPublished(ctx, src, tgt)
 	if err != nil {
 		return err
 	}
-	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
-	if err != nil {
-		return err
-	}
-	var unrecorded []schema.TableName
-	for _, t := range published {
-		if !target.Records(syncs, t) {
-			unrecorded = append(unrecorded, t)
-			ts.log.Warn("a table is in the publication that this replication never copied, at its first start with the event trigger (added since its last look without it): it is copied from a new snapshot, then streamed",
-				"component", "tablesync", "table", t.String())
-		}
+	for _, t := range unrecorded {
+		ts.log.Warn("a table is in the publication that this replication never copied, at its first start with the event trigger (added since its last look without it): it is copied from a new snapshot, then streamed",
+			"component", "tablesync", "table", t.String())
 	}
 	if len(unrecorded) == 0 {
 		return nil
 	}
 	return target.PendAll(ctx, tgt, ts.cfg.Slot, unrecorded)
+}
+
+// unrecordedPublished returns the tables the publication publishes that
+// the slot does not record.
+func (ts *Syncer) unrecordedPublished(ctx context.Context, src, tgt *pgx.Conn) ([]schema.TableName, error) {
+	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		return nil, err
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	var unrecorded []schema.TableName
+	for _, t := range published {
+		if !target.Records(syncs, t) {
+			unrecorded = append(unrecorded, t)
+		}
+	}
+	return unrecorded, nil
 }
 
 // pendAll records every table the publication publishes pending
