@@ -97,6 +97,21 @@ type Options struct {
 	// turns the transactional repstream.ddl messages of tables the
 	// publication publishes into change.OpDDL changes (ddl.go).
 	DDLMessages bool
+	// DDLKey checks that each repstream.ddl message was emitted by
+	// repstream's trigger (ddlmsg.Verify; any role may emit one): one that
+	// does not verify is ignored, with a warning. Before DDLSignedFrom a
+	// message without a signature is taken as it is: an earlier version's
+	// trigger emitted it. Needed with DDLMessages, unless DDLVerified.
+	DDLKey        []byte
+	DDLSignedFrom change.LSN
+	// DDLKeyNow reads the key as the source has it now: a signed message
+	// that does not verify stops the run when the key changed (nil: not
+	// looked at).
+	DDLKeyNow func(ctx context.Context) ([]byte, error)
+	// DDLVerified: the messages were checked by the capture that wrote
+	// them where they are read from (a Kafka topic): their signature is
+	// dropped unchecked (NewDecoder).
+	DDLVerified bool
 	// GatherWait: while transactions come less than this apart, a read
 	// that has caught up with the stream waits up to this long for more
 	// before it wakes (lowat.go); 0: never.
@@ -154,6 +169,7 @@ type Capture struct {
 	addCancel     context.CancelFunc
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
+	cForgedDDL                                            *atomic.Int64 // repstream.ddl messages not signed by the trigger (ddl.go)
 	gReceived, gFlushed                                   *atomic.Int64
 
 	// For Behind (read by other goroutines): when the stream started, the
@@ -202,6 +218,9 @@ func New(opts Options) (*Capture, error) {
 	if opts.Queue == nil && opts.Raw == nil || opts.Acker == nil {
 		return nil, errors.New("capture: a queue (or a raw sink) and an acker are required")
 	}
+	if opts.DDLMessages && !opts.DDLVerified && len(opts.DDLKey) == 0 {
+		return nil, errors.New("capture: schema-change messages need the key that signs them")
+	}
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = 10 * time.Second
 	}
@@ -227,6 +246,7 @@ func New(opts Options) (*Capture, error) {
 	c.cKeepalives = c.stats.Counter("keepalives")
 	c.cReads = c.stats.Counter("socket_reads")
 	c.cFlowWaitNs = c.stats.Counter("flow_control_ns")
+	c.cForgedDDL = c.stats.Counter("unsigned_ddl_messages")
 	c.gReceived = c.stats.Gauge("received_lsn")
 	c.gFlushed = c.stats.Gauge("flushed_lsn")
 	return c, nil
@@ -936,6 +956,12 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 		if err := c.binaryCarries(m.Relation); err != nil {
 			return fmt.Errorf("relation at %s: %w", walStart, err)
 		}
+	case pgoutput.MsgMessage:
+		if c.isDDL(m) {
+			if content, err := c.ddlContent(ctx, walStart, m); content == nil {
+				return err // not repstream's: it never reaches the topic
+			}
+		}
 	}
 	return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) })
 }
@@ -981,6 +1007,7 @@ func NewDecoder(opts Options, proto int) (*Decoder, error) {
 		return nil, errors.New("capture: a decoder needs a queue")
 	}
 	opts.Raw = nil
+	opts.DDLVerified = true // by the capture that wrote them
 	c, err := New(opts)
 	if err != nil {
 		return nil, err

@@ -1,11 +1,14 @@
 package capture
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/pgoutput"
 )
 
@@ -21,12 +24,16 @@ import (
 // message queues a repstream.ddl message of a table the publication
 // publishes as an OpDDL change; other messages are ignored.
 func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.Message) error {
-	if m.Name != change.DDLPrefix || m.Flags&pgoutput.MessageTransactional == 0 || !c.opts.DDLMessages {
+	if !c.isDDL(m) {
 		return nil
+	}
+	content, err := c.ddlContent(ctx, walStart, m)
+	if content == nil {
+		return err
 	}
 	// Decoded once, here (change.NewDDL, ddlmsg.Parse): the change carries
 	// the parsed message (change.Change.DDL) to apply and the target.
-	ch, err := change.NewDDL(walStart, 0, m.Content)
+	ch, err := change.NewDDL(walStart, 0, content)
 	if err != nil {
 		return fmt.Errorf("schema change at %s: decode the message: %w", walStart, err)
 	}
@@ -57,6 +64,59 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 	c.renamed(msg.OID, msg.Schema, msg.Name, ch.Xid)
 	return nil
 }
+
+// isDDL reports whether m is a message of repstream's schema-change
+// triggers that this capture follows.
+func (c *Capture) isDDL(m *pgoutput.Message) bool {
+	return c.opts.DDLMessages && m.Name == change.DDLPrefix && m.Flags&pgoutput.MessageTransactional != 0
+}
+
+// ddlContent returns the JSON of the repstream.ddl message m, which the
+// slot sent at walStart, or nil when repstream's trigger did not emit it:
+// any role that may connect to the source can emit a message with that
+// prefix (pg_logical_emit_message), and its schema change would be made on
+// every target by apply's role. Such a message is ignored, with a
+// warning naming its position and transaction: it changed nothing on the
+// source, so the target misses nothing. One signed with another key than
+// this capture's stops it (an error) if the source's key changed since
+// its start: the trigger's own messages would be ignored from there on.
+func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutput.Message) ([]byte, error) {
+	if c.opts.DDLVerified {
+		if json, ok := ddlmsg.Strip(m.Content); ok {
+			return json, nil
+		}
+		return m.Content, nil // an earlier version's capture wrote it
+	}
+	if ddlmsg.Unsigned(m.Content) && walStart < c.opts.DDLSignedFrom {
+		return m.Content, nil // an earlier version's trigger emitted it
+	}
+	xid := c.txnXid
+	if c.inStream {
+		xid = m.Xid // the top-level transaction, as the trigger signed it
+	}
+	json, err := ddlmsg.Verify(c.opts.DDLKey, xid, m.Content)
+	if err == nil {
+		return json, nil
+	}
+	if _, signed := ddlmsg.Strip(m.Content); signed && c.opts.DDLKeyNow != nil {
+		now, kerr := c.opts.DDLKeyNow(ctx)
+		if kerr != nil {
+			return nil, fmt.Errorf("schema-change message at %s (transaction %d) not signed with this run's key: read the source's key again: %w", walStart, xid, kerr)
+		}
+		if !bytes.Equal(now, c.opts.DDLKey) {
+			return nil, fmt.Errorf("%w: the message at %s (transaction %d) is signed with another key than the one this run started with; restart repstream, which reads the new key (schema changes signed with the old one and not yet applied are then ignored, with a warning each)",
+				ErrDDLKeyChanged, walStart, xid)
+		}
+	}
+	c.log.Warn("a schema-change message that repstream's trigger did not emit is ignored: a role that may connect to the source wrote it with pg_logical_emit_message (nothing of it is applied)",
+		"lsn", walStart, "xid", xid, "reason", err)
+	c.cForgedDDL.Add(1)
+	return nil, nil
+}
+
+// ErrDDLKeyChanged: the key that signs the source's schema-change
+// messages (repstream.ddl_key) is not the one the capture started with.
+var ErrDDLKeyChanged = errors.New("the key that signs schema-change messages on the source (repstream.ddl_key) changed")
 
 // relRename is a rename of relation id in a streamed transaction's
 // relations, made by subtransaction sub: before (nil: the stream had none

@@ -286,8 +286,8 @@ func TestDDLRelationFallback(t *testing.T) {
 }
 
 // TestDDLDropRemovesTrigger: `repstream drop` removes the event trigger,
-// its functions and state from the source, and the partitions' TRUNCATE
-// triggers.
+// its functions and state (the signing key too) from the source, and the
+// partitions' TRUNCATE triggers.
 func TestDDLDropRemovesTrigger(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -301,13 +301,14 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		if err := e.Src.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%')
 			+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'ddl\_%' AND pronamespace = to_regnamespace('repstream'))
 			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')
+			+ (SELECT count(*) FROM pg_class WHERE relname = 'ddl_key' AND relnamespace = to_regnamespace('repstream'))
 			+ (SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	if n := count(); n != 11 {
-		t.Fatalf("after run: %d of the 3 event triggers, 6 functions, the schema and the partition's TRUNCATE trigger on the source, want 11", n)
+	if n := count(); n != 15 {
+		t.Fatalf("after run: %d of the 4 event triggers, 8 functions, the schema, the key and the partition's TRUNCATE trigger on the source, want 15", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
 	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/healthcheck"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
@@ -460,5 +462,112 @@ CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab(
 	}
 	if n := e.count(e.Tgt, "SELECT count(*) FROM p"); n != 0 {
 		t.Errorf("target p has %d rows, want none written", n)
+	}
+}
+
+// TestForgedDDLMessageIgnored: pg_logical_emit_message is open to every
+// role, so a role that may only connect to the source can put a message
+// with repstream's schema-change prefix into the WAL. None of its forged
+// messages changes a target: one unsigned, one with a made-up signature,
+// and one signed with the real key (as a role that reads the WAL could
+// copy one) but for another transaction. Each is ignored with a warning
+// and counted; the run goes on, and a real schema change after them is
+// applied.
+func TestForgedDDLMessageIgnored(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE acc (id int PRIMARY KEY, v text); INSERT INTO acc SELECT g, 'x' FROM generate_series(1, 10) g;
+		CREATE TABLE victim (id int PRIMARY KEY); INSERT INTO victim SELECT generate_series(1, 10)`)
+	cfg := e.config("public.acc", "public.victim")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	pub := cfg.Slot // the publication repstream made is named after the slot
+	ctx := t.Context()
+	var accOID, victimOID, oldXid uint32
+	var key []byte
+	if err := e.Src.QueryRow(ctx, `SELECT 'acc'::regclass::oid, 'victim'::regclass::oid, (txid_current() % 4294967296)::bigint,
+		(SELECT key FROM repstream.ddl_key)`).Scan(&accOID, &victimOID, &oldXid, &key); err != nil {
+		t.Fatal(err)
+	}
+	cols := `[{"num":1,"name":"id","type":"integer","typeoid":23,"typmod":-1,"notnull":true},{"num":2,"name":"v","type":"text","typeoid":25,"typmod":-1}]`
+	addColumn := fmt.Sprintf(`{"tag":"ALTER TABLE","oid":%d,"schema":"public","name":"acc","kind":"r","ident":"d","pubs":[%q],"pkey":["id"],`+
+		`"columns":[{"num":1,"name":"id","type":"integer","typeoid":23,"typmod":-1,"notnull":true},{"num":2,"name":"v","type":"text","typeoid":25,"typmod":-1},`+
+		`{"num":3,"name":"forged","type":"integer","typeoid":23,"typmod":-1,"default":"7","hasmissing":true,"missing":"7"}],`+
+		`"old":{"oid":%d,"schema":"public","name":"acc","kind":"r","ident":"d","pubs":[%q],"pkey":["id"],"columns":%s}}`, accOID, pub, accOID, pub, cols)
+	drop := fmt.Sprintf(`{"tag":"DROP TABLE","dropped":true,"oid":%d,"schema":"public","name":"victim","pubs":[%q]}`, victimOID, pub)
+
+	_, mallory := e.hostileRole("source")
+	for _, content := range []string{
+		addColumn,
+		strings.Repeat("0", 64) + drop,
+		string(ddlmsg.Sign(key, oldXid, []byte(drop))), // the real key, another transaction
+	} {
+		if _, err := mallory.Exec(ctx, "SELECT pg_logical_emit_message(true, 'repstream.ddl', $1::text)", content); err != nil {
+			t.Fatalf("emit a message as an ordinary role: %v", err)
+		}
+	}
+	e.srcExec(`INSERT INTO acc VALUES (11, 'y'); INSERT INTO victim VALUES (11)`)
+	e.srcExec(`ALTER TABLE acc ADD COLUMN real int DEFAULT 5`) // signed: applied
+	e.srcExec(`INSERT INTO acc VALUES (12, 'z', 6)`)
+	reg := e.catchUp(cfg)
+	if n := reg.Component("capture").Counter("unsigned_ddl_messages").Load(); n != 3 {
+		t.Errorf("%d messages counted as not signed by the trigger, want 3", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'acc' AND column_name = 'forged'"); n != 0 {
+		t.Errorf("a forged message added a column on the target")
+	}
+	e.assertSame("acc", "id")
+	e.assertSame("victim", "id")
+
+	// The key is never refreshed; one changed anyway (its guard off)
+	// while a run goes on stops it at the first message signed with the
+	// new key, instead of ignoring the trigger's messages from there on.
+	if _, err := e.Src.Exec(ctx, "REFRESH MATERIALIZED VIEW repstream.ddl_key"); err == nil || !strings.Contains(err.Error(), "signs repstream's schema-change messages") {
+		t.Fatalf("REFRESH of the key: %v, want it refused", err)
+	}
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl_key DISABLE; REFRESH MATERIALIZED VIEW repstream.ddl_key; ALTER EVENT TRIGGER repstream_ddl_key ENABLE ALWAYS`)
+	e.srcExec(`ALTER TABLE acc ADD COLUMN after_new_key int DEFAULT 8`)
+	stopsWith(t, done, "the key changed", "signed with another key than the one this run started with", "restart repstream")
+	e.catchUp(cfg) // reads the new key: the change is applied
+	e.assertSame("acc", "id")
+}
+
+// TestDDLUnsignedBeforeUpgrade: an earlier version's trigger emitted its
+// schema-change messages unsigned. Those its slot still holds when this
+// version first starts (made while no engine ran) are applied: they come
+// before the position its install recorded. The messages after it are
+// signed and checked.
+func TestDDLUnsignedBeforeUpgrade(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE acc (id int PRIMARY KEY, v text); INSERT INTO acc SELECT g, 'x' FROM generate_series(1, 10) g`)
+	cfg := e.config("public.acc")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	// The source as an earlier version left it: no key, messages unsigned.
+	e.srcExec(`DROP MATERIALIZED VIEW repstream.ddl_key;
+		UPDATE repstream.replications SET signed_from = NULL;
+		CREATE OR REPLACE FUNCTION repstream.ddl_emit(content text) RETURNS void LANGUAGE plpgsql
+		SET search_path = pg_catalog, pg_temp AS $f$BEGIN PERFORM pg_logical_emit_message(true, 'repstream.ddl', content); END$f$`)
+	e.srcExec(`ALTER TABLE acc ADD COLUMN before_upgrade int DEFAULT 3`)
+	e.srcExec(`INSERT INTO acc VALUES (11, 'y', 4)`)
+	e.catchUp(cfg)
+	e.assertSame("acc", "id")
+	var from string
+	if err := e.Src.QueryRow(t.Context(), "SELECT signed_from::text FROM repstream.replications WHERE slot = $1", cfg.Slot).Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	if from == "0/0" {
+		t.Errorf("a replication whose trigger emitted unsigned messages is recorded as signed from 0/0")
+	}
+	e.srcExec(`ALTER TABLE acc ADD COLUMN after_upgrade int DEFAULT 5`)
+	e.srcExec(`INSERT INTO acc VALUES (12, 'z', 4, 6)`)
+	reg := e.catchUp(cfg)
+	e.assertSame("acc", "id")
+	if n := reg.Component("capture").Counter("unsigned_ddl_messages").Load(); n != 0 {
+		t.Errorf("%d of the trigger's own messages taken for forged", n)
 	}
 }

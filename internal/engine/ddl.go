@@ -59,3 +59,17 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 	log.Info("schema changes are captured by the event trigger repstream_ddl on the source")
 	return ddlTrigger, nil
 }
+
+// ddlKeyNow reads the key that signs the trigger's messages as the source
+// at dsn has it now (capture's Options.DDLKeyNow).
+func ddlKeyNow(dsn, slot string) func(context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
+		src, err := install.ConnectSource(ctx, dsn)
+		if err != nil {
+			return nil, err
+		}
+		defer src.Close(context.WithoutCancel(ctx))
+		key, _, err := install.DDLSigning(ctx, src, slot)
+		return key, err
+	}
+}

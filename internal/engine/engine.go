@@ -90,6 +90,10 @@ type Engine struct {
 	// until the stream's pending schema changes are applied.
 	ddl          ddlMode
 	schemaMayLag bool
+	// ddlKey and ddlSignedFrom check the trigger's messages (capture's
+	// Options.DDLKey), read once it is installed.
+	ddlKey        []byte
+	ddlSignedFrom change.LSN
 	// copyResumed: this start resumes an initial copy an earlier run began
 	// (progress says the snapshot is running, and the slot is there). Its
 	// ready tables were copied at the slot's consistent point, so schema
@@ -296,6 +300,9 @@ func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *insta
 	}
 	if e.ddl == ddlTrigger {
 		undo.DDLTrigger(src, cfg.Slot, e.log)
+		if e.ddlKey, e.ddlSignedFrom, err = install.DDLSigning(ctx, src, cfg.Slot); err != nil {
+			return nil, err
+		}
 	}
 	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
 	if err != nil {
@@ -521,7 +528,8 @@ func (e *Engine) pipeline(ctx context.Context, tgt *pgx.Conn, q *queue.Queue, ac
 		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
 		Queue: q, Acker: acker, Stats: e.stats, Logger: e.log,
 	}
-	capOpts.DDLMessages = e.ddl == ddlTrigger
+	capOpts.DDLMessages, capOpts.DDLKey, capOpts.DDLSignedFrom = e.ddl == ddlTrigger, e.ddlKey, e.ddlSignedFrom
+	capOpts.DDLKeyNow = ddlKeyNow(cfg.Source, cfg.Slot)
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,

@@ -222,7 +222,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto, Binary: e.binary,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
-		DDLMessages: e.ddl == ddlTrigger, Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
+		DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot), Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/provision"
 )
 
@@ -35,8 +37,10 @@ import (
 //     their recorded publications updated, with no message, so that
 //     their return is an entry) and repstream_ddl_drop
 //     (sql_drop of tables), whose functions emit, inside the DDL's
-//     transaction, pg_logical_emit_message(true, 'repstream.ddl', json) per
-//     ordinary or partitioned table: the new definition, the command tag and
+//     transaction, a message per ordinary or partitioned table
+//     (repstream.ddl_emit(json): pg_logical_emit_message(true,
+//     'repstream.ddl', signature || json), signed with the key in
+//     repstream.ddl_key, see ddlmsg/sign.go): the new definition, the command tag and
 //     the previous definition ("old", from ddl_state) — or, for a drop, the
 //     names and "dropped": true — and "xid", the (sub)transaction that
 //     emitted it (the xmin of the ddl_state row it wrote: SQL has no
@@ -45,6 +49,18 @@ import (
 //     with the top-level xid: capture files it under "xid" again, so that
 //     the STREAM ABORT of a rolled-back savepoint drops the schema changes
 //     made in it as it drops its rows.
+//
+//   - repstream.ddl_key: the key that signs the messages (a materialized
+//     view of one row, made with the trigger from the server's strong
+//     random source and kept until the trigger goes; never published).
+//     Only its owner reads it: PUBLIC has nothing on the schema. The
+//     event trigger repstream_ddl_key refuses a REFRESH of it; a capture
+//     that meets a message signed with another key than its own reads
+//     the key again and stops if it changed (capture/ddl.go).
+//     repstream.replications.signed_from says, per slot, from which WAL
+//     position every message is signed: '0/0', or, for a slot registered
+//     while an earlier version's trigger emitted them unsigned, where the
+//     install that made the key committed (DDLSigning).
 //
 //   - repstream.replications: the slots whose runs use the trigger, with
 //     their publications, one row per slot from its first start with the
@@ -78,6 +94,48 @@ import (
 // publications of a table are read from the catalogs directly (not
 // pg_publication_tables, which expands every publication's tables).
 const ddlTriggerSQL = `
+-- The key that signs the messages (ddlmsg/sign.go), made once from the
+-- server's strong random source, with the pads of HMAC-SHA256 (the key,
+-- zero-padded to 64 bytes, XORed with 0x36 and 0x5c). A materialized
+-- view: WAL-logged (a crash keeps it) but never published, not even by a
+-- FOR ALL TABLES publication, so the key never travels in a stream. It is
+-- never refreshed (that would change the key under running captures).
+CREATE MATERIALIZED VIEW IF NOT EXISTS repstream.ddl_key AS
+SELECT k.key,
+       decode((SELECT string_agg(lpad(to_hex(get_byte(k.key, i) # 54), 2, '0'), '' ORDER BY i) FROM generate_series(0, 31) i) || repeat('36', 32), 'hex') AS ikey,
+       decode((SELECT string_agg(lpad(to_hex(get_byte(k.key, i) # 92), 2, '0'), '' ORDER BY i) FROM generate_series(0, 31) i) || repeat('5c', 32), 'hex') AS okey
+FROM (SELECT sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')) AS key) k;
+REVOKE ALL ON repstream.ddl_key FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION repstream.ddl_key_guard() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() e
+              WHERE e.classid = 'pg_class'::regclass AND e.objid = pg_catalog.to_regclass('repstream.ddl_key')) THEN
+    RAISE EXCEPTION 'repstream.ddl_key holds the key that signs repstream''s schema-change messages: a REFRESH would change it under the running captures'
+      USING HINT = 'Leave repstream.ddl_key out of REFRESH MATERIALIZED VIEW.';
+  END IF;
+END
+$fn$;
+
+-- Emits a schema-change message, signed (ddlmsg/sign.go): the hex
+-- HMAC-SHA256 of "<top-level xid>:<content>" (content's bytes in the
+-- database encoding, as the message carries them), then content.
+CREATE OR REPLACE FUNCTION repstream.ddl_emit(content text) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  k record;
+BEGIN
+  SELECT s.ikey, s.okey INTO k FROM repstream.ddl_key s;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'repstream: the key that signs schema-change messages (repstream.ddl_key) is empty';
+  END IF;
+  PERFORM pg_logical_emit_message(true, 'repstream.ddl',
+    encode(sha256(k.okey || sha256(k.ikey || convert_to((txid_current() % 4294967296)::text || ':' || content, getdatabaseencoding()))), 'hex')
+    || content);
+END
+$fn$;
+
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, def jsonb NOT NULL);
 -- The tables repstream's own functions alter (partition_refresh): rows
 -- written and removed in the altering transaction, so never seen by
@@ -168,7 +226,7 @@ BEGIN
       -- The updated row's xmin is this (sub)transaction's xid (as below).
       UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = r.objid RETURNING s.def, s.xmin::text::bigint INTO o, x;
       DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', (o || jsonb_build_object(
+      PERFORM repstream.ddl_emit((o || jsonb_build_object(
         'tag', r.command_tag, 'unlogged', true, 'old', o, 'xid', x))::text);
       CONTINUE;
     END IF;
@@ -180,7 +238,7 @@ BEGIN
       INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
         ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
         RETURNING s.xmin::text::bigint INTO x;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl',
+      PERFORM repstream.ddl_emit(
         (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x))::text);
       -- A table without a key that a repstream publication publishes
       -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
@@ -198,7 +256,7 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.
       RAISE WARNING 'repstream: cannot describe table %: %', r.objid::regclass, SQLERRM;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+      PERFORM repstream.ddl_emit(jsonb_build_object(
         'tag', r.command_tag, 'oid', r.objid::bigint, 'schema', '?', 'name', r.objid::regclass::text,
         'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
     END;
@@ -237,7 +295,7 @@ BEGIN
         INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
           ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
           RETURNING s.xmin::text::bigint INTO x;
-        PERFORM pg_logical_emit_message(true, 'repstream.ddl',
+        PERFORM repstream.ddl_emit(
           (d || jsonb_build_object('tag', TG_TAG, 'old', o, 'xid', x, 'partial', jsonb_build_array(r.pubname)))::text);
       END LOOP;
     EXCEPTION WHEN OTHERS THEN
@@ -284,7 +342,7 @@ BEGIN
         INTO more USING r.schema_name;
       pubs := pubs || more;
     END IF;
-    PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+    PERFORM repstream.ddl_emit(jsonb_build_object(
       'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint, 'xid', x,
       'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);
   END LOOP;
@@ -319,7 +377,8 @@ CREATE TABLE IF NOT EXISTS repstream.replications (
   slot text PRIMARY KEY,
   publication text NOT NULL DEFAULT '',
   registered_at timestamptz NOT NULL DEFAULT now()
-);`
+);
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS signed_from pg_lsn;`
 
 // dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
 const dropDDLTriggerSQL = dropPartitionsSQL + `
@@ -329,6 +388,10 @@ DROP FUNCTION IF EXISTS repstream.ddl_end();
 DROP FUNCTION IF EXISTS repstream.ddl_drop();
 DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
 DROP FUNCTION IF EXISTS repstream.ddl_pubs(oid);
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_key;
+DROP FUNCTION IF EXISTS repstream.ddl_key_guard();
+DROP FUNCTION IF EXISTS repstream.ddl_emit(text);
+DROP MATERIALIZED VIEW IF EXISTS repstream.ddl_key;
 DROP TABLE IF EXISTS repstream.ddl_state;
 DROP TABLE IF EXISTS repstream.self_ddl;
 DROP TABLE IF EXISTS repstream.replications;
@@ -349,7 +412,7 @@ func SourceRole(ctx context.Context, src *pgx.Conn) (super bool, version int, er
 // server_version_num, 14 or later) and registers slot, publishing pub, as
 // one of its users.
 func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub string) error {
-	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger)
+	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger) + ensureEventTrigger(ddlKeyTrigger)
 	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "", "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	if version >= 150000 {
 		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
@@ -378,9 +441,10 @@ func installDDL(ctx context.Context, src *pgx.Conn, install, slot, pub string) e
 	if _, err := provision.EnsureSchema(ctx, tx, "source"); err != nil {
 		return err
 	}
-	var hadTrigger, hadRegistry bool
+	var hadTrigger, hadRegistry, hadKey bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl'),
-       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&hadTrigger, &hadRegistry); err != nil {
+       pg_catalog.to_regclass('repstream.replications') IS NOT NULL,
+       pg_catalog.to_regclass('repstream.ddl_key') IS NOT NULL`).Scan(&hadTrigger, &hadRegistry, &hadKey); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, install); err != nil {
@@ -403,7 +467,41 @@ ON CONFLICT (slot) DO UPDATE SET publication = EXCLUDED.publication`, slot, pub)
 	if err := provision.RevokeFunctions(ctx, tx); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	// From where each registered slot's messages are all signed: from
+	// the start, unless the trigger emitted unsigned ones until this
+	// install (an earlier version's): from here, read after the commit
+	// that replaced its functions.
+	from := "'0/0'::pg_lsn"
+	if hadTrigger && !hadKey {
+		from = "pg_catalog.pg_current_wal_insert_lsn()"
+	}
+	if _, err := src.Exec(ctx, "UPDATE repstream.replications SET signed_from = "+from+" WHERE signed_from IS NULL"); err != nil {
+		return fmt.Errorf("record from where schema-change messages are signed: %w", err)
+	}
+	return nil
+}
+
+// DDLSigning reads the key that signs the event trigger's messages, and
+// the WAL position from which slot's messages are all signed (before it,
+// an earlier version's trigger emitted them unsigned).
+func DDLSigning(ctx context.Context, src *pgx.Conn, slot string) (key []byte, signedFrom change.LSN, err error) {
+	var from *string
+	err = src.QueryRow(ctx, `SELECT k.key, (SELECT r.signed_from::text FROM repstream.replications r WHERE r.slot = $1) FROM repstream.ddl_key k`, slot).Scan(&key, &from)
+	if err != nil {
+		return nil, 0, fmt.Errorf("--ddl: read the key that signs schema-change messages (repstream.ddl_key) on the source: %w", err)
+	}
+	if len(key) != ddlmsg.KeyLen {
+		return nil, 0, fmt.Errorf("--ddl: the key that signs schema-change messages (repstream.ddl_key) on the source has %d bytes, not %d", len(key), ddlmsg.KeyLen)
+	}
+	if from != nil {
+		if signedFrom, err = change.ParseLSN(*from); err != nil {
+			return nil, 0, err
+		}
+	}
+	return key, signedFrom, nil
 }
 
 // ReleaseDDL removes slot's registration as a user of the event trigger

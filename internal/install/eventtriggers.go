@@ -44,6 +44,10 @@ var (
 	ddlDropTrigger       = eventTrigger{"repstream_ddl_drop", "sql_drop", nil, "repstream.ddl_drop()"}
 	ddlPartitionsTrigger = eventTrigger{"repstream_ddl_partitions", "ddl_command_end", []string{"CREATE TABLE", "ALTER TABLE"}, "repstream.ddl_partitions()"}
 	eventTriggers        = []eventTrigger{ddlEndTrigger, ddlDropTrigger, ddlPartitionsTrigger}
+	// ddlKeyTrigger refuses a REFRESH of repstream.ddl_key (a new key
+	// under running captures). Not one of eventTriggers: a capture does
+	// not depend on it (one that meets another key stops).
+	ddlKeyTrigger = eventTrigger{"repstream_ddl_key", "ddl_command_end", []string{"REFRESH MATERIALIZED VIEW"}, "repstream.ddl_key_guard()"}
 )
 
 // when is the trigger's WHEN clause, and same a condition on

@@ -76,7 +76,7 @@ BEGIN
   IF pubs = '[]'::jsonb THEN
     RETURN;
   END IF;
-  PERFORM pg_logical_emit_message(true, 'repstream.ddl', (d || jsonb_build_object(
+  PERFORM repstream.ddl_emit((d || jsonb_build_object(
     'tag', tag, 'pubs', pubs, 'partition', jsonb_build_object(
       'schema', n.nspname, 'name', c.relname, 'cons', cons, 'bound', bound, 'partkey', partkey,
       'rows', hasrows, 'standalone_pubs', repstream.standalone_pubs(part),
@@ -153,7 +153,7 @@ BEGIN
         pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.inhparent), NULL);
     EXCEPTION WHEN OTHERS THEN
       RAISE WARNING 'repstream: cannot describe the TRUNCATE of partition %: %', TG_RELID::regclass, SQLERRM;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+      PERFORM repstream.ddl_emit(jsonb_build_object(
         'tag', 'TRUNCATE PARTITION', 'oid', TG_RELID::bigint, 'schema', '?', 'name', TG_RELID::regclass::text,
         'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
     END;
@@ -205,7 +205,7 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.
       RAISE WARNING 'repstream: cannot follow the partitions of %: %', r.objid::regclass, SQLERRM;
-      PERFORM pg_logical_emit_message(true, 'repstream.ddl', jsonb_build_object(
+      PERFORM repstream.ddl_emit(jsonb_build_object(
         'tag', 'ALTER TABLE', 'oid', r.objid::bigint, 'schema', '?', 'name', r.objid::regclass::text,
         'error', 'partitions: ' || SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
     END;

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +31,11 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	capt := e.startCapture("capture")
 	ap := e.startApply("apply", db)
 	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+
+	// A schema-change message an ordinary role forged (any role may emit
+	// one): the capture keeps it out of the topic, so no target drops
+	// ledger.
+	e.forgeDrop("ledger")
 
 	e.exec("ALTER TABLE acct ADD COLUMN region text NOT NULL DEFAULT 'eu'")
 	e.exec("UPDATE acct SET region = 'us', v = v + 1 WHERE id <= 100")
@@ -95,6 +101,40 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	waitSame(t, e.s, tgt, tables, 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
+}
+
+// forgeDrop emits, as a role with no privilege but to connect, a message
+// with the prefix of repstream's schema-change messages that says table
+// was dropped.
+func (e *kafkaEnv) forgeDrop(table string) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	role := "forger_" + e.slot
+	e.exec("CREATE ROLE " + role + " LOGIN")
+	e.t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), e.src.DSN(e.srcDB)); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP ROLE "+role)
+			c.Close(context.Background())
+		}
+	})
+	var oid uint32
+	if err := e.s.QueryRow(ctx, "SELECT $1::regclass::oid", table).Scan(&oid); err != nil {
+		e.t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(e.src.DSN(e.srcDB))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.User = role
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	msg := fmt.Sprintf(`{"tag":"DROP TABLE","dropped":true,"oid":%d,"schema":"public","name":%q,"pubs":[%q]}`, oid, table, e.slot)
+	if _, err := c.Exec(ctx, "SELECT pg_logical_emit_message(true, 'repstream.ddl', $1::text)", msg); err != nil {
+		e.t.Fatalf("emit a message as %s: %v", role, err)
+	}
 }
 
 // TestKafkaBinaryValues: the capture streams values in binary (its
