@@ -19,7 +19,7 @@ if [[ $pairs == all ]]; then
 		done
 	done
 fi
-tests=${VERSION_TESTS:-'TestStreamedTransactions|TestPublicationAddedTriggerOff|TestReplicateTypesAndChanges|TestEagerApply|TestUniqueIndexReordering|TestCrashRecovery|TestTypesMatrix|TestCreateTables|TestCompositeKey|TestIdentityAlwaysTarget|TestPartitionedRoot|TestSequencesSync|TestSourceOutputSettings|TestPublicationRowFilterAndColumns|TestTableShapes|TestTablesAddWhileRunning|TestDDLReplicated|TestConflictPark|TestSchemaChangesAndConflictsTogether'}
+tests=${VERSION_TESTS:-'TestStreamedTransactions|TestPublicationAddedTriggerOff|TestReplicateTypesAndChanges|TestEagerApply|TestUniqueIndexReordering|TestCrashRecovery|TestTypesMatrix|TestCreateTables|TestCompositeKey|TestIdentityAlwaysTarget|TestPartitionedRoot|TestSequencesSync|TestSourceOutputSettings|TestPublicationRowFilterAndColumns|TestTableShapes|TestTablesAddWhileRunning|TestDDLReplicated|TestConflictPark|TestSchemaChangesAndConflictsTogether|TestPartitionAttachWhileRunning|TestForgedDDLMessageIgnored'}
 
 go test -c -o bin/e2e.test ./internal/e2e/
 failed=()

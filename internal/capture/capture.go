@@ -1,7 +1,3 @@
-// Package capture owns the replication connection to the source: it starts
-// pgoutput streaming from a slot, decodes every message, hands row changes to
-// the queue per source transaction, and acknowledges the slot with the
-// durable low watermark.
 package capture
 
 import (
@@ -22,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/pgoutput"
@@ -168,6 +165,13 @@ type Capture struct {
 	addCtx        context.Context // bounds the queue's flow-control waits; renewed every second
 	addCancel     context.CancelFunc
 
+	// major is the source's major version (0: not known, a Decoder).
+	// redecode: the top-level transactions holding a partition's ATTACH
+	// or DETACH on a PostgreSQL 14 source, after whose commit the session
+	// ends with ErrRedecode (ddl.go).
+	major    int
+	redecode map[uint32]bool
+
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	cForgedDDL                                            *atomic.Int64 // repstream.ddl messages not signed by the trigger (ddl.go)
 	gReceived, gFlushed                                   *atomic.Int64
@@ -239,6 +243,7 @@ func New(opts Options) (*Capture, error) {
 		streamRenames: map[uint32][]relRename{},
 		openStream:    map[uint32]bool{},
 		queuedXid:     map[uint32]bool{},
+		redecode:      map[uint32]bool{},
 		sentFlush:     opts.InitialFlush,
 	}
 	c.cMessages = c.stats.Counter("messages")
@@ -373,8 +378,9 @@ func (c *Capture) start(ctx context.Context) error {
 	c.conn = conn
 	c.pid.Store(conn.PID())
 	c.proto = c.opts.ProtoVersion
+	c.major = ServerMajor(conn)
 	if c.proto == 0 {
-		c.proto = ProtoVersionFor(ServerMajor(conn))
+		c.proto = ProtoVersionFor(c.major)
 	}
 	args := []string{
 		fmt.Sprintf("proto_version '%d'", c.proto),
@@ -684,12 +690,13 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 			return err
 		}
 		c.inTxn = false
+		return c.redecodeAfter(ctx, c.txnXid, m.EndLSN)
 	case pgoutput.MsgStreamStart:
 		return c.streamStart(ctx, m)
 	case pgoutput.MsgStreamStop:
 		c.inStream = false
 	case pgoutput.MsgStreamCommit:
-		return c.streamCommit(m)
+		return c.streamCommit(ctx, m)
 	case pgoutput.MsgStreamAbort:
 		return c.streamAbort(ctx, m)
 	case pgoutput.MsgRelation:
@@ -722,7 +729,7 @@ func (c *Capture) streamStart(ctx context.Context, m *pgoutput.Message) error {
 
 // streamCommit commits streamed transaction m.Xid, then forgets its
 // stream, keeping the relations it described.
-func (c *Capture) streamCommit(m *pgoutput.Message) error {
+func (c *Capture) streamCommit(ctx context.Context, m *pgoutput.Message) error {
 	info := change.TxnInfo{Xid: m.Xid, CommitLSN: m.LSN, EndLSN: m.EndLSN, CommitTime: m.Time, Streamed: true}
 	if err := c.commit(info); err != nil {
 		return err
@@ -737,7 +744,7 @@ func (c *Capture) streamCommit(m *pgoutput.Message) error {
 	if m.Xid == c.eagerXid {
 		c.eagerXid = 0 // apply commits it at its position in commit order
 	}
-	return nil
+	return c.redecodeAfter(ctx, m.Xid, m.EndLSN)
 }
 
 // streamAbort aborts streamed transaction m.Xid, or its subtransaction
@@ -772,6 +779,9 @@ func (c *Capture) forgetStream(xid uint32) {
 	delete(c.streamRels, xid)
 	delete(c.streamRenames, xid)
 	delete(c.queuedXid, xid)
+	if c.redecode[xid] {
+		delete(c.redecode, xid) // aborted (a commit ends the session)
+	}
 }
 
 // describe records a Relation message: inside a stream, for that stream's
@@ -958,12 +968,25 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 		}
 	case pgoutput.MsgMessage:
 		if c.isDDL(m) {
-			if content, err := c.ddlContent(ctx, walStart, m); content == nil {
+			content, err := c.ddlContent(ctx, walStart, m)
+			if content == nil {
 				return err // not repstream's: it never reaches the topic
+			}
+			if msg, err := ddlmsg.Parse(content); err == nil {
+				c.partitionChange(msg.Tag, m)
 			}
 		}
 	}
-	return c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) })
+	if err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) }); err != nil {
+		return err
+	}
+	switch m.Type {
+	case pgoutput.MsgCommit:
+		return c.redecodeAfter(ctx, c.txnXid, m.EndLSN)
+	case pgoutput.MsgStreamCommit:
+		return c.redecodeAfter(ctx, m.Xid, m.EndLSN)
+	}
+	return nil
 }
 
 // ErrTextNeeded is returned by a raw session streaming binary values when a

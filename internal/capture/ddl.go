@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/ddlmsg"
@@ -62,8 +63,64 @@ func (c *Capture) message(ctx context.Context, walStart change.LSN, m *pgoutput.
 		return err
 	}
 	c.renamed(msg.OID, msg.Schema, msg.Name, ch.Xid)
+	c.partitionChange(msg.Tag, m)
 	return nil
 }
+
+// partitionChange marks the transaction of the schema-change message m
+// (command tag) for a new decoding session after its commit when it
+// attaches or detaches a partition on a PostgreSQL 14 source. There the
+// walsender's cache of what each table publishes is not renewed by a
+// table's own invalidation (PostgreSQL 15 does): a table it looked at
+// before its ATTACH PARTITION to a root published through the root stays
+// unpublished for it, and one DETACHed stays published under the root's
+// name, until the walsender starts again. Its changes would be dropped
+// from, or wrongly sent in, the stream for good. A new session from that
+// commit decodes what follows with a new cache. (Rows of the table in the
+// same transaction after the ATTACH or DETACH are still decoded with the
+// old cache: PostgreSQL 14's own limit.)
+func (c *Capture) partitionChange(tag string, m *pgoutput.Message) {
+	if c.major == 0 || c.major >= 15 || tag != "ATTACH PARTITION" && tag != "DETACH PARTITION" {
+		return
+	}
+	xid := c.txnXid
+	if c.inStream {
+		xid = m.Xid
+	}
+	c.redecode[xid] = true
+}
+
+// redecodeAfter returns ErrRedecode after the commit (ending at end) of
+// a transaction partitionChange marked, once the Acker holds it (applied
+// on the target, or in the topic): the next session then starts after it,
+// and its walsender never looked at the table before the change. Until
+// then nothing more is read (status updates go on).
+func (c *Capture) redecodeAfter(ctx context.Context, xid uint32, end change.LSN) error {
+	if !c.redecode[xid] {
+		return nil
+	}
+	delete(c.redecode, xid)
+	err := c.blocking(ctx, func(ctx context.Context) error {
+		for c.opts.Acker.Flush() < end {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.log.Info("a partition was attached or detached on a PostgreSQL 14 source: decoding starts again after its commit, with a new walsender (its cache of what each table publishes would be stale)",
+		"xid", xid, "end", end)
+	return fmt.Errorf("%w: transaction %d (end %s) attached or detached a partition", ErrRedecode, xid, end)
+}
+
+// ErrRedecode ends a capture session that must start again, from what
+// is acknowledged, at once: nothing failed (partitionChange).
+var ErrRedecode = errors.New("the source's walsender must decode again")
 
 // isDDL reports whether m is a message of repstream's schema-change
 // triggers that this capture follows.

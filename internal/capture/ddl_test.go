@@ -1,13 +1,23 @@
 package capture
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 )
+
+var testKey = bytes.Repeat([]byte{3}, ddlmsg.KeyLen)
+
+// signed is content as the trigger emits it in top-level transaction xid.
+func signed(xid uint32, content string) string {
+	return string(ddlmsg.Sign(testKey, xid, []byte(content)))
+}
 
 func msgBegin(xid uint32) []byte {
 	b := []byte{'B'}
@@ -48,17 +58,19 @@ func TestDDLMessages(t *testing.T) {
 	const mine = `{"tag":"ALTER TABLE","schema":"public","name":"t","pubs":["p"]}`
 	for _, on := range []bool{true, false} {
 		q := &recordingQueue{}
-		c, err := New(Options{Queue: q, Acker: fakeAcker{}, Publication: "p", DDLMessages: on})
+		c, err := New(Options{Queue: q, Acker: fakeAcker{}, Publication: "p", DDLMessages: on, DDLKey: testKey})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.proto = 3
 		for _, m := range [][]byte{
 			msgBegin(5),
-			msgLogical(true, "other.prefix", mine),
-			msgLogical(false, change.DDLPrefix, mine),
-			msgLogical(true, change.DDLPrefix, `{"tag":"ALTER TABLE","schema":"public","name":"u","pubs":["q"]}`),
-			msgLogical(true, change.DDLPrefix, mine),
+			msgLogical(true, "other.prefix", signed(5, mine)),
+			msgLogical(false, change.DDLPrefix, signed(5, mine)),
+			msgLogical(true, change.DDLPrefix, signed(5, `{"tag":"ALTER TABLE","schema":"public","name":"u","pubs":["q"]}`)),
+			msgLogical(true, change.DDLPrefix, mine),            // unsigned: forged
+			msgLogical(true, change.DDLPrefix, signed(4, mine)), // another transaction's
+			msgLogical(true, change.DDLPrefix, signed(5, mine)),
 		} {
 			if err := c.handle(context.Background(), 7, m); err != nil {
 				t.Fatalf("handle %q: %v", m[0], err)
@@ -80,12 +92,55 @@ func TestDDLMessages(t *testing.T) {
 				t.Errorf("queued without its parsed message: %+v", m)
 			}
 		}
-		if err := c.handle(context.Background(), 8, msgLogical(true, change.DDLPrefix, `{"tag":`)); on && err == nil {
+		if n := c.cForgedDDL.Load(); on && n != 2 {
+			t.Errorf("%d messages counted as not signed, want 2", n)
+		}
+		if err := c.handle(context.Background(), 8, msgLogical(true, change.DDLPrefix, signed(5, `{"tag":`))); on && err == nil {
 			t.Error("a malformed schema-change message was accepted")
 		}
 	}
 
-	c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}})
+	// An earlier version's trigger emitted its messages unsigned: those
+	// before DDLSignedFrom are taken, later ones not.
+	q := &recordingQueue{}
+	c, err := New(Options{Queue: q, Acker: fakeAcker{}, Publication: "p", DDLMessages: true, DDLKey: testKey, DDLSignedFrom: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proto = 3
+	for i, m := range [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, mine), msgLogical(true, change.DDLPrefix, mine)} {
+		if err := c.handle(context.Background(), change.LSN(6+i), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.changes) != 1 || q.changes[0].LSN != 7 {
+		t.Errorf("unsigned messages before and after DDLSignedFrom: %d queued, want the one before", len(q.changes))
+	}
+
+	// A message signed with another key: ignored while the source's key
+	// is the capture's, a stop once it is another.
+	for _, changed := range []bool{false, true} {
+		now := testKey
+		if changed {
+			now = bytes.Repeat([]byte{4}, ddlmsg.KeyLen)
+		}
+		c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, Publication: "p", DDLMessages: true, DDLKey: testKey,
+			DDLKeyNow: func(context.Context) ([]byte, error) { return now, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.proto = 3
+		other := string(ddlmsg.Sign(bytes.Repeat([]byte{4}, ddlmsg.KeyLen), 5, []byte(mine)))
+		err = c.handle(context.Background(), 6, msgBegin(5))
+		if err == nil {
+			err = c.handle(context.Background(), 7, msgLogical(true, change.DDLPrefix, other))
+		}
+		if changed != errors.Is(err, ErrDDLKeyChanged) {
+			t.Errorf("key changed %v: %v", changed, err)
+		}
+	}
+
+	c, err = New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +164,7 @@ func TestDDLMessages(t *testing.T) {
 // public.t. One made by the top-level transaction stays.
 func TestRenameUndoneWithSavepoint(t *testing.T) {
 	inStreamDDL := func(xid, sub uint32) []byte {
-		content := fmt.Sprintf(`{"tag":"ALTER SCHEMA","schema":"app2","name":"t","oid":16384,"pubs":["p"],"xid":%d}`, sub)
+		content := signed(xid, fmt.Sprintf(`{"tag":"ALTER SCHEMA","schema":"app2","name":"t","oid":16384,"pubs":["p"],"xid":%d}`, sub))
 		b := binary.BigEndian.AppendUint32([]byte{'M'}, xid)
 		b = append(b, 1)
 		b = binary.BigEndian.AppendUint64(b, 0x80)
@@ -129,7 +184,7 @@ func TestRenameUndoneWithSavepoint(t *testing.T) {
 		{901, 902, "app2"},   // another savepoint rolled back
 		{9, 901, "app2"},     // renamed by the transaction itself
 	} {
-		c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, Publication: "p", DDLMessages: true})
+		c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, Publication: "p", DDLMessages: true, DDLKey: testKey})
 		if err != nil {
 			t.Fatal(err)
 		}

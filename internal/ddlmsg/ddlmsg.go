@@ -13,6 +13,12 @@
 //
 // It imports nothing of repstream: the source side and the target side
 // share it.
+//
+// Files:
+//
+//	ddlmsg.go    Message, Table, Column: the JSON of a message; Parse, Check
+//	partition.go PartitionChange: a partition's ATTACH, DETACH or TRUNCATE
+//	sign.go      Sign, Verify, Strip: the signature that tells the trigger's messages from forged ones
 package ddlmsg
 
 import (

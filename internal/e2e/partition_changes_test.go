@@ -204,7 +204,11 @@ func TestPartitionCreatedAndFilled(t *testing.T) {
 }
 
 // TestPartitionAttachWhileRunning: the root copied again by a running
-// engine (tablesync's Watch), its changes held until then.
+// engine (tablesync's Watch), its changes held until then; the attached
+// table's later changes reach the root, and once detached none does. On
+// a PostgreSQL 14 source the walsender's cache kept the attached table
+// unpublished (its later UPDATE never reached the target): capture starts
+// a new session after each ATTACH and DETACH.
 func TestPartitionAttachWhileRunning(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e, sync := partitionEnv(t, false)
@@ -221,6 +225,11 @@ func TestPartitionAttachWhileRunning(t *testing.T) {
 			e.count(e.Tgt, "SELECT count(*) FROM m WHERE id >= 50001") == 100
 	})
 	e.srcExec(`UPDATE m SET v = 'later' WHERE id = 50002`)
+	// Detached while running: the table's later writes are its own, none
+	// reaches the target's root.
+	e.srcExec(`ALTER TABLE m DETACH PARTITION m_2030`)
+	e.srcExec(`INSERT INTO m_2030 VALUES (60001, '2030-03-03', 'detached'); UPDATE m_2030 SET v = 'detached later' WHERE id = 50003`)
+	e.srcExec(`UPDATE m SET v = 'root later' WHERE id = 2`)
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	if err := stop(); err != nil {
 		t.Fatalf("engine: %v", err)

@@ -239,6 +239,9 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	defer stopWAL()
 	err = capt.Run(ctx)
 	e.walsenderPID = capt.BackendPID()
+	if errors.Is(err, capture.ErrRedecode) {
+		return errRestartSession // its commit is in the topic
+	}
 	if errors.Is(err, capture.ErrTextNeeded) {
 		// A relation this session cannot carry in binary (a schema
 		// change, a table added): the next session streams text, from

@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgerr"
@@ -76,6 +77,13 @@ func (e *Engine) streamResilient(ctx context.Context, prog target.Progress, init
 		started := time.Now()
 		err := e.streamOnce(ctx, prog, initialFlush)
 		for {
+			if errors.Is(err, capture.ErrRedecode) && ctx.Err() == nil {
+				// Nothing failed: a new decoding session, at once.
+				if prog, initialFlush, err = e.resume(ctx); err == nil {
+					break
+				}
+				continue
+			}
 			if err == nil || ctx.Err() != nil || !transient(err) {
 				return explainLocal(err, cfg.SpillDir)
 			}

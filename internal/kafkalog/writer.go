@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/pgoutput"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -536,6 +537,9 @@ func (w *Writer) endUnit(walStart change.LSN, data []byte, m *pgoutput.Message) 
 // made it (undoRenames). A message it cannot decode is left to
 // the applies' decoders, which stop on it.
 func (w *Writer) renamed(content []byte) {
+	if json, ok := ddlmsg.Strip(content); ok {
+		content = json // its signature: checked by capture before it came here
+	}
 	ch, err := change.NewDDL(0, 0, content)
 	if err != nil {
 		return

@@ -1,0 +1,13 @@
+// Package capture owns the replication connection to the source: it starts
+// pgoutput streaming from a slot, decodes every message, hands row changes to
+// the queue per source transaction, and acknowledges the slot with the
+// durable low watermark.
+//
+// Files:
+//
+//	capture.go    Capture, Options: the receive loop, decoding, transactions and streams, standby status, the raw sink (capture --kafka) and Decoder (apply --kafka)
+//	ddl.go        schema-change messages: checked (signed by repstream's trigger: ddlContent), queued as OpDDL; Relation versions and renames
+//	lowat.go      the socket's receive low-water mark while the stream is busy or gathering
+//	reader.go     coalescingReader: larger reads after a large one
+//	monitoring.go the reader's busy and idle states for the stage statistics
+package capture
