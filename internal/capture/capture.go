@@ -22,6 +22,7 @@ import (
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/pgoutput"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -808,6 +809,9 @@ func (c *Capture) rowChange(ctx context.Context, walStart change.LSN, m *pgoutpu
 	if err != nil {
 		return fmt.Errorf("%w (change at %s)", err, walStart)
 	}
+	if rel.Namespace == provision.Schema {
+		return nil // repstream's own state (see truncate)
+	}
 	ch := change.Change{Op: change.Op(m.Type), LSN: walStart, Rel: rel, OldKind: m.OldKind, Old: m.Old, New: m.New}
 	if c.inStream {
 		ch.Xid = m.Xid
@@ -816,6 +820,11 @@ func (c *Capture) rowChange(ctx context.Context, walStart change.LSN, m *pgoutpu
 }
 
 // truncate adds a truncate of the relations m names.
+//
+// Neither it nor rowChange queues a change of repstream's own tables on the
+// source (schema repstream: the registry of replications), which a FOR ALL
+// TABLES publication publishes with the rest: they are no replicated
+// table's, and the target has its own.
 func (c *Capture) truncate(ctx context.Context, walStart change.LSN, m *pgoutput.Message) error {
 	ch := change.Change{Op: change.OpTruncate, LSN: walStart, TruncateOpts: m.TruncateOpts}
 	if c.inStream {
@@ -826,7 +835,12 @@ func (c *Capture) truncate(ctx context.Context, walStart change.LSN, m *pgoutput
 		if err != nil {
 			return fmt.Errorf("%w (truncate at %s)", err, walStart)
 		}
-		ch.TruncateRels = append(ch.TruncateRels, rel)
+		if rel.Namespace != provision.Schema {
+			ch.TruncateRels = append(ch.TruncateRels, rel)
+		}
+	}
+	if len(ch.TruncateRels) == 0 {
+		return nil
 	}
 	return c.add(ctx, &ch)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // TestPublicationAddTable: a table the user adds to the run's publication
@@ -510,4 +512,47 @@ func TestPublicationAddedTriggerOff(t *testing.T) {
 	e.srcExec(`SET event_triggers = off; ALTER TABLE side.u SET UNLOGGED; RESET event_triggers`)
 	e.srcExec(`INSERT INTO a VALUES (1000, 'moves apply on')`)
 	stopsWith(t, done, "a table was set UNLOGGED", "side.u", "UNLOGGED", "set it LOGGED again")
+}
+
+// TestForAllTablesPublication: a FOR ALL TABLES publication publishes
+// repstream's own registry on the source (repstream.replications) with
+// the rest. Before, such a run refused to start (the target's own
+// registry "lacked" the source's columns). Now repstream's tables are no
+// replicated table's: not copied, not streamed, also when another
+// replication registers while this one runs; the user's tables, one made
+// later included, are replicated.
+func TestForAllTablesPublication(t *testing.T) {
+	t.Parallel() // own databases and slots; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE acc (id int PRIMARY KEY, v text); INSERT INTO acc SELECT g, 'x' FROM generate_series(1, 10) g`)
+	e.srcExec(`CREATE PUBLICATION pall FOR ALL TABLES`)
+	cfg := e.config()
+	cfg.Publication = "pall"
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	other := e.config()
+	other.Slot = cfg.Slot + "_b"
+	other.Publication = "pall"
+	other.Target = e.tgt.DSN(pgtest.NewDB(t, e.tgt))
+	other.CreateTables = true
+	if _, err := e.tryCatchUp(other); err != nil { // registers on the source while cfg's run streams
+		t.Fatalf("a second replication of the FOR ALL TABLES publication: %v", err)
+	}
+	e.srcExec(`INSERT INTO acc VALUES (11, 'y'); CREATE TABLE later (id int PRIMARY KEY); INSERT INTO later VALUES (1), (2)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	stillRunning(t, done)
+	cancel()
+	<-done
+	e.catchUp(cfg)
+	e.assertSame("acc", "id")
+	e.assertSame("later", "id")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.replications WHERE slot = '"+other.Slot+"'"); n != 0 {
+		t.Errorf("the source's registry reached the target's: %d rows of the other slot", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE slot = '"+cfg.Slot+"' AND schema_name = 'repstream'"); n != 0 {
+		t.Errorf("repstream's own tables are recorded as replicated tables (%d)", n)
+	}
 }

@@ -277,7 +277,7 @@ func (c *checker) sourceTables(ctx context.Context) []*schema.Table {
 	var pubTables []schema.TableName
 	if pubExists {
 		c.publishedActions(ctx)
-		rows, err := c.src.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", c.opts.Publication)
+		rows, err := c.src.Query(ctx, "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1 AND schemaname <> 'repstream' ORDER BY 1, 2", c.opts.Publication)
 		if err == nil {
 			for rows.Next() {
 				var n schema.TableName

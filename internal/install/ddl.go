@@ -288,7 +288,7 @@ BEGIN
                  JOIN pg_publication_tables pt ON pt.pubname = p.pubname
                  JOIN pg_namespace n ON n.nspname = pt.schemaname
                  JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-                WHERE NOT (p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate)
+                WHERE NOT (p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate) AND n.nspname <> 'repstream'
       LOOP
         d := repstream.ddl_def(r.objid);
         SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;

@@ -12,6 +12,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -63,9 +64,11 @@ func EnsurePublication(ctx context.Context, src *pgx.Conn, pub string, patterns 
 // (EnsurePublication).
 const PublicationMark = "made by repstream"
 
-// PublicationTables lists the tables publication pub publishes, by name.
+// PublicationTables lists the tables publication pub publishes, by name:
+// repstream's own (schema repstream, which a FOR ALL TABLES publication
+// publishes too) never count, on either side.
 func PublicationTables(ctx context.Context, src *pgx.Conn, pub string) ([]schema.TableName, error) {
-	rows, err := src.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1, 2", pub)
+	rows, err := src.Query(ctx, "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1 AND schemaname <> '"+provision.Schema+"' ORDER BY 1, 2", pub)
 	if err != nil {
 		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
 	}
@@ -107,7 +110,7 @@ FROM pg_catalog.pg_publication_tables pt
 JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname
 JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-WHERE pt.pubname = $1`, pub)
+WHERE pt.pubname = $1 AND pt.schemaname <> '`+provision.Schema+`'`, pub)
 	if err != nil {
 		return nil, fmt.Errorf("list tables of publication %q: %w", pub, err)
 	}
