@@ -75,6 +75,11 @@ type Table struct {
 	// TABLE with another filter or column list). Nil from a trigger of
 	// an earlier version.
 	PubRels map[string]uint32 `json:"pubrels"`
+	// Filenodes digests the relfilenodes of the table's storage (its
+	// leaves' for a partitioned table): another value after a command
+	// means the command rewrote the rows. "" from a trigger of an earlier
+	// version.
+	Filenodes string `json:"filenodes"`
 }
 
 // Message is one schema-change message: the command tag, the table's
@@ -98,6 +103,10 @@ type Message struct {
 	// PUBLICATION left leaving out a kind of change (insert, update,
 	// delete or truncate): from the message on, the stream lacks those.
 	Partial []string `json:"partial"`
+	// CastOnly: the text of the command's query has ALTER and no USING,
+	// so a column whose type it changed was converted by the plain cast,
+	// as the target converts it (false: not known).
+	CastOnly bool `json:"castonly"`
 	Table
 	Old *Table `json:"old"`
 	// Partition is the partition a partition message is about (nil for
@@ -136,6 +145,25 @@ func (m *Message) PubRelRemade(pub string) bool {
 	}
 	was, now := m.Old.PubRels[pub], m.PubRels[pub]
 	return was != 0 && now != 0 && was != now
+}
+
+// RetypedByRewrite reports whether the command changed a column's type
+// and rewrote the table's rows (Filenodes): the rows then hold what an
+// expression (USING) made of the old values, which the target's cast may
+// not give. A type change that rewrote nothing (varchar(10) to text)
+// kept the values as they were.
+func (m *Message) RetypedByRewrite() bool {
+	if m.Old == nil || m.Old.Filenodes == "" || m.Filenodes == "" || m.Old.Filenodes == m.Filenodes {
+		return false
+	}
+	for _, c := range m.Columns {
+		for _, o := range m.Old.Columns {
+			if o.Num == c.Num && (o.TypeOID != c.TypeOID || o.TypeMod != c.TypeMod) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Creates reports whether the command made the table (CREATE TABLE, CREATE

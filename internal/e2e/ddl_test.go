@@ -347,7 +347,11 @@ func TestDDLBinaryRestart(t *testing.T) {
 	e.srcExec(`ALTER TABLE b ALTER COLUMN n TYPE bigint; INSERT INTO b VALUES (2, 5000000000, 'sad')`)
 	e.waitCaughtUp(cfg.Slot, time.Minute)
 	e.assertSameTable("public.b", "id")
+	// USING: the table is copied anew (TestDDLRetypeUsing); its next row
+	// is the first in the stream with the enum.
 	e.srcExec(`ALTER TABLE b ALTER COLUMN v TYPE mood USING v::mood; INSERT INTO b VALUES (3, 3, 'ok')`)
+	waitFor(t, "the table copied anew", time.Minute, func() bool { return e.count(e.Tgt, "SELECT count(*) FROM b") == 3 })
+	e.srcExec(`INSERT INTO b VALUES (4, 4, 'sad')`)
 	e.waitSlotReleased(cfg.Slot) // the engine stopped
 	err := stop()
 	if err == nil {
@@ -392,4 +396,86 @@ func TestDDLMadeTablesRecordedOnUpgrade(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.replications WHERE slot = '"+cfg.Slot+"' AND made_recorded"); n != 1 {
 		t.Errorf("the replication is not marked as recording the tables its schema changes make")
 	}
+}
+
+// TestDDLRetypeUsing: ALTER COLUMN ... TYPE ... USING rewrites the
+// source's rows with an expression no message carries; the target's cast
+// alone kept the old values (prices 1, 2 ... for 100, 200 ...), and the run
+// said it had caught up. Such a table is now copied anew. A plain type
+// change (the cast, as the target makes it) and one that rewrites nothing
+// are not.
+func TestDDLRetypeUsing(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE p (id int PRIMARY KEY, price numeric, label varchar(10)); INSERT INTO p SELECT g, g, 'l' || g FROM generate_series(1, 100) g`)
+	cfg := e.config("public.p")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	copiedAt := func() string {
+		var s string
+		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = 'p'", cfg.Slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := copiedAt()
+	e.srcExec(`ALTER TABLE p ALTER COLUMN id TYPE bigint`)  // the cast: rewritten, not copied
+	e.srcExec(`ALTER TABLE p ALTER COLUMN label TYPE text`) // nothing rewritten
+	e.srcExec(`INSERT INTO p VALUES (101, 101, 'plain')`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id")
+	if c := copiedAt(); c != first {
+		t.Errorf("a type change by the plain cast, or one rewriting nothing, copied the table anew (%s, was %s)", c, first)
+	}
+	e.srcExec(`ALTER TABLE p ALTER COLUMN price TYPE bigint USING (price * 100)::bigint`)
+	e.srcExec(`INSERT INTO p VALUES (102, 10200, 'using')`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id")
+	if c := copiedAt(); c == first {
+		t.Errorf("the table a USING expression rewrote was not copied anew")
+	}
+}
+
+// TestGeneratedSourcePlainTarget: a column generated on the source has no
+// values in the stream or the copy; a plain column of its name on the
+// target held NULL where the source computes values, and the run said it
+// had caught up. Now the start refuses it, naming the column and the fix.
+func TestGeneratedSourcePlainTarget(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE q (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED); INSERT INTO q SELECT g, g FROM generate_series(1, 10) g`)
+	e.tgtExec(`CREATE TABLE q (id int PRIMARY KEY, a int, b int)`)
+	cfg := e.config("public.q")
+	e.mustFail(cfg, `column "b" is generated on the source, but not on the target`, "GENERATED ALWAYS AS")
+	e.tgtExec(`ALTER TABLE q DROP COLUMN b; ALTER TABLE q ADD COLUMN b int GENERATED ALWAYS AS (a * 2) STORED`)
+	e.catchUp(cfg)
+	e.srcExec(`INSERT INTO q VALUES (11, 11)`)
+	e.catchUp(cfg)
+	e.assertSame("q", "id")
+}
+
+// TestDDLGenerationExpression: a generated column's expression changed
+// on the source (SET EXPRESSION, PostgreSQL 17+) is set on the target's,
+// which computes its rows anew; before, the target went on computing the
+// old expression. One dropped (DROP EXPRESSION) is dropped there too, and
+// the column's values written from then on; before, the target went on
+// computing them while the source's were written.
+func TestDDLGenerationExpression(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 17 || e.count(e.Tgt, "SELECT current_setting('server_version_num')::int / 10000") < 17 {
+		t.Skip("SET EXPRESSION needs PostgreSQL 17+ on both sides")
+	}
+	e.srcExec(`CREATE TABLE g (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED); INSERT INTO g SELECT i, i FROM generate_series(1, 20) i`)
+	cfg := e.config("public.g")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE g ALTER COLUMN b SET EXPRESSION AS (a * 3)`)
+	e.srcExec(`INSERT INTO g VALUES (21, 21)`)
+	e.catchUp(cfg)
+	e.assertSame("g", "id")
+	e.srcExec(`ALTER TABLE g ALTER COLUMN b DROP EXPRESSION`)
+	e.srcExec(`UPDATE g SET b = -1 WHERE id <= 5; INSERT INTO g VALUES (22, 22, 7)`)
+	e.catchUp(cfg)
+	e.assertSame("g", "id")
 }

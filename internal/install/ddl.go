@@ -25,7 +25,9 @@ import (
 //     ADD COLUMN got (attmissingval), owned sequence; primary key (its key
 //     columns, the first indnkeyatts of indkey; its INCLUDE columns apart;
 //     whether it is deferrable), replica identity, the publications that
-//     publish it, and the oid of each one's entry that lists it: pubrels);
+//     publish it, and the oid of each one's entry that lists it: pubrels;
+//     a digest of its storage's relfilenodes, its leaves' for a
+//     partitioned table: filenodes, which a rewrite changes);
 //   - repstream.ddl_state: the definition last emitted per table (UNLOGGED:
 //     never published, not WAL-logged; a crash empties it, which only costs
 //     the rename detection of the next change of each table);
@@ -170,6 +172,8 @@ SELECT jsonb_build_object(
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
                      WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord > i.indnkeyatts), '[]'::jsonb),
+  'filenodes', (SELECT md5(string_agg(l.relfilenode::text, ',' ORDER BY l.oid)) FROM pg_class l
+                 WHERE l.oid IN (SELECT t.relid FROM pg_partition_tree(c.oid) t WHERE t.isleaf UNION SELECT c.oid WHERE c.relkind = 'r')),
   'pkeydeferrable', COALESCE((SELECT CASE WHEN con.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN con.condeferrable THEN 'DEFERRABLE' ELSE '' END
                       FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = 'p'), ''),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
@@ -238,8 +242,11 @@ BEGIN
       INSERT INTO repstream.ddl_state AS s VALUES (r.objid, d)
         ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def
         RETURNING s.xmin::text::bigint INTO x;
+      -- castonly: the query's text shows an ALTER without USING, so a
+      -- type it changed was converted by the plain cast.
       PERFORM repstream.ddl_emit(
-        (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x))::text);
+        (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x,
+                                 'castonly', coalesce(current_query() ~* 'alter' AND current_query() !~* 'using', false)))::text);
       -- A table without a key that a repstream publication publishes
       -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
       -- whose primary key was dropped) would make the source refuse its

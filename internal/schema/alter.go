@@ -213,13 +213,26 @@ func (d *alterDiff) add(c *ddlmsg.Column, targetEmpty bool) error {
 // changeColumn changes the type, NOT NULL and default of c, a column both
 // sides have, where the source's changed (compared with m.Old's column, or
 // without m.Old with the target's) and the target's does not match already.
-// Generated expressions and identities are not carried over.
+// A generation expression changed (SET EXPRESSION, PostgreSQL 17) is set
+// on the target's generated column (which computes its rows anew), and
+// one dropped (DROP EXPRESSION: the column keeps its values and is
+// written from then on) is dropped there; identities are not carried over.
 func (d *alterDiff) changeColumn(c *ddlmsg.Column) {
-	if c.Generated != nil || c.Identity != "" {
-		return
-	}
 	qc := change.QuoteIdent(c.Name)
 	tc := d.have[c.Name]
+	o := d.oldByNum[c.Num]
+	if o != nil && o.Generated != nil && c.Generated == nil && tc.Generated {
+		d.alter("ALTER COLUMN " + qc + " DROP EXPRESSION")
+	}
+	if c.Generated != nil {
+		if o != nil && o.Generated != nil && !sameExpr(o.Generated, c.Generated) && tc.Generated && tc.GenerationExpr != *c.Generated {
+			d.alter("ALTER COLUMN " + qc + " SET EXPRESSION AS (" + *c.Generated + ")")
+		}
+		return
+	}
+	if c.Identity != "" {
+		return
+	}
 	var was struct {
 		typ     string
 		notNull bool

@@ -64,6 +64,14 @@ func TestAlterSQL(t *testing.T) {
 	vDefault.Default = sp("'x'::text")
 	vBig := col(2, "v", "bigint")
 	renamedV := col(2, "w", "text")
+	gen3 := col(3, "g", "integer")
+	gen3.Generated = sp("(id * 3)")
+	plainG := col(3, "g", "integer")
+	withGen := func(expr string) *Table {
+		t := tgt("id integer NOT NULL", "v text", "g integer")
+		t.Columns[2].Generated, t.Columns[2].GenerationExpr = true, expr
+		return t
+	}
 
 	cases := []struct {
 		name  string
@@ -93,6 +101,9 @@ func TestAlterSQL(t *testing.T) {
 		{"no old: add", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, v, withDefault), false},
 		{"no old: rename-looking", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id, renamedV), false},
 		{"no old: extra column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id), false},
+		{"set expression", withGen("(id * 2)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, gen3), false},
+		{"set expression, already done", withGen("(id * 3)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, gen3), false},
+		{"drop expression", withGen("(id * 2)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, plainG), false},
 		{"rename: target has neither", tgt("id integer NOT NULL", "x text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, renamedV), false},
 	}
 	var b strings.Builder

@@ -236,16 +236,23 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFoun
 // source, a table of the same name: a source column the target lacks, a
 // column whose target type would change values without an error (see
 // SilentConversion) or that is of another kind (type category) than the
-// source's — a text column takes any value — and a target NOT NULL column
-// the source does not fill (no default, not generated, not an identity
-// column). Nil when there is nothing. Other differences within a kind
+// source's — a text column takes any value —, a column generated on the
+// source but plain on the target (its values never travel), and a target
+// NOT NULL column the source does not fill (no default, not generated, not
+// an identity column). Nil when there is nothing. Other differences within a kind
 // (varchar(10) for text, int for bigint) are left to the target: a value it
 // rejects stops the run with an error naming the table, column and LSN.
 func Incompatible(source, target *Table) []string {
 	var out []string
 	for _, c := range source.Columns {
 		if c.Generated {
-			continue // not published
+			// Its values are not in the stream (nor in the copy): a
+			// target column of its name must compute them itself.
+			if i := target.Column(c.Name); i >= 0 && !target.Columns[i].Generated {
+				out = append(out, fmt.Sprintf("column %q is generated on the source, but not on the target: it would hold NULL or its default where the source computes values "+
+					"(make it GENERATED ALWAYS AS (...) STORED on the target with the source's expression, or drop it there)", c.Name))
+			}
+			continue
 		}
 		i := target.Column(c.Name)
 		if i < 0 {

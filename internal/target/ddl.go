@@ -107,6 +107,12 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.alter(ctx, cur, msg, c.LSN); err != nil {
 		return fail(err)
 	}
+	if msg.RetypedByRewrite() && !msg.CastOnly && (w.opts.Publication == "" || msg.Publishes(w.opts.Publication)) {
+		// ALTER COLUMN ... TYPE ... USING: the source's rows hold what its
+		// expression made of them, which no message carries (the rewrite
+		// is not in the stream either): copied anew.
+		return w.takeUp(ctx, msg, c.LSN, fail)
+	}
 	if w.entersPublication(msg) && !msg.Creates() {
 		// Moved into a published schema, or set LOGGED, with a table of
 		// that name on the target: it was not the source's replicated one
@@ -220,6 +226,11 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 	if w.leftPartial(msg) {
 		w.log.Warn("the publication now leaves out a kind of change (ALTER PUBLICATION ... SET (publish = ...)): the stream lacks those changes from here on, so the table is copied anew once it publishes everything again",
 			"table", tn, "publication", w.opts.Publication, "lsn", lsn)
+		return nil
+	}
+	if msg.RetypedByRewrite() && !msg.CastOnly {
+		w.log.Warn("a column's type changed on the source with its rows rewritten, perhaps by a USING expression, which no message carries: the table is copied anew from a new snapshot, then streamed",
+			"table", tn, "lsn", lsn)
 		return nil
 	}
 	if msg.PubRelRemade(w.opts.Publication) {
