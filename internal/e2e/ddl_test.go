@@ -403,11 +403,13 @@ func TestDDLMadeTablesRecordedOnUpgrade(t *testing.T) {
 // alone kept the old values (prices 1, 2 ... for 100, 200 ...), and the run
 // said it had caught up. Such a table is now copied anew. A plain type
 // change (the cast, as the target makes it) and one that rewrites nothing
-// are not.
+// are not; a generated column's new type is set on the target's (it kept
+// one decimal where the source computes four).
 func TestDDLRetypeUsing(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
-	e.srcExec(`CREATE TABLE p (id int PRIMARY KEY, price numeric, label varchar(10)); INSERT INTO p SELECT g, g, 'l' || g FROM generate_series(1, 100) g`)
+	e.srcExec(`CREATE TABLE p (id int PRIMARY KEY, price numeric, label varchar(10), n int, third numeric(10,1) GENERATED ALWAYS AS (n / 3.0) STORED);
+		INSERT INTO p SELECT g, g, 'l' || g, g FROM generate_series(1, 100) g`)
 	cfg := e.config("public.p")
 	cfg.CreateTables = true
 	e.catchUp(cfg)
@@ -419,14 +421,18 @@ func TestDDLRetypeUsing(t *testing.T) {
 		return s
 	}
 	first := copiedAt()
-	e.srcExec(`ALTER TABLE p ALTER COLUMN id TYPE bigint`)  // the cast: rewritten, not copied
-	e.srcExec(`ALTER TABLE p ALTER COLUMN label TYPE text`) // nothing rewritten
+	e.srcExec(`ALTER TABLE p ALTER COLUMN id TYPE bigint`)           // the cast: rewritten, not copied
+	e.srcExec(`ALTER TABLE p ALTER COLUMN label TYPE text`)          // nothing rewritten
+	e.srcExec(`ALTER TABLE p ALTER COLUMN third TYPE numeric(10,4)`) // generated: the target computes it anew
 	e.srcExec(`INSERT INTO p VALUES (101, 101, 'plain')`)
 	e.catchUp(cfg)
 	e.assertSame("p", "id")
 	if c := copiedAt(); c != first {
 		t.Errorf("a type change by the plain cast, or one rewriting nothing, copied the table anew (%s, was %s)", c, first)
 	}
+	// A generated column retyped holds its old values cast (15.7000 for
+	// 15.7): a copy, which recomputes it, would differ.
+	e.srcExec(`ALTER TABLE p DROP COLUMN third`)
 	e.srcExec(`ALTER TABLE p ALTER COLUMN price TYPE bigint USING (price * 100)::bigint`)
 	e.srcExec(`INSERT INTO p VALUES (102, 10200, 'using')`)
 	e.catchUp(cfg)

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -175,16 +177,26 @@ func (c *Cluster) Leader(t testing.TB, topic string, partition int32) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	leaders, err := c.leaders(ctx, c.Admin(t), topic)
-	if err != nil {
-		t.Fatalf("kafkatest: leader of %s/%d: %v", topic, partition, err)
+	adm := c.Admin(t)
+	for {
+		// A topic just made may not be known yet to the broker asked
+		// (UNKNOWN_TOPIC_OR_PARTITION, retriable), or have no leader.
+		leaders, err := c.leaders(ctx, adm, topic)
+		if i, ok := leaders[partition]; err == nil && ok {
+			return i
+		}
+		if err != nil && !kerr.IsRetriable(err) && !errors.Is(err, errNotInMetadata) {
+			t.Fatalf("kafkatest: leader of %s/%d: %v", topic, partition, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkatest: %s/%d has no leader after 30 s (%v)", topic, partition, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	i, ok := leaders[partition]
-	if !ok {
-		t.Fatalf("kafkatest: %s/%d has no leader", topic, partition)
-	}
-	return i
 }
+
+var errNotInMetadata = errors.New("not in metadata")
 
 // leaders maps each of topic's partitions that has a leader to that
 // leader's broker index.
@@ -195,7 +207,7 @@ func (c *Cluster) leaders(ctx context.Context, adm *kadm.Client, topic string) (
 	}
 	td, ok := md.Topics[topic]
 	if !ok {
-		return nil, fmt.Errorf("topic %s not in metadata", topic)
+		return nil, fmt.Errorf("topic %s: %w", topic, errNotInMetadata)
 	}
 	if td.Err != nil {
 		return nil, td.Err

@@ -213,8 +213,9 @@ func (d *alterDiff) add(c *ddlmsg.Column, targetEmpty bool) error {
 // changeColumn changes the type, NOT NULL and default of c, a column both
 // sides have, where the source's changed (compared with m.Old's column, or
 // without m.Old with the target's) and the target's does not match already.
-// A generation expression changed (SET EXPRESSION, PostgreSQL 17) is set
-// on the target's generated column (which computes its rows anew), and
+// A generation expression or type changed (SET EXPRESSION, PostgreSQL 17;
+// ALTER COLUMN ... TYPE) is set on the target's generated column (which
+// computes its rows anew), and
 // one dropped (DROP EXPRESSION: the column keeps its values and is
 // written from then on) is dropped there; identities are not carried over.
 func (d *alterDiff) changeColumn(c *ddlmsg.Column) {
@@ -225,6 +226,10 @@ func (d *alterDiff) changeColumn(c *ddlmsg.Column) {
 		d.alter("ALTER COLUMN " + qc + " DROP EXPRESSION")
 	}
 	if c.Generated != nil {
+		// Its type changed: the target computes its rows anew too.
+		if o != nil && o.Type != c.Type && tc.Type != c.Type && tc.Generated {
+			d.alter("ALTER COLUMN " + qc + " TYPE " + c.Type)
+		}
 		if o != nil && o.Generated != nil && !sameExpr(o.Generated, c.Generated) && tc.Generated && tc.GenerationExpr != *c.Generated {
 			d.alter("ALTER COLUMN " + qc + " SET EXPRESSION AS (" + *c.Generated + ")")
 		}

@@ -67,6 +67,8 @@ func TestAlterSQL(t *testing.T) {
 	gen3 := col(3, "g", "integer")
 	gen3.Generated = sp("(id * 3)")
 	plainG := col(3, "g", "integer")
+	genBig := col(3, "g", "bigint")
+	genBig.Generated = sp("(id * 2)")
 	withGen := func(expr string) *Table {
 		t := tgt("id integer NOT NULL", "v text", "g integer")
 		t.Columns[2].Generated, t.Columns[2].GenerationExpr = true, expr
@@ -103,6 +105,7 @@ func TestAlterSQL(t *testing.T) {
 		{"no old: extra column", tgt("id integer NOT NULL", "v text"), msg("ALTER TABLE", nil, id), false},
 		{"set expression", withGen("(id * 2)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, gen3), false},
 		{"set expression, already done", withGen("(id * 3)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, gen3), false},
+		{"generated column retyped", withGen("(id * 2)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, genBig), false},
 		{"drop expression", withGen("(id * 2)"), msg("ALTER TABLE", []ddlmsg.Column{id, v, gen}, id, v, plainG), false},
 		{"rename: target has neither", tgt("id integer NOT NULL", "x text"), msg("ALTER TABLE", []ddlmsg.Column{id, v}, id, renamedV), false},
 	}
