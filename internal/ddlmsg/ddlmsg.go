@@ -82,6 +82,14 @@ type Table struct {
 	Filenodes string `json:"filenodes"`
 }
 
+// EnumChange is an enum type's labels as the source has them after an
+// ALTER TYPE, in their sort order.
+type EnumChange struct {
+	Schema string   `json:"schema"`
+	Name   string   `json:"name"`
+	Labels []string `json:"labels"`
+}
+
 // Message is one schema-change message: the command tag, the table's
 // definition after the command (for a drop, only its names and OID), and
 // Old, the definition the event trigger last recorded for the table (nil if
@@ -103,6 +111,9 @@ type Message struct {
 	// PUBLICATION left leaving out a kind of change (insert, update,
 	// delete or truncate): from the message on, the stream lacks those.
 	Partial []string `json:"partial"`
+	// Enum (ALTER TYPE of an enum a column of the table has): the type's
+	// labels after the command, in their order.
+	Enum *EnumChange `json:"enum"`
 	// CastOnly: the text of the command's query has ALTER and no USING,
 	// so a column whose type it changed was converted by the plain cast,
 	// as the target converts it (false: not known).

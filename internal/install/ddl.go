@@ -64,6 +64,11 @@ import (
 //     while an earlier version's trigger emitted them unsigned, where the
 //     install that made the key committed (DDLSigning).
 //
+//   - the event trigger repstream_ddl_types (ALTER TYPE): for an enum, a
+//     message per published table with a column of it, carrying its
+//     labels in order ("enum"): the target renames a label renamed
+//     (target.enumChanged).
+//
 //   - repstream.replications: the slots whose runs use the trigger, with
 //     their publications, one row per slot from its first start with the
 //     trigger to its drop.
@@ -117,6 +122,49 @@ BEGIN
     RAISE EXCEPTION 'repstream.ddl_key holds the key that signs repstream''s schema-change messages: a REFRESH would change it under the running captures'
       USING HINT = 'Leave repstream.ddl_key out of REFRESH MATERIALIZED VIEW.';
   END IF;
+END
+$fn$;
+
+-- ALTER TYPE of an enum (RENAME VALUE, ADD VALUE): its labels as they
+-- are now, in a message per published table with a column of it (or an
+-- array of it). A renamed label changes every row that holds it, which
+-- the stream never shows: the target renames its own.
+CREATE OR REPLACE FUNCTION repstream.ddl_types() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  r record;
+  c record;
+  d jsonb;
+  o jsonb;
+  x bigint;
+  labels jsonb;
+BEGIN
+  FOR r IN SELECT DISTINCT t.oid AS typoid, t.typarray, n.nspname, t.typname
+             FROM pg_event_trigger_ddl_commands() e
+             JOIN pg_type t ON t.oid = e.objid AND e.classid = 'pg_type'::regclass
+             JOIN pg_namespace n ON n.oid = t.typnamespace
+            WHERE t.typtype = 'e'
+  LOOP
+    SELECT jsonb_agg(l.enumlabel ORDER BY l.enumsortorder) INTO labels FROM pg_enum l WHERE l.enumtypid = r.typoid;
+    FOR c IN SELECT DISTINCT a.attrelid AS relid FROM pg_attribute a JOIN pg_class k ON k.oid = a.attrelid
+              WHERE a.atttypid IN (r.typoid, r.typarray) AND a.attnum > 0 AND NOT a.attisdropped
+                AND k.relkind IN ('r', 'p') AND k.relpersistence = 'p' AND k.relnamespace <> 'repstream'::regnamespace
+    LOOP
+      BEGIN
+        d := repstream.ddl_def(c.relid);
+        IF jsonb_array_length(d->'pubs') > 0 THEN
+          o := NULL;
+          x := NULL;
+          UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = c.relid RETURNING s.def, s.xmin::text::bigint INTO o, x;
+          PERFORM repstream.ddl_emit((d || jsonb_build_object('tag', 'ALTER TYPE', 'old', o, 'xid', x,
+            'enum', jsonb_build_object('schema', r.nspname, 'name', r.typname, 'labels', labels)))::text);
+        END IF;
+      EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'repstream: cannot report the change of type % to the targets of table %: %', r.typname, c.relid::regclass, SQLERRM;
+      END;
+    END LOOP;
+  END LOOP;
+  PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
 END
 $fn$;
 
@@ -396,6 +444,8 @@ DROP FUNCTION IF EXISTS repstream.ddl_drop();
 DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
 DROP FUNCTION IF EXISTS repstream.ddl_pubs(oid);
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_key;
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_types;
+DROP FUNCTION IF EXISTS repstream.ddl_types();
 DROP FUNCTION IF EXISTS repstream.ddl_key_guard();
 DROP FUNCTION IF EXISTS repstream.ddl_emit(text);
 DROP MATERIALIZED VIEW IF EXISTS repstream.ddl_key;
@@ -419,7 +469,7 @@ func SourceRole(ctx context.Context, src *pgx.Conn) (super bool, version int, er
 // server_version_num, 14 or later) and registers slot, publishing pub, as
 // one of its users.
 func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub string) error {
-	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger) + ensureEventTrigger(ddlKeyTrigger)
+	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger) + ensureEventTrigger(ddlKeyTrigger) + ensureEventTrigger(ddlTypesTrigger)
 	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "", "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	if version >= 150000 {
 		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)

@@ -48,6 +48,10 @@ var (
 	// under running captures). Not one of eventTriggers: a capture does
 	// not depend on it (one that meets another key stops).
 	ddlKeyTrigger = eventTrigger{"repstream_ddl_key", "ddl_command_end", []string{"REFRESH MATERIALIZED VIEW"}, "repstream.ddl_key_guard()"}
+	// ddlTypesTrigger reports an enum's labels changed (ALTER TYPE ...
+	// RENAME VALUE). Not one of eventTriggers either: the triggers that
+	// say what a table publishes and holds are checked and digested.
+	ddlTypesTrigger = eventTrigger{"repstream_ddl_types", "ddl_command_end", []string{"ALTER TYPE"}, "repstream.ddl_types()"}
 )
 
 // when is the trigger's WHEN clause, and same a condition on

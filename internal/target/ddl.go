@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,6 +68,12 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 			return fail(err)
 		}
 		return w.partition(ctx, c, msg, pc)
+	}
+	if msg.Enum != nil {
+		if err := w.enumChanged(ctx, msg.Enum, tn, c.LSN); err != nil {
+			return fail(err)
+		}
+		return nil
 	}
 	defer w.forget(tn)
 	if msg.Creates() {
@@ -372,3 +379,51 @@ func (w *Writer) relColumns(ctx context.Context, rel *change.Relation) ([]schema
 	}
 	return out, nil
 }
+
+// enumChanged makes the labels of the target's enum type e (when it has
+// that type) the source's after an ALTER TYPE. A label renamed on the
+// source (RENAME VALUE) changed every row holding it there, which the
+// stream never shows; the target renames its own, by position: the same
+// number of labels, in the same order, some named otherwise. Labels only
+// added on the source (ADD VALUE) are left to the target (a row holding
+// one stops the run, naming it); a difference it cannot tell for renames
+// stops the run now.
+func (w *Writer) enumChanged(ctx context.Context, e *ddlmsg.EnumChange, table schema.TableName, lsn change.LSN) error {
+	var have []string
+	if err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.enumlabel::text ORDER BY l.enumsortorder), '{}')
+FROM pg_catalog.pg_enum l JOIN pg_catalog.pg_type t ON t.oid = l.enumtypid JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != nil {
+		return err
+	}
+	typ := change.QuoteIdent(e.Schema) + "." + change.QuoteIdent(e.Name)
+	if len(have) == 0 || slices.Equal(have, e.Labels) {
+		return nil
+	}
+	if len(have) != len(e.Labels) {
+		for _, l := range have {
+			if !slices.Contains(e.Labels, l) {
+				return fmt.Errorf("enum type %s of %s: the source's labels are now %q, the target's %q: which label was renamed cannot be told; make the target's labels the source's (ALTER TYPE ... RENAME VALUE), then restart",
+					typ, table, e.Labels, have)
+			}
+		}
+		return nil // added on the source only
+	}
+	for i := range have {
+		if have[i] == e.Labels[i] {
+			continue
+		}
+		if slices.Contains(have, e.Labels[i]) {
+			return fmt.Errorf("enum type %s of %s: the source's labels are now %q, the target's %q: not renames one by one; make the target's labels the source's, then restart", typ, table, e.Labels, have)
+		}
+		sql := "ALTER TYPE " + typ + " RENAME VALUE " + sqlString(have[i]) + " TO " + sqlString(e.Labels[i])
+		if err := w.exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		w.log.Info("renamed an enum label on the target, as on the source", "type", typ, "from", have[i], "to", e.Labels[i], "lsn", lsn)
+		have[i] = e.Labels[i]
+	}
+	return nil
+}
+
+// sqlString is s as an SQL string literal (standard_conforming_strings).
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
