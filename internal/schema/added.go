@@ -109,7 +109,7 @@ func RelationAddSQL(column, typ string, v AddedValue, targetEmpty bool) ([]strin
 	case v.Generated != nil:
 		return []string{add + " GENERATED ALWAYS AS (" + *v.Generated + ") STORED"}, nil
 	case v.HasMissing && v.Missing != nil:
-		return []string{add + " DEFAULT " + quoteLiteral(*v.Missing) + "::" + typ, setDefault()}, nil
+		return []string{add + " DEFAULT " + QuoteLiteral(*v.Missing) + "::" + typ, setDefault()}, nil
 	case v.Identity != "":
 		if !targetEmpty {
 			return nil, fmt.Errorf("%w: the source numbered its existing rows with an identity", ErrVolatileDefault)

@@ -294,7 +294,7 @@ func addColumn(c *ddlmsg.Column, targetEmpty bool) ([]string, error) {
 	case c.HasMissing && c.Missing != nil:
 		// The value the source's existing rows have, as a constant; then
 		// the real default for rows to come.
-		out := []string{def + " DEFAULT " + quoteLiteral(*c.Missing) + "::" + c.Type + notNull}
+		out := []string{def + " DEFAULT " + QuoteLiteral(*c.Missing) + "::" + c.Type + notNull}
 		if c.Default != nil {
 			out = append(out, "ALTER COLUMN "+qc+" SET DEFAULT "+*c.Default)
 		} else {

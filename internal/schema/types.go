@@ -242,7 +242,7 @@ func (u *UserType) CreateSQL() string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(quoteLiteral(l))
+			b.WriteString(QuoteLiteral(l))
 		}
 		b.WriteString(")")
 	case 'c':
@@ -355,4 +355,5 @@ func LoadType(ctx context.Context, q Querier, schema, name string) (*UserType, e
 	return nil, nil
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// QuoteLiteral is s as an SQL string literal (standard_conforming_strings).
+func QuoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -415,7 +414,7 @@ WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != 
 		if slices.Contains(have, e.Labels[i]) {
 			return fmt.Errorf("enum type %s of %s: the source's labels are now %q, the target's %q: not renames one by one; make the target's labels the source's, then restart", typ, table, e.Labels, have)
 		}
-		sql := "ALTER TYPE " + typ + " RENAME VALUE " + sqlString(have[i]) + " TO " + sqlString(e.Labels[i])
+		sql := "ALTER TYPE " + typ + " RENAME VALUE " + schema.QuoteLiteral(have[i]) + " TO " + schema.QuoteLiteral(e.Labels[i])
 		if err := w.exec(ctx, sql); err != nil {
 			return fmt.Errorf("%s: %w", sql, err)
 		}
@@ -424,6 +423,3 @@ WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != 
 	}
 	return nil
 }
-
-// sqlString is s as an SQL string literal (standard_conforming_strings).
-func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
