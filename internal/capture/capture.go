@@ -102,10 +102,12 @@ type Options struct {
 	// trigger emitted it. Needed with DDLMessages, unless DDLVerified.
 	DDLKey        []byte
 	DDLSignedFrom change.LSN
-	// DDLKeyNow reads the key as the source has it now: a signed message
+	// DDLKeyNow reads the key as the source has it now, and a WAL
+	// position the source had passed before it read it: a signed message
 	// that does not verify stops the run when the key changed (nil: not
-	// looked at).
-	DDLKeyNow func(ctx context.Context) ([]byte, error)
+	// looked at). A message before that position that does not verify is
+	// not looked up again (ddlContent).
+	DDLKeyNow func(ctx context.Context) (key []byte, before change.LSN, err error)
 	// DDLVerified: the messages were checked by the capture that wrote
 	// them where they are read from (a Kafka topic): their signature is
 	// dropped unchecked (NewDecoder).
@@ -175,6 +177,7 @@ type Capture struct {
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	cForgedDDL                                            *atomic.Int64 // repstream.ddl messages not signed by the trigger (ddl.go)
+	keyKnownBefore                                        change.LSN    // the source had DDLKey when its WAL had reached this far (ddl.go)
 	gReceived, gFlushed                                   *atomic.Int64
 
 	// For Behind (read by other goroutines): when the stream started, the

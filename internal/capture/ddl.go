@@ -155,8 +155,8 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 	if err == nil {
 		return json, nil
 	}
-	if _, signed := ddlmsg.Strip(m.Content); signed && c.opts.DDLKeyNow != nil {
-		now, kerr := c.opts.DDLKeyNow(ctx)
+	if _, signed := ddlmsg.Strip(m.Content); signed && c.opts.DDLKeyNow != nil && walStart >= c.keyKnownBefore {
+		now, before, kerr := c.opts.DDLKeyNow(ctx)
 		if kerr != nil {
 			return nil, fmt.Errorf("schema-change message at %s (transaction %d) not signed with this run's key: read the source's key again: %w", walStart, xid, kerr)
 		}
@@ -164,6 +164,12 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 			return nil, fmt.Errorf("%w: the message at %s (transaction %d) is signed with another key than the one this run started with; restart repstream, which reads the new key (schema changes signed with the old one and not yet applied are then ignored, with a warning each)",
 				ErrDDLKeyChanged, walStart, xid)
 		}
+		// A message signed with a new key was emitted after the key's
+		// change committed and was visible: one written before the
+		// source's WAL reached before, read ahead of the key, would have
+		// shown the new key. So the many forged messages a role may
+		// write at once cost one look, not a source connection each.
+		c.keyKnownBefore = max(c.keyKnownBefore, before)
 	}
 	c.log.Warn("a schema-change message that repstream's trigger did not emit is ignored: a role that may connect to the source wrote it with pg_logical_emit_message (nothing of it is applied)",
 		"lsn", walStart, "xid", xid, "reason", err)

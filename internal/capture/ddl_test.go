@@ -120,12 +120,13 @@ func TestDDLMessages(t *testing.T) {
 	// A message signed with another key: ignored while the source's key
 	// is the capture's, a stop once it is another.
 	for _, changed := range []bool{false, true} {
+		looks := 0
 		now := testKey
 		if changed {
 			now = bytes.Repeat([]byte{4}, ddlmsg.KeyLen)
 		}
 		c, err := New(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, Publication: "p", DDLMessages: true, DDLKey: testKey,
-			DDLKeyNow: func(context.Context) ([]byte, error) { return now, nil }})
+			DDLKeyNow: func(context.Context) ([]byte, change.LSN, error) { looks++; return now, 100, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +138,22 @@ func TestDDLMessages(t *testing.T) {
 		}
 		if changed != errors.Is(err, ErrDDLKeyChanged) {
 			t.Errorf("key changed %v: %v", changed, err)
+		}
+		if changed {
+			continue
+		}
+		// More such messages before the position the key was read at
+		// cost no look; one after it does.
+		for i := range 1000 {
+			if err := c.handle(context.Background(), change.LSN(8+i%90), msgLogical(true, change.DDLPrefix, other)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if looks != 1 {
+			t.Errorf("1,001 forged messages before the key's position: the key was read %d times, want once", looks)
+		}
+		if err := c.handle(context.Background(), 100, msgLogical(true, change.DDLPrefix, other)); err != nil || looks != 2 {
+			t.Errorf("a forged message at the key's position: %v, the key read %d times, want twice", err, looks)
 		}
 	}
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/install"
 )
 
@@ -61,15 +62,20 @@ func setUpDDL(ctx context.Context, src *pgx.Conn, setting, slot, pub string, log
 }
 
 // ddlKeyNow reads the key that signs the trigger's messages as the source
-// at dsn has it now (capture's Options.DDLKeyNow).
-func ddlKeyNow(dsn, slot string) func(context.Context) ([]byte, error) {
-	return func(ctx context.Context) ([]byte, error) {
+// at dsn has it now, and the source's WAL position read just before it, in
+// an earlier statement (capture's Options.DDLKeyNow).
+func ddlKeyNow(dsn, slot string) func(context.Context) ([]byte, change.LSN, error) {
+	return func(ctx context.Context) ([]byte, change.LSN, error) {
 		src, err := install.ConnectSource(ctx, dsn)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		defer src.Close(context.WithoutCancel(ctx))
+		before, err := install.WALPosition(ctx, src)
+		if err != nil {
+			return nil, 0, err
+		}
 		key, _, err := install.DDLSigning(ctx, src, slot)
-		return key, err
+		return key, before, err
 	}
 }

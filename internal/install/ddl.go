@@ -561,6 +561,16 @@ func DDLSigning(ctx context.Context, src *pgx.Conn, slot string) (key []byte, si
 	return key, signedFrom, nil
 }
 
+// WALPosition returns how far the source's WAL has been written (on a
+// standby: replayed).
+func WALPosition(ctx context.Context, src *pgx.Conn) (change.LSN, error) {
+	var at string
+	if err := src.QueryRow(ctx, `SELECT CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_insert_lsn() END::text`).Scan(&at); err != nil {
+		return 0, fmt.Errorf("read the source's WAL position: %w", err)
+	}
+	return change.ParseLSN(at)
+}
+
 // ReleaseDDL removes slot's registration as a user of the event trigger
 // and, when it was the last, the trigger, its functions, its tables and the
 // schema repstream on the source (if nothing else is in it). It reports
