@@ -509,4 +509,48 @@ func TestDDLEnumRenamed(t *testing.T) {
 	e.srcExec(`INSERT INTO m VALUES (12, 'calm', ARRAY['unhappy']::mood[])`)
 	e.catchUp(cfg)
 	e.assertSame("m", "id")
+
+	// Its trigger off while no engine ran: the next start copies the
+	// tables anew, which stops at the label the target lacks (the
+	// rename was not seen) until the user renames it. Dropped under a
+	// running engine: it stops, recording them for a copy, which the
+	// next start makes.
+	e.srcExec(`UPDATE m SET v = 'ok' WHERE id = 1`)
+	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl_types DISABLE; ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'; ALTER EVENT TRIGGER repstream_ddl_types ENABLE ALWAYS`)
+	if _, err := e.tryCatchUp(cfg); err == nil || !strings.Contains(err.Error(), `invalid input value for enum mood: "fine"`) {
+		t.Fatalf("a label renamed with the trigger off: %v, want the copy anew to stop at it", err)
+	}
+	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id")
+	cfg.PublicationPoll = time.Second
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`DROP EVENT TRIGGER repstream_ddl_types; ALTER TYPE mood RENAME VALUE 'fine' TO 'good'`)
+	stopsWith(t, done, "its trigger dropped", "schema-change triggers were turned off", "repstream_ddl_types:-", "recorded for a new copy")
+	e.waitSlotReleased(cfg.Slot)
+	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'fine' TO 'good'`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id")
+
+	// As a version before the trigger left it (no trigger, a record of
+	// the others alone): the next start makes it and copies nothing.
+	e.srcExec(`DROP EVENT TRIGGER repstream_ddl_types`)
+	e.tgtExec(`UPDATE repstream.replications SET ddl_triggers = regexp_replace(ddl_triggers, ',repstream_ddl_types:[^,]*', '') WHERE slot = $1`, cfg.Slot)
+	copied := func() string {
+		var at string
+		if err := e.Tgt.QueryRow(t.Context(), `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1`, cfg.Slot).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := copied()
+	e.catchUp(cfg)
+	if after := copied(); after != before {
+		t.Errorf("the first start after an upgrade copied the tables anew (copied_at %s, then %s)", before, after)
+	}
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_event_trigger WHERE evtname = 'repstream_ddl_types' AND evtenabled = 'A'"); n != 1 {
+		t.Errorf("repstream_ddl_types not made by the first start after an upgrade")
+	}
 }

@@ -654,14 +654,16 @@ func CheckDDLTriggers(ctx context.Context, src *pgx.Conn) error {
 }
 
 // DDLTriggersOff lists what CheckDDLTriggers finds off, each named and
-// said how; missing says whether all of it is event triggers that are not
+// said how (repstream_ddl_types missing is not listed: versions before it
+// did not make it, and TriggerDigest tells when one a replication saw is
+// gone); missing says whether all of it is event triggers that are not
 // there at all (never installed for this database, as for a replication
 // that followed schema changes without them until now).
 func DDLTriggersOff(ctx context.Context, src *pgx.Conn) (off []string, missing bool, err error) {
 	rows, err := src.Query(ctx, `SELECT w.name || ' ' || coalesce(CASE e.evtenabled WHEN 'D' THEN 'disabled' WHEN 'R' THEN 'enabled for replica sessions only' END, 'missing'), e.evtenabled IS NULL
-FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
+FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions'), ('repstream_ddl_types')) w(name)
 LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name
-WHERE e.evtenabled IS NULL OR e.evtenabled IN ('D', 'R')
+WHERE e.evtenabled IS NULL AND w.name <> 'repstream_ddl_types' OR e.evtenabled IN ('D', 'R')
 UNION ALL
 SELECT 'repstream_truncate on ' || g.tgrelid::regclass::text || ' ' || CASE g.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled for replica sessions only' END, false
 FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate' AND g.tgenabled IN ('D', 'R')

@@ -9,7 +9,7 @@ import (
 )
 
 // The event triggers of --ddl=true (repstream_ddl, repstream_ddl_drop,
-// repstream_ddl_partitions) are shared by every repstream replication of
+// repstream_ddl_partitions, repstream_ddl_types) are shared by every repstream replication of
 // the source database, and a run can only see what they did while it
 // looked. While they are off (disabled, dropped, enabled for replica
 // sessions only), schema changes, tables added to a publication and
@@ -18,7 +18,7 @@ import (
 // looked, would go on without them.
 //
 // Each row of pg_event_trigger changes its xmin with every ALTER EVENT
-// TRIGGER, and its oid with every DROP and CREATE: TriggerDigest, the three
+// TRIGGER, and its oid with every DROP and CREATE: TriggerDigest, the four
 // rows' oid, xmin and enabled state, changes whenever anyone touches them.
 // Each target records the digest it last saw them in, on (after its
 // start's install) and at every later look; a digest that differs from
@@ -43,16 +43,41 @@ var (
 		[]string{"CREATE TABLE", "ALTER TABLE", "CREATE TABLE AS", "SELECT INTO", "ALTER SCHEMA", "ALTER PUBLICATION"}, "repstream.ddl_end()"}
 	ddlDropTrigger       = eventTrigger{"repstream_ddl_drop", "sql_drop", nil, "repstream.ddl_drop()"}
 	ddlPartitionsTrigger = eventTrigger{"repstream_ddl_partitions", "ddl_command_end", []string{"CREATE TABLE", "ALTER TABLE"}, "repstream.ddl_partitions()"}
-	eventTriggers        = []eventTrigger{ddlEndTrigger, ddlDropTrigger, ddlPartitionsTrigger}
+	// ddlTypesTrigger reports an enum's labels changed (ALTER TYPE ...
+	// RENAME VALUE): off, the target keeps the old labels.
+	ddlTypesTrigger = eventTrigger{"repstream_ddl_types", "ddl_command_end", []string{"ALTER TYPE"}, "repstream.ddl_types()"}
+	eventTriggers   = []eventTrigger{ddlEndTrigger, ddlDropTrigger, ddlPartitionsTrigger, ddlTypesTrigger}
 	// ddlKeyTrigger refuses a REFRESH of repstream.ddl_key (a new key
 	// under running captures). Not one of eventTriggers: a capture does
 	// not depend on it (one that meets another key stops).
 	ddlKeyTrigger = eventTrigger{"repstream_ddl_key", "ddl_command_end", []string{"REFRESH MATERIALIZED VIEW"}, "repstream.ddl_key_guard()"}
-	// ddlTypesTrigger reports an enum's labels changed (ALTER TYPE ...
-	// RENAME VALUE). Not one of eventTriggers either: the triggers that
-	// say what a table publishes and holds are checked and digested.
-	ddlTypesTrigger = eventTrigger{"repstream_ddl_types", "ddl_command_end", []string{"ALTER TYPE"}, "repstream.ddl_types()"}
 )
+
+// typesDigestName is repstream_ddl_types's entry in TriggerDigest, which
+// versions before it did not have (SameTriggers).
+const typesDigestName = "repstream_ddl_types:"
+
+// SameTriggers reports whether the event triggers are as a replication
+// recorded them (digests of TriggerDigest): equal, or recorded by a
+// version before repstream_ddl_types and equal but for it (that version's
+// start did not make it; this one's does, without a copy anew).
+func SameTriggers(recorded, now string) bool {
+	if recorded == now {
+		return true
+	}
+	if strings.Contains(recorded, typesDigestName) {
+		return false
+	}
+	i := strings.Index(now, ","+typesDigestName)
+	if i < 0 {
+		return false
+	}
+	rest := now[i+1:]
+	if j := strings.IndexByte(rest, ','); j >= 0 {
+		return recorded == now[:i]+rest[j:]
+	}
+	return recorded == now[:i]
+}
 
 // when is the trigger's WHEN clause, and same a condition on
 // pg_event_trigger e that holds when e is as this version makes it
@@ -121,7 +146,7 @@ func EventTriggersStale(ctx context.Context, src *pgx.Conn) ([]string, error) {
 func TriggerDigest(ctx context.Context, src *pgx.Conn) (string, error) {
 	var d string
 	err := src.QueryRow(ctx, `SELECT string_agg(w.name || ':' || coalesce(e.oid::text || '/' || e.xmin::text || '/' || e.evtenabled::text, '-'), ',' ORDER BY w.name)
-FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions')) w(name)
+FROM (VALUES ('repstream_ddl'), ('repstream_ddl_drop'), ('repstream_ddl_partitions'), ('repstream_ddl_types')) w(name)
 LEFT JOIN pg_catalog.pg_event_trigger e ON e.evtname = w.name`).Scan(&d)
 	if err != nil {
 		return "", fmt.Errorf("look at the schema-change triggers: %w", err)

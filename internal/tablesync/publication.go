@@ -294,7 +294,7 @@ func (ts *Syncer) checkDigest(ctx context.Context, src, tgt *pgx.Conn) error {
 	switch {
 	case seen == "" || seen == target.NoTriggers:
 		return target.SetTriggerDigest(ctx, tgt, ts.cfg.Slot, now)
-	case seen != now:
+	case !install.SameTriggers(seen, now):
 		return fmt.Errorf("%w: dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", install.ErrDDLTriggerOff, seen, now)
 	}
 	return nil
@@ -340,7 +340,7 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 	}
 	why := ""
 	switch {
-	case seen != "" && seen != now:
+	case seen != "" && !install.SameTriggers(seen, now):
 		why = fmt.Sprintf("dropped, made again or altered (ALTER EVENT TRIGGER) since this replication last saw them working (%s, now %s)", seen, now)
 	case off != nil && resumed && (seen != "" || !missing) && !firstUse:
 		// Event triggers not there at all, with nothing recorded, are a
