@@ -158,13 +158,20 @@ func (m *Message) PubRelRemade(pub string) bool {
 	return was != 0 && now != 0 && was != now
 }
 
+// Rewrote reports whether the command rewrote the table's rows (its
+// Filenodes, or its leaves', changed): a column added with a default
+// evaluated per row (random(), an identity) among others.
+func (m *Message) Rewrote() bool {
+	return m.Old != nil && m.Old.Filenodes != "" && m.Filenodes != "" && m.Old.Filenodes != m.Filenodes
+}
+
 // RetypedByRewrite reports whether the command changed a column's type
 // and rewrote the table's rows (Filenodes): the rows then hold what an
 // expression (USING) made of the old values, which the target's cast may
 // not give. A type change that rewrote nothing (varchar(10) to text)
 // kept the values as they were.
 func (m *Message) RetypedByRewrite() bool {
-	if m.Old == nil || m.Old.Filenodes == "" || m.Filenodes == "" || m.Old.Filenodes == m.Filenodes {
+	if !m.Rewrote() {
 		return false
 	}
 	for _, c := range m.Columns {

@@ -442,6 +442,56 @@ func TestDDLRetypeUsing(t *testing.T) {
 	}
 }
 
+// TestDDLVolatileDefaultCopied: a column added with a value computed for
+// each existing row (random(), an identity, a serial, gen_random_uuid())
+// made the source rewrite the table, and no message carries those values:
+// the run stopped, asking the user to copy them over by hand. Now the
+// table is copied anew from a new snapshot, then streamed; a column added
+// with a constant default copies nothing.
+func TestDDLVolatileDefaultCopied(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY, v text);
+		INSERT INTO a SELECT g, 'x' FROM generate_series(1, 200) g;
+		CREATE TABLE pm (id int, k int, PRIMARY KEY (id, k)) PARTITION BY RANGE (k);
+		CREATE TABLE pm_1 PARTITION OF pm FOR VALUES FROM (0) TO (10);
+		CREATE TABLE pm_2 PARTITION OF pm FOR VALUES FROM (10) TO (20);
+		INSERT INTO pm SELECT g, g % 20 FROM generate_series(1, 200) g`)
+	cfg := e.config("public.a", "public.pm")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	copiedAt := func(table string) string {
+		var s string
+		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = $2", cfg.Slot, table).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := copiedAt("a")
+	e.srcExec(`ALTER TABLE a ADD COLUMN c int DEFAULT 7`) // stored once: nothing copied
+	e.srcExec(`INSERT INTO a (id, v) VALUES (201, 'y')`)
+	e.catchUp(cfg)
+	e.assertSame("a", "id")
+	if c := copiedAt("a"); c != first {
+		t.Fatalf("a column with a constant default copied the table anew")
+	}
+	for _, add := range []string{
+		`ALTER TABLE a ADD COLUMN r float8 DEFAULT random()`,
+		`ALTER TABLE a ADD COLUMN i int GENERATED ALWAYS AS IDENTITY`,
+		`ALTER TABLE a ADD COLUMN s bigserial, ADD COLUMN u uuid DEFAULT gen_random_uuid()`,
+		`ALTER TABLE pm ADD COLUMN r float8 DEFAULT random()`,
+	} {
+		e.srcExec(add)
+		e.srcExec(`INSERT INTO a (id, v) SELECT max(id) + 1, 'z' FROM a; INSERT INTO pm (id, k) SELECT max(id) + 1, 3 FROM pm; UPDATE a SET v = 'w' WHERE id = 5`)
+		e.catchUp(cfg)
+		e.assertSame("a", "id")
+		e.assertSame("pm", "id, k")
+	}
+	if copiedAt("a") == first || copiedAt("pm") == "" {
+		t.Errorf("the tables were not copied anew")
+	}
+}
+
 // TestGeneratedSourcePlainTarget: a column generated on the source has no
 // values in the stream or the copy; a plain column of its name on the
 // target held NULL where the source computes values, and the run said it

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/repstream/repstream/internal/change"
@@ -200,12 +201,21 @@ func (d *alterDiff) add(c *ddlmsg.Column, targetEmpty bool) error {
 	if d.oldByNum[c.Num] != nil {
 		return d.fail(c.Name, ErrTargetMismatch, "the source had the column before this change, the target lacks it")
 	}
-	add, err := addColumn(c, targetEmpty)
+	add, err := addColumn(c, targetEmpty, slices.Contains(d.m.PrimaryKey, c.Name))
 	if err != nil {
 		return d.fail(c.Name, err, "%s", volatileAdvice(c))
 	}
+	// A serial's default draws from the sequence it owns: made first on
+	// the target too, as CreateSQLFromDDL makes it.
+	owned := c.Sequence != nil && c.Identity == "" && targetEmpty
+	if owned {
+		d.stmts = append(d.stmts, "CREATE SEQUENCE IF NOT EXISTS "+*c.Sequence)
+	}
 	for _, s := range add {
 		d.alter(s)
+	}
+	if owned {
+		d.stmts = append(d.stmts, "ALTER SEQUENCE "+*c.Sequence+" OWNED BY "+d.qt+"."+change.QuoteIdent(c.Name))
 	}
 	return nil
 }
@@ -272,7 +282,8 @@ func (d *alterDiff) changeColumn(c *ddlmsg.Column) {
 
 // addColumn returns the ALTER TABLE actions (without "ALTER TABLE t") that
 // add c, giving existing rows the source's values.
-func addColumn(c *ddlmsg.Column, targetEmpty bool) ([]string, error) {
+// An identity ALWAYS is made BY DEFAULT unless key (CreateTableSQL).
+func addColumn(c *ddlmsg.Column, targetEmpty, key bool) ([]string, error) {
 	qc := change.QuoteIdent(c.Name)
 	def := "ADD COLUMN " + qc + " " + c.Type
 	notNull := ""
@@ -287,7 +298,7 @@ func addColumn(c *ddlmsg.Column, targetEmpty bool) ([]string, error) {
 			return nil, ErrVolatileDefault
 		}
 		kind := "BY DEFAULT"
-		if c.Identity == "a" {
+		if c.Identity == "a" && key {
 			kind = "ALWAYS"
 		}
 		return []string{def + " GENERATED " + kind + " AS IDENTITY" + notNull}, nil

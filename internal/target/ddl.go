@@ -110,13 +110,15 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.checkOwner(ctx, cur.TableName()); err != nil {
 		return fail(err)
 	}
-	if err := w.alter(ctx, cur, msg, c.LSN); err != nil {
+	copyAnew, err := w.alter(ctx, cur, msg, c.LSN)
+	if err != nil {
 		return fail(err)
 	}
-	if msg.RetypedByRewrite() && !msg.CastOnly && (w.opts.Publication == "" || msg.Publishes(w.opts.Publication)) {
+	if copyAnew || msg.RetypedByRewrite() && !msg.CastOnly && w.publishes(msg) {
 		// ALTER COLUMN ... TYPE ... USING: the source's rows hold what its
 		// expression made of them, which no message carries (the rewrite
-		// is not in the stream either): copied anew.
+		// is not in the stream either): copied anew. So is a column added
+		// with values computed for each row.
 		return w.takeUp(ctx, msg, c.LSN, fail)
 	}
 	if w.entersPublication(msg) && !msg.Creates() {
@@ -158,34 +160,45 @@ func (w *Writer) recordMade(ctx context.Context, msg *ddlmsg.Message, lsn change
 // alter makes the target table cur what msg describes: moved to its
 // schema (SET SCHEMA, ALTER SCHEMA ... RENAME: the schema may be new to the
 // target), then schema.AlterSQL's statements. A default evaluated per row
-// is refused by AlterSQL unless the target table is empty.
-func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Message, lsn change.LSN) error {
+// (random(), an identity) is refused by AlterSQL unless the target table
+// is empty; when the source rewrote the table for it (msg.Rewrote) and
+// the run's publication publishes it, the column is added as to an empty
+// table and copyAnew says that the table must be copied anew: the
+// values the source computed for its rows are in no message.
+func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Message, lsn change.LSN) (copyAnew bool, err error) {
 	tn := schema.NameFromDDL(&msg.Table)
 	if cur.Schema != tn.Schema {
 		if err := w.exec(ctx, schema.CreateSchemaSQL(tn.Schema)); err != nil {
-			return err
+			return false, err
 		}
 	}
 	stmts, err := schema.AlterSQL(cur, msg, false)
 	if errors.Is(err, schema.ErrVolatileDefault) {
 		var empty bool
 		if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+cur.TableName().Quoted()+")").Scan(&empty); qerr != nil {
-			return qerr
+			return false, qerr
 		}
-		if empty {
+		copyAnew = !empty && msg.Rewrote() && w.publishes(msg)
+		if empty || copyAnew {
 			stmts, err = schema.AlterSQL(cur, msg, true)
 		}
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, sql := range stmts {
 		if err := w.exec(ctx, sql); err != nil {
-			return fmt.Errorf("%s: %w", sql, err)
+			return false, fmt.Errorf("%s: %w", sql, err)
 		}
 	}
 	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", lsn)
-	return nil
+	return copyAnew, nil
+}
+
+// publishes: the run's publication publishes msg's table (or the run has
+// none of its own to tell by).
+func (w *Writer) publishes(msg *ddlmsg.Message) bool {
+	return w.opts.Publication == "" || msg.Publishes(w.opts.Publication)
 }
 
 // entersPublication: the message makes the run's publication publish a
@@ -236,6 +249,11 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 	}
 	if msg.RetypedByRewrite() && !msg.CastOnly {
 		w.log.Warn("a column's type changed on the source with its rows rewritten, perhaps by a USING expression, which no message carries: the table is copied anew from a new snapshot, then streamed",
+			"table", tn, "lsn", lsn)
+		return nil
+	}
+	if msg.Rewrote() && msg.Tag == "ALTER TABLE" {
+		w.log.Warn("a column was added on the source with a value computed for each existing row (a volatile default, an identity), which no message carries: the table is copied anew from a new snapshot, then streamed",
 			"table", tn, "lsn", lsn)
 		return nil
 	}
