@@ -118,11 +118,38 @@ type Message struct {
 	// so a column whose type it changed was converted by the plain cast,
 	// as the target converts it (false: not known).
 	CastOnly bool `json:"castonly"`
+	// Session holds the settings of the source session that ran the
+	// command which decide what a cast between types makes of a value
+	// (SessionSettings: TimeZone for timestamp to timestamptz, DateStyle
+	// for date to text, ...): the target converts a retyped column's rows
+	// under them too. Nil from earlier versions' triggers.
+	Session map[string]string `json:"session"`
 	Table
 	Old *Table `json:"old"`
 	// Partition is the partition a partition message is about (nil for
 	// any other message).
 	Partition *PartitionChange `json:"partition"`
+}
+
+// SessionSettings are the settings Message.Session carries, the ones a
+// cast between built-in types reads: the time zone, the date, interval,
+// float and bytea text forms, and money's locale.
+var SessionSettings = []string{"TimeZone", "DateStyle", "IntervalStyle", "extra_float_digits", "bytea_output", "lc_monetary"}
+
+// Retyped reports whether the command changed a column's type or type
+// modifier.
+func (m *Message) Retyped() bool {
+	if m.Old == nil {
+		return false
+	}
+	for _, c := range m.Columns {
+		for _, o := range m.Old.Columns {
+			if o.Num == c.Num && (o.TypeOID != c.TypeOID || o.TypeMod != c.TypeMod) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Parse decodes the content of a repstream.ddl message; it fails only on
@@ -171,17 +198,7 @@ func (m *Message) Rewrote() bool {
 // not give. A type change that rewrote nothing (varchar(10) to text)
 // kept the values as they were.
 func (m *Message) RetypedByRewrite() bool {
-	if !m.Rewrote() {
-		return false
-	}
-	for _, c := range m.Columns {
-		for _, o := range m.Old.Columns {
-			if o.Num == c.Num && (o.TypeOID != c.TypeOID || o.TypeMod != c.TypeMod) {
-				return true
-			}
-		}
-	}
-	return false
+	return m.Rewrote() && m.Retyped()
 }
 
 // Creates reports whether the command made the table (CREATE TABLE, CREATE

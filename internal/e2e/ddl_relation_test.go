@@ -120,3 +120,63 @@ func TestDDLRelationFallbackDefaults(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSameTable("public.g", "id")
 }
+
+// TestDDLRelationRetypeCopied: without the event trigger, a type change
+// reaches the target as the plain cast of its rows, but the source's rows
+// hold what a USING expression, or a cast under the source session's
+// TimeZone, made of them: the target differed while the run said it had
+// caught up. Now the table is copied anew after a type change; one that
+// adds a column is not.
+func TestDDLRelationRetypeCopied(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE p (id int PRIMARY KEY, price numeric, ts timestamp);
+		INSERT INTO p SELECT g, g, '2020-01-01 10:00'::timestamp + g * interval '1 hour' FROM generate_series(1, 100) g`)
+	cfg := e.config("public.p")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	copiedAt := func() string {
+		var s string
+		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = 'p'", cfg.Slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := copiedAt()
+	e.srcExec(`ALTER TABLE p ADD COLUMN note text`)
+	e.srcExec(`INSERT INTO p (id, price) VALUES (101, 101)`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id")
+	if c := copiedAt(); c != first {
+		t.Fatalf("a column added copied the table anew")
+	}
+	stop := e.startOnce(cfg)
+	defer func() {
+		if stop != nil {
+			_ = stop()
+		}
+	}()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`UPDATE p SET note = 'before' WHERE id = 4`) // the session's first description of p
+	e.srcExec(`ALTER TABLE p ALTER COLUMN price TYPE bigint USING (price * 100)::bigint`)
+	e.srcExec(`INSERT INTO p (id, price) VALUES (102, 10200)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	e.assertSame("p", "id")
+	second := copiedAt()
+	if second == first {
+		t.Errorf("the table a USING expression rewrote was not copied anew")
+	}
+	e.srcExec(`UPDATE p SET note = 'before' WHERE id = 4`)
+	e.srcExec(`SET TimeZone = 'Asia/Tokyo'; ALTER TABLE p ALTER COLUMN ts TYPE timestamptz; RESET TimeZone`)
+	e.srcExec(`UPDATE p SET note = 'after' WHERE id = 5`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	e.assertSame("p", "id")
+	if copiedAt() == second {
+		t.Errorf("the table retyped under the source session's TimeZone was not copied anew")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	stop = nil
+}

@@ -205,20 +205,6 @@ func TestDDLReplicated(t *testing.T) {
 	}
 }
 
-// TestDDLVolatileDefault: a column added with a default the source
-// evaluated per row (random()) cannot get the same values on the target:
-// the run stops naming the table, the column and the LSN.
-func TestDDLVolatileDefault(t *testing.T) {
-	t.Parallel() // own databases and slot; no server restarts
-	e := newEnv(t)
-	e.srcExec(`CREATE TABLE vd (id int PRIMARY KEY); INSERT INTO vd SELECT generate_series(1, 10)`)
-	cfg := e.config("public.vd")
-	cfg.CreateTables = true
-	e.catchUp(cfg)
-	e.srcExec(`ALTER TABLE vd ADD COLUMN r float8 DEFAULT random()`)
-	e.mustFail(cfg, "public.vd", `"r"`, "random()", "cannot reproduce", "at 0/")
-}
-
 // TestDDLRelationFallback: without the event trigger (--ddl=relation),
 // schema changes are followed from pgoutput's Relation messages: ADD
 // COLUMN (see TestDDLRelationFallbackDefaults), DROP COLUMN and ALTER COLUMN TYPE work; a
@@ -439,6 +425,41 @@ func TestDDLRetypeUsing(t *testing.T) {
 	e.assertSame("p", "id")
 	if c := copiedAt(); c == first {
 		t.Errorf("the table a USING expression rewrote was not copied anew")
+	}
+}
+
+// TestDDLSessionSettings: what a type change's cast makes of a value, and
+// the text of a default or of the value existing rows got, follow the
+// settings of the source session that ran the command (TimeZone for a
+// timestamp made timestamptz, DateStyle for a date made text, ...). The
+// target converted under its own, and its rows differed from the
+// source's while the run said it had caught up. Now it converts under the
+// source session's, and the trigger writes defaults in forms any session
+// reads back alike.
+func TestDDLSessionSettings(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE a (id int PRIMARY KEY, ts timestamp, tz timestamptz, tz2 timestamptz, d date, iv interval, b bytea, f float8)`)
+	e.srcExec(`INSERT INTO a SELECT g, '2020-01-01 10:00'::timestamp + g * interval '1 hour', '2020-01-01 22:00+00'::timestamptz + g * interval '5 hour',
+		'2020-01-01 22:00+00'::timestamptz + g * interval '5 hour', '2020-01-02'::date + g, g * interval '1 day 2 hours', '\x00ff'::bytea, 1.0/3 + g
+		FROM generate_series(1, 10) g`)
+	cfg := e.config("public.a")
+	e.catchUp(cfg)
+	for _, alter := range []string{
+		`SET TimeZone = 'America/New_York'; ALTER TABLE a ALTER COLUMN ts TYPE timestamptz`,
+		`SET TimeZone = 'Asia/Tokyo'; ALTER TABLE a ALTER COLUMN tz TYPE date, ALTER COLUMN tz2 TYPE timestamp`,
+		`SET DateStyle = 'SQL, DMY'; ALTER TABLE a ALTER COLUMN d TYPE text`,
+		`SET IntervalStyle = 'sql_standard'; ALTER TABLE a ALTER COLUMN iv TYPE text`,
+		`SET bytea_output = 'escape'; ALTER TABLE a ALTER COLUMN b TYPE text`,
+		`SET extra_float_digits = -3; ALTER TABLE a ALTER COLUMN f TYPE text`,
+		`SET DateStyle = 'SQL, DMY'; ALTER TABLE a ADD COLUMN d2 date DEFAULT '2020-02-01', ADD COLUMN d3 date DEFAULT '2020-02-01'::date + 1`,
+		`SET extra_float_digits = -3; ALTER TABLE a ADD COLUMN p float8 DEFAULT pi()`,
+		`SET IntervalStyle = 'sql_standard'; ALTER TABLE a ADD COLUMN iv2 interval DEFAULT '-1 day 2 hours'`,
+	} {
+		e.srcExec(alter + "; RESET ALL")
+		e.srcExec(`INSERT INTO a (id) SELECT max(id) + 1 FROM a`)
+		e.catchUp(cfg)
+		e.assertSame("a", "id")
 	}
 }
 

@@ -203,8 +203,12 @@ SELECT COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
 FROM pg_class c WHERE c.oid = rel
 $fn$;
 
+-- The text of defaults and of the values existing rows got (missing) is
+-- written in the forms the target reads back whatever its settings
+-- (ISO dates, not the session's DateStyle; exact floats).
 CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET DateStyle = 'ISO, YMD' SET IntervalStyle = postgres SET extra_float_digits = 3 SET bytea_output = hex AS $fn$
 SELECT jsonb_build_object(
   'oid', c.oid::bigint, 'schema', n.nspname, 'name', c.relname, 'kind', c.relkind::text, 'ident', c.relreplident::text,
   'pubs', repstream.ddl_pubs(c.oid),
@@ -294,7 +298,11 @@ BEGIN
       -- type it changed was converted by the plain cast.
       PERFORM repstream.ddl_emit(
         (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x,
-                                 'castonly', coalesce(current_query() ~* 'alter' AND current_query() !~* 'using', false)))::text);
+                                 'castonly', coalesce(current_query() ~* 'alter' AND current_query() !~* 'using', false),
+                                 -- what the command's casts read (ddlmsg.SessionSettings)
+                                 'session', jsonb_build_object('TimeZone', current_setting('TimeZone'), 'DateStyle', current_setting('DateStyle'),
+                                   'IntervalStyle', current_setting('IntervalStyle'), 'extra_float_digits', current_setting('extra_float_digits'),
+                                   'bytea_output', current_setting('bytea_output'), 'lc_monetary', current_setting('lc_monetary'))))::text);
       -- A table without a key that a repstream publication publishes
       -- (a table created later in a FOR TABLES IN SCHEMA schema, or one
       -- whose primary key was dropped) would make the source refuse its

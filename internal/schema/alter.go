@@ -444,6 +444,26 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn, add func(column, typ s
 	return stmts, nil
 }
 
+// RelationRetyped reports whether RelationAlterSQL changes the type of a
+// column of cur (one whose type differs between prev and next, and on
+// the target from next's).
+func RelationRetyped(cur *Table, prev, next []RelColumn) bool {
+	have := map[string]string{}
+	for _, c := range cur.Columns {
+		have[c.Name] = c.Type
+	}
+	for _, p := range prev {
+		for _, c := range next {
+			if c.Name == p.Name && c.Type != p.Type {
+				if t, ok := have[p.Name]; ok && t != c.Type {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 func sameExpr(a, b *string) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil

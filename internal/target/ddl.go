@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -186,14 +187,77 @@ func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Messa
 	if err != nil {
 		return false, err
 	}
+	restore, err := w.sourceSession(ctx, msg)
+	if err != nil {
+		return false, err
+	}
 	for _, sql := range stmts {
 		if err := w.exec(ctx, sql); err != nil {
 			return false, fmt.Errorf("%s: %w", sql, err)
 		}
 	}
+	if restore != "" {
+		if err := w.exec(ctx, restore); err != nil {
+			return false, err
+		}
+	}
 	w.log.Info("applied schema change", "table", tn, "command", msg.Tag, "statements", len(stmts), "lsn", lsn)
 	return copyAnew, nil
 }
+
+// sourceSession gives the target transaction, for the statements of a
+// message that changed a column's type, the source session's settings
+// that the command's casts read (ddlmsg.SessionSettings: a timestamp
+// made timestamptz under the source's TimeZone, a date made text under
+// its DateStyle): the target's rows then convert as the source's did.
+// lc_monetary only when a money column is retyped (the target may lack
+// the source's locale). It returns the SQL that sets them back.
+func (w *Writer) sourceSession(ctx context.Context, msg *ddlmsg.Message) (restore string, err error) {
+	if len(msg.Session) == 0 || !msg.Retyped() {
+		return "", nil
+	}
+	money := false
+	for _, c := range msg.Columns {
+		money = money || c.TypeOID == moneyOID
+	}
+	for _, c := range msg.Old.Columns {
+		money = money || c.TypeOID == moneyOID
+	}
+	var names []string
+	for _, n := range ddlmsg.SessionSettings {
+		if _, ok := msg.Session[n]; ok && (n != "lc_monetary" || money) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "", nil
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return "", err
+	}
+	set := func(values map[string]string) string {
+		parts := make([]string, len(names))
+		for i, n := range names {
+			parts[i] = "pg_catalog.set_config(" + schema.QuoteLiteral(n) + ", " + schema.QuoteLiteral(values[n]) + ", true)"
+		}
+		return "SELECT " + strings.Join(parts, ", ")
+	}
+	now := make(map[string]string, len(names))
+	for _, n := range names {
+		var v string
+		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.current_setting($1)", n).Scan(&v); err != nil {
+			return "", fmt.Errorf("read the target session's %s: %w", n, err)
+		}
+		now[n] = v
+	}
+	if err := w.exec(ctx, set(msg.Session)); err != nil {
+		return "", fmt.Errorf("take the source session's settings for its casts (%v): %w", msg.Session, err)
+	}
+	return set(now), nil
+}
+
+// moneyOID is the built-in type money.
+const moneyOID = 790
 
 // publishes: the run's publication publishes msg's table (or the run has
 // none of its own to tell by).
@@ -307,6 +371,7 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 			return nil, err
 		}
 	}
+	retyped := schema.RelationRetyped(tab, prev, next)
 	stmts, err := schema.RelationAlterSQL(tab, prev, next, func(column, typ string) ([]string, error) {
 		return w.relationAdd(ctx, tn, column, typ)
 	})
@@ -320,6 +385,20 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 		return nil, err
 	}
 	w.log.Info("changed the target table as the source's description changed (--ddl=relation)", "table", tn, "statements", len(stmts))
+	if retyped && w.opts.CopyUnrecorded {
+		// What the source's rows became is not in the stream: a USING
+		// expression, or a cast that read the source session's settings
+		// (TimeZone, DateStyle), may have made other values than the
+		// target's cast. Copied anew, as `tables add` copies.
+		if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
+			return nil, err
+		}
+		w.markTakenUp(tn)
+		delete(w.recorded, tn)
+		w.log.Warn("a column's type changed on the source, and without the event trigger (--ddl=relation) nothing tells what its rows became (a USING expression, the session's TimeZone or DateStyle): the table is copied anew from a new snapshot, then streamed",
+			"table", tn)
+		return nil, errTakenUp
+	}
 	return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
 }
 
