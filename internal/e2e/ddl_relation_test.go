@@ -179,4 +179,27 @@ func TestDDLRelationRetypeCopied(t *testing.T) {
 		t.Fatalf("engine: %v", err)
 	}
 	stop = nil
+
+	// Retyped while no engine ran, and a table retyped after its copy
+	// before anything wrote it: the stream's first description of them
+	// is compared with the types recorded.
+	third := copiedAt()
+	e.srcExec(`ALTER TABLE p ALTER COLUMN price TYPE numeric USING price / 100.0`)
+	e.srcExec(`INSERT INTO p (id, price) VALUES (103, 103)`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id")
+	if copiedAt() == third {
+		t.Errorf("the table retyped while no engine ran was not copied anew")
+	}
+	e.srcExec(`CREATE TABLE q (id int PRIMARY KEY, d date); INSERT INTO q SELECT g, '2020-01-01'::date + g FROM generate_series(1, 20) g`)
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE q`)
+	e.catchUp(cfg)
+	e.assertSame("q", "id")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE table_name = 'q' AND source_types LIKE '%\"d\"%'"); n != 1 {
+		t.Fatalf("the copy of q did not record its column types")
+	}
+	e.srcExec(`SET DateStyle = 'SQL, DMY'; ALTER TABLE q ALTER COLUMN d TYPE text; RESET DateStyle`)
+	e.srcExec(`INSERT INTO q VALUES (100, 'x')`)
+	e.catchUp(cfg)
+	e.assertSame("q", "id")
 }

@@ -129,6 +129,35 @@ WHERE pt.pubname = $1 AND pt.schemaname <> '`+provision.Schema+`'`, pub)
 	return out, nil
 }
 
+// PublicationColumnTypes returns, for each table pub publishes now, its
+// columns' types as JSON {"name": [type oid, typmod], ...}, the form
+// target.SourceTypes records and schema.TypesChanged compares.
+func PublicationColumnTypes(ctx context.Context, src *pgx.Conn, pub string) (map[schema.TableName]string, error) {
+	rows, err := src.Query(ctx, `SELECT pt.schemaname::text, pt.tablename::text,
+	coalesce((SELECT jsonb_object_agg(a.attname, jsonb_build_array(a.atttypid::bigint, a.atttypmod))
+	          FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '{}')::text
+FROM pg_catalog.pg_publication_tables pt
+JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+WHERE pt.pubname = $1 AND pt.schemaname <> '`+provision.Schema+`'`, pub)
+	if err != nil {
+		return nil, fmt.Errorf("read the column types of publication %q's tables: %w", pub, err)
+	}
+	out := map[schema.TableName]string{}
+	for rows.Next() {
+		var t schema.TableName
+		var types string
+		if err := rows.Scan(&t.Schema, &t.Name, &types); err != nil {
+			return nil, fmt.Errorf("read the column types of publication %q's tables: %w", pub, err)
+		}
+		out[t] = types
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the column types of publication %q's tables: %w", pub, err)
+	}
+	return out, nil
+}
+
 // IdentChange compares a table's source identity recorded with its copy
 // with the one PublicationIdents reads now. It returns "" when they are
 // the same; else what differs: "table" (another oid: the table was

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -442,6 +443,38 @@ func RelationAlterSQL(cur *Table, prev, next []RelColumn, add func(column, typ s
 		alter("ALTER COLUMN " + qc + " TYPE " + typ + " USING " + qc + "::" + typ)
 	}
 	return stmts, nil
+}
+
+// RelationTypes returns rel's columns' types in the JSON form of
+// install.PublicationColumnTypes: {"name": [type oid, typmod], ...}.
+func RelationTypes(rel *change.Relation) string {
+	m := make(map[string][2]int64, len(rel.Columns))
+	for _, c := range rel.Columns {
+		m[c.Name] = [2]int64{int64(c.TypeOID), int64(c.TypeMod)}
+	}
+	b, _ := json.Marshal(m) // of a map of arrays of integers: cannot fail
+	return string(b)
+}
+
+// TypesChanged lists the columns of rel whose type or typmod differs
+// from what recorded (RelationTypes' JSON; "" or unreadable: nothing is
+// known, nil) says; columns recorded has not, or rel has not, are
+// neither.
+func TypesChanged(recorded string, rel *change.Relation) []string {
+	if recorded == "" {
+		return nil
+	}
+	var m map[string][2]int64
+	if json.Unmarshal([]byte(recorded), &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range rel.Columns {
+		if t, ok := m[c.Name]; ok && (t[0] != int64(c.TypeOID) || t[1] != int64(c.TypeMod)) {
+			out = append(out, c.Name)
+		}
+	}
+	return out
 }
 
 // RelationRetyped reports whether RelationAlterSQL changes the type of a

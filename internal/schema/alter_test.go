@@ -3,9 +3,11 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/ddlmsg"
 )
 
@@ -203,5 +205,29 @@ func TestSplitSchemaPatterns(t *testing.T) {
 	}
 	if fmt.Sprint(schemas) != "[app We.ird]" || fmt.Sprint(tables) != `[public.t s."*"]` {
 		t.Errorf("schemas %q tables %q", schemas, tables)
+	}
+}
+
+func TestTypesChanged(t *testing.T) {
+	rel := &change.Relation{Columns: []change.Column{{Name: "id", TypeOID: 23, TypeMod: -1}, {Name: "p", TypeOID: 1700, TypeMod: 655366}, {Name: "new", TypeOID: 25, TypeMod: -1}}}
+	same := RelationTypes(rel)
+	if got := TypesChanged(same, rel); got != nil {
+		t.Errorf("TypesChanged of its own record: %q", got)
+	}
+	// The catalog's form (jsonb text), a column the stream lacks, one
+	// retyped, one with another typmod.
+	for _, tc := range []struct {
+		recorded string
+		want     []string
+	}{
+		{`{"id": [23, -1], "p": [1700, 655366], "gone": [25, -1]}`, nil},
+		{`{"id": [20, -1], "p": [1700, 655366]}`, []string{"id"}},
+		{`{"id": [23, -1], "p": [1700, 655368]}`, []string{"p"}},
+		{``, nil},
+		{`not json`, nil},
+	} {
+		if got := TypesChanged(tc.recorded, rel); !slices.Equal(got, tc.want) {
+			t.Errorf("TypesChanged(%s) = %q, want %q", tc.recorded, got, tc.want)
+		}
 	}
 }

@@ -175,7 +175,7 @@ func (ts *Syncer) MarkCopying(ctx context.Context, tgt *pgx.Conn, tables []schem
 // RecordCopied returns the initial copy's OnTable callback: it records each
 // table ready at the slot's consistent point, with its source identity
 // from idents (SourceIdents, read before the slot was made).
-func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.TableName]string) func(context.Context, schema.TableName, int64, int64) error {
+func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.TableName]target.SourceInfo) func(context.Context, schema.TableName, int64, int64) error {
 	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	return func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 		mu.Lock()
@@ -190,7 +190,7 @@ func (ts *Syncer) RecordCopied(tgt *pgx.Conn, low change.LSN, idents map[schema.
 // trigger's message, is copied once it is set back, or the run stops
 // here: CheckPublishing), and the published tables' source identities are
 // read (sourceIdents), so that a later change of them is seen.
-func (ts *Syncer) beforeCopy(ctx context.Context, tgt *pgx.Conn) (map[schema.TableName]string, error) {
+func (ts *Syncer) beforeCopy(ctx context.Context, tgt *pgx.Conn) (map[schema.TableName]target.SourceInfo, error) {
 	src, err := install.ConnectSource(ctx, ts.cfg.Source)
 	if err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func (ts *Syncer) beforeCopy(ctx context.Context, tgt *pgx.Conn) (map[schema.Tab
 // event trigger, the publication poll copies a table anew whose identity
 // changed since. A source that does not answer gives none: the next poll
 // records them.
-func (ts *Syncer) SourceIdents(ctx context.Context) map[schema.TableName]string {
+func (ts *Syncer) SourceIdents(ctx context.Context) map[schema.TableName]target.SourceInfo {
 	src, err := install.ConnectSource(ctx, ts.cfg.Source)
 	if err != nil {
 		ts.log.Debug("source identities of the published tables not read", "component", "tablesync", "err", err)
@@ -217,13 +217,21 @@ func (ts *Syncer) SourceIdents(ctx context.Context) map[schema.TableName]string 
 	return ts.sourceIdents(ctx, src)
 }
 
-func (ts *Syncer) sourceIdents(ctx context.Context, src *pgx.Conn) map[schema.TableName]string {
+func (ts *Syncer) sourceIdents(ctx context.Context, src *pgx.Conn) map[schema.TableName]target.SourceInfo {
 	idents, err := install.PublicationIdents(ctx, src, ts.cfg.Publication)
 	if err != nil {
 		ts.log.Debug("source identities of the published tables not read", "component", "tablesync", "err", err)
 		return nil
 	}
-	return idents
+	types, err := install.PublicationColumnTypes(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		ts.log.Debug("column types of the published tables not read", "component", "tablesync", "err", err)
+	}
+	out := make(map[schema.TableName]target.SourceInfo, len(idents))
+	for t, id := range idents {
+		out[t] = target.SourceInfo{Ident: id, Types: types[t]}
+	}
+	return out
 }
 
 // ResumeCopy finishes an initial copy that a previous run began from the

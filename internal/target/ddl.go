@@ -371,7 +371,39 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 			return nil, err
 		}
 	}
+	recorded, err := SourceTypes(ctx, w.conn, w.opts.Slot, tn)
+	if err != nil {
+		return nil, err
+	}
+	if rel.Previous == nil {
+		// The stream's first description of the table in this session:
+		// compared with the types recorded with its copy, or the last
+		// description followed, a column retyped while no engine ran (or
+		// before this session described the table) is seen as one
+		// retyped now.
+		if changed := schema.TypesChanged(recorded, rel); len(changed) > 0 {
+			prev = slices.Clone(next)
+			for i := range prev {
+				if slices.Contains(changed, prev[i].Name) {
+					prev[i].Type = "(as recorded: another type)"
+				}
+			}
+		}
+	}
 	retyped := schema.RelationRetyped(tab, prev, next)
+	if now := schema.RelationTypes(rel); now != recorded {
+		// In the transaction that follows it: a barrier (apply's
+		// keyHasher), so no other worker writes this row meanwhile.
+		if err := w.flushAll(ctx); err != nil {
+			return nil, err
+		}
+		if err := w.ensureBegun(ctx); err != nil {
+			return nil, err
+		}
+		if err := SetSourceTypes(ctx, w.conn, w.opts.Slot, tn, now); err != nil {
+			return nil, err
+		}
+	}
 	stmts, err := schema.RelationAlterSQL(tab, prev, next, func(column, typ string) ([]string, error) {
 		return w.relationAdd(ctx, tn, column, typ)
 	})

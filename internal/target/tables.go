@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -61,7 +62,8 @@ CREATE TABLE IF NOT EXISTS repstream.tables (
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (slot, schema_name, table_name)
 );
-ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_ident text;`
+ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_ident text;
+ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_types text;`
 
 // Table sync states (repstream.tables.state).
 const (
@@ -180,14 +182,48 @@ func ForgetTable(ctx context.Context, conn *pgx.Conn, slot string, t schema.Tabl
 // SetTableReady records that a table's rows were copied from a snapshot
 // taken at syncLSN; ident is its source identity read before that
 // snapshot (TableSync.SourceIdent; "": unknown, a poll sets it).
-func SetTableReady(ctx context.Context, conn *pgx.Conn, slot, schemaName, name string, syncLSN change.LSN, rows, bytes int64, ident string) error {
-	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, rows, bytes, copied_at, source_ident)
-VALUES ($1, $2, $3, 'ready', $4::pg_lsn, $5, $6, now(), nullif($7, ''))
+func SetTableReady(ctx context.Context, conn *pgx.Conn, slot, schemaName, name string, syncLSN change.LSN, rows, bytes int64, src SourceInfo) error {
+	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, rows, bytes, copied_at, source_ident, source_types)
+VALUES ($1, $2, $3, 'ready', $4::pg_lsn, $5, $6, now(), nullif($7, ''), nullif($8, ''))
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'ready', sync_lsn = excluded.sync_lsn,
-	rows = excluded.rows, bytes = excluded.bytes, copied_at = excluded.copied_at, noticed = false, updated_at = now(), source_ident = excluded.source_ident`,
-		slot, schemaName, name, syncLSN.String(), rows, bytes, ident)
+	rows = excluded.rows, bytes = excluded.bytes, copied_at = excluded.copied_at, noticed = false, updated_at = now(), source_ident = excluded.source_ident,
+	source_types = excluded.source_types`,
+		slot, schemaName, name, syncLSN.String(), rows, bytes, src.Ident, src.Types)
 	if err != nil {
 		return fmt.Errorf("record %s.%s as copied at %s for slot %q: %w", schemaName, name, syncLSN, slot, err)
+	}
+	return nil
+}
+
+// SourceInfo is what the source's catalog says of a published table,
+// read before a copy's snapshot: its identity (TableSync.SourceIdent:
+// install.PublicationIdents) and its columns' types
+// (install.PublicationColumnTypes: "" when not read), which --ddl=relation
+// compares with the stream's first description of it (SourceTypes).
+type SourceInfo struct {
+	Ident, Types string
+}
+
+// SourceTypes returns the types of table tn's columns as the target's
+// copy of it last took them (install.PublicationColumnTypes' JSON, ""
+// when not recorded): the source's catalog before the copy, then each
+// description of it in the stream that --ddl=relation followed.
+func SourceTypes(ctx context.Context, conn *pgx.Conn, slot string, tn schema.TableName) (string, error) {
+	var types *string
+	err := conn.QueryRow(ctx, "SELECT source_types FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3", slot, tn.Schema, tn.Name).Scan(&types)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && types == nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the recorded column types of %s for slot %q: %w", tn, slot, err)
+	}
+	return *types, nil
+}
+
+// SetSourceTypes records types as SourceTypes of tn.
+func SetSourceTypes(ctx context.Context, conn *pgx.Conn, slot string, tn schema.TableName, types string) error {
+	if _, err := conn.Exec(ctx, "UPDATE repstream.tables SET source_types = $4 WHERE slot = $1 AND schema_name = $2 AND table_name = $3", slot, tn.Schema, tn.Name, types); err != nil {
+		return fmt.Errorf("record the column types of %s for slot %q: %w", tn, slot, err)
 	}
 	return nil
 }

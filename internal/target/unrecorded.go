@@ -82,11 +82,11 @@ func identOID(ident string) uint32 {
 // copy figures, and the source identity idents has for each (read before
 // the slot was made, or at its adoption; none: the first poll records
 // one). A table already recorded keeps its state.
-func SetTablesStreamed(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName, low change.LSN, idents map[schema.TableName]string) error {
+func SetTablesStreamed(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName, low change.LSN, srcs map[schema.TableName]SourceInfo) error {
 	b := &pgx.Batch{}
 	for _, t := range tables {
-		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, source_ident)
-VALUES ($1, $2, $3, 'ready', $4::pg_lsn, NULLIF($5, '')) ON CONFLICT (slot, schema_name, table_name) DO NOTHING`, slot, t.Schema, t.Name, low.String(), idents[t])
+		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, sync_lsn, source_ident, source_types)
+VALUES ($1, $2, $3, 'ready', $4::pg_lsn, NULLIF($5, ''), NULLIF($6, '')) ON CONFLICT (slot, schema_name, table_name) DO NOTHING`, slot, t.Schema, t.Name, low.String(), srcs[t].Ident, srcs[t].Types)
 	}
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("record the tables of slot %q as streamed from %s: %w", slot, low, err)

@@ -89,7 +89,7 @@ func TestWriterCopyUnrecorded(t *testing.T) {
 
 	// Copied (ready): applied.
 	added.ID = 16500
-	must(SetTableReady(e.ctx, e.conn, "s1", "public", "added", 0x200, 0, 0, "16500/16600/-"))
+	must(SetTableReady(e.ctx, e.conn, "s1", "public", "added", 0x200, 0, 0, SourceInfo{Ident: "16500/16600/-"}))
 	e.mustApply(w2, e.ins(added, "9", "after the copy"))
 	compareRows(t, "added", e.rows(`SELECT id, v FROM added ORDER BY id`), [][]string{{"9", "after the copy"}})
 
