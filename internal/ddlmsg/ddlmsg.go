@@ -192,13 +192,17 @@ func (m *Message) Rewrote() bool {
 	return m.Old != nil && m.Old.Filenodes != "" && m.Filenodes != "" && m.Old.Filenodes != m.Filenodes
 }
 
-// RetypedByRewrite reports whether the command changed a column's type
-// and rewrote the table's rows (Filenodes): the rows then hold what an
-// expression (USING) made of the old values, which the target's cast may
-// not give. A type change that rewrote nothing (varchar(10) to text)
-// kept the values as they were.
-func (m *Message) RetypedByRewrite() bool {
-	return m.Rewrote() && m.Retyped()
+// RewroteByExpression reports whether an ALTER TABLE rewrote the
+// table's rows (Filenodes) and may have run an expression on them: its
+// query's text is not a plain ALTER without USING (CastOnly), so a
+// column's values may be what a USING expression made of them — also a
+// column "retyped" to its own type, which changes no column of the
+// message. Such rows are in no message. A type change that rewrote
+// nothing (varchar(10) to text) kept the values as they were; a plain
+// cast's the target makes as well (under the source session's
+// settings: Session).
+func (m *Message) RewroteByExpression() bool {
+	return m.Tag == "ALTER TABLE" && m.Rewrote() && !m.CastOnly
 }
 
 // Creates reports whether the command made the table (CREATE TABLE, CREATE

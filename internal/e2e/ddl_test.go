@@ -423,8 +423,18 @@ func TestDDLRetypeUsing(t *testing.T) {
 	e.srcExec(`INSERT INTO p VALUES (102, 10200, 'using')`)
 	e.catchUp(cfg)
 	e.assertSame("p", "id")
-	if c := copiedAt(); c == first {
+	second := copiedAt()
+	if second == first {
 		t.Errorf("the table a USING expression rewrote was not copied anew")
+	}
+	// "Retyped" to its own type: no column changes in the message, but
+	// the rows hold what the expression made of them.
+	e.srcExec(`ALTER TABLE p ALTER COLUMN label TYPE text USING upper(label)`)
+	e.srcExec(`INSERT INTO p VALUES (103, 10300, 'same type')`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id")
+	if copiedAt() == second {
+		t.Errorf("the table a USING expression rewrote to the same type was not copied anew")
 	}
 }
 

@@ -115,7 +115,7 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err != nil {
 		return fail(err)
 	}
-	if copyAnew || msg.RetypedByRewrite() && !msg.CastOnly && w.publishes(msg) {
+	if copyAnew || msg.RewroteByExpression() && w.publishes(msg) {
 		// ALTER COLUMN ... TYPE ... USING: the source's rows hold what its
 		// expression made of them, which no message carries (the rewrite
 		// is not in the stream either): copied anew. So is a column added
@@ -311,8 +311,8 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 			"table", tn, "publication", w.opts.Publication, "lsn", lsn)
 		return nil
 	}
-	if msg.RetypedByRewrite() && !msg.CastOnly {
-		w.log.Warn("a column's type changed on the source with its rows rewritten, perhaps by a USING expression, which no message carries: the table is copied anew from a new snapshot, then streamed",
+	if msg.RewroteByExpression() {
+		w.log.Warn("the source's rows were rewritten, perhaps by a USING expression of ALTER COLUMN ... TYPE, which no message carries: the table is copied anew from a new snapshot, then streamed",
 			"table", tn, "lsn", lsn)
 		return nil
 	}
