@@ -391,6 +391,7 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 		}
 	}
 	retyped := schema.RelationRetyped(tab, prev, next)
+	perRow := false // a column added with values computed per row (relationAdd)
 	if now := schema.RelationTypes(rel); now != recorded {
 		// In the transaction that follows it: a barrier (apply's
 		// keyHasher), so no other worker writes this row meanwhile.
@@ -405,7 +406,7 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 		}
 	}
 	stmts, err := schema.RelationAlterSQL(tab, prev, next, func(column, typ string) ([]string, error) {
-		return w.relationAdd(ctx, tn, column, typ)
+		return w.relationAdd(ctx, tn, column, typ, &perRow)
 	})
 	if err != nil {
 		return nil, err
@@ -417,18 +418,22 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 		return nil, err
 	}
 	w.log.Info("changed the target table as the source's description changed (--ddl=relation)", "table", tn, "statements", len(stmts))
-	if retyped && w.opts.CopyUnrecorded {
+	if (retyped || perRow) && w.opts.CopyUnrecorded {
 		// What the source's rows became is not in the stream: a USING
 		// expression, or a cast that read the source session's settings
 		// (TimeZone, DateStyle), may have made other values than the
-		// target's cast. Copied anew, as `tables add` copies.
+		// target's cast; a default evaluated per row gave each its own.
+		// Copied anew, as `tables add` copies.
 		if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
 			return nil, err
 		}
 		w.markTakenUp(tn)
 		delete(w.recorded, tn)
-		w.log.Warn("a column's type changed on the source, and without the event trigger (--ddl=relation) nothing tells what its rows became (a USING expression, the session's TimeZone or DateStyle): the table is copied anew from a new snapshot, then streamed",
-			"table", tn)
+		why := "a column's type changed on the source, and without the event trigger (--ddl=relation) nothing tells what its rows became (a USING expression, the session's TimeZone or DateStyle)"
+		if !retyped {
+			why = "a column was added on the source with a value computed for each existing row (a volatile default, an identity), which no message carries"
+		}
+		w.log.Warn(why+": the table is copied anew from a new snapshot, then streamed", "table", tn)
 		return nil, errTakenUp
 	}
 	return schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
@@ -436,10 +441,12 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 
 // relationAdd returns the actions that add column (of type typ) to the
 // target table tn as the source added it: WriterOptions.AddedColumn tells
-// what the source's existing rows got; when only an empty target table can
-// be changed exactly (a default the source evaluated per row), everything
-// buffered is sent first and the table is looked at in the transaction.
-func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, typ string) ([]string, error) {
+// what the source's existing rows got. A default the source evaluated per
+// row (random(), an identity) is added as to an empty table; when the
+// target table has rows (everything buffered is sent first and the table
+// looked at in the transaction), perRow is set: followRelation copies it
+// anew.
+func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, typ string, perRow *bool) ([]string, error) {
 	if w.opts.AddedColumn == nil {
 		return nil, errors.New("no connection to the source to learn what its existing rows got: add the column on the target yourself, then restart")
 	}
@@ -461,7 +468,9 @@ func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, t
 	if qerr := w.conn.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM "+tn.Quoted()+")").Scan(&empty); qerr != nil {
 		return nil, fmt.Errorf("look for rows in %s on the target: %w", tn, qerr)
 	}
-	if empty {
+	if empty || w.opts.CopyUnrecorded {
+		// Not empty: the table is then copied anew (followRelation).
+		*perRow = !empty
 		return schema.RelationAddSQL(column, typ, v, true)
 	}
 	return nil, fmt.Errorf("%w: add the column on the target yourself with the source's values for the existing rows (e.g. copy them with an UPDATE ... FROM), then restart", err)
