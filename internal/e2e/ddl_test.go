@@ -585,7 +585,24 @@ func TestDDLEnumRenamed(t *testing.T) {
 	e.srcExec(`ALTER TYPE mood ADD VALUE 'calm' AFTER 'ok'`)
 	e.catchUp(cfg)
 	e.assertSame("m", "id")
-	e.tgtExec(`ALTER TYPE mood ADD VALUE 'calm' AFTER 'ok'`) // as the user must
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_enum WHERE enumtypid = 'mood'::regtype AND enumlabel = 'calm' AND enumsortorder > (SELECT enumsortorder FROM pg_enum WHERE enumtypid = 'mood'::regtype AND enumlabel = 'ok')"); n != 1 {
+		t.Errorf("the label added on the source is not on the target after 'ok'")
+	}
+	e.srcExec(`ALTER TYPE mood ADD VALUE 'first' BEFORE 'unhappy'`)
+	e.srcExec(`INSERT INTO m VALUES (13, 'first', ARRAY['first', 'calm']::mood[])`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id")
+	var order string
+	for _, c := range []*pgx.Conn{e.Src, e.Tgt} {
+		var o string
+		if err := c.QueryRow(t.Context(), "SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = 'mood'::regtype").Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		if order != "" && o != order {
+			t.Errorf("the enum's labels: source %s, target %s", order, o)
+		}
+		order = o
+	}
 	e.srcExec(`BEGIN; ALTER TYPE mood RENAME VALUE 'happy' TO 'glad'; INSERT INTO m VALUES (11, 'glad', NULL); COMMIT`)
 	e.srcExec(`INSERT INTO m VALUES (12, 'calm', ARRAY['unhappy']::mood[])`)
 	e.catchUp(cfg)

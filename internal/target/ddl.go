@@ -256,6 +256,45 @@ func (w *Writer) sourceSession(ctx context.Context, msg *ddlmsg.Message) (restor
 	return set(now), nil
 }
 
+// enumAdded gives the target's enum type typ (labels have) the labels the
+// source added (ALTER TYPE ... ADD VALUE: labels want), each at its place
+// in the source's order, so that values sort alike on both sides. Labels
+// the target has that the source lacks, or has in another order, stop
+// the run: which one was renamed, or where one goes, cannot be told. The
+// source's transaction cannot use a label it added (PostgreSQL refuses
+// it until the commit), and a schema change's transaction is applied
+// alone: no row of it comes in the target transaction that adds it.
+func (w *Writer) enumAdded(ctx context.Context, typ string, have, want []string, table schema.TableName, lsn change.LSN) error {
+	j := 0
+	for _, l := range want {
+		if j < len(have) && have[j] == l {
+			j++
+		}
+	}
+	if j < len(have) {
+		return fmt.Errorf("enum type %s of %s: the source's labels are now %q, the target's %q: which label was renamed, or where one goes, cannot be told; make the target's labels the source's (ALTER TYPE ... RENAME VALUE, ADD VALUE), then restart",
+			typ, table, want, have)
+	}
+	for i, l := range want {
+		if slices.Contains(have, l) {
+			continue
+		}
+		sql := "ALTER TYPE " + typ + " ADD VALUE " + schema.QuoteLiteral(l)
+		switch {
+		case i > 0:
+			sql += " AFTER " + schema.QuoteLiteral(want[i-1])
+		case len(have) > 0:
+			sql += " BEFORE " + schema.QuoteLiteral(have[0])
+		}
+		if err := w.exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		w.log.Info("added an enum label on the target, as on the source", "type", typ, "label", l, "lsn", lsn)
+		have = slices.Insert(have, i, l)
+	}
+	return nil
+}
+
 // moneyOID is the built-in type money.
 const moneyOID = 790
 
@@ -521,10 +560,9 @@ func (w *Writer) relColumns(ctx context.Context, rel *change.Relation) ([]schema
 // that type) the source's after an ALTER TYPE. A label renamed on the
 // source (RENAME VALUE) changed every row holding it there, which the
 // stream never shows; the target renames its own, by position: the same
-// number of labels, in the same order, some named otherwise. Labels only
-// added on the source (ADD VALUE) are left to the target (a row holding
-// one stops the run, naming it); a difference it cannot tell for renames
-// stops the run now.
+// number of labels, in the same order, some named otherwise. Labels added
+// on the source (ADD VALUE) are added at their place (enumAdded); a
+// difference it cannot tell stops the run now.
 func (w *Writer) enumChanged(ctx context.Context, e *ddlmsg.EnumChange, table schema.TableName, lsn change.LSN) error {
 	var have []string
 	if err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(l.enumlabel::text ORDER BY l.enumsortorder), '{}')
@@ -537,13 +575,7 @@ WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != 
 		return nil
 	}
 	if len(have) != len(e.Labels) {
-		for _, l := range have {
-			if !slices.Contains(e.Labels, l) {
-				return fmt.Errorf("enum type %s of %s: the source's labels are now %q, the target's %q: which label was renamed cannot be told; make the target's labels the source's (ALTER TYPE ... RENAME VALUE), then restart",
-					typ, table, e.Labels, have)
-			}
-		}
-		return nil // added on the source only
+		return w.enumAdded(ctx, typ, have, e.Labels, table, lsn)
 	}
 	for i := range have {
 		if have[i] == e.Labels[i] {
