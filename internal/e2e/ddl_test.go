@@ -473,6 +473,38 @@ func TestDDLSessionSettings(t *testing.T) {
 	}
 }
 
+// TestDDLColumnOfNewType: a CREATE TYPE reaches no target (it changes
+// no table), so a column added with a type made on the source since, or a
+// table made with one, stopped the run ("type ... does not exist") until
+// the user made the type on every target. Now the target makes the types
+// the change needs from the source's definitions (an enum, a domain over
+// it with a CHECK, a composite holding both, an array of it, a range),
+// and one it has already is taken as it is.
+func TestDDLColumnOfNewType(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10)`)
+	cfg := e.config("public.a")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`CREATE TYPE status AS ENUM ('new', 'done');
+		CREATE DOMAIN short_status AS status CHECK (VALUE <> 'done');
+		CREATE TYPE pair AS (s status, n int);
+		CREATE TYPE numrange2 AS RANGE (SUBTYPE = numeric)`)
+	e.tgtExec(`CREATE TYPE numrange2 AS RANGE (SUBTYPE = numeric)`) // had already
+	e.srcExec(`ALTER TABLE a ADD COLUMN s status DEFAULT 'new', ADD COLUMN ss short_status`)
+	e.srcExec(`INSERT INTO a (id, s, ss) VALUES (11, 'done', 'new')`)
+	e.srcExec(`CREATE TABLE n (id int PRIMARY KEY, p pair, ps pair[], r numrange2)`)
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE n`)
+	e.srcExec(`INSERT INTO n VALUES (1, ROW('done', 1), ARRAY[ROW('new', 2)::pair], numrange2(1, 2))`)
+	e.catchUp(cfg)
+	e.assertSame("a", "id")
+	e.assertSame("n", "id")
+	if _, err := e.Tgt.Exec(t.Context(), `INSERT INTO a (id, ss) VALUES (100, 'done')`); err == nil || !strings.Contains(err.Error(), "short_status_check") {
+		t.Errorf("the domain made on the target lacks its CHECK: %v", err)
+	}
+}
+
 // TestDDLVolatileDefaultCopied: a column added with a value computed for
 // each existing row (random(), an identity, a serial, gen_random_uuid())
 // made the source rewrite the table, and no message carries those values:

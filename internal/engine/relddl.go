@@ -9,6 +9,33 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 )
 
+// sourceTypes is target.WriterOptions.SourceTypes: the user-defined types
+// that columns of the source type oids need, dependencies first, from the
+// source's catalog as it is now, on a connection of its own for the one
+// question. A type of an extension is an error naming it: repstream does
+// not create extensions.
+func sourceTypes(dsn string) func(context.Context, []uint32) ([]*schema.UserType, error) {
+	return func(ctx context.Context, oids []uint32) ([]*schema.UserType, error) {
+		src, err := install.ConnectSource(ctx, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("read the definitions of the column types on the source: %w", err)
+		}
+		defer src.Close(context.WithoutCancel(ctx))
+		cols := make([]schema.Column, len(oids))
+		for i, oid := range oids {
+			cols[i] = schema.Column{Name: fmt.Sprintf("type %d", oid), TypeOID: oid}
+		}
+		types, exts, err := schema.TypesFor(ctx, src, []*schema.Table{{Schema: "-", Name: "-", Columns: cols}})
+		if err != nil {
+			return nil, err
+		}
+		if len(exts) > 0 {
+			return nil, fmt.Errorf("%w: type %s of extension %s: CREATE EXTENSION %s on the target, then restart", schema.ErrExtensionType, exts[0].Type, exts[0].Extension, exts[0].Extension)
+		}
+		return types, nil
+	}
+}
+
 // addedColumnOnSource is target.WriterOptions.AddedColumn for
 // --ddl=relation: pgoutput's Relation message does not say what the rows
 // that existed before an ADD COLUMN got, so the writer asks the source's

@@ -86,6 +86,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		w.log.Info("dropped table on the target, as on the source", "table", tn, "lsn", c.LSN)
 		return nil
 	}
+	if err := w.ensureTypes(ctx, msg, c.LSN); err != nil {
+		return fail(err)
+	}
 	cur, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
 	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && schema.NameFromDDL(msg.Old) != tn {
 		// Renamed (or moved to another schema) on the source.
@@ -291,6 +294,61 @@ func (w *Writer) enumAdded(ctx context.Context, typ string, have, want []string,
 		}
 		w.log.Info("added an enum label on the target, as on the source", "type", typ, "label", l, "lsn", lsn)
 		have = slices.Insert(have, i, l)
+	}
+	return nil
+}
+
+// firstUserOID is where PostgreSQL's oids of objects made after initdb
+// begin (FirstNormalObjectId): types below it are built in.
+const firstUserOID = 16384
+
+// ensureTypes makes on the target the user-defined types (enums, domains,
+// composites, ranges, with what they need) that msg's columns have and
+// the target lacks: a CREATE TYPE is not a schema change of a table, and
+// no message carries it, but the table's CREATE or ADD COLUMN that uses
+// it does (WriterOptions.SourceTypes reads their definitions on the
+// source). A type the target has under that name is taken as it is.
+func (w *Writer) ensureTypes(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN) error {
+	if w.opts.SourceTypes == nil || msg.Dropped {
+		return nil
+	}
+	var missing []uint32
+	for _, c := range msg.Columns {
+		if c.TypeOID < firstUserOID || slices.Contains(missing, c.TypeOID) {
+			continue
+		}
+		var have bool
+		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.to_regtype($1) IS NOT NULL", c.Type).Scan(&have); err != nil {
+			return fmt.Errorf("look up type %s of column %q on the target: %w", c.Type, c.Name, err)
+		}
+		if !have {
+			missing = append(missing, c.TypeOID)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	types, err := w.opts.SourceTypes(ctx, missing)
+	if err != nil {
+		return err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
+	for _, t := range types {
+		var have bool
+		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.to_regtype($1) IS NOT NULL", change.QuoteIdent(t.Schema)+"."+change.QuoteIdent(t.Name)).Scan(&have); err != nil {
+			return fmt.Errorf("look up type %s on the target: %w", t, err)
+		}
+		if have {
+			continue
+		}
+		for _, sql := range []string{schema.CreateSchemaSQL(t.Schema), t.CreateSQL()} {
+			if err := w.exec(ctx, sql); err != nil {
+				return fmt.Errorf("make type %s on the target, as the source has it (%s): %w", t, sql, err)
+			}
+		}
+		w.log.Info("made a type on the target that a schema change's column needs, as the source has it", "type", t.String(), "lsn", lsn)
 	}
 	return nil
 }

@@ -64,6 +64,12 @@ type WriterOptions struct {
 	// rows get what the source's got (schema.RelationAddSQL); the engine
 	// asks the source. nil: an added column stops the run.
 	AddedColumn func(ctx context.Context, table schema.TableName, column string) (schema.AddedValue, error)
+	// SourceTypes describes, from the source's catalog, the user-defined
+	// types that columns of these source type oids need, dependencies
+	// first (schema.TypesFor): a schema-change message's column of a type
+	// the target lacks gets it made first (ensureTypes). nil: such a
+	// change stops the run.
+	SourceTypes func(ctx context.Context, oids []uint32) ([]*schema.UserType, error)
 
 	// MultiRowInserts: at commit, a table's buffered rows, up to
 	// MultiRowsMax, go as one INSERT of several rows instead of one INSERT
