@@ -173,3 +173,28 @@ func TestDDLRelationRetypeCopied(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("q", "id")
 }
+
+// TestDDLRelationUserTypes: without the event trigger, a column of a
+// user-defined type (an enum made on the source since) added to a
+// replicated table, and a table made with one (--create-tables), stopped
+// the run: the Relation message names the type by an oid the target
+// cannot read. Now the source names it and the target makes it as the
+// source has it.
+func TestDDLRelationUserTypes(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10)`)
+	cfg := e.config("public.a")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	e.srcExec(`CREATE TYPE status AS ENUM ('new', 'done'); CREATE TYPE pair AS (s status, n int)`)
+	e.srcExec(`ALTER TABLE a ADD COLUMN s status DEFAULT 'new', ADD COLUMN ps pair[]`)
+	e.srcExec(`INSERT INTO a (id, s, ps) VALUES (11, 'done', ARRAY[ROW('done', 1)::pair])`)
+	e.srcExec(`CREATE TABLE n (id int PRIMARY KEY, p pair)`)
+	e.srcExec(`ALTER PUBLICATION ` + cfg.Slot + ` ADD TABLE n`)
+	e.srcExec(`INSERT INTO n VALUES (1, ROW('new', 2))`)
+	e.catchUp(cfg)
+	e.assertSame("a", "id")
+	e.assertSame("n", "id")
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/schema"
 )
@@ -33,6 +35,27 @@ func sourceTypes(dsn string) func(context.Context, []uint32) ([]*schema.UserType
 			return nil, fmt.Errorf("%w: type %s of extension %s: CREATE EXTENSION %s on the target, then restart", schema.ErrExtensionType, exts[0].Type, exts[0].Extension, exts[0].Extension)
 		}
 		return types, nil
+	}
+}
+
+// sourceTypeNames is target.WriterOptions.SourceTypeNames: the types of
+// source oids and modifiers as the source's format_type names them, every
+// one with its schema, on a connection of its own.
+func sourceTypeNames(dsn string) func(context.Context, []uint32, []int32) ([]string, error) {
+	return func(ctx context.Context, oids []uint32, mods []int32) ([]string, error) {
+		src, err := install.ConnectSource(ctx, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("name the column types on the source: %w", err)
+		}
+		defer src.Close(context.WithoutCancel(ctx))
+		if _, err := src.Exec(ctx, "SET search_path = pg_catalog, pg_temp"); err != nil {
+			return nil, fmt.Errorf("name the column types on the source: %w", err)
+		}
+		rows, err := src.Query(ctx, `SELECT coalesce(pg_catalog.format_type(o, m), '') FROM unnest($1::oid[], $2::int4[]) WITH ORDINALITY AS u(o, m, i) ORDER BY i`, oids, mods)
+		if err != nil {
+			return nil, fmt.Errorf("name the column types on the source: %w", err)
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 }
 

@@ -57,8 +57,10 @@ WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND 
 
 // AddedValueSettings are the session settings LoadAddedValue needs for
 // text forms any server reads back the same (dates, intervals, floats,
-// bytea); set them on the connection first.
-const AddedValueSettings = "SET DateStyle = ISO; SET IntervalStyle = postgres; SET extra_float_digits = 3; SET bytea_output = hex"
+// bytea; types and functions named with their schema, as the target's
+// WriterOptions.SourceTypeNames names them); set them on the connection
+// first.
+const AddedValueSettings = "SET DateStyle = ISO; SET IntervalStyle = postgres; SET extra_float_digits = 3; SET bytea_output = hex; SET search_path = pg_catalog, pg_temp"
 
 // LoadAddedValue reads what the catalog says about column of table now (the
 // source's, with AddedValueSettings set); a column that is not there is

@@ -93,6 +93,15 @@ func (w *Writer) createFromRelation(ctx context.Context, rel *change.Relation) (
 	if err != nil {
 		return nil, err
 	}
+	if err := w.flushAll(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.ensureBegun(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.nameUserTypes(ctx, rel, next, func(int) bool { return true }); err != nil {
+		return nil, err
+	}
 	nt := &schema.Table{Schema: tn.Schema, Name: tn.Name, ReplicaIdentity: rel.ReplicaIdentity}
 	for i, c := range next {
 		if c.Type == "" || rel.Columns[i].TypeOID == 0 {

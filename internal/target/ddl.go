@@ -298,10 +298,6 @@ func (w *Writer) enumAdded(ctx context.Context, typ string, have, want []string,
 	return nil
 }
 
-// firstUserOID is where PostgreSQL's oids of objects made after initdb
-// begin (FirstNormalObjectId): types below it are built in.
-const firstUserOID = 16384
-
 // ensureTypes makes on the target the user-defined types (enums, domains,
 // composites, ranges, with what they need) that msg's columns have and
 // the target lacks: a CREATE TYPE is not a schema change of a table, and
@@ -312,17 +308,30 @@ func (w *Writer) ensureTypes(ctx context.Context, msg *ddlmsg.Message, lsn chang
 	if w.opts.SourceTypes == nil || msg.Dropped {
 		return nil
 	}
-	var missing []uint32
+	var oids []uint32
+	var names []string
 	for _, c := range msg.Columns {
-		if c.TypeOID < firstUserOID || slices.Contains(missing, c.TypeOID) {
+		oids, names = append(oids, c.TypeOID), append(names, c.Type)
+	}
+	return w.makeTypes(ctx, oids, names, lsn)
+}
+
+// makeTypes makes on the target the user-defined types, named names
+// there, of source type oids that the target lacks, with the types they
+// need (WriterOptions.SourceTypes); built-in ones and those the target
+// has are passed over.
+func (w *Writer) makeTypes(ctx context.Context, oids []uint32, names []string, lsn change.LSN) error {
+	var missing []uint32
+	for i, oid := range oids {
+		if oid < FirstNormalOID || slices.Contains(missing, oid) {
 			continue
 		}
 		var have bool
-		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.to_regtype($1) IS NOT NULL", c.Type).Scan(&have); err != nil {
-			return fmt.Errorf("look up type %s of column %q on the target: %w", c.Type, c.Name, err)
+		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.to_regtype($1) IS NOT NULL", names[i]).Scan(&have); err != nil {
+			return fmt.Errorf("look up type %s on the target: %w", names[i], err)
 		}
 		if !have {
-			missing = append(missing, c.TypeOID)
+			missing = append(missing, oid)
 		}
 	}
 	if len(missing) == 0 {
@@ -330,6 +339,9 @@ func (w *Writer) ensureTypes(ctx context.Context, msg *ddlmsg.Message, lsn chang
 	}
 	types, err := w.opts.SourceTypes(ctx, missing)
 	if err != nil {
+		return err
+	}
+	if err := w.flushAll(ctx); err != nil {
 		return err
 	}
 	if err := w.ensureBegun(ctx); err != nil {
@@ -348,7 +360,11 @@ func (w *Writer) ensureTypes(ctx context.Context, msg *ddlmsg.Message, lsn chang
 				return fmt.Errorf("make type %s on the target, as the source has it (%s): %w", t, sql, err)
 			}
 		}
-		w.log.Info("made a type on the target that a schema change's column needs, as the source has it", "type", t.String(), "lsn", lsn)
+		if lsn != 0 {
+			w.log.Info("made a type on the target that a schema change's column needs, as the source has it", "type", t.String(), "lsn", lsn)
+		} else {
+			w.log.Info("made a type on the target that a column in the stream needs, as the source has it", "type", t.String())
+		}
 	}
 	return nil
 }
@@ -487,6 +503,13 @@ func (w *Writer) followRelation(ctx context.Context, rel *change.Relation, tab *
 			}
 		}
 	}
+	onTarget := map[string]bool{}
+	for _, c := range tab.Columns {
+		onTarget[c.Name] = true
+	}
+	if err := w.nameUserTypes(ctx, rel, next, func(i int) bool { return !onTarget[next[i].Name] }); err != nil {
+		return nil, err
+	}
 	retyped := schema.RelationRetyped(tab, prev, next)
 	perRow := false // a column added with values computed per row (relationAdd)
 	if now := schema.RelationTypes(rel); now != recorded {
@@ -586,6 +609,38 @@ func (w *Writer) execDDL(ctx context.Context, tn schema.TableName, stmts []strin
 		if err := w.exec(ctx, sql); err != nil {
 			return fmt.Errorf("%s: %w", sql, err)
 		}
+	}
+	return nil
+}
+
+// nameUserTypes names the user-defined types of cols (rel's columns as
+// relColumns named them: "" for those) that need fills in, as the source
+// names them (WriterOptions.SourceTypeNames), and makes on the target
+// those it lacks, from the source's definitions (makeTypes): a column of
+// an enum added on the source, or a table made from its description.
+func (w *Writer) nameUserTypes(ctx context.Context, rel *change.Relation, cols []schema.RelColumn, need func(i int) bool) error {
+	var idx []int
+	var oids []uint32
+	var mods []int32
+	for i, c := range cols {
+		if c.Type == "" && need(i) && rel.Columns[i].TypeOID != 0 {
+			idx = append(idx, i)
+			oids = append(oids, rel.Columns[i].TypeOID)
+			mods = append(mods, rel.Columns[i].TypeMod)
+		}
+	}
+	if len(idx) == 0 || w.opts.SourceTypeNames == nil || w.opts.SourceTypes == nil {
+		return nil
+	}
+	names, err := w.opts.SourceTypeNames(ctx, oids, mods)
+	if err != nil {
+		return err
+	}
+	if err := w.makeTypes(ctx, oids, names, change.LSN(0)); err != nil {
+		return err
+	}
+	for k, i := range idx {
+		cols[i].Type = names[k]
 	}
 	return nil
 }

@@ -70,6 +70,11 @@ type WriterOptions struct {
 	// the target lacks gets it made first (ensureTypes). nil: such a
 	// change stops the run.
 	SourceTypes func(ctx context.Context, oids []uint32) ([]*schema.UserType, error)
+	// SourceTypeNames names types by the source's oids and type modifiers
+	// as the source's format_type does, schema-qualified: a Relation
+	// message's user-defined types (--ddl=relation), which the target
+	// cannot name. nil: such a column added stops the run.
+	SourceTypeNames func(ctx context.Context, oids []uint32, mods []int32) ([]string, error)
 
 	// MultiRowInserts: at commit, a table's buffered rows, up to
 	// MultiRowsMax, go as one INSERT of several rows instead of one INSERT
