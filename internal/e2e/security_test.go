@@ -586,3 +586,41 @@ func TestDDLUnsignedBeforeUpgrade(t *testing.T) {
 		t.Errorf("%d of the trigger's own messages taken for forged", n)
 	}
 }
+
+// TestSchemaChangeCodeTrap: a schema change brings code from the source
+// that the superuser apply role would run on the target: a column of a
+// domain (made by repstream from the source's definition) whose CHECK
+// calls a function that a target role that is not a superuser owns under
+// the same name, or a default calling it. The change was applied as it
+// came, the domain's CHECK checked against the column's default as the
+// ALTER ran, and only the next start looked at the table's code. Now the
+// change is refused before it runs (a domain's constraints), or in its
+// transaction (the table's code looked at again), naming the function and
+// its owner; nothing of it stays.
+func TestSchemaChangeCodeTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE FUNCTION public.grab(int) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT true';
+		CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10)`)
+	cfg := e.config("public.a")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), `
+CREATE FUNCTION public.grab(int) RETURNS bool LANGUAGE plpgsql AS $f$
+BEGIN
+	IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE `+role+` SUPERUSER'; END IF;
+	RETURN true;
+END$f$`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`CREATE DOMAIN checked AS int CHECK (public.grab(VALUE))`)
+	e.srcExec(`ALTER TABLE a ADD COLUMN c checked DEFAULT 1`)
+	e.mustFail(cfg, "constraint checked_check of domain checked calls grab(integer), owned by "+role, "--trust-table-owners")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a domain's CHECK a schema change ran", role)
+	}
+	if cols := columnsOf(t, e.Tgt, "public.a"); len(cols) != 1 {
+		t.Errorf("the refused change left columns on the target: %v", cols)
+	}
+}

@@ -89,6 +89,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.ensureTypes(ctx, msg, c.LSN); err != nil {
 		return fail(err)
 	}
+	if err := w.checkColumnTypes(ctx, msg); err != nil {
+		return fail(err)
+	}
 	cur, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
 	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && schema.NameFromDDL(msg.Old) != tn {
 		// Renamed (or moved to another schema) on the source.
@@ -103,6 +106,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 			}
 		}
 		w.log.Info("created table on the target, as on the source", "table", tn, "lsn", c.LSN)
+		if err := CheckOwners(ctx, w.conn, []schema.TableName{tn}, w.opts.TrustTableOwners); err != nil {
+			return fail(err)
+		}
 		return w.recordMade(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound) && w.entersPublication(msg):
 		return w.takeUp(ctx, msg, c.LSN, fail)
@@ -116,6 +122,11 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	}
 	copyAnew, err := w.alter(ctx, cur, msg, c.LSN)
 	if err != nil {
+		return fail(err)
+	}
+	// What the change added (a default, a column of a domain) is code
+	// the next row runs: looked at again, in this transaction.
+	if err := CheckOwners(ctx, w.conn, []schema.TableName{tn}, w.opts.TrustTableOwners); err != nil {
 		return fail(err)
 	}
 	if copyAnew || msg.RewroteByExpression() && w.publishes(msg) {
@@ -183,6 +194,14 @@ func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Messa
 			return false, qerr
 		}
 		copyAnew = !empty && msg.Rewrote() && w.publishes(msg)
+		if copyAnew {
+			// Its rows are copied anew: emptied first, so that the
+			// source's per-row default is not evaluated here, as the
+			// target's role, for rows about to be replaced.
+			if err := emptyTable(ctx, w.conn, cur.TableName()); err != nil {
+				return false, err
+			}
+		}
 		if empty || copyAnew {
 			stmts, err = schema.AlterSQL(cur, msg, true)
 		}
@@ -368,6 +387,78 @@ func (w *Writer) makeTypes(ctx context.Context, oids []uint32, names []string, l
 	}
 	return nil
 }
+
+// emptyTable truncates target table tn (through a partitioned one; an
+// ordinary one without its inheritance children), as a copy anew does
+// (snapshot.CheckTargets).
+func emptyTable(ctx context.Context, conn *pgx.Conn, tn schema.TableName) error {
+	var partitioned bool
+	if err := conn.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = $1::regclass", tn.Quoted()).Scan(&partitioned); err != nil {
+		return fmt.Errorf("empty %s on the target for its copy anew: %w", tn, err)
+	}
+	only := "ONLY "
+	if partitioned {
+		only = ""
+	}
+	if _, err := conn.Exec(ctx, "TRUNCATE "+only+tn.Quoted()); err != nil {
+		return fmt.Errorf("empty %s on the target for its copy anew: %w", tn, err)
+	}
+	return nil
+}
+
+// checkColumnTypes refuses, before a schema change runs, a column of a
+// domain (or a domain over one) whose constraints call a function that a
+// role that is not a superuser owns, when the target role is a superuser
+// (CheckOwners' rule): an ADD COLUMN checks its default against the
+// domain as it runs, before the table's code is looked at again.
+func (w *Writer) checkColumnTypes(ctx context.Context, msg *ddlmsg.Message) error {
+	if w.opts.TrustTableOwners || len(msg.Columns) == 0 {
+		return nil
+	}
+	names := make([]string, len(msg.Columns))
+	for i, c := range msg.Columns {
+		names[i] = c.Type
+	}
+	rows, err := w.conn.Query(ctx, untrustedTypesSQL, names)
+	if err != nil {
+		return fmt.Errorf("look up who owns the code of the column types on the target: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("look up who owns the code of the column types on the target: %w", err)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; apply as a target role that is not a superuser, have a superuser own that code, or pass --trust-table-owners",
+		ErrUntrustedOwner, strings.Join(found, "; "))
+}
+
+// untrustedTypesSQL lists, for a superuser session, the constraints of the
+// domains among the type names $1 (and the domains those are over, and
+// arrays' elements) that call a function, or an operator's function, a
+// role that is not a superuser owns.
+const untrustedTypesSQL = `
+WITH RECURSIVE d AS (
+	SELECT t.oid FROM unnest($1::text[]) AS u(name)
+	JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(u.name)
+	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+	UNION
+	SELECT x.next FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid
+	CROSS JOIN LATERAL (VALUES (t.typbasetype), (t.typelem)) AS x(next) WHERE x.next <> 0
+)
+SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
+FROM d JOIN pg_catalog.pg_constraint k ON k.contypid = d.oid
+JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
+JOIN LATERAL (
+	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
+	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
+	UNION ALL
+	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
+	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
+) f ON true
+JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+WHERE NOT r.rolsuper`
 
 // moneyOID is the built-in type money.
 const moneyOID = 790
@@ -589,8 +680,15 @@ func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, t
 		return nil, fmt.Errorf("look for rows in %s on the target: %w", tn, qerr)
 	}
 	if empty || w.opts.CopyUnrecorded {
-		// Not empty: the table is then copied anew (followRelation).
-		*perRow = !empty
+		// Not empty: the table is then copied anew (followRelation),
+		// emptied first so that the default is not evaluated here for
+		// rows about to be replaced.
+		if !empty {
+			if err := emptyTable(ctx, w.conn, tn); err != nil {
+				return nil, err
+			}
+			*perRow = true // a later column of the change finds it empty
+		}
 		return schema.RelationAddSQL(column, typ, v, true)
 	}
 	return nil, fmt.Errorf("%w: add the column on the target yourself with the source's values for the existing rows (e.g. copy them with an UPDATE ... FROM), then restart", err)
