@@ -76,18 +76,16 @@ func TestDDLRelationFallbackDefaults(t *testing.T) {
 
 	// A volatile default on a non-empty table: the column is added and
 	// the table copied anew (its rows' values are in no message).
-	before := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE table_name = 'g' AND copied_at IS NOT NULL")
-	var copied string
-	if err := e.Tgt.QueryRow(t.Context(), "SELECT copied_at::text FROM repstream.tables WHERE table_name = 'g'").Scan(&copied); err != nil || before != 1 {
-		t.Fatalf("g not recorded as copied: %v", err)
+	copied := e.copiedAt(cfg.Slot, "g")
+	if copied == "" {
+		t.Fatalf("g not recorded as copied")
 	}
 	e.srcExec(`ALTER TABLE g ADD COLUMN r float8 DEFAULT random(), ADD COLUMN i int GENERATED ALWAYS AS IDENTITY`)
 	e.srcExec(`INSERT INTO g (id, a) VALUES (54, 'w'); UPDATE g SET a = 'u' WHERE id = 2`)
 	e.catchUp(cfg)
 	e.assertSameTable("public.g", "id")
-	var again string
-	if err := e.Tgt.QueryRow(t.Context(), "SELECT copied_at::text FROM repstream.tables WHERE table_name = 'g'").Scan(&again); err != nil || again == copied {
-		t.Errorf("g was not copied anew after a column with a volatile default was added (%v)", err)
+	if e.copiedAt(cfg.Slot, "g") == copied {
+		t.Errorf("g was not copied anew after a column with a volatile default was added")
 	}
 }
 
@@ -106,13 +104,7 @@ func TestDDLRelationRetypeCopied(t *testing.T) {
 	cfg.CreateTables = true
 	cfg.DDL = "relation"
 	e.catchUp(cfg)
-	copiedAt := func() string {
-		var s string
-		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = 'p'", cfg.Slot).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	copiedAt := func() string { return e.copiedAt(cfg.Slot, "p") }
 	first := copiedAt()
 	e.srcExec(`ALTER TABLE p ADD COLUMN note text`)
 	e.srcExec(`INSERT INTO p (id, price) VALUES (101, 101)`)

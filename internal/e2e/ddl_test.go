@@ -399,13 +399,7 @@ func TestDDLRetypeUsing(t *testing.T) {
 	cfg := e.config("public.p")
 	cfg.CreateTables = true
 	e.catchUp(cfg)
-	copiedAt := func() string {
-		var s string
-		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = 'p'", cfg.Slot).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	copiedAt := func() string { return e.copiedAt(cfg.Slot, "p") }
 	first := copiedAt()
 	e.srcExec(`ALTER TABLE p ALTER COLUMN id TYPE bigint`)           // the cast: rewritten, not copied
 	e.srcExec(`ALTER TABLE p ALTER COLUMN label TYPE text`)          // nothing rewritten
@@ -523,13 +517,7 @@ func TestDDLVolatileDefaultCopied(t *testing.T) {
 	cfg := e.config("public.a", "public.pm")
 	cfg.CreateTables = true
 	e.catchUp(cfg)
-	copiedAt := func(table string) string {
-		var s string
-		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(copied_at::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = $2", cfg.Slot, table).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	copiedAt := func(table string) string { return e.copiedAt(cfg.Slot, table) }
 	first := copiedAt("a")
 	e.srcExec(`ALTER TABLE a ADD COLUMN c int DEFAULT 7`) // stored once: nothing copied
 	e.srcExec(`INSERT INTO a (id, v) VALUES (201, 'y')`)
@@ -668,16 +656,9 @@ func TestDDLEnumRenamed(t *testing.T) {
 	// the others alone): the next start makes it and copies nothing.
 	e.srcExec(`DROP EVENT TRIGGER repstream_ddl_types`)
 	e.tgtExec(`UPDATE repstream.replications SET ddl_triggers = regexp_replace(ddl_triggers, ',repstream_ddl_types:[^,]*', '') WHERE slot = $1`, cfg.Slot)
-	copied := func() string {
-		var at string
-		if err := e.Tgt.QueryRow(t.Context(), `SELECT max(copied_at)::text FROM repstream.tables WHERE slot = $1`, cfg.Slot).Scan(&at); err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
-	before := copied()
+	before := e.copiedAt(cfg.Slot, "m")
 	e.catchUp(cfg)
-	if after := copied(); after != before {
+	if after := e.copiedAt(cfg.Slot, "m"); after != before {
 		t.Errorf("the first start after an upgrade copied the tables anew (copied_at %s, then %s)", before, after)
 	}
 	if n := e.count(e.Src, "SELECT count(*) FROM pg_event_trigger WHERE evtname = 'repstream_ddl_types' AND evtenabled = 'A'"); n != 1 {

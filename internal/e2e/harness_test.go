@@ -160,6 +160,18 @@ func (e *env) start(cfg config.Config) (stop func() error) {
 	}
 }
 
+// copiedAt is when slot last copied table (any schema; "" when never,
+// or not recorded).
+func (e *env) copiedAt(slot, table string) string {
+	e.t.Helper()
+	var s string
+	err := e.Tgt.QueryRow(context.Background(), "SELECT coalesce(max(copied_at)::text, '') FROM repstream.tables WHERE slot = $1 AND table_name = $2", slot, table).Scan(&s)
+	if err != nil {
+		e.t.Fatalf("when was %s copied: %v", table, err)
+	}
+	return s
+}
+
 // checksum returns the row count and an md5 of the ordered contents.
 func checksum(t *testing.T, conn *pgx.Conn, table, orderBy string) (int64, string) {
 	t.Helper()

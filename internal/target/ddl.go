@@ -450,15 +450,7 @@ WITH RECURSIVE d AS (
 SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_constraint k ON k.contypid = d.oid
 JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
-JOIN LATERAL (
-	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
-	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
-	UNION ALL
-	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
-	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
-) f ON true
-JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
-WHERE NOT r.rolsuper`
+` + untrustedCallSQL
 
 // moneyOID is the built-in type money.
 const moneyOID = 790

@@ -39,6 +39,19 @@ import (
 // code a role that is not a superuser controls (CheckOwners).
 var ErrUntrustedOwner = errors.New("a role that is not a superuser could run its code as the superuser repstream writes the target as")
 
+// untrustedCallSQL joins each pg_depend row dep of the objects looked at to
+// the function it names (or an operator's function), f.fn, and its owner
+// r, keeping those a role that is not a superuser owns.
+const untrustedCallSQL = `JOIN LATERAL (
+	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
+	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
+	UNION ALL
+	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
+	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
+) f ON true
+JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+WHERE NOT r.rolsuper`
+
 // untrustedSQL lists, for a superuser session, the tables of $1 (quoted
 // names; existing ones) owned by a role that is not a superuser, or whose
 // objects that run when it is written name a function (or an operator
@@ -69,15 +82,7 @@ UNION ALL
 SELECT DISTINCT o.i, o.what, f.fn, quote_ident(r.rolname)
 FROM objs o
 JOIN pg_catalog.pg_depend dep ON dep.classid = o.classid AND dep.objid = o.objid
-JOIN LATERAL (
-	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
-	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
-	UNION ALL
-	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
-	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
-) f ON true
-JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
-WHERE NOT r.rolsuper
+` + untrustedCallSQL + `
 ORDER BY 1, 2, 3`
 
 // CheckOwners returns ErrUntrustedOwner, naming every table of tables (on
