@@ -624,3 +624,33 @@ END$f$`); err != nil {
 		t.Errorf("the refused change left columns on the target: %v", cols)
 	}
 }
+
+// TestDomainOwnerTrap: a domain a target role that is not a superuser
+// owns is code that role controls (it may add a constraint calling its
+// own function at any time), as a table it owns is: a superuser apply
+// role refuses a table with a column of it at the start, and a schema
+// change that would add one (a same-named domain made there first).
+func TestDomainOwnerTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), `CREATE DOMAIN public.mdom AS int; CREATE DOMAIN public.later AS int`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10);
+		CREATE TABLE b (id int PRIMARY KEY, v int)`)
+	e.tgtExec(`CREATE TABLE b (id int PRIMARY KEY, v public.mdom)`)
+	cfg := e.config("public.b")
+	e.mustFail(cfg, "column v of public.b is of domain mdom, owned by "+role)
+	e.waitSlotReleased(cfg.Slot)
+
+	cfg = e.config("public.a")
+	cfg.Slot += "_a"
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`CREATE DOMAIN later AS int; ALTER TABLE a ADD COLUMN x later`)
+	e.mustFail(cfg, "domain later is owned by "+role)
+	if cols := columnsOf(t, e.Tgt, "public.a"); len(cols) != 1 {
+		t.Errorf("the refused change left columns on the target: %v", cols)
+	}
+}

@@ -434,10 +434,10 @@ func (w *Writer) checkColumnTypes(ctx context.Context, msg *ddlmsg.Message) erro
 		ErrUntrustedOwner, strings.Join(found, "; "))
 }
 
-// untrustedTypesSQL lists, for a superuser session, the constraints of the
-// domains among the type names $1 (and the domains those are over, and
-// arrays' elements) that call a function, or an operator's function, a
-// role that is not a superuser owns.
+// untrustedTypesSQL lists, for a superuser session, the domains among the
+// type names $1 (and the domains those are over, and arrays' elements)
+// that a role that is not a superuser owns, and their constraints that
+// call a function, or an operator's function, such a role owns.
 const untrustedTypesSQL = `
 WITH RECURSIVE d AS (
 	SELECT t.oid FROM unnest($1::text[]) AS u(name)
@@ -447,6 +447,10 @@ WITH RECURSIVE d AS (
 	SELECT x.next FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid
 	CROSS JOIN LATERAL (VALUES (t.typbasetype), (t.typelem)) AS x(next) WHERE x.next <> 0
 )
+SELECT DISTINCT 'domain ' || y.oid::regtype::text || ' is owned by ' || quote_ident(r.rolname)
+FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid AND y.typtype = 'd' JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
+WHERE NOT r.rolsuper
+UNION ALL
 SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_constraint k ON k.contypid = d.oid
 JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
