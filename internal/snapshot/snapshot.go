@@ -73,13 +73,9 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 		// A partitioned target table holds its rows in its partitions: look
 		// (and truncate) through it; an ordinary one without its
 		// inheritance children.
-		var partitioned bool
-		if err := conn.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = $1::regclass", t.Quoted()).Scan(&partitioned); err != nil {
+		only, err := target.Only(ctx, conn, t)
+		if err != nil {
 			return fmt.Errorf("check target table %s: %w", t, err)
-		}
-		only := "ONLY "
-		if partitioned {
-			only = ""
 		}
 		var nonEmpty bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&nonEmpty); err != nil {

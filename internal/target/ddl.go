@@ -388,17 +388,26 @@ func (w *Writer) makeTypes(ctx context.Context, oids []uint32, names []string, l
 	return nil
 }
 
-// emptyTable truncates target table tn (through a partitioned one; an
-// ordinary one without its inheritance children), as a copy anew does
-// (snapshot.CheckTargets).
-func emptyTable(ctx context.Context, conn *pgx.Conn, tn schema.TableName) error {
+// Only is the ONLY of a statement that reads or empties target table tn's
+// own rows: "" for a partitioned table, whose rows are its partitions',
+// "ONLY " for an ordinary one, whose inheritance children are not its.
+func Only(ctx context.Context, conn *pgx.Conn, tn schema.TableName) (string, error) {
 	var partitioned bool
 	if err := conn.QueryRow(ctx, "SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = $1::regclass", tn.Quoted()).Scan(&partitioned); err != nil {
-		return fmt.Errorf("empty %s on the target for its copy anew: %w", tn, err)
+		return "", err
 	}
-	only := "ONLY "
 	if partitioned {
-		only = ""
+		return "", nil
+	}
+	return "ONLY ", nil
+}
+
+// emptyTable truncates target table tn (Only), as a copy anew does
+// (snapshot.CheckTargets).
+func emptyTable(ctx context.Context, conn *pgx.Conn, tn schema.TableName) error {
+	only, err := Only(ctx, conn, tn)
+	if err != nil {
+		return fmt.Errorf("empty %s on the target for its copy anew: %w", tn, err)
 	}
 	if _, err := conn.Exec(ctx, "TRUNCATE "+only+tn.Quoted()); err != nil {
 		return fmt.Errorf("empty %s on the target for its copy anew: %w", tn, err)
