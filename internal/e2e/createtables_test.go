@@ -118,12 +118,18 @@ func TestCreateTablesSerialAndDefaults(t *testing.T) {
 func TestTargetTableIncompatible(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
-	e.srcExec(`CREATE TABLE w (id int PRIMARY KEY, a text, b int, at timestamptz, amount numeric(10,4), n text)`)
-	e.tgtExec(`CREATE TABLE w (id int PRIMARY KEY, a text, extra int NOT NULL, fine int NOT NULL DEFAULT 0, at timestamp, amount numeric(10,2), n int)`)
+	e.srcExec(`CREATE TABLE w (id int PRIMARY KEY, a text, b int, at timestamptz, amount numeric(10,4), n text,
+		at3 timestamptz(3), seen timestamp, took interval, day timestamp)`)
+	e.tgtExec(`CREATE TABLE w (id int PRIMARY KEY, a text, extra int NOT NULL, fine int NOT NULL DEFAULT 0, at timestamp, amount numeric(10,2), n int,
+		at3 timestamp(3), seen timestamp(0), took interval day, day date)`)
 	cfg := e.config("public.w")
 	e.mustFail(cfg, `public.w: column "b" (integer) is missing on the target`, `public.w: target column "extra" is NOT NULL without a default`,
 		`column "at" is timestamp with time zone on the source but timestamp without time zone on the target: the time zone is dropped`,
-		`column "amount" is numeric(10,4) on the source but numeric(10,2) on the target: digits beyond the target's scale are rounded away`)
+		`column "amount" is numeric(10,4) on the source but numeric(10,2) on the target: digits beyond the target's scale are rounded away`,
+		`column "at3" is timestamp(3) with time zone on the source but timestamp(3) without time zone on the target: the time zone is dropped`,
+		`column "seen" is timestamp without time zone on the source but timestamp(0) without time zone on the target: fractional seconds beyond the target's precision are rounded away`,
+		`column "took" is interval on the source but interval day on the target: the parts of an interval smaller`,
+		`column "day" is timestamp without time zone on the source but date on the target: the time of day is dropped`)
 	if strings.Contains(e.mustFail(cfg).Error(), `"fine"`) {
 		t.Error("a NOT NULL column with a default was reported")
 	}

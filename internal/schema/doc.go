@@ -6,4 +6,17 @@
 //
 // Every function takes a Querier, which *pgx.Conn and pgx.Tx both satisfy,
 // so introspection can run inside a snapshot transaction.
+//
+// Files:
+//
+//	schema.go   Table, LoadTable: a table as one catalog sees it; Incompatible (the target table against the source's)
+//	convert.go  SilentConversion: a source type a target column would store changed without an error
+//	names.go    TableName: a schema-qualified name, quoting and order
+//	types.go    UserType: the user-defined types a table's columns need, read, compared and made
+//	ddl.go      CreateTableSQL and what --create-tables makes besides
+//	alter.go    AlterSQL, RelationAlterSQL: the statements that follow a schema change; TypesChanged
+//	added.go    AddedValue: what the source's existing rows got for a column added (--ddl=relation)
+//	ddlmsg.go   a schema-change message's definition as a Table
+//	partmsg.go  partition messages: hash partitions, bounds
+//	pubspec.go  --tables patterns: schemas and tables
 package schema

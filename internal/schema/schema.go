@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -277,58 +275,4 @@ func Incompatible(source, target *Table) []string {
 		}
 	}
 	return out
-}
-
-// SilentConversion says how storing a value of type from in a column of
-// type to changes it without an error ("" if it does not, or if the target
-// rejects what it cannot hold): a time zone dropped or assumed, digits
-// rounded away. Types are format_type's text, modifiers included.
-func SilentConversion(from, to string) string {
-	base := func(t string) string {
-		if i := strings.IndexByte(t, '('); i >= 0 && !strings.HasSuffix(t, "]") {
-			return t[:i]
-		}
-		return t
-	}
-	f, t := base(from), base(to)
-	zoned := map[string]string{"timestamp with time zone": "timestamp without time zone", "time with time zone": "time without time zone"}
-	for z, plain := range zoned {
-		if f == z && t == plain {
-			return "the time zone is dropped"
-		}
-		if f == plain && t == z {
-			return "the target assumes its session's time zone"
-		}
-	}
-	floats := map[string]int{"real": 6, "double precision": 15}
-	exact := map[string]bool{"numeric": true, "bigint": true, "integer": true, "double precision": true}
-	if digits, ok := floats[t]; ok && exact[f] && f != t && !(f == "integer" && digits >= 15) {
-		return "digits beyond the target's precision are rounded away"
-	}
-	if f == "numeric" && t == "numeric" && from != to {
-		fs, ts := numericScale(from), numericScale(to)
-		if ts >= 0 && (fs < 0 || ts < fs) {
-			return "digits beyond the target's scale are rounded away"
-		}
-	}
-	return ""
-}
-
-// numericScale is the scale of "numeric(p,s)" (0 for "numeric(p)"), or -1
-// for unconstrained numeric.
-func numericScale(t string) int {
-	open := strings.IndexByte(t, '(')
-	if open < 0 {
-		return -1
-	}
-	args := strings.TrimSuffix(t[open+1:], ")")
-	_, scale, ok := strings.Cut(args, ",")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(scale))
-	if err != nil {
-		return -1
-	}
-	return n
 }

@@ -76,6 +76,35 @@ func TestSilentConversion(t *testing.T) {
 		{"text", "integer", false}, // the target rejects what it cannot hold
 		{"character varying(20)", "character varying(10)", false},
 		{"integer[]", "integer[]", false},
+		// Each true case below was stored on PostgreSQL 15 and read back changed.
+		{"timestamp(3) with time zone", "timestamp(3) without time zone", true},
+		{"timestamp without time zone", "timestamp(0) without time zone", true},
+		{"timestamp(0) without time zone", "timestamp(3) without time zone", false},
+		{"timestamp(3) with time zone", "timestamp(3) with time zone", false},
+		{"time without time zone", "time(0) without time zone", true},
+		{"time(2) with time zone", "time(1) with time zone", true},
+		{"interval", "interval(0)", true},
+		{"interval second(3)", "interval", false},
+		{"interval", "interval day", true},
+		{"interval", "interval year to month", true},
+		{"interval day", "interval day to second(3)", false},
+		{"interval day to second(3)", "interval day to second(2)", true},
+		{"timestamp with time zone", "date", true},
+		{"timestamp without time zone", "time without time zone", true},
+		{"date", "timestamp without time zone", false},
+		{"real", "numeric(5,1)", true},
+		{"double precision", "numeric", false},
+		{"integer", "numeric(10,2)", false},
+		{"numeric", "money", true},
+		{"money", "money", false},
+		{"text", "character(10)", true},
+		{"character varying(5)", "character(5)", true},
+		{"character(5)", "character(10)", false},
+		{"json", "jsonb", true},
+		{"jsonb", "json", false},
+		{"timestamp without time zone[]", "timestamp(0) without time zone[]", true},
+		{"timestamp with time zone[]", "timestamp without time zone", false}, // another kind: Incompatible's rule
+		{`"odd(3)"`, `"odd(3)"`, false},
 	} {
 		if got := SilentConversion(tc.from, tc.to) != ""; got != tc.silent {
 			t.Errorf("SilentConversion(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.silent)

@@ -1,0 +1,154 @@
+package schema
+
+import (
+	"strconv"
+	"strings"
+)
+
+// SilentConversion says how storing a value of type from in a column of
+// type to changes it without an error ("" if it does not, or if the target
+// rejects what it cannot hold): a time zone dropped or assumed, digits or
+// fractional seconds rounded away, the time of day or an interval's
+// smaller parts dropped, trailing spaces lost, a JSON text normalised.
+// Types are format_type's text, modifiers included; arrays of the same
+// depth compare their elements. Found by storing such values in such
+// columns on PostgreSQL 15 (TestSilentConversion lists them).
+func SilentConversion(from, to string) string {
+	f, t := splitType(from), splitType(to)
+	if f.dims != t.dims {
+		return "" // another kind of type: Incompatible's category rule
+	}
+	zoned := map[string]string{"timestamp with time zone": "timestamp without time zone", "time with time zone": "time without time zone"}
+	for z, plain := range zoned {
+		if f.name == z && t.name == plain {
+			return "the time zone is dropped"
+		}
+		if f.name == plain && t.name == z {
+			return "the target assumes its session's time zone"
+		}
+	}
+	if strings.HasPrefix(f.name, "timestamp ") && (t.name == "date" || strings.HasPrefix(t.name, "time ")) {
+		if t.name == "date" {
+			return "the time of day is dropped"
+		}
+		return "the date is dropped"
+	}
+	if fp, ok := f.fractionDigits(); ok {
+		if tp, ok := t.fractionDigits(); ok && tp < fp {
+			return "fractional seconds beyond the target's precision are rounded away"
+		}
+	}
+	if fl, ok := f.intervalLowest(); ok {
+		if tl, ok := t.intervalLowest(); ok && tl < fl {
+			return "the parts of an interval smaller than the target's fields allow are dropped"
+		}
+	}
+	floats := map[string]int{"real": 6, "double precision": 15}
+	exact := map[string]bool{"numeric": true, "bigint": true, "integer": true, "double precision": true}
+	if digits, ok := floats[t.name]; ok && exact[f.name] && f.name != t.name && !(f.name == "integer" && digits >= 15) {
+		return "digits beyond the target's precision are rounded away"
+	}
+	fractional := f.name == "numeric" || f.name == "real" || f.name == "double precision"
+	if t.name == "numeric" && fractional && from != to {
+		fs, ts := f.numericScale(), t.numericScale()
+		if ts >= 0 && (fs < 0 || ts < fs) {
+			return "digits beyond the target's scale are rounded away"
+		}
+	}
+	if t.name == "money" && fractional {
+		return "digits beyond the currency's are rounded away"
+	}
+	if t.name == "character" && t.mods != "" && (f.name == "text" || f.name == "character varying") {
+		return "trailing spaces are not kept (character(n) pads values with spaces, and ignores them)"
+	}
+	if f.name == "json" && t.name == "jsonb" {
+		return "jsonb keeps neither the text's form (spaces, key order) nor a repeated key's earlier values"
+	}
+	return ""
+}
+
+// typeParts is format_type's text taken apart: "timestamp(3) with time
+// zone[]" is name "timestamp with time zone", mods "3", dims 1.
+type typeParts struct {
+	name string
+	mods string
+	dims int
+}
+
+func splitType(t string) typeParts {
+	var p typeParts
+	for strings.HasSuffix(t, "[]") {
+		p.dims++
+		t = t[:len(t)-2]
+	}
+	if open := strings.IndexByte(t, '('); open >= 0 && !strings.Contains(t, `"`) {
+		if n := strings.IndexByte(t[open:], ')'); n > 0 {
+			p.mods = t[open+1 : open+n]
+			t = strings.TrimSpace(t[:open]) + t[open+n+1:]
+		}
+	}
+	p.name = t
+	return p
+}
+
+// fractionDigits is the precision of a type holding fractional seconds
+// (6, the most, without a modifier); ok is false for other types, and
+// for an interval whose fields end above seconds.
+func (p typeParts) fractionDigits() (int, bool) {
+	switch {
+	case strings.HasPrefix(p.name, "timestamp "), strings.HasPrefix(p.name, "time "), p.name == "interval", strings.HasPrefix(p.name, "interval "):
+	default:
+		return 0, false
+	}
+	if strings.HasPrefix(p.name, "interval ") && !strings.HasSuffix(p.name, " second") {
+		return 0, false // "interval day": no seconds kept
+	}
+	if p.mods == "" {
+		return 6, true
+	}
+	n, err := strconv.Atoi(p.mods)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// intervalFields ranks an interval's fields, largest first.
+var intervalFields = []string{"year", "month", "day", "hour", "minute", "second"}
+
+// intervalLowest is the rank in intervalFields of the smallest field an
+// interval type keeps ("interval day to hour": hour; a plain interval:
+// second); ok is false for other types.
+func (p typeParts) intervalLowest() (int, bool) {
+	if p.name == "interval" {
+		return len(intervalFields) - 1, true
+	}
+	fields, ok := strings.CutPrefix(p.name, "interval ")
+	if !ok {
+		return 0, false
+	}
+	words := strings.Fields(fields)
+	for i, f := range intervalFields {
+		if len(words) > 0 && words[len(words)-1] == f {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// numericScale is the scale of "numeric(p,s)" (0 for "numeric(p)"), or -1
+// for unconstrained numeric.
+func (p typeParts) numericScale() int {
+	if p.mods == "" {
+		return -1
+	}
+	_, scale, ok := strings.Cut(p.mods, ",")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(scale))
+	if err != nil {
+		return -1
+	}
+	return n
+}
