@@ -654,3 +654,53 @@ func TestDomainOwnerTrap(t *testing.T) {
 		t.Errorf("the refused change left columns on the target: %v", cols)
 	}
 }
+
+// TestNestedTypeCodeTrap: the code a column's type runs is found however
+// deep it sits. A role that is not a superuser owns a domain whose CHECK
+// calls its function, and a range's subtype_diff; a superuser made a
+// domain over that domain, a composite with an attribute of it, and the
+// range (whose GiST index calls subtype_diff on every insert). Writing
+// any of these columns as a superuser runs that role's code: each table
+// is refused at the start, naming the domain or the function, and so is a
+// schema change adding a column of the composite.
+func TestNestedTypeCodeTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), `CREATE FUNCTION public.ok(int) RETURNS bool LANGUAGE sql IMMUTABLE AS 'SELECT true';
+		CREATE DOMAIN public.inner_d AS int CHECK (public.ok(VALUE));
+		CREATE FUNCTION public.fdiff(float8, float8) RETURNS float8 LANGUAGE sql IMMUTABLE AS 'SELECT $1 - $2'`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`CREATE DOMAIN inner_d AS int; CREATE DOMAIN outer_d AS inner_d; CREATE TYPE pair AS (x inner_d, y int);
+		CREATE TYPE frange AS RANGE (subtype = float8);
+		CREATE TABLE c1 (id int PRIMARY KEY, v outer_d); CREATE TABLE c2 (id int PRIMARY KEY, p pair);
+		CREATE TABLE c3 (id int PRIMARY KEY, r frange)`)
+	e.tgtExec(`CREATE DOMAIN outer_d AS public.inner_d; CREATE TYPE pair AS (x public.inner_d, y int);
+		CREATE TYPE frange AS RANGE (subtype = float8, subtype_diff = public.fdiff);
+		CREATE TABLE c1 (id int PRIMARY KEY, v outer_d); CREATE TABLE c2 (id int PRIMARY KEY, p pair);
+		CREATE TABLE c3 (id int PRIMARY KEY, r frange); CREATE INDEX ON c3 USING gist (r)`)
+	for _, tc := range []struct{ table, want string }{
+		{"c1", "column v of public.c1 is of domain inner_d, owned by " + role},
+		{"c2", "column p of public.c2 is of domain inner_d, owned by " + role},
+		{"c3", "column r of public.c3 calls fdiff(double precision,double precision), owned by " + role},
+	} {
+		cfg := e.config("public." + tc.table)
+		cfg.Slot += "_" + tc.table
+		e.mustFail(cfg, tc.want)
+		e.waitSlotReleased(cfg.Slot)
+	}
+
+	// A schema change adding a column of such a type is refused before
+	// its ALTER runs (the ADD COLUMN would check its default as it runs).
+	e.srcExec(`CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a SELECT generate_series(1, 10)`)
+	cfg := e.config("public.a")
+	cfg.Slot += "_a"
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE a ADD COLUMN p pair DEFAULT ROW(1, 2)`)
+	e.mustFail(cfg, "domain inner_d is owned by "+role)
+	if cols := columnsOf(t, e.Tgt, "public.a"); len(cols) != 1 {
+		t.Errorf("the refused change left columns on the target: %v", cols)
+	}
+}

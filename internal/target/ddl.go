@@ -444,17 +444,19 @@ func (w *Writer) checkColumnTypes(ctx context.Context, msg *ddlmsg.Message) erro
 }
 
 // untrustedTypesSQL lists, for a superuser session, the domains among the
-// type names $1 (and the domains those are over, and arrays' elements)
-// that a role that is not a superuser owns, and their constraints that
-// call a function, or an operator's function, such a role owns.
+// type names $1 and the types they hold (typeTreeSQL: domains' base
+// types, arrays' elements, ranges' subtypes, composites' attributes) that
+// a role that is not a superuser owns, and the functions (or operators'
+// functions) such a role owns that those types' domain constraints or
+// the types themselves (a range's subtype_diff) call.
 const untrustedTypesSQL = `
 WITH RECURSIVE d AS (
 	SELECT t.oid FROM unnest($1::text[]) AS u(name)
 	JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(u.name)
 	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
 	UNION
-	SELECT x.next FROM d JOIN pg_catalog.pg_type t ON t.oid = d.oid
-	CROSS JOIN LATERAL (VALUES (t.typbasetype), (t.typelem)) AS x(next) WHERE x.next <> 0
+	SELECT x.next FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid
+	` + typeTreeSQL + `
 )
 SELECT DISTINCT 'domain ' || y.oid::regtype::text || ' is owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid AND y.typtype = 'd' JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
@@ -463,6 +465,10 @@ UNION ALL
 SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_constraint k ON k.contypid = d.oid
 JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_constraint'::regclass AND dep.objid = k.oid
+` + untrustedCallSQL + `
+UNION ALL
+SELECT DISTINCT 'type ' || dep.objid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
+FROM d JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_type'::regclass AND dep.objid = d.oid
 ` + untrustedCallSQL
 
 // moneyOID is the built-in type money.

@@ -52,25 +52,46 @@ const untrustedCallSQL = `JOIN LATERAL (
 JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
 WHERE NOT r.rolsuper`
 
+// typeTreeSQL is the recursive step from a type (column oid) to the
+// types writing a value of it writes too: a domain's base type, an
+// array's element, a range's subtype, a composite's attributes. A value
+// of any of them runs their code: a domain's constraints, a range's
+// functions (subtype_diff, called by a GiST index on every insert).
+const typeTreeSQL = `CROSS JOIN LATERAL (
+		SELECT y.typbasetype WHERE y.typbasetype <> 0
+		UNION ALL SELECT y.typelem WHERE y.typelem <> 0
+		UNION ALL SELECT g.rngsubtype FROM pg_catalog.pg_range g WHERE g.rngtypid = y.oid
+		UNION ALL SELECT ca.atttypid FROM pg_catalog.pg_attribute ca
+		WHERE y.typtype = 'c' AND ca.attrelid = y.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped
+	) AS x(next)`
+
 // untrustedSQL lists, for a superuser session, the tables of $1 (quoted
 // names; existing ones) owned by a role that is not a superuser, with a
-// column of a domain such a role owns (it may add a constraint calling
-// its code at any time), or whose
-// objects that run when it is written name a function (or an operator
-// whose function) such a role owns: the table's index, what runs, the
-// function and its owner.
+// column whose type is, or holds (typeTreeSQL), a domain such a role owns
+// (it may add a constraint calling its code at any time), or whose
+// objects that run when it is written (its own, and those of the types
+// its columns hold) name a function (or an operator whose function) such
+// a role owns: the table's index, what runs, the function and its owner.
 const untrustedSQL = `
-WITH t AS (
+WITH RECURSIVE t AS (
 	SELECT u.i, c.oid, c.relowner FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
 	JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
 	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+), types AS (
+	SELECT t.i, a.attname, a.atttypid AS oid
+	FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+	UNION
+	SELECT types.i, types.attname, x.next FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
+	` + typeTreeSQL + `
 ), objs AS (
 	SELECT t.i, 'pg_catalog.pg_attrdef'::regclass AS classid, d.oid AS objid, 'the default of column ' || quote_ident(a.attname) AS what
 	FROM t JOIN pg_catalog.pg_attrdef d ON d.adrelid = t.oid JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
 	UNION ALL SELECT t.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname)
 	FROM t JOIN pg_catalog.pg_constraint k ON k.conrelid = t.oid
-	UNION ALL SELECT t.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text
-	FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped JOIN pg_catalog.pg_constraint k ON k.contypid = a.atttypid
+	UNION ALL SELECT types.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text
+	FROM types JOIN pg_catalog.pg_constraint k ON k.contypid = types.oid
+	UNION ALL SELECT types.i, 'pg_catalog.pg_type'::regclass, types.oid, 'column ' || quote_ident(types.attname)
+	FROM types WHERE types.oid >= 16384
 	UNION ALL SELECT t.i, 'pg_catalog.pg_class'::regclass, x.indexrelid, 'index ' || x.indexrelid::regclass::text
 	FROM t JOIN pg_catalog.pg_index x ON x.indrelid = t.oid
 	UNION ALL SELECT t.i, 'pg_catalog.pg_trigger'::regclass, g.oid, 'trigger ' || quote_ident(g.tgname)
@@ -81,9 +102,8 @@ WITH t AS (
 )
 SELECT t.i, 'the table', '', quote_ident(r.rolname) FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
 UNION ALL
-SELECT DISTINCT t.i, 'column ' || quote_ident(a.attname), 'domain ' || y.oid::regtype::text, quote_ident(r.rolname)
-FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
-JOIN pg_catalog.pg_type y ON y.oid = a.atttypid OR y.oid = (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = a.atttypid AND e.typelem <> 0)
+SELECT DISTINCT types.i, 'column ' || quote_ident(types.attname), 'domain ' || y.oid::regtype::text, quote_ident(r.rolname)
+FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
 JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
 WHERE y.typtype = 'd' AND NOT r.rolsuper
 UNION ALL
