@@ -704,3 +704,49 @@ func TestNestedTypeCodeTrap(t *testing.T) {
 		t.Errorf("the refused change left columns on the target: %v", cols)
 	}
 }
+
+// TestPartitionOwnerTrap: a row written to a superuser's partitioned
+// table lands in a leaf partition, whose own triggers (ENABLE ALWAYS),
+// defaults, checks and index expressions run as the apply session. A leaf
+// another role owns, or whose trigger calls that role's function, is
+// refused as its root would be; the role never becomes a superuser.
+func TestPartitionOwnerTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE m (id int, region int, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+		CREATE TABLE m1 PARTITION OF m FOR VALUES IN (1); CREATE TABLE m2 PARTITION OF m FOR VALUES IN (2);
+		INSERT INTO m SELECT g, 1 + g % 2, 'v' FROM generate_series(1, 10) g;
+		CREATE PUBLICATION pub_m FOR TABLE m WITH (publish_via_partition_root = true)`)
+	role, conn := e.hostileRole("target")
+	e.tgtExec(`CREATE TABLE m (id int, region int, v text, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+		CREATE TABLE m1 PARTITION OF m FOR VALUES IN (1)`)
+	if _, err := conn.Exec(t.Context(), `
+CREATE FUNCTION public.grab() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE `+role+` SUPERUSER'; END IF;
+	RETURN NEW;
+END$f$;
+CREATE TABLE public.m2 (id int, region int, v text, PRIMARY KEY (id, region));
+CREATE TRIGGER grab BEFORE INSERT ON public.m2 FOR EACH ROW EXECUTE FUNCTION public.grab();
+ALTER TABLE public.m2 ENABLE ALWAYS TRIGGER grab`); err != nil {
+		t.Fatal(err)
+	}
+	e.tgtExec(`ALTER TABLE m ATTACH PARTITION m2 FOR VALUES IN (2)`)
+	cfg := e.config()
+	cfg.Publication = "pub_m"
+	e.mustFail(cfg, "public.m2 is owned by "+role, "trigger grab of public.m2 calls grab(), owned by "+role)
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a partition's trigger the initial copy ran", role)
+	}
+	e.waitSlotReleased(cfg.Slot)
+	// Owned by the superuser, its trigger still calls the role's function.
+	e.tgtExec(`ALTER TABLE m2 OWNER TO CURRENT_USER`)
+	e.mustFail(cfg, "trigger grab of public.m2 calls grab(), owned by "+role)
+	e.waitSlotReleased(cfg.Slot)
+	e.tgtExec(`DROP TRIGGER grab ON m2`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, region")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser", role)
+	}
+}

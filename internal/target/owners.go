@@ -66,52 +66,61 @@ const typeTreeSQL = `CROSS JOIN LATERAL (
 	) AS x(next)`
 
 // untrustedSQL lists, for a superuser session, the tables of $1 (quoted
-// names; existing ones) owned by a role that is not a superuser, with a
+// names; existing ones) and their partitions at every level (a row
+// written to a partitioned table runs its leaf's code too) owned by a
+// role that is not a superuser, with a
 // column whose type is, or holds (typeTreeSQL), a domain such a role owns
 // (it may add a constraint calling its code at any time), or whose
 // objects that run when it is written (its own, and those of the types
 // its columns hold) name a function (or an operator whose function) such
-// a role owns: the table's index, what runs, the function and its owner.
+// a role owns: the table or partition, what runs, the function and its owner.
 const untrustedSQL = `
 WITH RECURSIVE t AS (
-	SELECT u.i, c.oid, c.relowner FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+	SELECT c.oid, c.relowner FROM unnest($1::text[]) AS u(name)
 	JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
 	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+	UNION
+	SELECT c.oid, c.relowner FROM t JOIN pg_catalog.pg_inherits h ON h.inhparent = t.oid
+	JOIN pg_catalog.pg_class c ON c.oid = h.inhrelid AND c.relispartition
 ), types AS (
-	SELECT t.i, a.attname, a.atttypid AS oid
+	SELECT t.oid AS rel, a.attname, a.atttypid AS oid
 	FROM t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
 	UNION
-	SELECT types.i, types.attname, x.next FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
+	SELECT types.rel, types.attname, x.next FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
 	` + typeTreeSQL + `
 ), objs AS (
-	SELECT t.i, 'pg_catalog.pg_attrdef'::regclass AS classid, d.oid AS objid, 'the default of column ' || quote_ident(a.attname) AS what
+	SELECT t.oid AS rel, 'pg_catalog.pg_attrdef'::regclass AS classid, d.oid AS objid, 'the default of column ' || quote_ident(a.attname) AS what
 	FROM t JOIN pg_catalog.pg_attrdef d ON d.adrelid = t.oid JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-	UNION ALL SELECT t.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname)
+	UNION ALL SELECT t.oid, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname)
 	FROM t JOIN pg_catalog.pg_constraint k ON k.conrelid = t.oid
-	UNION ALL SELECT types.i, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text
+	UNION ALL SELECT types.rel, 'pg_catalog.pg_constraint'::regclass, k.oid, 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text
 	FROM types JOIN pg_catalog.pg_constraint k ON k.contypid = types.oid
-	UNION ALL SELECT types.i, 'pg_catalog.pg_type'::regclass, types.oid, 'column ' || quote_ident(types.attname)
+	UNION ALL SELECT types.rel, 'pg_catalog.pg_type'::regclass, types.oid, 'column ' || quote_ident(types.attname)
 	FROM types WHERE types.oid >= 16384
-	UNION ALL SELECT t.i, 'pg_catalog.pg_class'::regclass, x.indexrelid, 'index ' || x.indexrelid::regclass::text
+	UNION ALL SELECT t.oid, 'pg_catalog.pg_class'::regclass, x.indexrelid, 'index ' || x.indexrelid::regclass::text
 	FROM t JOIN pg_catalog.pg_index x ON x.indrelid = t.oid
-	UNION ALL SELECT t.i, 'pg_catalog.pg_trigger'::regclass, g.oid, 'trigger ' || quote_ident(g.tgname)
+	UNION ALL SELECT t.oid, 'pg_catalog.pg_trigger'::regclass, g.oid, 'trigger ' || quote_ident(g.tgname)
 	FROM t JOIN pg_catalog.pg_trigger g ON g.tgrelid = t.oid AND g.tgenabled IN ('A', 'R')
-	UNION ALL SELECT t.i, 'pg_catalog.pg_rewrite'::regclass, w.oid, 'rule ' || quote_ident(w.rulename)
+	UNION ALL SELECT t.oid, 'pg_catalog.pg_rewrite'::regclass, w.oid, 'rule ' || quote_ident(w.rulename)
 	FROM t JOIN pg_catalog.pg_rewrite w ON w.ev_class = t.oid AND w.ev_enabled IN ('A', 'R')
-	UNION ALL SELECT t.i, 'pg_catalog.pg_class'::regclass, t.oid, 'the partition key' FROM t
+	UNION ALL SELECT t.oid, 'pg_catalog.pg_class'::regclass, t.oid, 'the partition key' FROM t
+), found AS (
+	SELECT t.oid AS rel, 'the table' AS what, '' AS fn, quote_ident(r.rolname) AS owner
+	FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
+	UNION ALL
+	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), 'domain ' || y.oid::regtype::text, quote_ident(r.rolname)
+	FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
+	JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
+	WHERE y.typtype = 'd' AND NOT r.rolsuper
+	UNION ALL
+	SELECT DISTINCT o.rel, o.what, f.fn, quote_ident(r.rolname)
+	FROM objs o
+	JOIN pg_catalog.pg_depend dep ON dep.classid = o.classid AND dep.objid = o.objid
+	` + untrustedCallSQL + `
 )
-SELECT t.i, 'the table', '', quote_ident(r.rolname) FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
-UNION ALL
-SELECT DISTINCT types.i, 'column ' || quote_ident(types.attname), 'domain ' || y.oid::regtype::text, quote_ident(r.rolname)
-FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
-JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
-WHERE y.typtype = 'd' AND NOT r.rolsuper
-UNION ALL
-SELECT DISTINCT o.i, o.what, f.fn, quote_ident(r.rolname)
-FROM objs o
-JOIN pg_catalog.pg_depend dep ON dep.classid = o.classid AND dep.objid = o.objid
-` + untrustedCallSQL + `
-ORDER BY 1, 2, 3`
+SELECT n.nspname::text, c.relname::text, found.what, found.fn, found.owner
+FROM found JOIN pg_catalog.pg_class c ON c.oid = found.rel JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ORDER BY 1, 2, 3, 4`
 
 // CheckOwners returns ErrUntrustedOwner, naming every table of tables (on
 // the target, existing ones) and what in it another role controls, when
@@ -136,13 +145,12 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 	}
 	var found []string
 	for rows.Next() {
-		var i int64
+		var t schema.TableName
 		var what, fn, owner string
-		if err := rows.Scan(&i, &what, &fn, &owner); err != nil {
+		if err := rows.Scan(&t.Schema, &t.Name, &what, &fn, &owner); err != nil {
 			rows.Close()
 			return fmt.Errorf("look up who owns the target tables and the code they run: %w", err)
 		}
-		t := tables[i-1]
 		if fn == "" {
 			found = append(found, fmt.Sprintf("%s is owned by %s (ALTER TABLE %s OWNER TO %s, once you have checked what it runs)", t, owner,
 				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), me))
