@@ -635,7 +635,7 @@ func TestDDLEnumRenamed(t *testing.T) {
 	// next start makes.
 	e.srcExec(`UPDATE m SET v = 'ok' WHERE id = 1`)
 	e.srcExec(`ALTER EVENT TRIGGER repstream_ddl_types DISABLE; ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'; ALTER EVENT TRIGGER repstream_ddl_types ENABLE ALWAYS`)
-	if _, err := e.tryCatchUp(cfg); err == nil || !strings.Contains(err.Error(), `invalid input value for enum mood: "fine"`) {
+	if _, err := e.tryCatchUp(cfg); err == nil || !strings.Contains(err.Error(), `invalid input value for enum public.mood: "fine"`) {
 		t.Fatalf("a label renamed with the trigger off: %v, want the copy anew to stop at it", err)
 	}
 	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`)

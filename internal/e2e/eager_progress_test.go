@@ -30,7 +30,7 @@ func TestEagerRowsCountedWhileSent(t *testing.T) {
 	e.tgtExec(`CREATE SEQUENCE slow_seen;
 CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	PERFORM nextval('slow_seen');
+	PERFORM nextval('public.slow_seen');
 	PERFORM pg_sleep(0.002);
 	RETURN NEW;
 END $$;

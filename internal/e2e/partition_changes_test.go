@@ -344,7 +344,7 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 	defer cancel()
 	e.waitStreaming(cfg.Slot)
 	e.srcExec(`ALTER TABLE m_2025 DISABLE TRIGGER repstream_truncate; TRUNCATE m_2025; ALTER TABLE m_2025 ENABLE ALWAYS TRIGGER repstream_truncate`)
-	stopsWith(t, done, "a TRUNCATE trigger's DISABLE and ENABLE", "schema-change triggers were turned off", "repstream_truncate on m_2025 altered", "recorded for a new copy")
+	stopsWith(t, done, "a TRUNCATE trigger's DISABLE and ENABLE", "schema-change triggers were turned off", "repstream_truncate on public.m_2025 altered", "recorded for a new copy")
 	e.waitSlotReleased(cfg.Slot)
 	e.catchUp(cfg)
 	e.assertSame("m", "id, at")

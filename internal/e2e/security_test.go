@@ -425,7 +425,7 @@ CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab(
 	cfg := e.config()
 	cfg.Publication = "pub_owner"
 	e.srcExec(`CREATE PUBLICATION pub_owner FOR TABLE o`)
-	e.mustFail(cfg, "public.o is owned by "+role, "ALTER TABLE public.o OWNER TO "+me, "the default of column trap of public.o calls grab(), owned by "+role,
+	e.mustFail(cfg, "public.o is owned by "+role, "ALTER TABLE public.o OWNER TO "+me, "the default of column trap of public.o calls public.grab(), owned by "+role,
 		"is a superuser", "--trust-table-owners")
 	if superuser(t, e.Tgt, role) {
 		t.Fatalf("%s became a superuser through a column default the initial copy ran", role)
@@ -436,7 +436,7 @@ CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab(
 	// A superuser's table whose default still calls the role's function
 	// (its body the role may replace at any time) is refused too.
 	e.tgtExec(`ALTER TABLE public.o OWNER TO ` + me)
-	err := e.mustFail(cfg, "the default of column trap of public.o calls grab(), owned by "+role)
+	err := e.mustFail(cfg, "the default of column trap of public.o calls public.grab(), owned by "+role)
 	if strings.Contains(err.Error(), "public.o is owned by") {
 		t.Errorf("the table owned by %s is still said to be another's: %v", me, err)
 	}
@@ -616,7 +616,7 @@ END$f$`); err != nil {
 	}
 	e.srcExec(`CREATE DOMAIN checked AS int CHECK (public.grab(VALUE))`)
 	e.srcExec(`ALTER TABLE a ADD COLUMN c checked DEFAULT 1`)
-	e.mustFail(cfg, "constraint checked_check of domain checked calls grab(integer), owned by "+role, "--trust-table-owners")
+	e.mustFail(cfg, "constraint checked_check of domain public.checked calls public.grab(integer), owned by "+role, "--trust-table-owners")
 	if superuser(t, e.Tgt, role) {
 		t.Fatalf("%s became a superuser through a domain's CHECK a schema change ran", role)
 	}
@@ -641,7 +641,7 @@ func TestDomainOwnerTrap(t *testing.T) {
 		CREATE TABLE b (id int PRIMARY KEY, v int)`)
 	e.tgtExec(`CREATE TABLE b (id int PRIMARY KEY, v public.mdom)`)
 	cfg := e.config("public.b")
-	e.mustFail(cfg, "column v of public.b is of domain mdom, owned by "+role)
+	e.mustFail(cfg, "column v of public.b is of domain public.mdom, owned by "+role)
 	e.waitSlotReleased(cfg.Slot)
 
 	cfg = e.config("public.a")
@@ -649,7 +649,7 @@ func TestDomainOwnerTrap(t *testing.T) {
 	cfg.CreateTables = true
 	e.catchUp(cfg)
 	e.srcExec(`CREATE DOMAIN later AS int; ALTER TABLE a ADD COLUMN x later`)
-	e.mustFail(cfg, "domain later is owned by "+role)
+	e.mustFail(cfg, "domain public.later is owned by "+role)
 	if cols := columnsOf(t, e.Tgt, "public.a"); len(cols) != 1 {
 		t.Errorf("the refused change left columns on the target: %v", cols)
 	}
@@ -681,9 +681,9 @@ func TestNestedTypeCodeTrap(t *testing.T) {
 		CREATE TABLE c1 (id int PRIMARY KEY, v outer_d); CREATE TABLE c2 (id int PRIMARY KEY, p pair);
 		CREATE TABLE c3 (id int PRIMARY KEY, r frange); CREATE INDEX ON c3 USING gist (r)`)
 	for _, tc := range []struct{ table, want string }{
-		{"c1", "column v of public.c1 is of domain inner_d, owned by " + role},
-		{"c2", "column p of public.c2 is of domain inner_d, owned by " + role},
-		{"c3", "column r of public.c3 calls fdiff(double precision,double precision), owned by " + role},
+		{"c1", "column v of public.c1 is of domain public.inner_d, owned by " + role},
+		{"c2", "column p of public.c2 is of domain public.inner_d, owned by " + role},
+		{"c3", "column r of public.c3 calls public.fdiff(double precision,double precision), owned by " + role},
 	} {
 		cfg := e.config("public." + tc.table)
 		cfg.Slot += "_" + tc.table
@@ -699,7 +699,7 @@ func TestNestedTypeCodeTrap(t *testing.T) {
 	cfg.CreateTables = true
 	e.catchUp(cfg)
 	e.srcExec(`ALTER TABLE a ADD COLUMN p pair DEFAULT ROW(1, 2)`)
-	e.mustFail(cfg, "domain inner_d is owned by "+role)
+	e.mustFail(cfg, "domain public.inner_d is owned by "+role)
 	if cols := columnsOf(t, e.Tgt, "public.a"); len(cols) != 1 {
 		t.Errorf("the refused change left columns on the target: %v", cols)
 	}
@@ -734,19 +734,55 @@ ALTER TABLE public.m2 ENABLE ALWAYS TRIGGER grab`); err != nil {
 	e.tgtExec(`ALTER TABLE m ATTACH PARTITION m2 FOR VALUES IN (2)`)
 	cfg := e.config()
 	cfg.Publication = "pub_m"
-	e.mustFail(cfg, "public.m2 is owned by "+role, "trigger grab of public.m2 calls grab(), owned by "+role)
+	e.mustFail(cfg, "public.m2 is owned by "+role, "trigger grab of public.m2 calls public.grab(), owned by "+role)
 	if superuser(t, e.Tgt, role) {
 		t.Fatalf("%s became a superuser through a partition's trigger the initial copy ran", role)
 	}
 	e.waitSlotReleased(cfg.Slot)
 	// Owned by the superuser, its trigger still calls the role's function.
 	e.tgtExec(`ALTER TABLE m2 OWNER TO CURRENT_USER`)
-	e.mustFail(cfg, "trigger grab of public.m2 calls grab(), owned by "+role)
+	e.mustFail(cfg, "trigger grab of public.m2 calls public.grab(), owned by "+role)
 	e.waitSlotReleased(cfg.Slot)
 	e.tgtExec(`DROP TRIGGER grab ON m2`)
 	e.catchUp(cfg)
 	e.assertSame("m", "id, region")
 	if superuser(t, e.Tgt, role) {
 		t.Fatalf("%s became a superuser", role)
+	}
+}
+
+// TestSearchPathHijack: a role that may create in a schema on the
+// session's default search path (public here) shadows built-ins with
+// closer matches — unnest(text[]) over pg_catalog's unnest(anyarray),
+// an array_agg(text) aggregate — on the source and the
+// target, each making the role a superuser when a superuser calls it.
+// Every repstream session pins its search path to pg_catalog, pg_temp:
+// a copy, a stream of changes with a schema change, none runs them.
+func TestSearchPathHijack(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE v (id int PRIMARY KEY, n int, s text[]); INSERT INTO v SELECT g, g, ARRAY['a'] FROM generate_series(1, 10) g`)
+	var roles []string
+	for _, side := range []string{"source", "target"} {
+		role, conn := e.hostileRole(side)
+		roles = append(roles, role)
+		grab := `BEGIN IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE ` + role + ` SUPERUSER'; END IF;`
+		if _, err := conn.Exec(t.Context(), `
+CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$ `+grab+` RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x; END$f$;
+CREATE FUNCTION public.grab_acc(a text[], b text) RETURNS text[] LANGUAGE plpgsql AS $f$ `+grab+` RETURN a || b; END$f$;
+CREATE AGGREGATE public.array_agg(text) (SFUNC = public.grab_acc, STYPE = text[])`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.config("public.v")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE v SET n = n + 1 WHERE n <= 5; DELETE FROM v WHERE n > 8; ALTER TABLE v ADD COLUMN w text DEFAULT 'w'; INSERT INTO v VALUES (100, 1, ARRAY['b'], 'x')`)
+	e.catchUp(cfg)
+	e.assertSame("v", "id")
+	for i, side := range []*pgx.Conn{e.Src, e.Tgt} {
+		if superuser(t, side, roles[i]) {
+			t.Errorf("%s became a superuser through a function a repstream session ran", roles[i])
+		}
 	}
 }

@@ -79,7 +79,21 @@ func SetValueFormat(rp map[string]string) {
 	rp["bytea_output"] = "hex"
 	rp["lc_monetary"] = "C" // money's text form follows it ("1.234,56 €" under de_DE)
 	rp["client_encoding"] = "UTF8"
+	// Every name repstream's own statements use is either pg_catalog's
+	// or written with its schema. A schema on the search_path where
+	// another role may create (public, "$user") would let that role
+	// shadow a built-in with a closer match — unnest(text[]) over
+	// pg_catalog's unnest(anyarray), an aggregate, an operator — and run
+	// its code as repstream's role (a superuser, often): nothing is
+	// searched there (TestSearchPathHijack). A DSN's search_path is
+	// overridden.
+	rp["search_path"] = SafeSearchPath
 }
+
+// SafeSearchPath is the search_path of every session repstream opens:
+// pg_catalog, and the session's own temporary schema last (so that no
+// temporary object shadows anything either).
+const SafeSearchPath = "pg_catalog, pg_temp"
 
 // Describe names a server for messages, without the password:
 // "host=H port=P dbname=D user=U".

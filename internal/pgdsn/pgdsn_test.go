@@ -100,3 +100,23 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchPathPinned: every session's search_path is pg_catalog,
+// pg_temp, whatever the connection string says.
+func TestSearchPathPinned(t *testing.T) {
+	for _, dsn := range []string{"host=h", "host=h search_path=public", "postgres://h/db?search_path=evil,public"} {
+		pc, err := Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		px, err := ParsePgx(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rp := range []map[string]string{pc.RuntimeParams, px.RuntimeParams} {
+			if got := rp["search_path"]; got != SafeSearchPath {
+				t.Errorf("%q: search_path %q, want %q", dsn, got, SafeSearchPath)
+			}
+		}
+	}
+}

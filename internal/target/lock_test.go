@@ -78,7 +78,7 @@ func TestIsAppliedOverlappingRanges(t *testing.T) {
 // on their locks; sessions of other slots are left alone.
 func TestEndPreviousApply(t *testing.T) {
 	e := newEnv(t, "")
-	if _, err := e.conn.Exec(e.ctx, "CREATE TABLE locked (id int PRIMARY KEY); INSERT INTO locked VALUES (1)"); err != nil {
+	if _, err := e.conn.Exec(e.ctx, "CREATE TABLE public.locked (id int PRIMARY KEY); INSERT INTO public.locked VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
 	zombie, err := Connect(e.ctx, e.dsn, "repstream-apply.0")
@@ -89,7 +89,7 @@ func TestEndPreviousApply(t *testing.T) {
 	if err := HoldApplyLock(e.ctx, zombie, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := zombie.Exec(e.ctx, "BEGIN; UPDATE locked SET id = 2"); err != nil {
+	if _, err := zombie.Exec(e.ctx, "BEGIN; UPDATE public.locked SET id = 2"); err != nil {
 		t.Fatal(err)
 	}
 	bystander, err := Connect(e.ctx, e.dsn, "repstream-apply.0")
@@ -106,7 +106,7 @@ func TestEndPreviousApply(t *testing.T) {
 	if err := WaitForPreviousApply(e.ctx, e.conn, "s1", 10*time.Second, nil); err != nil {
 		t.Fatalf("the ended session still holds the lock: %v", err)
 	}
-	if _, err := e.conn.Exec(e.ctx, "SET lock_timeout = '5s'; UPDATE locked SET id = 3"); err != nil {
+	if _, err := e.conn.Exec(e.ctx, "SET lock_timeout = '5s'; UPDATE public.locked SET id = 3"); err != nil {
 		t.Fatalf("the ended session's row lock is still held: %v", err)
 	}
 	if err := bystander.Ping(e.ctx); err != nil {
