@@ -115,6 +115,57 @@ func TestKeylessTableInPublishedSchema(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("later", "a")
 	e.assertSame("kt", "id")
+
+	// Given a primary key again, each goes back to its key as replica
+	// identity: FULL was repstream's stopgap. One the user set FULL
+	// themselves stays FULL.
+	ident := func(table string) string {
+		var id string
+		if err := e.Src.QueryRow(t.Context(), "SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass", table).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	if ident("kt") != "f" || ident("later") != "f" {
+		t.Fatalf("replica identities %s, %s, want f (made FULL without a key)", ident("kt"), ident("later"))
+	}
+	e.srcExec(`CREATE TABLE mine (a int, b text); ALTER TABLE mine REPLICA IDENTITY FULL`)
+	e.srcExec(`INSERT INTO kt VALUES (2, 'c'); ALTER TABLE kt ADD PRIMARY KEY (id); ALTER TABLE later ADD PRIMARY KEY (a); ALTER TABLE mine ADD PRIMARY KEY (a)`)
+	for table, want := range map[string]string{"kt": "d", "later": "d", "mine": "f"} {
+		if got := ident(table); got != want {
+			t.Errorf("%s: replica identity %s, want %s", table, got, want)
+		}
+	}
+	e.srcExec(`UPDATE kt SET v = 'd'; UPDATE later SET b = 'z' WHERE a = 2; INSERT INTO mine VALUES (1, 'm'); UPDATE mine SET b = 'n'`)
+	e.catchUp(cfg)
+	e.assertSame("later", "a")
+	e.assertSame("kt", "id")
+	e.assertSame("mine", "a")
+}
+
+// TestColumnListKeyReplaced: a table published with a column list whose
+// primary key is replaced by another the list covers (DROP CONSTRAINT,
+// then ADD PRIMARY KEY): the FULL replica identity repstream gave it
+// meanwhile (never covered by a column list) does not outlive the new
+// key, so the source application's UPDATEs keep working
+// (src/test/subscription/t/031_column_list.pl).
+func TestColumnListKeyReplaced(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE tab6 (a int PRIMARY KEY, b int, c int, d int); INSERT INTO tab6 VALUES (1, 2, 3, 4);
+		CREATE PUBLICATION pub_cols FOR TABLE tab6 (a, b)`)
+	cfg := e.config()
+	cfg.Publication = "pub_cols"
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE tab6 DROP CONSTRAINT tab6_pkey; ALTER TABLE tab6 ADD PRIMARY KEY (b)`)
+	e.tgtExec(`ALTER TABLE tab6 DROP CONSTRAINT tab6_pkey; ALTER TABLE tab6 ADD PRIMARY KEY (b)`)
+	e.srcExec(`UPDATE tab6 SET b = b * 2; INSERT INTO tab6 VALUES (5, 6, 7, 8)`)
+	e.catchUp(cfg)
+	var same bool
+	if err := e.Tgt.QueryRow(t.Context(), "SELECT array_agg(ROW(a, b) ORDER BY a)::text = '{\"(1,4)\",\"(5,6)\"}' FROM tab6").Scan(&same); err != nil || !same {
+		t.Errorf("target rows differ from the source's published columns (%v)", err)
+	}
 }
 
 // TestRestoredTargetRefused: a target whose recorded position is behind the

@@ -191,6 +191,10 @@ CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ddl_state (relid oid PRIMARY KEY, 
 -- written and removed in the altering transaction, so never seen by
 -- another; the triggers pass over these tables' commands.
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.self_ddl (relid oid PRIMARY KEY);
+-- The tables whose replica identity repstream made FULL when they had no
+-- primary key (ddl_end): given one again, they go back to DEFAULT. A
+-- crash empties it; such a table then stays FULL, as before this list.
+CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ident_full (relid oid PRIMARY KEY);
 
 -- The publications that publish a table (NULL: no such table).
 CREATE OR REPLACE FUNCTION repstream.ddl_pubs(rel oid) RETURNS jsonb
@@ -314,7 +318,22 @@ BEGIN
          AND EXISTS (SELECT 1 FROM repstream.replications g JOIN pg_publication p ON p.pubname = g.publication
                       WHERE (p.pubupdate OR p.pubdelete) AND d->'pubs' ? g.publication) THEN
         EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
+        INSERT INTO repstream.ident_full VALUES (r.objid) ON CONFLICT DO NOTHING;
         RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', r.objid::regclass;
+      ELSIF current_query() ~* 'replica\s+identity' THEN
+        -- The user chose the table's replica identity: it stays theirs.
+        DELETE FROM repstream.ident_full f WHERE f.relid = r.objid;
+      ELSIF d->>'ident' = 'f' AND jsonb_array_length(d->'pkey') > 0
+            AND EXISTS (SELECT 1 FROM repstream.ident_full f WHERE f.relid = r.objid) THEN
+        -- FULL was repstream's stopgap for a table without a key. Kept
+        -- once it has one again, every UPDATE would log and match whole
+        -- rows, and one of a publication with a column list (which FULL
+        -- is never covered by) would fail: the identity is the key again.
+        DELETE FROM repstream.ident_full f WHERE f.relid = r.objid;
+        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', r.objid::regclass);
+        RAISE NOTICE 'repstream: table % has a primary key again: its replica identity, which repstream made FULL when it had none, is DEFAULT again', r.objid::regclass;
+      ELSIF d->>'ident' <> 'f' THEN
+        DELETE FROM repstream.ident_full f WHERE f.relid = r.objid;
       END IF;
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.

@@ -51,8 +51,13 @@ func (a *aheadTables) rollbackTo(name string) {
 	}
 }
 
-// created takes note of the CREATE message of tn.
-func (a *aheadTables) created(tn schema.TableName) { delete(a.open, tn) }
+// created takes note of the CREATE message of tn; it reports whether
+// this transaction created tn ahead of it.
+func (a *aheadTables) created(tn schema.TableName) bool {
+	ahead := a.open[tn]
+	delete(a.open, tn)
+	return ahead
+}
 
 // check fails while a table created ahead has not had its CREATE message.
 func (a *aheadTables) check() error {

@@ -76,8 +76,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		return nil
 	}
 	defer w.forget(tn)
+	madeAhead := false
 	if msg.Creates() {
-		w.ahead.created(tn) // made from its rows' description (ctas.go): reconciled below
+		madeAhead = w.ahead.created(tn) // made from its rows' description (ctas.go): reconciled below
 	}
 	if msg.Dropped {
 		if err := w.exec(ctx, "DROP TABLE IF EXISTS "+tn.Quoted()); err != nil {
@@ -119,6 +120,22 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	}
 	if err := w.checkOwner(ctx, cur.TableName()); err != nil {
 		return fail(err)
+	}
+	if msg.Creates() && !madeAhead && w.publishes(msg) && w.opts.CopyUnrecorded {
+		// The target has the table already, but no record of it for this
+		// replication: made by a start's --create-tables from the
+		// source's catalog as it is now (later than this message, whose
+		// rows and schema changes are still to come), or by hand. Either
+		// way the stream since its creation does not fit it: copied anew
+		// (its rows before the copy's snapshot, and the schema changes,
+		// are skipped).
+		state, err := tableState(ctx, w.conn, w.opts.Slot, tn)
+		if err != nil {
+			return fail(err)
+		}
+		if state == "" {
+			return w.takeUp(ctx, msg, c.LSN, fail)
+		}
 	}
 	copyAnew, err := w.alter(ctx, cur, msg, c.LSN)
 	if err != nil {
@@ -539,6 +556,11 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 	if msg.PubRelRemade(w.opts.Publication) {
 		w.log.Warn("the publication's entry for a table was made again (ALTER PUBLICATION ... SET TABLE with another row filter or column list): the target's rows were chosen by the one before, so it is copied anew from a new snapshot, then streamed",
 			"table", tn, "publication", w.opts.Publication, "command", msg.Tag, "lsn", lsn)
+		return nil
+	}
+	if msg.Creates() {
+		w.log.Warn("a table made on the source is already on the target, unrecorded (made by a start's --create-tables from the source's catalog as it is now, or by hand): it is copied anew from a new snapshot, then streamed",
+			"table", tn, "command", msg.Tag, "lsn", lsn)
 		return nil
 	}
 	w.log.Warn("a table enters the publication with rows the stream does not carry (SET LOGGED, SET SCHEMA into a published schema): created on the target, it is copied from a new snapshot, then streamed",
