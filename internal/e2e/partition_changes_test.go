@@ -407,3 +407,36 @@ func TestTargetTableDroppedIsCopied(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionMidLevel: the replicated table is a partitioned table that
+// is itself a partition of a table the publication leaves out
+// (src/test/subscription/t/013_partition.pl, pub_lower_level). It is the
+// topmost published ancestor of its leaves, whose rows go out under its
+// name: a TRUNCATE of one of its leaves, an ATTACH and a DETACH beneath
+// it reach the target (they were lost: the trigger looked for the
+// publication at the tree's top, which it does not publish).
+func TestPartitionMidLevel(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE tab4 (a int PRIMARY KEY) PARTITION BY LIST (a);
+		CREATE TABLE tab4_1 PARTITION OF tab4 FOR VALUES IN (-1, 0, 1, 2, 3, 4) PARTITION BY LIST (a);
+		CREATE TABLE tab4_1_1 PARTITION OF tab4_1 FOR VALUES IN (-1, 0, 1);
+		CREATE TABLE tab4_1_2 PARTITION OF tab4_1 FOR VALUES IN (2);
+		CREATE TABLE tab4_2 PARTITION OF tab4 FOR VALUES IN (5, 6);
+		INSERT INTO tab4 VALUES (-1), (2), (5)`)
+	cfg := e.config("public.tab4_1")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	steps := []string{
+		`INSERT INTO tab4 VALUES (0), (6); UPDATE tab4 SET a = 1 WHERE a = 0`,
+		`TRUNCATE tab4_1_2`,
+		`INSERT INTO tab4 VALUES (2); CREATE TABLE x (a int PRIMARY KEY); INSERT INTO x VALUES (3); ALTER TABLE tab4_1 ATTACH PARTITION x FOR VALUES IN (3)`,
+		`ALTER TABLE tab4_1 DETACH PARTITION tab4_1_1; DELETE FROM tab4 WHERE a = 3`,
+		`TRUNCATE tab4`,
+	}
+	for _, step := range steps {
+		e.srcExec(step)
+		e.catchUp(cfg)
+		e.assertSame("tab4_1", "a")
+	}
+}

@@ -196,14 +196,23 @@ CREATE UNLOGGED TABLE IF NOT EXISTS repstream.self_ddl (relid oid PRIMARY KEY);
 -- crash empties it; such a table then stays FULL, as before this list.
 CREATE UNLOGGED TABLE IF NOT EXISTS repstream.ident_full (relid oid PRIMARY KEY);
 
--- The publications that publish a table (NULL: no such table).
+-- The publications that publish a table (NULL: no such table). A
+-- partition is published on its own by a publication through the root
+-- (publish_via_partition_root) only when none of its ancestors is in it:
+-- then it is the topmost published ancestor of its leaves, whose rows go
+-- out under its name (a mid-level partitioned table).
 CREATE OR REPLACE FUNCTION repstream.ddl_pubs(rel oid) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT COALESCE((SELECT jsonb_agg(p.pubname) FROM pg_publication p
-                  WHERE NOT (p.pubviaroot AND c.relispartition)
-                    AND (p.puballtables
+                  WHERE (p.puballtables
                          OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
-                         %SCHEMAPUB%)), '[]'::jsonb)
+                         %SCHEMAPUB%)
+                    AND NOT (p.pubviaroot AND c.relispartition AND EXISTS (
+                         SELECT 1 FROM pg_partition_ancestors(rel) x JOIN pg_class c ON c.oid = x.relid
+                          WHERE x.relid <> rel
+                            AND (p.puballtables
+                                 OR EXISTS (SELECT 1 FROM pg_publication_rel r WHERE r.prpubid = p.oid AND r.prrelid = c.oid)
+                                 %SCHEMAPUB%)))), '[]'::jsonb)
 FROM pg_class c WHERE c.oid = rel
 $fn$;
 

@@ -64,24 +64,36 @@ SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) FROM pg_publication p
     %SCHEMAPUBREL%
 $fn$;
 
+-- A message per published ancestor of part, from root (the partition's
+-- parent, or the partitioned table itself) up to the top: each
+-- publication through the root (publish_via_partition_root) sends a
+-- partition's rows as its topmost ancestor that it publishes (a mid-level
+-- partitioned table, when the top is not published), so the message for
+-- that publication describes that ancestor.
 CREATE OR REPLACE FUNCTION repstream.partition_msg(tag text, part oid, root oid, cons text, bound text, partkey text, hasrows boolean) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
+  a record;
   d jsonb;
   pubs jsonb;
+  claimed jsonb := '[]'::jsonb;
 BEGIN
-  d := repstream.ddl_def(root);
-  SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO pubs FROM pg_publication p
-   WHERE p.pubviaroot AND (d->'pubs') ? p.pubname;
-  IF pubs = '[]'::jsonb THEN
-    RETURN;
-  END IF;
-  PERFORM repstream.ddl_emit((d || jsonb_build_object(
-    'tag', tag, 'pubs', pubs, 'partition', jsonb_build_object(
-      'schema', n.nspname, 'name', c.relname, 'cons', cons, 'bound', bound, 'partkey', partkey,
-      'rows', hasrows, 'standalone_pubs', repstream.standalone_pubs(part),
-      'parent', (SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = part))))::text)
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+  FOR a IN SELECT x.relid FROM pg_partition_ancestors(root) WITH ORDINALITY AS x(relid, n) ORDER BY x.n DESC
+  LOOP
+    d := repstream.ddl_def(a.relid);
+    SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO pubs FROM pg_publication p
+     WHERE p.pubviaroot AND (d->'pubs') ? p.pubname AND NOT claimed ? p.pubname;
+    IF pubs = '[]'::jsonb THEN
+      CONTINUE;
+    END IF;
+    claimed := claimed || pubs;
+    PERFORM repstream.ddl_emit((d || jsonb_build_object(
+      'tag', tag, 'pubs', pubs, 'partition', jsonb_build_object(
+        'schema', n.nspname, 'name', c.relname, 'cons', cons, 'bound', bound, 'partkey', partkey,
+        'rows', hasrows, 'standalone_pubs', repstream.standalone_pubs(part),
+        'parent', (SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = part))))::text)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = part;
+  END LOOP;
 END
 $fn$;
 
@@ -149,7 +161,7 @@ BEGIN
    WHERE k.oid = TG_RELID AND k.relispartition;
   IF FOUND THEN
     BEGIN
-      PERFORM repstream.partition_msg('TRUNCATE PARTITION', c.oid, pg_partition_root(c.oid), pg_get_partition_constraintdef(c.oid),
+      PERFORM repstream.partition_msg('TRUNCATE PARTITION', c.oid, c.inhparent, pg_get_partition_constraintdef(c.oid),
         pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.inhparent), NULL);
     EXCEPTION WHEN OTHERS THEN
       RAISE WARNING 'repstream: cannot describe the TRUNCATE of partition %: %', TG_RELID::regclass, SQLERRM;
@@ -187,7 +199,7 @@ BEGIN
                   WHERE p.parent = r.objid
                     AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = p.relid AND i.inhparent = r.objid)
         LOOP
-          PERFORM repstream.partition_msg('DETACH PARTITION', s.relid, root, s.cons, s.bound, s.partkey, NULL);
+          PERFORM repstream.partition_msg('DETACH PARTITION', s.relid, r.objid, s.cons, s.bound, s.partkey, NULL);
           DELETE FROM repstream.partition_state p WHERE p.relid = s.relid;
         END LOOP;
         -- Attached: a partition of it not recorded as one.
@@ -197,7 +209,7 @@ BEGIN
                   WHERE i.inhparent = r.objid AND p.parent IS DISTINCT FROM r.objid
         LOOP
           EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', s.relid::regclass) INTO hasrows;
-          PERFORM repstream.partition_msg('ATTACH PARTITION', s.relid, root, pg_get_partition_constraintdef(s.relid),
+          PERFORM repstream.partition_msg('ATTACH PARTITION', s.relid, r.objid, pg_get_partition_constraintdef(s.relid),
             pg_get_expr(s.relpartbound, s.relid), pg_get_partkeydef(r.objid), hasrows);
         END LOOP;
       END IF;
