@@ -397,6 +397,7 @@ func TestTargetTableDroppedIsCopied(t *testing.T) {
 			e.srcExec(`INSERT INTO x SELECT g, 'x' FROM generate_series(1, 40) g; INSERT INTO y SELECT generate_series(1, 5)`)
 			cfg := e.config("public.x", "public.y")
 			cfg.DDL = ddl
+			cfg.AllowUntrackedPartitions = ddl == "relation" // nothing here truncates, attaches or detaches
 			cfg.CreateTables = true
 			e.catchUp(cfg)
 			e.tgtExec(`DROP TABLE x`)
@@ -438,5 +439,40 @@ func TestPartitionMidLevel(t *testing.T) {
 		e.srcExec(step)
 		e.catchUp(cfg)
 		e.assertSame("tab4_1", "a")
+	}
+}
+
+// TestPartitionedAddColumnDefault: a column added with a constant default
+// to a partitioned table holding rows (013_partition.pl: ALTER TABLE tab2
+// DROP b, ADD COLUMN c text DEFAULT ..., ADD b). The value the existing
+// rows got is on the leaves (a partitioned table has no rows of its own):
+// the target's rows get it too. It stopped the run ("added with a default
+// the target cannot reproduce").
+func TestPartitionedAddColumnDefault(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, ddl := range []string{"true", "relation"} {
+		// With the trigger, and without it (--ddl=relation: the source's
+		// catalog, read when the new description comes).
+		t.Run(ddl, func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE TABLE p (a int PRIMARY KEY, b text) PARTITION BY RANGE (a);
+				CREATE TABLE p_1 PARTITION OF p FOR VALUES FROM (0) TO (10);
+				CREATE TABLE p_2 PARTITION OF p FOR VALUES FROM (10) TO (100) PARTITION BY LIST (a);
+				CREATE TABLE p_2_1 PARTITION OF p_2 DEFAULT;
+				INSERT INTO p VALUES (1, 'one'), (11, 'eleven')`)
+			cfg := e.config("public.p")
+			cfg.CreateTables = true
+			cfg.DDL = ddl
+			cfg.AllowUntrackedPartitions = ddl == "relation" // nothing here truncates, attaches or detaches
+			e.catchUp(cfg)
+			if ddl == "true" {
+				e.srcExec(`ALTER TABLE p DROP b, ADD COLUMN c text DEFAULT 'pub', ADD b text, ADD COLUMN d date DEFAULT '2026-01-02'`)
+			} else {
+				e.srcExec(`ALTER TABLE p ADD COLUMN c text DEFAULT 'pub'`)
+			}
+			e.srcExec(`INSERT INTO p (a, b) VALUES (2, 'x'), (13, 'y'); INSERT INTO p (a, b, c) VALUES (7, 'z', 'own')`)
+			e.catchUp(cfg)
+			e.assertSame("p", "a")
+		})
 	}
 }

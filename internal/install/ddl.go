@@ -248,8 +248,8 @@ SELECT jsonb_build_object(
       'default', CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
       'generated', CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
       'identity', a.attidentity::text,
-      'hasmissing', a.atthasmissing,
-      'missing', CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
+      'hasmissing', a.atthasmissing OR COALESCE(lm.has, false),
+      'missing', CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] ELSE lm.val END,
       'seq', (SELECT s.oid::regclass::text FROM pg_depend dep JOIN pg_class s ON s.oid = dep.objid
                WHERE dep.classid = 'pg_class'::regclass AND dep.refclassid = 'pg_class'::regclass
                  AND dep.refobjid = c.oid AND dep.refobjsubid = a.attnum AND dep.deptype = 'a' AND s.relkind = 'S'
@@ -257,6 +257,12 @@ SELECT jsonb_build_object(
     ) ORDER BY a.attnum)
     FROM pg_attribute a
     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+    -- A partitioned table has no rows of its own: the value its leaves'
+    -- rows got when the column was added is on the leaves.
+    LEFT JOIN LATERAL (SELECT true AS has, (la.attmissingval::text::text[])[1] AS val
+                         FROM pg_partition_tree(c.oid) t
+                         JOIN pg_attribute la ON la.attrelid = t.relid AND la.attname = a.attname AND NOT la.attisdropped
+                        WHERE c.relkind = 'p' AND t.isleaf AND la.atthasmissing LIMIT 1) lm ON true
     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '[]'::jsonb))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = rel

@@ -44,8 +44,8 @@ var ErrAddedColumnGone = errors.New("the source's catalog no longer has the colu
 // text[] its element comes back as the type's text form (quotes, commas and
 // braces unescaped; an array value as one element), NULL as NULL.
 const addedValueQuery = `
-SELECT format_type(a.atttypid, a.atttypmod), a.atthasmissing,
-       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END,
+SELECT format_type(a.atttypid, a.atttypmod), a.atthasmissing OR COALESCE(lm.has, false),
+       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] ELSE lm.val END,
        CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END,
        CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END,
        a.attidentity::text
@@ -53,6 +53,11 @@ FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+-- A partitioned table has no rows: what its leaves' rows got is theirs.
+LEFT JOIN LATERAL (SELECT true AS has, (la.attmissingval::text::text[])[1] AS val
+                     FROM pg_catalog.pg_partition_tree(c.oid) t
+                     JOIN pg_catalog.pg_attribute la ON la.attrelid = t.relid AND la.attname = a.attname AND NOT la.attisdropped
+                    WHERE c.relkind = 'p' AND t.isleaf AND la.atthasmissing LIMIT 1) lm ON true
 WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped`
 
 // AddedValueSettings are the session settings LoadAddedValue needs for
