@@ -267,13 +267,14 @@ func TestCreateTablesNoSnapshot(t *testing.T) {
 }
 
 // TestCreateTablesMadeWhileStopped: tables made on the source while no
-// engine ran, changed, written and given a key since: the next start's
-// --create-tables makes them on the target from the source's catalog as
-// it is then, before the stream replays their CREATE TABLE, rows and
-// ALTERs. Such an unrecorded table (or one made by hand on the target) is
-// copied anew from a new snapshot instead of being taken back through
-// the older definitions, which stopped the run ("column is in a primary
-// key").
+// engine ran, changed, written and given a key since. The next start
+// made them on the target from the source's catalog as it was then, and
+// the stream replayed their CREATE TABLE, rows and ALTERs onto that later
+// definition, which stopped the run ("column is in a primary key"). A
+// start with the event trigger now leaves an unrecorded missing table to
+// its message in the stream, which makes it as it was then. A table of
+// that name already on the target that the replication does not record
+// (made by hand, with rows of its own) is copied anew at the message.
 func TestCreateTablesMadeWhileStopped(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)

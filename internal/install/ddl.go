@@ -493,6 +493,7 @@ DROP FUNCTION IF EXISTS repstream.ddl_emit(text);
 DROP MATERIALIZED VIEW IF EXISTS repstream.ddl_key;
 DROP TABLE IF EXISTS repstream.ddl_state;
 DROP TABLE IF EXISTS repstream.self_ddl;
+DROP TABLE IF EXISTS repstream.ident_full;
 DROP TABLE IF EXISTS repstream.replications;
 `
 
