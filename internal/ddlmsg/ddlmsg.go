@@ -75,6 +75,10 @@ type Table struct {
 	// TABLE with another filter or column list). Nil from a trigger of
 	// an earlier version.
 	PubRels map[string]uint32 `json:"pubrels"`
+	// ColLists: for each publication whose entry for the table has a
+	// column list, the columns it sends (PostgreSQL 15+; nil from a
+	// trigger of an earlier version).
+	ColLists map[string][]string `json:"collists,omitempty"`
 	// Filenodes digests the relfilenodes of the table's storage (its
 	// leaves' for a partitioned table): another value after a command
 	// means the command rewrote the rows. "" from a trigger of an earlier

@@ -352,7 +352,7 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 		}
 	}
 	noBinary, created, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
-		Slot: cfg.Slot, Create: cfg.CreateTables, RefuseKeyless: createdPub,
+		Slot: cfg.Slot, Publication: cfg.Publication, Create: cfg.CreateTables, RefuseKeyless: createdPub,
 		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
 		StreamMakes: streamMakes,
 	}, undo, e.log)

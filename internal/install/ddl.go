@@ -227,6 +227,7 @@ SELECT jsonb_build_object(
   'pubs', repstream.ddl_pubs(c.oid),
   'pubrels', COALESCE((SELECT jsonb_object_agg(p.pubname, r.oid::bigint) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
                         WHERE r.prrelid = c.oid), '{}'::jsonb),
+  'collists', %COLLISTS%,
   'pkey', COALESCE((SELECT jsonb_agg(a.attname ORDER BY k.ord)
                       FROM pg_index i
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -463,6 +464,13 @@ ON CONFLICT (relid) DO UPDATE SET def = EXCLUDED.def;
 // (PostgreSQL 15+).
 const schemaPubSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid AND pn.pnnspid = c.relnamespace)`
 
+// colListsSQL: the column list of each publication whose entry for the
+// table has one, by column name (PostgreSQL 15+; ddl_def's "collists").
+const colListsSQL = `COALESCE((SELECT jsonb_object_agg(p.pubname, (SELECT jsonb_agg(la.attname ORDER BY la.attnum) FROM pg_attribute la
+                                                                WHERE la.attrelid = r.prrelid AND la.attnum = ANY (r.prattrs)))
+                        FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+                        WHERE r.prrelid = c.oid AND r.prattrs IS NOT NULL), '{}'::jsonb)`
+
 // pubSchemaSQL: the tables of a schema ALTER PUBLICATION ... ADD TABLES IN
 // SCHEMA adds (PostgreSQL 15+).
 const pubSchemaSQL = `OR e.classid = 'pg_publication_namespace'::regclass
@@ -513,9 +521,9 @@ func SourceRole(ctx context.Context, src *pgx.Conn) (super bool, version int, er
 // one of its users.
 func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub string) error {
 	triggers := ensureEventTrigger(ddlEndTrigger) + ensureEventTrigger(ddlDropTrigger) + ensureEventTrigger(ddlKeyTrigger) + ensureEventTrigger(ddlTypesTrigger)
-	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "", "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
+	install := strings.NewReplacer("%SCHEMAPUB%", "", "%PUBSCHEMA%", "", "%COLLISTS%", "'{}'::jsonb", "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	if version >= 150000 {
-		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
+		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%COLLISTS%", colListsSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	}
 	install += partitionsInstallSQL(version)
 	if err := installDDL(ctx, src, install, slot, pub); err != nil {

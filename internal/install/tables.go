@@ -20,8 +20,9 @@ import (
 // TablesStart is what PrepareTables needs to know of the start.
 type TablesStart struct {
 	Slot          string
-	Create        bool // --create-tables: make the missing tables
-	RefuseKeyless bool // repstream made the publication: a table it publishes without a key is refused
+	Publication   string // its column lists decide what a table has on the target
+	Create        bool   // --create-tables: make the missing tables
+	RefuseKeyless bool   // repstream made the publication: a table it publishes without a key is refused
 	// CopyResumed: the start resumes an initial copy an earlier run
 	// began; its ready tables were copied at the slot's consistent point.
 	CopyResumed bool
@@ -76,6 +77,15 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 		st, err := schema.LoadTable(ctx, src, t.Schema, t.Name)
 		if err != nil {
 			return "", nil, fmt.Errorf("source table %s: %w", t, err)
+		}
+		// A column the publication's column list leaves out never
+		// reaches the target: not made there, nor looked for.
+		cols, err := snapshot.PublishedColumns(ctx, src, o.Publication, t)
+		if err != nil {
+			return "", nil, err
+		}
+		if cols != nil {
+			st.Columns = slices.DeleteFunc(st.Columns, func(c schema.Column) bool { return !cols[c.Name] })
 		}
 		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
 			if refuseKeyless {

@@ -169,7 +169,14 @@ SELECT ic.relname::text,
             ELSE 'ALTER TABLE ' || $2 || ' ADD CONSTRAINT ' || pg_catalog.quote_ident(con.conname) || ' ' ||
                  CASE WHEN ts.spcname IS NULL THEN pg_catalog.pg_get_constraintdef(con.oid)
                       ELSE pg_catalog.replace(pg_catalog.pg_get_constraintdef(con.oid), ' USING INDEX TABLESPACE ' || pg_catalog.quote_ident(ts.spcname), '') END
-       END
+       END,
+       ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
+              WHERE a.attrelid = i.indrelid AND a.attnum > 0
+                AND (a.attnum = ANY (i.indkey)
+                     OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = i.indexrelid
+                                   AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid = i.indrelid
+                                   AND d.refobjsubid = a.attnum)))
 FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
 LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('u', 'x')
@@ -182,6 +189,9 @@ ORDER BY i.indexrelid`
 type Index struct {
 	Name string // the index's name (a constraint's index has the constraint's)
 	SQL  string // CREATE [UNIQUE] INDEX IF NOT EXISTS ..., or ALTER TABLE ... ADD CONSTRAINT ...
+	// Columns are the table's columns it names (keys, expressions,
+	// predicate), as read from the source.
+	Columns []string `json:"-"`
 }
 
 // IndexesSQL returns the statements that recreate t's other indexes
@@ -197,6 +207,11 @@ func IndexesSQL(ctx context.Context, q Querier, t *Table) ([]Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the indexes of %s: %w", t.TableName(), err)
 	}
+	// An index of a column the target's table lacks (one a publication's
+	// column list leaves out) is not made there.
+	defs = slices.DeleteFunc(defs, func(d Index) bool {
+		return slices.ContainsFunc(d.Columns, func(c string) bool { return t.Column(c) < 0 })
+	})
 	for i, d := range defs {
 		// "CREATE [UNIQUE] INDEX name ON ..." → "... INDEX IF NOT EXISTS name ON ...":
 		// a run that stopped after some of them were built builds the rest.

@@ -60,3 +60,10 @@ func publishedShape(ctx context.Context, src *pgx.Conn, pub string, t schema.Tab
 
 // includes reports whether the publication sends column name.
 func (p published) includes(name string) bool { return p.columns == nil || p.columns[name] }
+
+// PublishedColumns is the column list of publication pub for table t
+// (nil: every column; see publishedShape).
+func PublishedColumns(ctx context.Context, src *pgx.Conn, pub string, t schema.TableName) (map[string]bool, error) {
+	p, err := publishedShape(ctx, src, pub, t)
+	return p.columns, err
+}

@@ -75,6 +75,7 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 		return nil
 	}
+	msg = w.sentColumns(msg)
 	defer w.forget(tn)
 	madeAhead := false
 	if msg.Creates() {
@@ -836,4 +837,43 @@ WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != 
 		have[i] = e.Labels[i]
 	}
 	return nil
+}
+
+// sentColumns is msg with only the columns that the run's publication
+// sends of the table, in its new definition and its old one: with a
+// column list on the publication's entry (ddlmsg.Table.ColLists), a
+// column it leaves out is never on the target (--create-tables does not
+// make it), so adding, changing or dropping one changes nothing there.
+func (w *Writer) sentColumns(msg *ddlmsg.Message) *ddlmsg.Message {
+	if w.opts.Publication == "" {
+		return msg
+	}
+	keep := func(cols []ddlmsg.Column, list []string) []ddlmsg.Column {
+		return slices.DeleteFunc(slices.Clone(cols), func(c ddlmsg.Column) bool { return !slices.Contains(list, c.Name) })
+	}
+	list, listed := msg.ColLists[w.opts.Publication]
+	var oldList []string
+	oldListed := false
+	if msg.Old != nil {
+		oldList, oldListed = msg.Old.ColLists[w.opts.Publication]
+		if !oldListed && listed && msg.Old.ColLists == nil {
+			// Recorded by an earlier version's trigger, which did not
+			// say: the list's columns, the others being none of the
+			// change's business (nothing is dropped for them).
+			oldList, oldListed = list, true
+		}
+	}
+	if !listed && !oldListed {
+		return msg
+	}
+	m := *msg
+	if listed {
+		m.Columns = keep(msg.Columns, list)
+	}
+	if oldListed {
+		old := *msg.Old
+		old.Columns = keep(old.Columns, oldList)
+		m.Old = &old
+	}
+	return &m
 }
