@@ -268,16 +268,19 @@ func TestCreateTablesNoSnapshot(t *testing.T) {
 
 // TestCreateTablesMadeWhileStopped: tables made on the source while no
 // engine ran, changed, written and given a key since. The next start
-// made them on the target from the source's catalog as it was then, and
-// the stream replayed their CREATE TABLE, rows and ALTERs onto that later
-// definition, which stopped the run ("column is in a primary key"). A
-// start with the event trigger now leaves an unrecorded missing table to
-// its message in the stream, which makes it as it was then. A table of
-// that name already on the target that the replication does not record
-// (made by hand, with rows of its own) is copied anew at the message.
+// makes them on the target from the source's catalog as it is then; the
+// stream replayed their CREATE TABLE, rows and ALTERs onto that later
+// definition, which stopped the run ("column is in a primary key"). Now
+// such a table is copied by that start, and what the stream has of it
+// before the copy is skipped. A table of that name already on the target
+// that the replication does not record (made by hand, with rows of its
+// own) is copied anew at its message.
 func TestCreateTablesMadeWhileStopped(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("a table created later is published through FOR TABLES IN SCHEMA: PostgreSQL 15+")
+	}
 	e.srcExec(`CREATE TABLE kt (id int PRIMARY KEY, v text); INSERT INTO kt VALUES (1, 'a')`)
 	cfg := e.config("public.*")
 	cfg.CreateTables = true

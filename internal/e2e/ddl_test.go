@@ -185,15 +185,18 @@ func TestDDLReplicated(t *testing.T) {
 			e.catchUp(cfg)
 			if schemaPubs {
 				e.assertSameTable("app.later", "id")
-				// The tables the messages made are recorded as streamed
-				// (the renamed one under its new name), not copied anew.
+				// The tables the messages made while the engine ran are
+				// recorded as streamed (the renamed one under its new
+				// name), not copied anew; the one made while no engine
+				// ran was made by the next start, and copied
+				// (TestCreateTablesMadeWhileStopped).
 				var made []string
 				if err := e.Tgt.QueryRow(t.Context(), `SELECT coalesce(array_agg(table_name || ' ' || state || ' ' || (copied_at IS NULL) ORDER BY table_name), '{}')
 					FROM repstream.tables WHERE slot = $1 AND table_name IN ('n', 'n2', 'later')`, cfg.Slot).Scan(&made); err != nil {
 					t.Fatal(err)
 				}
-				if want := []string{"later ready true", "n2 ready true"}; !slices.Equal(made, want) {
-					t.Errorf("the tables made on the source are recorded %q, want %q (ready, never copied)", made, want)
+				if want := []string{"later ready false", "n2 ready true"}; !slices.Equal(made, want) {
+					t.Errorf("the tables made on the source are recorded %q, want %q (n2 never copied, later copied)", made, want)
 				}
 			}
 			e.assertSameTable("app.t", "id")
@@ -365,8 +368,15 @@ func TestDDLMadeTablesRecordedOnUpgrade(t *testing.T) {
 	cfg := e.config("public.*")
 	cfg.CreateTables = true
 	e.catchUp(cfg)
+	// Made while the engine runs: its message makes it (a table made
+	// while none runs is made and copied by the next start).
+	stop := e.startOnce(cfg)
+	e.waitStreaming(cfg.Slot)
 	e.srcExec(`CREATE TABLE made (id int PRIMARY KEY, v text); INSERT INTO made SELECT g, 'v' FROM generate_series(1, 20) g`)
-	e.catchUp(cfg)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("engine: %v", err)
+	}
 	made := "SELECT count(*) FROM repstream.tables WHERE slot = '" + cfg.Slot + "' AND table_name = 'made' AND state = 'ready' AND copied_at IS NULL"
 	if n := e.count(e.Tgt, made); n != 1 {
 		t.Fatalf("the table a CREATE TABLE made is not recorded as streamed (%d rows)", n)

@@ -329,38 +329,30 @@ func (e *Engine) publishedTables(ctx context.Context, src *pgx.Conn, undo *insta
 // and DELETEs — the run would break the application writing it.
 //
 // On a start that streams on (resumed: the target has a record of the
-// slot, and no initial copy to finish), a table it had to make that the
-// slot records (copied, or streamed from its start) was dropped on the
-// target since. Made empty, it would take the source's changes from here
-// on without its rows before: it is recorded pending instead, and this
-// start copies it (beforeStreaming; tablesync's CopyDropped). One the
-// slot does not record is, with the event trigger (and a target that
-// records what its messages made), not made at all: its CREATE TABLE
-// (or the message that publishes it) is still in the stream, with its
-// rows and schema changes, each made for the definition it had then,
-// which the table made now from the source's catalog would not fit (an
-// ALTER of a column its later primary key holds stopped the run). Without
-// the trigger it is made, and left to the copies of tables the stream
-// brings unrecorded (CopyUnrecorded).
+// slot, and no initial copy to finish), a table it had to make is
+// recorded pending, and this start copies it before it streams
+// (beforeStreaming; tablesync's CopyMade): one the slot records (copied,
+// or streamed from its start) was dropped on the target since, and made
+// empty it would take the source's changes without their rows before;
+// one it does not record was made (or published) on the source while no
+// engine ran, and what the stream still has of it — its CREATE TABLE,
+// rows, schema changes — was made for its earlier definitions, not the
+// one it was made with now (replayed, an ALTER of a column its later
+// primary key holds stopped the run). Copied at a snapshot, what the
+// stream has of it up to there is skipped (apply.TableFilter); a table
+// published in a session with the trigger off (no message ever comes)
+// is made and copied the same way.
 func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, createdPub, resumed bool, undo *install.Undo) error {
 	cfg := e.cfg
-	streamMakes := false
-	if resumed && !e.copyResumed && e.ddl == ddlTrigger {
-		var err error
-		if streamMakes, err = target.MadeRecorded(ctx, tgt, cfg.Slot); err != nil {
-			return err
-		}
-	}
 	noBinary, created, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
 		Slot: cfg.Slot, Publication: cfg.Publication, Create: cfg.CreateTables, RefuseKeyless: createdPub,
 		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff,
-		StreamMakes: streamMakes,
 	}, undo, e.log)
 	if err != nil {
 		return err
 	}
 	if resumed && !e.copyResumed && len(created) > 0 {
-		if err := e.sync.CopyDropped(ctx, tgt, created); err != nil {
+		if err := e.sync.CopyMade(ctx, tgt, created); err != nil {
 			return err
 		}
 	}

@@ -31,13 +31,6 @@ type TablesStart struct {
 	// changes are applied; FollowsDDL: schema changes are followed
 	// (--ddl other than false).
 	SchemaMayLag, FollowsDDL bool
-	// StreamMakes: a resumed start with the event trigger, whose target
-	// records the tables its schema-change messages made. A missing
-	// table the slot does not record is not made: the message that made
-	// it on the source (or published it) is still in the stream, and
-	// makes it, with the definition its rows and later changes there
-	// were made for.
-	StreamMakes bool
 }
 
 // PrepareTables checks that every published table exists on the target
@@ -64,12 +57,6 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 	var copying []schema.TableName
 	if o.CopyResumed {
 		if ready, bare, copying, err = resumedCopy(ctx, tgt, o.Slot); err != nil {
-			return "", nil, err
-		}
-	}
-	var syncs []target.TableSync
-	if o.StreamMakes {
-		if syncs, err = target.LoadTableSyncs(ctx, tgt, o.Slot); err != nil {
 			return "", nil, err
 		}
 	}
@@ -122,13 +109,6 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 		}
 		if !errors.Is(err, schema.ErrTableNotFound) {
 			return "", nil, fmt.Errorf("target table %s: %w", t, err)
-		}
-		if o.StreamMakes && !target.Records(syncs, t) {
-			log.Info("a published table is missing on the target and not recorded: the schema-change message that made (or published) it on the source, still in the stream, makes it", "table", t.String())
-			if noBinary == "" {
-				noBinary = binaryProblem(st, st)
-			}
-			continue
 		}
 		if !create {
 			return "", nil, fmt.Errorf("table %s is missing on the target: create it, or pass --create-tables", t)

@@ -61,9 +61,35 @@ func publishedShape(ctx context.Context, src *pgx.Conn, pub string, t schema.Tab
 // includes reports whether the publication sends column name.
 func (p published) includes(name string) bool { return p.columns == nil || p.columns[name] }
 
-// PublishedColumns is the column list of publication pub for table t
-// (nil: every column; see publishedShape).
+// PublishedColumns is the column list of publication pub's entry for
+// table t: nil when it has none (every column is sent; on PostgreSQL 18
+// pg_publication_tables leaves generated columns out of attnames then,
+// which are not for the target to lack), or before PostgreSQL 15.
 func PublishedColumns(ctx context.Context, src *pgx.Conn, pub string, t schema.TableName) (map[string]bool, error) {
-	p, err := publishedShape(ctx, src, pub, t)
-	return p.columns, err
+	if pub == "" {
+		return nil, nil
+	}
+	var version int
+	if err := src.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, fmt.Errorf("read the source's version: %w", err)
+	}
+	if version < 150000 {
+		return nil, nil
+	}
+	var cols []string
+	err := src.QueryRow(ctx, `SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+		                           WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs))
+		FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid
+		WHERE p.pubname = $1 AND r.prrelid = pg_catalog.to_regclass($2) AND r.prattrs IS NOT NULL`, pub, t.Quoted()).Scan(&cols)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read publication %q's column list for %s: %w", pub, t, err)
+	}
+	out := make(map[string]bool, len(cols))
+	for _, c := range cols {
+		out[c] = true
+	}
+	return out, nil
 }

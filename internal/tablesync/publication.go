@@ -461,27 +461,36 @@ func (ts *Syncer) waitForCapture(ctx context.Context, src *pgx.Conn, first bool)
 	}
 }
 
-// CopyDropped records pending the tables of created (made on the target
-// by this start: install.PrepareTables) that the slot records, copied or
-// streamed: they were dropped on the target since, and made empty they
-// would take the source's changes without their rows before. This start
-// copies them (SyncPending).
-func (ts *Syncer) CopyDropped(ctx context.Context, tgt *pgx.Conn, created []schema.TableName) error {
+// CopyMade records pending every table of created (made on the target by
+// this resumed start: install.PrepareTables, from the source's catalog
+// as it is now), and this start copies them before it streams
+// (SyncPending):
+//   - one the slot records, copied or streamed, was dropped on the
+//     target since: made empty, it would take the source's changes
+//     without its rows before;
+//   - one it does not record is new to the target (made on the source
+//     while no engine ran, or entered the publication then): its CREATE
+//     TABLE, rows and schema changes still in the stream were made for
+//     the definitions it had then, not the one it was made with now
+//     (replayed, an ALTER of a column that the table's later primary
+//     key holds stopped the run). Copied at a snapshot, what the stream
+//     has of it up to there is skipped (apply.TableFilter).
+func (ts *Syncer) CopyMade(ctx context.Context, tgt *pgx.Conn, created []schema.TableName) error {
+	if len(created) == 0 {
+		return nil
+	}
 	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
 	}
-	var dropped []schema.TableName
 	for _, t := range created {
 		if target.Records(syncs, t) {
-			dropped = append(dropped, t)
 			ts.log.Warn("a replicated table was missing on the target (dropped there): made again, it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
+		} else {
+			ts.log.Info("a published table new to the target (made or published on the source while no engine ran): made from the source's definition as it is now, it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
 		}
 	}
-	if len(dropped) == 0 {
-		return nil
-	}
-	return target.PendAll(ctx, tgt, ts.cfg.Slot, dropped)
+	return target.PendAll(ctx, tgt, ts.cfg.Slot, created)
 }
 
 // pendUnrecordedAtFirstUse records pending the published tables the slot
