@@ -253,6 +253,25 @@ func (p *partChange) detach(ctx context.Context) error {
 			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
 		return nil
 	}
+	var state, syncText string
+	err := w.conn.QueryRow(ctx, `SELECT state, coalesce(sync_lsn, '0/0')::text FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND copied_at IS NOT NULL`,
+		w.opts.Slot, p.part.Schema, p.part.Name).Scan(&state, &syncText)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return p.fail(err)
+	}
+	copiedAt, _ := change.ParseLSN(syncText)
+	if state == TableReady && copiedAt >= p.lsn {
+		// Detached while no engine ran: the next start made the table
+		// and copied it after the detach (tablesync's CopyMade). The
+		// root's rows of it go; the copy holds the table's.
+		n, err := w.execCount(ctx, "DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart)
+		if err != nil {
+			return p.fail(err)
+		}
+		w.log.Info("detached on the source: deleted the partition's rows from the target's root; the table of its own was copied after the detach",
+			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+		return nil
+	}
 	if err := p.detachedTable(ctx); err != nil {
 		return err
 	}
