@@ -244,31 +244,21 @@ func (p *partChange) detach(ctx context.Context) error {
 	if schema.HashPartition(p.pc.Constraint) {
 		return w.hashPartitionStop(ctx, p.root, p.part, p.fail)
 	}
-	if !alone {
-		n, err := w.execCount(ctx, "DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart)
-		if err != nil {
-			return p.fail(err)
-		}
-		w.log.Warn("deleted the rows of a partition detached on the source from the target's root; the publication does not publish the detached table: it is not replicated",
-			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
-		return nil
-	}
-	var state, syncText string
-	err := w.conn.QueryRow(ctx, `SELECT state, coalesce(sync_lsn, '0/0')::text FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND copied_at IS NOT NULL`,
-		w.opts.Slot, p.part.Schema, p.part.Name).Scan(&state, &syncText)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	copied, err := p.copiedSinceDetach(ctx)
+	if err != nil {
 		return p.fail(err)
 	}
-	copiedAt, _ := change.ParseLSN(syncText)
-	if state == TableReady && copiedAt >= p.lsn {
-		// Detached while no engine ran: the next start made the table
-		// and copied it after the detach (tablesync's CopyMade). The
-		// root's rows of it go; the copy holds the table's.
+	if !alone || copied {
 		n, err := w.execCount(ctx, "DELETE FROM "+p.root.Quoted()+" WHERE "+p.inPart)
 		if err != nil {
 			return p.fail(err)
 		}
-		w.log.Info("detached on the source: deleted the partition's rows from the target's root; the table of its own was copied after the detach",
+		if copied {
+			w.log.Info("detached on the source: deleted the partition's rows from the target's root; the table of its own was copied after the detach",
+				"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
+			return nil
+		}
+		w.log.Warn("deleted the rows of a partition detached on the source from the target's root; the publication does not publish the detached table: it is not replicated",
 			"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
 		return nil
 	}
@@ -283,6 +273,23 @@ func (p *partChange) detach(ctx context.Context) error {
 	w.log.Info("detached on the source: moved the partition's rows out of the target's root into a table of its own, replicated from now on",
 		"table", p.root, "partition", p.part, "rows", n, "lsn", p.lsn)
 	return p.recordDetached(ctx)
+}
+
+// copiedSinceDetach reports whether the target's table of the detached
+// partition's name is one this replication copied after the detach: a
+// partition detached while no engine ran, which the next start made and
+// copied (tablesync's CopyMade). The root's rows of it then just go.
+func (p *partChange) copiedSinceDetach(ctx context.Context) (bool, error) {
+	syncs, err := LoadTableSyncs(ctx, p.w.conn, p.w.opts.Slot)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range syncs {
+		if t.Schema == p.part.Schema && t.Name == p.part.Name {
+			return t.State == TableReady && !t.CopiedAt.IsZero() && t.SyncLSN >= p.lsn, nil
+		}
+	}
+	return false, nil
 }
 
 // recordDetached records a detached partition that the publication
