@@ -34,8 +34,9 @@ type TableState struct {
 // apply around the copy, Applier.Quiesce), so those changes are in the copy.
 // A table the filter does not know is applied in full.
 //
-// Safe for concurrent use: the states are an immutable map swapped whole;
-// readers (workers, eager) never lock.
+// Safe for concurrent use: the states are an immutable map swapped whole
+// (compare-and-swap, so concurrent Puts and Drops all count); readers
+// (workers, eager) never lock.
 type TableFilter struct {
 	m atomic.Pointer[map[schema.TableName]TableState]
 }
@@ -58,28 +59,32 @@ func (f *TableFilter) Set(states map[schema.TableName]TableState) {
 
 // Put sets one table's state.
 func (f *TableFilter) Put(t schema.TableName, s TableState) {
-	old := f.states()
-	m := make(map[schema.TableName]TableState, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[t] = s
-	f.m.Store(&m)
+	f.swap(func(m map[schema.TableName]TableState) { m[t] = s })
 }
 
 // Drop forgets a table's state: its changes are applied in full.
 func (f *TableFilter) Drop(t schema.TableName) {
-	old := f.states()
-	if _, ok := old[t]; !ok {
-		return
-	}
-	m := make(map[schema.TableName]TableState, len(old))
-	for k, v := range old {
-		if k != t {
-			m[k] = v
+	f.swap(func(m map[schema.TableName]TableState) { delete(m, t) })
+}
+
+// swap replaces the states with a copy that edit changed, again when
+// another writer (two apply workers each taking a table up) swapped them
+// meanwhile: no change of one is lost to the other's.
+func (f *TableFilter) swap(edit func(map[schema.TableName]TableState)) {
+	for {
+		old := f.m.Load()
+		m := make(map[schema.TableName]TableState, 1)
+		if old != nil {
+			m = make(map[schema.TableName]TableState, len(*old)+1)
+			for k, v := range *old {
+				m[k] = v
+			}
+		}
+		edit(m)
+		if f.m.CompareAndSwap(old, &m) {
+			return
 		}
 	}
-	f.m.Store(&m)
 }
 
 func (f *TableFilter) states() map[schema.TableName]TableState {

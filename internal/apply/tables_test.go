@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -270,5 +271,29 @@ func testApplierQuiesceAndTableFilter(t *testing.T) {
 	}
 	if len(f.commits) != n {
 		t.Fatalf("%d transactions committed, want %d", len(f.commits), n)
+	}
+}
+
+// TestTableFilterConcurrentPuts: apply workers take tables up at once;
+// none of their Puts (or Drops) is lost to another's.
+func TestTableFilterConcurrentPuts(t *testing.T) {
+	f := NewTableFilter(nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				tn := schema.TableName{Schema: "s", Name: fmt.Sprintf("w%d_%d", w, i)}
+				f.Put(tn, TableState{})
+				if i%2 == 1 {
+					f.Drop(tn)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(f.states()); n != 4*250 {
+		t.Fatalf("%d states, want %d: concurrent Puts or Drops were lost", n, 4*250)
 	}
 }
