@@ -139,6 +139,28 @@ type Writer interface {
 	Rollback(ctx context.Context) error
 }
 
+// LockHolder is a Writer whose session can tell whether it holds a lock
+// that another session waits for (target.Writer). A worker that waits for
+// earlier groups before it commits asks so (waitEarlier): an earlier group
+// held up by its uncommitted rows would wait for it for ever, a deadlock
+// PostgreSQL cannot see (it knows nothing of apply's commit order).
+type LockHolder interface {
+	// BackendPID is the session's server process (0: not connected).
+	BackendPID() uint32
+	// Blocks reports whether the session holds a lock one of pids waits for.
+	Blocks(ctx context.Context, pids []uint32) (bool, error)
+}
+
+// errYield: a group gave way to an earlier one its uncommitted rows held
+// up (waitEarlier); it is rolled back and applied again once every
+// earlier group has committed.
+var errYield = errors.New("an earlier group waits for a lock this group holds")
+
+// yieldCheck is how long a worker waits for the earlier groups before it
+// asks whether its own locks hold one of them up, and how often again
+// (PostgreSQL's deadlock_timeout is a second by default too).
+const yieldCheck = time.Second
+
 // keyedLimit is the size above which a transaction is not scanned for its
 // write set and is applied as a barrier instead (large and spilled
 // transactions would be read twice).
@@ -152,7 +174,9 @@ const keyedLimit = 10000
 // dependencies to commit before it starts it, and with commit order "full"
 // also for every earlier group before it commits. Workers take groups in
 // sequence order from one channel, so the oldest group in flight never waits
-// on a younger one: the pipeline cannot deadlock on its own waits.
+// on a younger one: the pipeline cannot deadlock on its own waits. A
+// younger group whose row locks hold up an older one gives way while it
+// waits to commit (waitEarlier).
 type Applier struct {
 	opts    Options
 	log     *slog.Logger
@@ -231,13 +255,21 @@ func (a *Applier) Run(ctx context.Context, src Source) error {
 	}
 	g.Go(func() error { return a.durable.run(ctx) })
 	work := make(chan *group, a.opts.Parallelism)
+	workers := make([]*worker, 0, a.opts.Parallelism)
 	for i := 0; i < a.opts.Parallelism; i++ {
 		w, err := a.newWorker(ctx, i)
 		if err != nil {
+			for _, w := range workers {
+				w.close()
+			}
 			close(work)
 			_ = g.Wait()
 			return err
 		}
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		w.peers = workers
 		g.Go(func() error {
 			defer w.close()
 			return w.run(ctx, work)
@@ -259,6 +291,11 @@ type worker struct {
 	retries   *atomic.Int64 // groups applied again after a deadlock
 	collapsed *atomic.Int64 // source changes saved by folding
 	folder    folder
+	// peers are every worker of the Applier (this one too), set before
+	// they run; pid is this worker's session process as of its current
+	// group (LockHolder; 0: none), read by the others' waitEarlier.
+	peers []*worker
+	pid   atomic.Uint32
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
@@ -295,6 +332,9 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		for _, t := range g.txns {
 			ends = append(ends, t.Info.EndLSN)
 		}
+		if lh, ok := w.w.(LockHolder); ok {
+			w.pid.Store(lh.BackendPID()) // a reconnected session has another
+		}
 		lsn, err := w.apply(ctx, g, full, ends)
 		// Dependencies are computed from replica-identity keys only: two
 		// groups in flight can still collide on another unique index — a
@@ -303,10 +343,16 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		// Roll the group back and apply it again once every earlier group
 		// has committed; it then waits for nothing but later groups, which
 		// wait for it before they commit (full order) or retry too.
-		for attempt := 1; err != nil && !g.eager && attempt <= maxLockRetries && ctx.Err() == nil && target.Retryable(err, attempt == 1); attempt++ {
+		for attempt := 1; err != nil && !g.eager && attempt <= maxLockRetries && ctx.Err() == nil &&
+			(target.Retryable(err, attempt == 1) || errors.Is(err, errYield)); attempt++ {
 			w.rollback()
-			w.a.log.Warn("group rolled back by a lock conflict or a duplicate key an earlier group may free: applying it again after the earlier groups commit",
-				"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1], "attempt", attempt, "err", err)
+			if errors.Is(err, errYield) {
+				w.a.log.Info("group rolled back: an earlier group waits for a lock it holds (a row both write, such as a table's record in repstream.tables); applying it again after the earlier groups commit",
+					"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1])
+			} else {
+				w.a.log.Warn("group rolled back by a lock conflict or a duplicate key an earlier group may free: applying it again after the earlier groups commit",
+					"worker", w.id, "first_end", ends[0], "last_end", ends[len(ends)-1], "attempt", attempt, "err", err)
+			}
 			w.retries.Add(1)
 			w.stats.SetState(stats.Waiting)
 			if err := w.a.commits.wait(ctx, g.seq, nil, true); err != nil {
@@ -369,7 +415,7 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 	}
 	if full && g.seq > 1 {
 		w.stats.SetState(stats.Waiting)
-		if err := w.a.commits.wait(ctx, g.seq, nil, true); err != nil {
+		if err := w.waitEarlier(ctx, g.seq); err != nil {
 			return 0, err
 		}
 		w.stats.SetState(stats.Busy)
@@ -380,6 +426,44 @@ func (w *worker) apply(ctx context.Context, g *group, full bool, ends []change.L
 		return 0, fmt.Errorf("commit %d transaction(s) from end %s: %w", len(g.txns), first.EndLSN, err)
 	}
 	return lsn, nil
+}
+
+// waitEarlier waits, with g (number seq) written and not committed, for
+// every earlier group to commit. Dependencies come from replica-identity
+// keys, so an earlier group may still need a row this one wrote: the
+// same table's record when both take a table up for a copy
+// (target.Writer's checkRecorded), a unique value of another index. It
+// would wait for this group's commit, and this group for its own. So
+// after each yieldCheck of waiting, the worker asks whether its session
+// blocks another worker's (LockHolder); if so it returns errYield, and
+// run rolls g back and applies it again after the earlier groups.
+func (w *worker) waitEarlier(ctx context.Context, seq uint64) error {
+	lh, ok := w.w.(LockHolder)
+	if !ok || len(w.peers) < 2 {
+		return w.a.commits.wait(ctx, seq, nil, true)
+	}
+	var pids []uint32
+	for {
+		wctx, cancel := context.WithTimeout(ctx, yieldCheck)
+		err := w.a.commits.wait(wctx, seq, nil, true)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		pids = pids[:0]
+		for _, p := range w.peers {
+			if pid := p.pid.Load(); p != w && pid != 0 {
+				pids = append(pids, pid)
+			}
+		}
+		blocks, err := lh.Blocks(ctx, pids)
+		if err != nil {
+			return fmt.Errorf("apply worker %d: look up whether an earlier group waits for this one's locks: %w", w.id, err)
+		}
+		if blocks {
+			return errYield
+		}
+	}
 }
 
 // eachChange calls fn with every change of g in order, naming the

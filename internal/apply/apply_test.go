@@ -409,14 +409,21 @@ type applierRun struct {
 // fakeWriters recording into f.
 func startApplier(t *testing.T, f *fakeApply, opts Options) *applierRun {
 	t.Helper()
+	opts.NewWriter = func(context.Context, int, *stats.Component) (Writer, func(), error) {
+		return &fakeWriter{f: f}, func() {}, nil
+	}
+	return startApplierWith(t, opts)
+}
+
+// startApplierWith runs an Applier with opts (and their NewWriter) over a
+// new queue.
+func startApplierWith(t *testing.T, opts Options) *applierRun {
+	t.Helper()
 	q, err := queue.New(queue.Options{Budget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	opts.NewWriter = func(context.Context, int, *stats.Component) (Writer, func(), error) {
-		return &fakeWriter{f: f}, func() {}, nil
-	}
 	a, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

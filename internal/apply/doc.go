@@ -10,7 +10,8 @@
 //	                 the group being built, group numbering        commitLog.committedBelow
 //	worker (N)       one apply session (target.Writer on its own   work channel, commitLog wait/markDone,
 //	                 connection), its folder                       Watermark.Visible, durability.add, Txn.Release,
-//	                                                               Eager.Commit for an eager group
+//	                                                               Eager.Commit for an eager group, the other
+//	                                                               workers' session pids (waitEarlier)
 //	eager (1)        one apply session, the eager transaction      items from capture (bounded channel),
 //	                                                               Watermark.VisibleLow; Commit from a worker
 //	durability (1)   a target connection polling                   Watermark.Done

@@ -399,9 +399,14 @@ const eagerFlushEvery = time.Second
 // fixed wait was too short on a loaded machine, where apply can be seconds
 // behind capture at the end of a backlog yet steadily catching up; a wait
 // with no progress at all means something else holds apply (a group waiting
-// to fill, a lock), and then the transaction goes through the queue.
+// to fill, a lock), and then the transaction goes through the queue. A
+// stall is a second: on a busy machine apply's first group (its workers
+// reading the tables' catalog) or one slow commit held the watermark for
+// over 200 ms while apply was about to catch up, and the large
+// transaction went through the queue; waiting a second more where apply
+// is really held costs little beside the transaction's size.
 const (
-	takeStall   = 200 * time.Millisecond
+	takeStall   = time.Second
 	takeWaitMax = 10 * time.Second
 )
 
@@ -433,8 +438,10 @@ func (e *Eager) visibleWhileProgressing(ctx context.Context, end change.LSN, sta
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
+			e.log.Debug("stopped waiting for the transactions before a streamed one", "reason", "wait limit", "limit", max, "visible", low, "wait_for", end)
 			return nil
 		case <-idle.C:
+			e.log.Debug("stopped waiting for the transactions before a streamed one", "reason", "apply made no progress", "stall", stall, "visible", low, "wait_for", end)
 			return nil
 		case <-ch:
 		}

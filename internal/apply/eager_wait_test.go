@@ -36,7 +36,7 @@ func TestEagerWaitFollowsProgress(t *testing.T) {
 		return time.Since(start), wm.VisibleLow()
 	}
 	synctest.Test(t, func(t *testing.T) {
-		// Steady progress: 2 s of waiting, ten times one stall.
+		// Steady progress: 2 s of waiting, twice one stall.
 		took, low := run(t, n)
 		if low != n*100 || took != 2*time.Second {
 			t.Errorf("steady progress: returned after %s at %s, want 2s at %s", took, low, change.LSN(n*100))

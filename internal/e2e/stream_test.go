@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,7 +230,15 @@ func TestEagerAfterBacklog(t *testing.T) {
 	e.srcExec(`INSERT INTO big SELECT g, repeat('b', 40) FROM generate_series(1, 30000) g`)
 	e.srcExec(`DO $$ BEGIN FOR i IN 50001..51000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
 	t0 := time.Now()
-	reg := e.catchUp(cfg)
+	var logs syncBuffer
+	cfg.UntilCaughtUp = true
+	reg := stats.NewRegistry()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	debug := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if err := engine.New(cfg, debug, reg).Run(ctx); err != nil {
+		t.Fatalf("run --until-caught-up: %v", err)
+	}
 	t.Logf("caught up in %s", time.Since(t0))
 	e.assertSame("small", "id")
 	e.assertSame("big", "id")
@@ -236,8 +246,14 @@ func TestEagerAfterBacklog(t *testing.T) {
 	eager, _ := snap.Component("eager")
 	coord, _ := snap.Component("coordinator")
 	if eager.Counters["eager_txns"] != 1 {
-		t.Errorf("the large transaction was not applied eagerly (eager_txns %d; catch_up_fills %d)",
-			eager.Counters["eager_txns"], coord.Counters["catch_up_fills"])
+		var why []string
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "component=eager") {
+				why = append(why, line)
+			}
+		}
+		t.Errorf("the large transaction was not applied eagerly (eager_txns %d; catch_up_fills %d); eager's log:\n%s",
+			eager.Counters["eager_txns"], coord.Counters["catch_up_fills"], strings.Join(why, ""))
 	}
 	if coord.Counters["catch_up_fills"] == 0 {
 		// On a loaded machine apply is slower than capture: the queue

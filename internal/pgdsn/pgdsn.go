@@ -88,6 +88,13 @@ func SetValueFormat(rp map[string]string) {
 	// searched there (TestSearchPathHijack). A DSN's search_path is
 	// overridden.
 	rp["search_path"] = SafeSearchPath
+	// repstream's catalog queries (recursive over pg_depend, pg_type and
+	// pg_inherits) are cheap but estimated dear, above jit_above_cost:
+	// compiling one took 150 ms on an idle server and over 500 ms on a
+	// busy one, for a 10 ms query, at every table's first change in every
+	// apply worker. Nothing repstream runs gains from JIT (row changes,
+	// COPY, small catalog reads).
+	rp["jit"] = "off"
 }
 
 // SafeSearchPath is the search_path of every session repstream opens:

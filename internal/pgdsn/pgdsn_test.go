@@ -102,9 +102,10 @@ func TestEditDistance(t *testing.T) {
 }
 
 // TestSearchPathPinned: every session's search_path is pg_catalog,
-// pg_temp, whatever the connection string says.
+// pg_temp, whatever the connection string says; and JIT is off (it made
+// every table's first change in a worker wait half a second).
 func TestSearchPathPinned(t *testing.T) {
-	for _, dsn := range []string{"host=h", "host=h search_path=public", "postgres://h/db?search_path=evil,public"} {
+	for _, dsn := range []string{"host=h", "host=h search_path=public", "postgres://h/db?search_path=evil,public&jit=on"} {
 		pc, err := Parse(dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -116,6 +117,9 @@ func TestSearchPathPinned(t *testing.T) {
 		for _, rp := range []map[string]string{pc.RuntimeParams, px.RuntimeParams} {
 			if got := rp["search_path"]; got != SafeSearchPath {
 				t.Errorf("%q: search_path %q, want %q", dsn, got, SafeSearchPath)
+			}
+			if got := rp["jit"]; got != "off" {
+				t.Errorf("%q: jit %q, want off", dsn, got)
 			}
 		}
 	}

@@ -765,3 +765,51 @@ CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100);`)
 		t.Errorf("missing table: err = %v", err)
 	}
 }
+
+// TestWriterBlocks: a writer whose open transaction holds a row another
+// session waits to write says it blocks that session, and no other
+// (apply's workers give way on it: apply.waitEarlier).
+func TestWriterBlocks(t *testing.T) {
+	e := newEnv(t, `CREATE TABLE public.kv (k int PRIMARY KEY, v text);`)
+	r := rel("public", "kv", change.IdentityDefault, "*k", "v")
+	w := e.writer(WriterOptions{})
+	if blocks, err := w.Blocks(e.ctx, []uint32{1}); err != nil || blocks {
+		t.Fatalf("outside a transaction: Blocks %v, %v; want false", blocks, err)
+	}
+	if err := w.Begin(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Rollback(e.ctx) }()
+	if err := w.Write(e.ctx, e.ins(r, "1", "mine")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.flushAll(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(e.ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	pid := other.PgConn().PID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(e.ctx, `INSERT INTO public.kv VALUES (1, 'theirs') ON CONFLICT (k) DO NOTHING`)
+		done <- err
+	}()
+	pgtest.WaitForEvery(t, "the other session to wait for the row", 30*time.Second, 10*time.Millisecond, func() (bool, error) {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE pid = `+itoa(int(pid))+` AND wait_event_type = 'Lock'`) == 1, nil
+	})
+	if blocks, err := w.Blocks(e.ctx, []uint32{w.BackendPID() + 100000, pid}); err != nil || !blocks {
+		t.Fatalf("holding the row session %d waits for: Blocks %v, %v; want true", pid, blocks, err)
+	}
+	if blocks, err := w.Blocks(e.ctx, []uint32{w.BackendPID() + 100000}); err != nil || blocks {
+		t.Fatalf("a session that waits for nothing: Blocks %v, %v; want false", blocks, err)
+	}
+	if err := w.Rollback(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the other session's insert: %v", err)
+	}
+}

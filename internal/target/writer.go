@@ -470,3 +470,28 @@ func appendLSN(b []byte, l change.LSN) []byte {
 	b = append(b, '/')
 	return strconv.AppendUint(b, uint64(uint32(l)), 16)
 }
+
+// BackendPID is the server process of the writer's session
+// (apply.LockHolder).
+func (w *Writer) BackendPID() uint32 { return w.conn.PgConn().PID() }
+
+// Blocks reports whether the writer's open transaction holds a lock that
+// one of the sessions pids waits for (pg_blocking_pids; apply.LockHolder):
+// apply's worker, waiting for earlier groups before it commits, then
+// gives way. False when the server has not seen the transaction begin.
+func (w *Writer) Blocks(ctx context.Context, pids []uint32) (bool, error) {
+	if !w.state.sent() || len(pids) == 0 {
+		return false, nil
+	}
+	ps := make([]int32, len(pids))
+	for i, p := range pids {
+		ps[i] = int32(p)
+	}
+	var blocks bool
+	err := w.conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.unnest($1::int4[]) AS p(pid)
+WHERE pg_catalog.pg_backend_pid() = ANY (pg_catalog.pg_blocking_pids(p.pid)))`, ps).Scan(&blocks)
+	if err != nil {
+		return false, fmt.Errorf("look up the sessions the apply session blocks: %w", err)
+	}
+	return blocks, nil
+}
