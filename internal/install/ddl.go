@@ -282,18 +282,36 @@ BEGIN
   -- their new names, and each message moves one on the target. For
   -- ALTER PUBLICATION, the tables it adds (one by one, or a schema's):
   -- their message's publications then name it, and a run of it copies
-  -- the table (their rows before never were in the stream).
-  FOR r IN SELECT DISTINCT c.oid AS objid, e.command_tag
-             FROM pg_event_trigger_ddl_commands() e
-             JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
-                             OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
-                             OR e.classid = 'pg_publication_rel'::regclass
-                                AND c.oid = (SELECT pr.prrelid FROM pg_publication_rel pr WHERE pr.oid = e.objid)
-                             %PUBSCHEMA%
+  -- the table (their rows before never were in the stream). An ALTER
+  -- TABLE of a parent changes its children too (a column added, renamed,
+  -- retyped or dropped), which the command does not list: each child is
+  -- described after its parents; a partition only when it is published
+  -- on its own (a mid-level table or a leaf under a root left out of
+  -- the publication: the target's root, if it has it, is altered first).
+  FOR r IN WITH RECURSIVE named AS (
+             SELECT DISTINCT c.oid AS objid, e.command_tag
+               FROM pg_event_trigger_ddl_commands() e
+               JOIN pg_class c ON c.oid = e.objid AND e.classid = 'pg_class'::regclass
+                               OR c.relnamespace = e.objid AND e.classid = 'pg_namespace'::regclass
+                               OR e.classid = 'pg_publication_rel'::regclass
+                                  AND c.oid = (SELECT pr.prrelid FROM pg_publication_rel pr WHERE pr.oid = e.objid)
+                               %PUBSCHEMA%
+           ), tree AS (
+             SELECT named.objid, named.command_tag, 0 AS depth FROM named
+             UNION
+             SELECT i.inhrelid, tree.command_tag, tree.depth + 1
+               FROM tree JOIN pg_inherits i ON i.inhparent = tree.objid
+              WHERE tree.command_tag = 'ALTER TABLE'
+           )
+           SELECT c.oid AS objid, tree.command_tag
+             FROM tree JOIN pg_class c ON c.oid = tree.objid
             WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
               AND NOT EXISTS (SELECT 1 FROM repstream.self_ddl x WHERE x.relid = c.oid)
               AND (c.relpersistence = 'p'
                    OR c.relpersistence = 'u' AND EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid))
+            GROUP BY c.oid, c.relispartition, tree.command_tag
+           HAVING min(tree.depth) = 0 OR NOT c.relispartition OR jsonb_array_length(repstream.ddl_pubs(c.oid)) > 0
+            ORDER BY max(tree.depth), c.oid
   LOOP
     -- A table described before that is now UNLOGGED (SET UNLOGGED): its
     -- changes are no longer in the WAL, and no replication can carry
