@@ -62,3 +62,35 @@ func TestDDLInheritanceParentAltered(t *testing.T) {
 		})
 	}
 }
+
+// TestInheritanceChangesOwnRows: a change of an inheritance parent's row
+// is that row's alone. A target whose tables inherit as the source's do
+// (made by hand, or from pg_dump) matched the parent's UPDATE and DELETE
+// against its children's rows too: a child row with the same key was
+// changed or deleted with it, silently, and a TRUNCATE of the parent
+// emptied them. Keyed and FULL identity.
+func TestInheritanceChangesOwnRows(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE par (a int PRIMARY KEY, v text);
+		CREATE TABLE chi (b text) INHERITS (par); ALTER TABLE chi ADD PRIMARY KEY (a);
+		CREATE TABLE fpar (a int, v text); ALTER TABLE fpar REPLICA IDENTITY FULL;
+		CREATE TABLE fchi () INHERITS (fpar); ALTER TABLE fchi REPLICA IDENTITY FULL`)
+	e.srcExec(`INSERT INTO par VALUES (1, 'p1'), (2, 'p2'), (3, 'p3'); INSERT INTO chi VALUES (1, 'c1', 'b'), (2, 'c2', 'b'), (3, 'c3', 'b');
+		INSERT INTO fpar VALUES (1, 'same'), (2, 'same'); INSERT INTO fchi VALUES (1, 'same'), (2, 'same')`)
+	cfg := e.config("public.par", "public.chi", "public.fpar", "public.fchi")
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE ONLY par SET v = 'parent changed' WHERE a = 1; DELETE FROM ONLY par WHERE a = 2;
+		UPDATE ONLY par SET a = 30 WHERE a = 3;
+		UPDATE ONLY fpar SET v = 'parent changed' WHERE a = 1; DELETE FROM ONLY fpar WHERE a = 2`)
+	e.catchUp(cfg)
+	for _, tab := range []string{"ONLY par", "chi", "ONLY fpar", "fchi"} {
+		e.assertSame(tab, "a")
+	}
+	// A TRUNCATE of the parent alone: the children keep their rows.
+	e.srcExec(`TRUNCATE ONLY fpar`)
+	e.catchUp(cfg)
+	for _, tab := range []string{"ONLY fpar", "fchi"} {
+		e.assertSame(tab, "a")
+	}
+}

@@ -486,7 +486,11 @@ func copyPiece(ctx context.Context, src, dst *pgx.Conn, p *piece, log *slog.Logg
 		pipe.CloseWithError(err)
 		copyOut <- outResult{tag.RowsAffected(), err}
 	}()
-	tag, err := dst.PgConn().CopyFrom(ctx, pipe, "COPY "+t.Quoted()+" ("+tp.list+") FROM STDIN"+format)
+	cols := " (" + tp.list + ")"
+	if tp.list == "" {
+		cols = "" // a table without columns (CREATE TABLE t ()): its rows are empty
+	}
+	tag, err := dst.PgConn().CopyFrom(ctx, pipe, "COPY "+t.Quoted()+cols+" FROM STDIN"+format)
 	pipe.closeRead()
 	out := <-copyOut
 	// The target's error comes first: when the target's COPY fails, the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
@@ -245,6 +246,9 @@ func (w *Writer) queueSmallCopies(ctx context.Context) error {
 // counting them as sent would not show the target's pace). adaptChunk
 // keeps each COPY near copyChunkTime.
 func (w *Writer) copyOut(ctx context.Context, tb *tableBuf) error {
+	if len(tb.plan.copyCols) == 0 {
+		return w.insertEmptyRows(ctx, tb)
+	}
 	sql := tb.plan.copyHeader
 	if w.state == txnPending {
 		// BEGIN travels in the COPY's query string: one round trip.
@@ -336,5 +340,27 @@ func (w *Writer) FlushBuffered(ctx context.Context) error {
 		w.fail()
 		return err
 	}
+	return nil
+}
+
+// insertEmptyRows writes tb's rows of a table without columns (CREATE
+// TABLE t (): its rows are all alike), which COPY cannot name, as one
+// INSERT of that many rows (any columns the target adds get defaults),
+// and empties tb.
+func (w *Writer) insertEmptyRows(ctx context.Context, tb *tableBuf) error {
+	if err := w.ensureBegun(ctx); err != nil {
+		w.copies.take(tb)
+		return err
+	}
+	size := tb.size
+	_, lsns := w.copies.take(tb)
+	if len(lsns) == 0 {
+		return nil
+	}
+	if err := w.exec(ctx, "INSERT INTO "+tb.plan.quotedTable+" SELECT FROM pg_catalog.generate_series(1, "+strconv.Itoa(len(lsns))+")"); err != nil {
+		return fmt.Errorf("apply insert to %s at %s: %w", tb.plan.rel, lsns[0], w.explainDenied(tb.plan.rel.Namespace, tb.plan.rel.Name, err))
+	}
+	w.st.Add(int64(len(lsns)), size)
+	w.copyRows.Add(int64(len(lsns)))
 	return nil
 }

@@ -178,7 +178,8 @@ func (w *Writer) checkShape(c *change.Change, p *relPlan, mode whereMode, ncols 
 				n++
 			}
 		}
-		if n == 0 {
+		if n == 0 && len(c.Rel.Columns) > 0 {
+			// A table without columns has rows all alike: any one is it.
 			return errors.New("old tuple has no column to match the row by (all unchanged TOAST or generated on the target)")
 		}
 	case whereOldKey:
@@ -229,7 +230,7 @@ func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 		if err != nil {
 			return fmt.Errorf("apply truncate to %s at %s: %w", desc, c.LSN, err)
 		}
-		names = append(names, p.quotedTable)
+		names = append(names, p.changed)
 	}
 	if len(names) == 0 {
 		return nil

@@ -61,8 +61,14 @@ type relPlan struct {
 	keyCols     []int
 
 	copyHeader string
-	stmts      map[string]*stmt
-	insert     *stmt // one row's INSERT of the copyCols, built on first use
+	// changed is the table an UPDATE, DELETE or TRUNCATE names: ONLY the
+	// table for an ordinary one, whose inheritance children's rows are
+	// not its own (the source's change of a child comes as the child's);
+	// the table itself for a partitioned one, whose rows are its
+	// partitions'.
+	changed string
+	stmts   map[string]*stmt
+	insert  *stmt // one row's INSERT of the copyCols, built on first use
 	// inserts[n] is the INSERT of n rows (n ≥ 2), built on first use
 	// (Writer.queueInsertRows).
 	inserts []*stmt
@@ -165,6 +171,10 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 		p.valueKind = change.KindBinary
 	}
 	p.copyHeader = hdr.String()
+	p.changed = "ONLY " + p.quotedTable
+	if p.partitioned {
+		p.changed = p.quotedTable
+	}
 	return p, nil
 }
 
@@ -208,7 +218,7 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 		w.updateSet(mode, newKinds)
 	} else {
 		w.b.WriteString("DELETE FROM ")
-		w.b.WriteString(p.quotedTable)
+		w.b.WriteString(p.changed)
 	}
 	w.b.WriteString(" WHERE ")
 	switch mode {
@@ -259,7 +269,7 @@ func (w *stmtWriter) param(old bool, col int) {
 func (w *stmtWriter) updateSet(mode whereMode, newKinds []byte) {
 	p := w.p
 	w.b.WriteString("UPDATE ")
-	w.b.WriteString(p.quotedTable)
+	w.b.WriteString(p.changed)
 	w.b.WriteString(" SET ")
 	first := true
 	for i := range p.rel.Columns {
@@ -301,7 +311,7 @@ func (w *stmtWriter) fullWhere(oldKinds []byte) {
 	} else {
 		w.b.WriteString("ctid = (SELECT ctid FROM ")
 	}
-	w.b.WriteString(p.quotedTable)
+	w.b.WriteString(p.changed)
 	w.b.WriteString(" WHERE ")
 	first := true
 	for i := range p.rel.Columns {
