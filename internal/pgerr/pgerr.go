@@ -69,6 +69,7 @@ const (
 	InvalidCatalogName        Code = "3D000" // database does not exist
 	InvalidParameterValue     Code = "22023"
 	LockNotAvailable          Code = "55P03" // lock_timeout, or NOWAIT
+	DependentObjectsExist     Code = "2BP01" // DROP without CASCADE: other objects depend on it
 )
 
 // CodeOf returns err's SQLSTATE, or "" when err carries no server error.

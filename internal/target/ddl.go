@@ -11,6 +11,7 @@ import (
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/ddlmsg"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -83,6 +84,12 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	}
 	if msg.Dropped {
 		if err := w.exec(ctx, "DROP TABLE IF EXISTS "+tn.Quoted()); err != nil {
+			if pgerr.Is(err, pgerr.DependentObjectsExist) {
+				// The source's CASCADE, if any, dropped only what the
+				// source had; what depends on it here is the target's own.
+				err = fmt.Errorf("%w (%s): objects only the target has depend on the table, and repstream never drops with CASCADE: "+
+					"drop them or their dependency (a foreign key, a view) on the target, then restart", err, pgerr.Detail(err))
+			}
 			return fail(err)
 		}
 		w.log.Info("dropped table on the target, as on the source", "table", tn, "lsn", c.LSN)
