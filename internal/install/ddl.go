@@ -303,7 +303,7 @@ BEGIN
                FROM tree JOIN pg_inherits i ON i.inhparent = tree.objid
               WHERE tree.command_tag = 'ALTER TABLE'
            )
-           SELECT c.oid AS objid, tree.command_tag
+           SELECT c.oid AS objid, tree.command_tag, min(tree.depth) AS depth
              FROM tree JOIN pg_class c ON c.oid = tree.objid
             WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
               AND NOT EXISTS (SELECT 1 FROM repstream.self_ddl x WHERE x.relid = c.oid)
@@ -354,8 +354,9 @@ BEGIN
         EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
         INSERT INTO repstream.ident_full VALUES (r.objid) ON CONFLICT DO NOTHING;
         RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', r.objid::regclass;
-      ELSIF current_query() ~* 'replica\s+identity' THEN
-        -- The user chose the table's replica identity: it stays theirs.
+      ELSIF r.depth = 0 AND current_query() ~* 'replica\s+identity' THEN
+        -- The user chose the table's replica identity: it stays theirs
+        -- (the command's own table: a child's is not the command's).
         DELETE FROM repstream.ident_full f WHERE f.relid = r.objid;
       ELSIF d->>'ident' = 'f' AND jsonb_array_length(d->'pkey') > 0
             AND EXISTS (SELECT 1 FROM repstream.ident_full f WHERE f.relid = r.objid) THEN
