@@ -293,9 +293,11 @@ type worker struct {
 	folder    folder
 	// peers are every worker of the Applier (this one too), set before
 	// they run; pid is this worker's session process as of its current
-	// group (LockHolder; 0: none), read by the others' waitEarlier.
+	// group (LockHolder; 0: none) and seq that group's number, read by the
+	// others' waitEarlier.
 	peers []*worker
 	pid   atomic.Uint32
+	seq   atomic.Uint64
 }
 
 func (a *Applier) newWorker(ctx context.Context, id int) (*worker, error) {
@@ -335,6 +337,7 @@ func (w *worker) run(ctx context.Context, work <-chan *group) error {
 		if lh, ok := w.w.(LockHolder); ok {
 			w.pid.Store(lh.BackendPID()) // a reconnected session has another
 		}
+		w.seq.Store(g.seq)
 		lsn, err := w.apply(ctx, g, full, ends)
 		// Dependencies are computed from replica-identity keys only: two
 		// groups in flight can still collide on another unique index — a
@@ -450,9 +453,11 @@ func (w *worker) waitEarlier(ctx context.Context, seq uint64) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		// The workers applying earlier groups: a later one waiting for
+		// this group's rows waits for its commit anyway.
 		pids = pids[:0]
 		for _, p := range w.peers {
-			if pid := p.pid.Load(); p != w && pid != 0 {
+			if pid := p.pid.Load(); p != w && pid != 0 && p.seq.Load() < seq {
 				pids = append(pids, pid)
 			}
 		}
