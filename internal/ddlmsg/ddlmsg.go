@@ -94,6 +94,23 @@ type EnumChange struct {
 	Labels []string `json:"labels"`
 }
 
+// CompositeChange is a composite type's attributes after an ALTER TYPE
+// (ADD, DROP, RENAME or retype an attribute), in order: values of the
+// type travel as text by position, so the target's type must have them
+// before the rows that follow.
+type CompositeChange struct {
+	Schema string          `json:"schema"`
+	Name   string          `json:"name"`
+	Attrs  []CompositeAttr `json:"attrs"`
+}
+
+// CompositeAttr is one attribute of a composite type: its name and type
+// (format_type, with its modifier).
+type CompositeAttr struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
 // Message is one schema-change message: the command tag, the table's
 // definition after the command (for a drop, only its names and OID), and
 // Old, the definition the event trigger last recorded for the table (nil if
@@ -118,6 +135,9 @@ type Message struct {
 	// Enum (ALTER TYPE of an enum a column of the table has): the type's
 	// labels after the command, in their order.
 	Enum *EnumChange `json:"enum"`
+	// Composite: a composite type that a column of the table holds was
+	// altered (ALTER TYPE): its attributes now. Nil otherwise.
+	Composite *CompositeChange `json:"composite"`
 	// CastOnly: the text of the command's query has ALTER and no USING,
 	// so a column whose type it changed was converted by the plain cast,
 	// as the target converts it (false: not known).

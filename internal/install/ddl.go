@@ -164,6 +164,37 @@ BEGIN
       END;
     END LOOP;
   END LOOP;
+  -- ALTER TYPE of a composite (ADD, DROP, RENAME or retype an
+  -- attribute): its attributes as they are now, in a message per
+  -- published table with a column of it (or an array of it). Values of
+  -- it travel as text by position: the target's type must be the
+  -- source's before the next row.
+  FOR r IN SELECT DISTINCT t.oid AS typoid, t.typarray, n.nspname, t.typname, t.typrelid
+             FROM pg_event_trigger_ddl_commands() e
+             JOIN pg_type t ON t.typrelid = e.objid AND e.classid = 'pg_class'::regclass
+             JOIN pg_namespace n ON n.oid = t.typnamespace
+            WHERE t.typtype = 'c' AND e.command_tag = 'ALTER TYPE'
+  LOOP
+    SELECT COALESCE(jsonb_agg(jsonb_build_object('name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]'::jsonb)
+      INTO labels FROM pg_attribute a WHERE a.attrelid = r.typrelid AND a.attnum > 0 AND NOT a.attisdropped;
+    FOR c IN SELECT DISTINCT a.attrelid AS relid FROM pg_attribute a JOIN pg_class k ON k.oid = a.attrelid
+              WHERE a.atttypid IN (r.typoid, r.typarray) AND a.attnum > 0 AND NOT a.attisdropped
+                AND k.relkind IN ('r', 'p') AND k.relpersistence = 'p' AND k.relnamespace <> 'repstream'::regnamespace
+    LOOP
+      BEGIN
+        d := repstream.ddl_def(c.relid);
+        IF jsonb_array_length(d->'pubs') > 0 THEN
+          o := NULL;
+          x := NULL;
+          UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = c.relid RETURNING s.def, s.xmin::text::bigint INTO o, x;
+          PERFORM repstream.ddl_emit((d || jsonb_build_object('tag', 'ALTER TYPE', 'old', o, 'xid', x,
+            'composite', jsonb_build_object('schema', r.nspname, 'name', r.typname, 'attrs', labels)))::text);
+        END IF;
+      EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'repstream: cannot report the change of type % to the targets of table %: %', r.typname, c.relid::regclass, SQLERRM;
+      END;
+    END LOOP;
+  END LOOP;
   PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
 END
 $fn$;

@@ -76,6 +76,12 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 		return nil
 	}
+	if msg.Composite != nil {
+		if err := w.compositeChanged(ctx, msg.Composite, tn, c.LSN); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
 	msg = w.sentColumns(msg)
 	defer w.forget(tn)
 	madeAhead := false
@@ -844,6 +850,82 @@ WHERE n.nspname = $1 AND t.typname = $2`, e.Schema, e.Name).Scan(&have); err != 
 		have[i] = e.Labels[i]
 	}
 	return nil
+}
+
+// compositeChanged makes the target's composite type ct (when it has
+// that type) the source's after an ALTER TYPE: values of it travel as
+// text by position, so a target type with its attributes in another
+// order or of other types would take the rows that follow into the wrong
+// fields. One change at a time, as the source made it: attributes the
+// source no longer has are dropped, then those it added are added at
+// the end, and one whose type changed is retyped (the source converted
+// its values alike); a difference it cannot tell (a rename, an order it cannot reach) stops the run here,
+// naming both lists. Nothing is done when the target's type is the
+// source's already.
+func (w *Writer) compositeChanged(ctx context.Context, ct *ddlmsg.CompositeChange, table schema.TableName, lsn change.LSN) error {
+	have, err := schema.LoadType(ctx, w.conn, ct.Schema, ct.Name)
+	if err != nil {
+		return err
+	}
+	typ := change.QuoteIdent(ct.Schema) + "." + change.QuoteIdent(ct.Name)
+	if have == nil || have.Kind != 'c' {
+		return fmt.Errorf("composite type %s, which a column of %s holds, changed on the source, and the target has no composite type of that name: make it as the source's, then restart", typ, table)
+	}
+	want := make([]schema.TypeField, len(ct.Attrs))
+	for i, a := range ct.Attrs {
+		want[i] = schema.TypeField{Name: a.Name, Type: a.Type}
+	}
+	if slices.Equal(have.Attrs, want) {
+		return nil
+	}
+	mismatch := func() error {
+		return fmt.Errorf("composite type %s of %s: the source's attributes are now (%s), the target's (%s): values travel by position, and the rows that follow would fill the wrong fields; "+
+			"alter the target's type to the source's (ALTER TYPE %s ...), then restart", typ, table, fieldList(want), fieldList(have.Attrs), typ)
+	}
+	var stmts []string
+	wanted := map[string]string{}
+	for _, f := range want {
+		wanted[f.Name] = f.Type
+	}
+	var kept []schema.TypeField
+	for _, f := range have.Attrs {
+		if _, ok := wanted[f.Name]; !ok {
+			stmts = append(stmts, "ALTER TYPE "+typ+" DROP ATTRIBUTE "+change.QuoteIdent(f.Name))
+			continue
+		}
+		kept = append(kept, f)
+	}
+	if len(kept) > len(want) {
+		return mismatch()
+	}
+	for i, f := range kept {
+		if f.Name != want[i].Name {
+			return mismatch() // another order: a rename, or attributes moved
+		}
+		if f.Type != want[i].Type {
+			// The source converted its values the same way.
+			stmts = append(stmts, "ALTER TYPE "+typ+" ALTER ATTRIBUTE "+change.QuoteIdent(f.Name)+" TYPE "+want[i].Type)
+		}
+	}
+	for _, f := range want[len(kept):] {
+		stmts = append(stmts, "ALTER TYPE "+typ+" ADD ATTRIBUTE "+change.QuoteIdent(f.Name)+" "+f.Type)
+	}
+	for _, sql := range stmts {
+		if err := w.exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	w.log.Info("altered a composite type on the target, as on the source", "type", typ, "statements", len(stmts), "lsn", lsn)
+	return nil
+}
+
+// fieldList is a composite type's attributes as SQL writes them.
+func fieldList(fs []schema.TypeField) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = change.QuoteIdent(f.Name) + " " + f.Type
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sentColumns is msg with only the columns that the run's publication
