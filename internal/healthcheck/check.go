@@ -484,7 +484,12 @@ func (c *checker) targetTables(ctx context.Context, tables []*schema.Table) {
 			c.r.add(Fail, side, check, "", "%v", err)
 			continue
 		}
-		if problems := schema.Incompatible(st, tt); len(problems) > 0 {
+		typeProblems, err := schema.TypeProblems(ctx, c.src, c.tgt, st, tt)
+		if err != nil {
+			c.r.add(Fail, side, check, "", "%v", err)
+			continue
+		}
+		if problems := append(schema.Incompatible(st, tt), typeProblems...); len(problems) > 0 {
 			c.r.add(Fail, side, check, "alter the target table to match the source", "%s", strings.Join(problems, "; "))
 			continue
 		}

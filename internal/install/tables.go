@@ -31,6 +31,11 @@ type TablesStart struct {
 	// changes are applied; FollowsDDL: schema changes are followed
 	// (--ddl other than false).
 	SchemaMayLag, FollowsDDL bool
+	// TypesFollowed: the source's event trigger reports a composite
+	// type's ALTER TYPE (--ddl=true), so that on a resumed start
+	// (SchemaMayLag) a composite that differs inside may be one still in
+	// the stream; without it nothing ever makes the target's the source's.
+	TypesFollowed bool
 }
 
 // PrepareTables checks that every published table exists on the target
@@ -95,6 +100,20 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 			continue
 		}
 		if err == nil {
+			// What differs inside a type is one the stream may still
+			// bring only with the trigger (a composite's ALTER TYPE):
+			// without it, refused on a resumed start too.
+			typeProblems, err := schema.TypeProblems(ctx, src, tgt, st, tt)
+			if err != nil {
+				return "", nil, fmt.Errorf("target table %s: %w", t, err)
+			}
+			for _, p := range typeProblems {
+				if o.SchemaMayLag && o.TypesFollowed {
+					lagging = append(lagging, t.String()+": "+p)
+				} else {
+					problems = append(problems, t.String()+": "+p)
+				}
+			}
 			for _, p := range schema.Incompatible(st, tt) {
 				if o.SchemaMayLag || o.CopyResumed && ready[t] && o.FollowsDDL {
 					lagging = append(lagging, t.String()+": "+p)
@@ -448,7 +467,11 @@ func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables [
 		if err != nil {
 			return fmt.Errorf("target table %s: %w", n, err)
 		}
-		for _, p := range schema.Incompatible(st, tt) {
+		typeProblems, err := schema.TypeProblems(ctx, src, tgt, st, tt)
+		if err != nil {
+			return fmt.Errorf("target table %s: %w", n, err)
+		}
+		for _, p := range append(schema.Incompatible(st, tt), typeProblems...) {
 			problems = append(problems, n.String()+": "+p)
 		}
 	}

@@ -18,6 +18,15 @@ func SilentConversion(from, to string) string {
 	if f.dims != t.dims {
 		return "" // another kind of type: Incompatible's category rule
 	}
+	if fs, ok := rangeSubtypes[f.name]; ok {
+		if ts, ok := rangeSubtypes[t.name]; ok && fs != ts {
+			// A range's bounds convert as its subtype's values do.
+			if why := SilentConversion(fs, ts); why != "" {
+				return "the range's bounds change: " + why
+			}
+		}
+		return ""
+	}
 	zoned := map[string]string{"timestamp with time zone": "timestamp without time zone", "time with time zone": "time without time zone"}
 	for z, plain := range zoned {
 		if f.name == z && t.name == plain {
@@ -65,6 +74,14 @@ func SilentConversion(from, to string) string {
 		return "jsonb keeps neither the text's form (spaces, key order) nor a repeated key's earlier values"
 	}
 	return ""
+}
+
+// rangeSubtypes are the built-in range and multirange types' subtypes.
+var rangeSubtypes = map[string]string{
+	"int4range": "integer", "int8range": "bigint", "numrange": "numeric",
+	"tsrange": "timestamp without time zone", "tstzrange": "timestamp with time zone", "daterange": "date",
+	"int4multirange": "integer", "int8multirange": "bigint", "nummultirange": "numeric",
+	"tsmultirange": "timestamp without time zone", "tstzmultirange": "timestamp with time zone", "datemultirange": "date",
 }
 
 // typeParts is format_type's text taken apart: "timestamp(3) with time

@@ -76,6 +76,11 @@ func TestSilentConversion(t *testing.T) {
 		{"text", "integer", false}, // the target rejects what it cannot hold
 		{"character varying(20)", "character varying(10)", false},
 		{"integer[]", "integer[]", false},
+		{"tstzrange", "tsrange", true}, // the bounds' zone dropped
+		{"tstzmultirange", "tsmultirange", true},
+		{"numrange", "int4range", false}, // the target rejects 1.5
+		{"int8range", "numrange", false},
+		{"tsrange[]", "tstzrange[]", true},
 		// Each true case below was stored on PostgreSQL 15 and read back changed.
 		{"timestamp(3) with time zone", "timestamp(3) without time zone", true},
 		{"timestamp without time zone", "timestamp(0) without time zone", true},
