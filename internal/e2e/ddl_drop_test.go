@@ -26,3 +26,28 @@ func TestDDLDropTableTargetDependents(t *testing.T) {
 		t.Errorf("the target still has table t")
 	}
 }
+
+// TestExtensionTypeKey: a key of an extension's type (hstore, 002_types.pl)
+// and a REPLICA IDENTITY FULL table holding one. The type's "=" is in the
+// extension's schema (public), which repstream's search_path (pg_catalog,
+// pg_temp) does not search: every UPDATE and DELETE of such a row stopped
+// the run ("operator does not exist: public.hstore = unknown"). The
+// writer names the type's own operator with its schema.
+func TestExtensionTypeKey(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if _, err := e.Src.Exec(t.Context(), `CREATE EXTENSION hstore`); err != nil {
+		t.Skipf("no hstore on this server: %v", err)
+	}
+	e.tgtExec(`CREATE EXTENSION hstore`)
+	e.both(`CREATE TABLE hk (k hstore PRIMARY KEY, v int);
+		CREATE TABLE hf (a int, h hstore); ALTER TABLE hf REPLICA IDENTITY FULL`)
+	e.srcExec(`INSERT INTO hk VALUES ('"a"=>"1"', 1), ('"b"=>"2"', 2); INSERT INTO hf VALUES (1, '"x"=>"1"'), (2, '"y"=>"2"')`)
+	cfg := e.config("public.hk", "public.hf")
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE hk SET v = 10 WHERE v = 1; DELETE FROM hk WHERE v = 2; UPDATE hk SET k = '"c"=>"3"' WHERE v = 10;
+		UPDATE hf SET a = 10 WHERE a = 1; DELETE FROM hf WHERE a = 2`)
+	e.catchUp(cfg)
+	e.assertSame("hk", "v")
+	e.assertSame("hf", "a")
+}

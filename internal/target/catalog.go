@@ -67,6 +67,9 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := w.userEqualities(ctx, tab, p); err != nil {
+		return nil, err
+	}
 	if p.rules, err = w.replicaRules(ctx, p); err != nil {
 		return nil, err
 	}
@@ -178,4 +181,49 @@ func (w *Writer) textEqColumns(ctx context.Context, tab *schema.Table) (map[stri
 		m[n] = true
 	}
 	return m, nil
+}
+
+// userEqualityQuery lists, for the columns of table $1 whose type is
+// user-defined, the schema of the type's own "=" operator (both operands
+// of the type) whose function a superuser owns: an extension's type
+// (hstore, ltree) has its operators in the extension's schema, which
+// repstream's search_path (pg_catalog, pg_temp) does not search.
+const userEqualityQuery = `
+SELECT a.attname::text, pg_catalog.quote_ident(n.nspname::text)
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_operator o ON o.oprname = '=' AND o.oprleft = a.atttypid AND o.oprright = a.atttypid
+JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
+JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
+JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384 AND r.rolsuper`
+
+// userEqualities makes p match the columns of a user-defined type by the
+// type's own "=" operator, named with its schema (userEqualityQuery). A
+// type whose "=" a role that is not a superuser owns keeps the plain "="
+// (found on the search path, pg_catalog's, or not at all: the statement
+// fails, naming the operator): that role's code is not run as
+// repstream's.
+func (w *Writer) userEqualities(ctx context.Context, tab *schema.Table, p *relPlan) error {
+	rows, err := w.conn.Query(ctx, userEqualityQuery, tab.OID)
+	if err != nil {
+		return fmt.Errorf("load the equality operators of %s's column types on target: %w", tab.TableName(), err)
+	}
+	ops := map[string]string{}
+	for rows.Next() {
+		var col, nsp string
+		if err := rows.Scan(&col, &nsp); err != nil {
+			rows.Close()
+			return fmt.Errorf("load the equality operators of %s's column types on target: %w", tab.TableName(), err)
+		}
+		ops[col] = " OPERATOR(" + nsp + ".=) "
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load the equality operators of %s's column types on target: %w", tab.TableName(), err)
+	}
+	for i, c := range p.rel.Columns {
+		if op := ops[c.Name]; op != "" && !p.textEq[i] {
+			p.eq[i] = op
+		}
+	}
+	return nil
 }
