@@ -190,3 +190,24 @@ func TestDDLRelationUserTypes(t *testing.T) {
 	e.assertSame("a", "id")
 	e.assertSame("n", "id")
 }
+
+// TestDDLRelationSerialAdded: ADD COLUMN ... serial without the event
+// trigger (017_stream_ddl.pl's serial, --ddl=relation). The column's
+// default draws from a sequence the target lacked: every run stopped
+// ("relation ... test_tab_s_seq does not exist"). The writer makes the
+// sequence first; the table, whose existing rows the source numbered, is
+// copied anew.
+func TestDDLRelationSerialAdded(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b varchar); INSERT INTO test_tab VALUES (1, 'x')`)
+	cfg := e.config("public.test_tab")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE test_tab ADD COLUMN s serial`)
+	e.srcExec(`INSERT INTO test_tab (a, b) VALUES (2, 'y')`)
+	e.catchUp(cfg)
+	e.assertSameTable("test_tab", "a")
+	e.tgtExec(`INSERT INTO test_tab (a, b) VALUES (100, 'the target numbers its own rows')`)
+}

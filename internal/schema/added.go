@@ -32,6 +32,9 @@ type AddedValue struct {
 	Generated *string
 	// Identity is pg_attribute.attidentity: "a", "d" or "".
 	Identity string
+	// Sequence is the sequence the column owns (a serial's), named with
+	// its schema; nil for none.
+	Sequence *string
 }
 
 // ErrAddedColumnGone: the source's catalog no longer has a column the
@@ -48,7 +51,10 @@ SELECT format_type(a.atttypid, a.atttypmod), a.atthasmissing OR COALESCE(lm.has,
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] ELSE lm.val END,
        CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END,
        CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END,
-       a.attidentity::text
+       a.attidentity::text,
+       (SELECT s.oid::regclass::text FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_class s ON s.oid = dep.objid
+         WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.refclassid = 'pg_catalog.pg_class'::regclass
+           AND dep.refobjid = c.oid AND dep.refobjsubid = a.attnum AND dep.deptype = 'a' AND s.relkind = 'S' LIMIT 1)
 FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -73,7 +79,7 @@ const AddedValueSettings = "SET DateStyle = ISO; SET IntervalStyle = postgres; S
 func LoadAddedValue(ctx context.Context, q Querier, table TableName, column string) (AddedValue, error) {
 	var v AddedValue
 	err := q.QueryRow(ctx, addedValueQuery, table.Schema, table.Name, column).
-		Scan(&v.Type, &v.HasMissing, &v.Missing, &v.Default, &v.Generated, &v.Identity)
+		Scan(&v.Type, &v.HasMissing, &v.Missing, &v.Default, &v.Generated, &v.Identity, &v.Sequence)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return v, fmt.Errorf("column %q of %s: %w (dropped or renamed since it was added?)", column, table, ErrAddedColumnGone)
 	}

@@ -712,6 +712,18 @@ func (w *Writer) relationAdd(ctx context.Context, tn schema.TableName, column, t
 	if err != nil {
 		return nil, err
 	}
+	if v.Sequence != nil && v.Identity == "" && v.Default != nil {
+		// A serial: its default draws from a sequence the target lacks.
+		if err := w.flushAll(ctx); err != nil {
+			return nil, err
+		}
+		if err := w.ensureBegun(ctx); err != nil {
+			return nil, err
+		}
+		if err := w.exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+*v.Sequence); err != nil {
+			return nil, fmt.Errorf("create the sequence %s of column %q of %s on the target: %w", *v.Sequence, column, tn, err)
+		}
+	}
 	actions, err := schema.RelationAddSQL(column, typ, v, false)
 	if !errors.Is(err, schema.ErrVolatileDefault) {
 		return actions, err
