@@ -322,3 +322,25 @@ func TestCreateTablesMadeWhileStopped(t *testing.T) {
 	e.assertSame("mine", "a")
 	e.assertSame("byhand", "id")
 }
+
+// TestCreateTablesDomainCallsFunction: --create-tables with a column of a
+// domain whose CHECK calls a function of the user's (002_types.pl's
+// monot_int). repstream makes types, not functions: the start stops before
+// anything is made, saying so; once the function is on the target, the
+// domain and the table are made.
+func TestCreateTablesDomainCallsFunction(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	fn := `CREATE FUNCTION public.monot_incr(int) RETURNS bool LANGUAGE sql AS 'SELECT $1 > 0'`
+	e.srcExec(fn + `; CREATE DOMAIN monot_int AS int CHECK (public.monot_incr(VALUE));
+		CREATE TABLE md (id int PRIMARY KEY, m monot_int); INSERT INTO md VALUES (1, 5)`)
+	cfg := e.config("public.md")
+	cfg.CreateTables = true
+	e.mustFail(cfg, "create type public.monot_int on the target", "calls a function the target lacks")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_type WHERE typname = 'monot_int'"); n != 0 {
+		t.Error("the failed start left the domain on the target")
+	}
+	e.tgtExec(fn)
+	e.catchUp(cfg)
+	e.assertSame("md", "id")
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/sequences"
 	"github.com/repstream/repstream/internal/snapshot"
@@ -350,6 +351,9 @@ func (m *maker) types(ctx context.Context, types []*schema.UserType) error {
 			return err
 		}
 		if _, err := m.tx.Exec(ctx, u.CreateSQL()); err != nil {
+			if pgerr.Is(err, pgerr.UndefinedFunction) {
+				return fmt.Errorf("create type %s on the target: %w: its definition calls a function the target lacks (repstream makes types, not functions): create the function on the target as the source has it, then start again", u, err)
+			}
 			return fmt.Errorf("create type %s on the target: %w", u, err)
 		}
 		m.made.add("type "+u.String(), u.DropSQL())

@@ -70,6 +70,7 @@ const (
 	InvalidParameterValue     Code = "22023"
 	LockNotAvailable          Code = "55P03" // lock_timeout, or NOWAIT
 	DependentObjectsExist     Code = "2BP01" // DROP without CASCADE: other objects depend on it
+	UndefinedFunction         Code = "42883"
 )
 
 // CodeOf returns err's SQLSTATE, or "" when err carries no server error.
