@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
@@ -74,4 +77,51 @@ func TestSourceFastShutdownNotHeldUp(t *testing.T) {
 		t.Fatalf("engine: %v", err)
 	}
 	e.assertSame("sd", "id")
+}
+
+// TestCaughtUpWhileRecording: the run ends (caught up) while the low
+// watermark's record is under way on the target. Its context was the
+// run's, so pgx closed the shared target connection under it; the final
+// record and the table states read after it found it closed, and the
+// run took it for a lost link: it reconnected and caught up again
+// (seen replaying 024_add_drop_pub.pl). A record under way now
+// completes. Each record is made slow by a trigger on repstream.progress,
+// and the source writes elsewhere all the while, so that the watermark
+// moves at the end of every run.
+func TestCaughtUpWhileRecording(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE pubd (a int PRIMARY KEY)`)
+	e.srcExec(`CREATE TABLE noise (a int)`)
+	cfg := e.config("public.pubd")
+	e.catchUp(cfg)
+	e.tgtExec(`CREATE FUNCTION public.zz_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.pg_sleep(0.15); RETURN NEW; END $$;
+		CREATE TRIGGER zz_slow BEFORE UPDATE ON repstream.progress FOR EACH ROW EXECUTE FUNCTION public.zz_slow();
+		ALTER TABLE repstream.progress ENABLE ALWAYS TRIGGER zz_slow`)
+	ctx, cancel := context.WithCancel(t.Context())
+	conn, err := pgx.Connect(ctx, cfg.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	noise := make(chan struct{})
+	go func() {
+		defer close(noise)
+		for ctx.Err() == nil {
+			_, _ = conn.Exec(ctx, `INSERT INTO noise VALUES (1)`)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); <-noise }()
+	for i := range 5 {
+		e.srcExec(fmt.Sprintf(`INSERT INTO pubd VALUES (%d)`, i+1))
+		reg, err := e.tryCatchUp(cfg)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if n := reg.Component("target").Counter("reconnects").Load(); n != 0 {
+			t.Fatalf("run %d reconnected to the target %d time(s) at its end", i, n)
+		}
+	}
+	e.assertSame("pubd", "a")
 }

@@ -603,6 +603,11 @@ func (e *Engine) streamEnded(ctx context.Context, tgt *pgx.Conn, err, perr error
 		// cancelled, and a call under way may then report the socket's
 		// close rather than the context: that is the stop too (the
 		// watermark persisted above is what the next run resumes from).
+		if perr != nil {
+			// The next run resumes from the record before, which is
+			// safe: what was applied since is recorded with its rows.
+			e.log.Warn("the last low watermark was not recorded on the target", "err", perr)
+		}
 		e.log.Info("stopped", "applied_up_to", e.wm.Flush())
 		return e.syncSequencesAtEnd()
 	}

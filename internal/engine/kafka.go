@@ -953,7 +953,10 @@ func (p *kafkaPersister) loop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if err := p.persist(ctx); err != nil {
+		pctx, cancel := inFlight(ctx) // not cancelled under way (recorded.go)
+		err := p.persist(pctx)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}

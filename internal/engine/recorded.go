@@ -70,11 +70,29 @@ func (e *Engine) persistLoop(ctx context.Context, tgt *pgx.Conn, acker *recorded
 			}
 		}
 		last = time.Now()
-		if err := e.persist(ctx, tgt, persisted); err != nil {
+		pctx, cancel := inFlight(ctx)
+		err := e.persist(pctx, tgt, persisted)
+		cancel()
+		if err != nil {
 			return err
 		}
 		acker.recorded.Store(uint64(*persisted))
 	}
+}
+
+// persistTimeout bounds one record of the low watermark begun before the
+// run ended (inFlight).
+const persistTimeout = 10 * time.Second
+
+// inFlight is the context of one record of the low watermark on the
+// shared target connection: not cancelled with the run's (ctx), only
+// after persistTimeout. pgx closes a connection whose call's context is
+// cancelled; when the run ended (caught up, stopped) while a record was
+// under way, the final record and the table states after it found the
+// connection closed, and a caught-up run reconnected and started over.
+// The loop looks at ctx between records.
+func inFlight(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), persistTimeout)
 }
 
 // checkRestoredTarget refuses a start whose target has recorded less than
