@@ -64,10 +64,11 @@ import (
 //     while an earlier version's trigger emitted them unsigned, where the
 //     install that made the key committed (DDLSigning).
 //
-//   - the event trigger repstream_ddl_types (ALTER TYPE): for an enum, a
-//     message per published table with a column of it, carrying its
-//     labels in order ("enum"): the target renames a label renamed
-//     (target.enumChanged).
+//   - the event trigger repstream_ddl_types (ALTER TYPE): for an enum or
+//     a composite, a message per published table with a column of it,
+//     carrying the enum's labels in order ("enum": the target renames a
+//     label renamed, target.enumChanged) or the composite's attributes
+//     ("composite": the target's type follows, target.compositeChanged).
 //
 //   - repstream.replications: the slots whose runs use the trigger, with
 //     their publications, one row per slot from its first start with the
@@ -125,10 +126,13 @@ BEGIN
 END
 $fn$;
 
--- ALTER TYPE of an enum (RENAME VALUE, ADD VALUE): its labels as they
--- are now, in a message per published table with a column of it (or an
--- array of it). A renamed label changes every row that holds it, which
--- the stream never shows: the target renames its own.
+-- ALTER TYPE of an enum (RENAME VALUE, ADD VALUE) or of a composite
+-- (ADD, DROP, RENAME or retype an attribute): the enum's labels, or the
+-- composite's attributes, as they are now, in a message per published
+-- table with a column of it (or an array of it). A renamed label changes
+-- every row that holds it, which the stream never shows: the target
+-- renames its own. A composite's values travel as text by position: the
+-- target's type must be the source's before the next row.
 CREATE OR REPLACE FUNCTION repstream.ddl_types() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -137,15 +141,23 @@ DECLARE
   d jsonb;
   o jsonb;
   x bigint;
-  labels jsonb;
+  change jsonb;
 BEGIN
-  FOR r IN SELECT DISTINCT t.oid AS typoid, t.typarray, n.nspname, t.typname
+  FOR r IN SELECT DISTINCT t.oid AS typoid, t.typarray, n.nspname, t.typname, t.typtype, t.typrelid
              FROM pg_event_trigger_ddl_commands() e
-             JOIN pg_type t ON t.oid = e.objid AND e.classid = 'pg_type'::regclass
+             JOIN pg_type t ON t.oid = e.objid AND e.classid = 'pg_type'::regclass AND t.typtype = 'e'
+                            OR t.typrelid = e.objid AND e.classid = 'pg_class'::regclass AND t.typtype = 'c'
              JOIN pg_namespace n ON n.oid = t.typnamespace
-            WHERE t.typtype = 'e'
   LOOP
-    SELECT jsonb_agg(l.enumlabel ORDER BY l.enumsortorder) INTO labels FROM pg_enum l WHERE l.enumtypid = r.typoid;
+    IF r.typtype = 'e' THEN
+      SELECT jsonb_build_object('enum', jsonb_build_object('schema', r.nspname, 'name', r.typname,
+               'labels', jsonb_agg(l.enumlabel ORDER BY l.enumsortorder)))
+        INTO change FROM pg_enum l WHERE l.enumtypid = r.typoid;
+    ELSE
+      SELECT jsonb_build_object('composite', jsonb_build_object('schema', r.nspname, 'name', r.typname,
+               'attrs', COALESCE(jsonb_agg(jsonb_build_object('name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]'::jsonb)))
+        INTO change FROM pg_attribute a WHERE a.attrelid = r.typrelid AND a.attnum > 0 AND NOT a.attisdropped;
+    END IF;
     FOR c IN SELECT DISTINCT a.attrelid AS relid FROM pg_attribute a JOIN pg_class k ON k.oid = a.attrelid
               WHERE a.atttypid IN (r.typoid, r.typarray) AND a.attnum > 0 AND NOT a.attisdropped
                 AND k.relkind IN ('r', 'p') AND k.relpersistence = 'p' AND k.relnamespace <> 'repstream'::regnamespace
@@ -156,39 +168,7 @@ BEGIN
           o := NULL;
           x := NULL;
           UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = c.relid RETURNING s.def, s.xmin::text::bigint INTO o, x;
-          PERFORM repstream.ddl_emit((d || jsonb_build_object('tag', 'ALTER TYPE', 'old', o, 'xid', x,
-            'enum', jsonb_build_object('schema', r.nspname, 'name', r.typname, 'labels', labels)))::text);
-        END IF;
-      EXCEPTION WHEN OTHERS THEN
-        RAISE WARNING 'repstream: cannot report the change of type % to the targets of table %: %', r.typname, c.relid::regclass, SQLERRM;
-      END;
-    END LOOP;
-  END LOOP;
-  -- ALTER TYPE of a composite (ADD, DROP, RENAME or retype an
-  -- attribute): its attributes as they are now, in a message per
-  -- published table with a column of it (or an array of it). Values of
-  -- it travel as text by position: the target's type must be the
-  -- source's before the next row.
-  FOR r IN SELECT DISTINCT t.oid AS typoid, t.typarray, n.nspname, t.typname, t.typrelid
-             FROM pg_event_trigger_ddl_commands() e
-             JOIN pg_type t ON t.typrelid = e.objid AND e.classid = 'pg_class'::regclass
-             JOIN pg_namespace n ON n.oid = t.typnamespace
-            WHERE t.typtype = 'c' AND e.command_tag = 'ALTER TYPE'
-  LOOP
-    SELECT COALESCE(jsonb_agg(jsonb_build_object('name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]'::jsonb)
-      INTO labels FROM pg_attribute a WHERE a.attrelid = r.typrelid AND a.attnum > 0 AND NOT a.attisdropped;
-    FOR c IN SELECT DISTINCT a.attrelid AS relid FROM pg_attribute a JOIN pg_class k ON k.oid = a.attrelid
-              WHERE a.atttypid IN (r.typoid, r.typarray) AND a.attnum > 0 AND NOT a.attisdropped
-                AND k.relkind IN ('r', 'p') AND k.relpersistence = 'p' AND k.relnamespace <> 'repstream'::regnamespace
-    LOOP
-      BEGIN
-        d := repstream.ddl_def(c.relid);
-        IF jsonb_array_length(d->'pubs') > 0 THEN
-          o := NULL;
-          x := NULL;
-          UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = c.relid RETURNING s.def, s.xmin::text::bigint INTO o, x;
-          PERFORM repstream.ddl_emit((d || jsonb_build_object('tag', 'ALTER TYPE', 'old', o, 'xid', x,
-            'composite', jsonb_build_object('schema', r.nspname, 'name', r.typname, 'attrs', labels)))::text);
+          PERFORM repstream.ddl_emit((d || jsonb_build_object('tag', 'ALTER TYPE', 'old', o, 'xid', x) || change)::text);
         END IF;
       EXCEPTION WHEN OTHERS THEN
         RAISE WARNING 'repstream: cannot report the change of type % to the targets of table %: %', r.typname, c.relid::regclass, SQLERRM;
