@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
 )
 
 // TypeProblems lists, one line each, the columns of target table tt whose
@@ -27,7 +29,7 @@ func TypeProblems(ctx context.Context, src, tgt Querier, st, tt *Table) ([]strin
 	var out []string
 	for _, c := range st.Columns {
 		i := tt.Column(c.Name)
-		if c.Generated || i < 0 || c.TypeOID < FirstNormalOID && tt.Columns[i].TypeOID < FirstNormalOID {
+		if c.Generated || i < 0 || c.TypeOID < change.FirstNormalOID && tt.Columns[i].TypeOID < change.FirstNormalOID {
 			continue
 		}
 		tc := &tt.Columns[i]
@@ -67,10 +69,6 @@ func TypeProblems(ctx context.Context, src, tgt Querier, st, tt *Table) ([]strin
 	}
 	return out, nil
 }
-
-// FirstNormalOID is PostgreSQL's FirstNormalObjectId: types below it are
-// built in.
-const FirstNormalOID = 16384
 
 // domainBase is the type under a domain (through domains over domains),
 // as format_type writes it with its modifier; typ itself for a type that
