@@ -188,14 +188,21 @@ func (w *Writer) textEqColumns(ctx context.Context, tab *schema.Table) (map[stri
 // of the type) whose function a superuser owns: an extension's type
 // (hstore, ltree) has its operators in the extension's schema, which
 // repstream's search_path (pg_catalog, pg_temp) does not search.
+//
+// Only an operator that a superuser owns, whose function a superuser
+// owns, counts; of several, the one in the type's own schema (another
+// role could add an "=" of the type elsewhere, matching other rows).
 const userEqualityQuery = `
-SELECT a.attname::text, pg_catalog.quote_ident(n.nspname::text)
+SELECT DISTINCT ON (a.attnum) a.attname::text, pg_catalog.quote_ident(n.nspname::text)
 FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 JOIN pg_catalog.pg_operator o ON o.oprname = '=' AND o.oprleft = a.atttypid AND o.oprright = a.atttypid
 JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
 JOIN pg_catalog.pg_proc f ON f.oid = o.oprcode
 JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
-WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384 AND r.rolsuper`
+JOIN pg_catalog.pg_roles ro ON ro.oid = o.oprowner
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid >= 16384 AND r.rolsuper AND ro.rolsuper
+ORDER BY a.attnum, o.oprnamespace = t.typnamespace DESC, o.oid`
 
 // userEqualities makes p match the columns of a user-defined type by the
 // type's own "=" operator, named with its schema (userEqualityQuery). A
