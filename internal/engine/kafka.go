@@ -536,6 +536,13 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	if prog.Snapshot != target.SnapshotDone {
+		// From here this target's start is committed, as a run's is once
+		// its slot exists (install.Undo): a copy stopped or failed halfway
+		// keeps what it did, and the next start finishes it.
+		if err := target.InitProgress(ctx, tgt, cfg.Slot, 0, target.SnapshotRunning, false); err != nil {
+			return err
+		}
+		firstStart = false
 		startAt := func(ctx context.Context, restart change.LSN) int64 {
 			o, err := kafkalog.CopyStart(ctx, adm, brokers, topic, restart, topicStart)
 			if err != nil {
@@ -547,7 +554,6 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		if prog, err = e.copyForKafka(ctx, src, tgt, tables, topicStart, startAt); err != nil {
 			return err
 		}
-		firstStart = false // the copy is recorded: a later failure keeps it
 	}
 	if err := e.beforeStreaming(ctx, src, tgt, tables, prog.Low); err != nil {
 		return err
@@ -630,9 +636,6 @@ func slotRestart(ctx context.Context, src *pgx.Conn, slot string) change.LSN {
 func (e *Engine) copyForKafka(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, topicStart int64,
 	startAt func(context.Context, change.LSN) int64) (target.Progress, error) {
 	cfg := e.cfg
-	if err := target.InitProgress(ctx, tgt, cfg.Slot, 0, target.SnapshotRunning, false); err != nil {
-		return target.Progress{}, err
-	}
 	// Before any offset is recorded: the topic they are offsets of.
 	if err := target.SetKafkaTopic(ctx, tgt, cfg.Slot, e.topicID); err != nil {
 		return target.Progress{}, err

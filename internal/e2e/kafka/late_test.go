@@ -110,9 +110,10 @@ func TestKafkaLateTarget(t *testing.T) {
 		t.Errorf("the late target reads the topic from its start, not from where its copy's transactions begin: %s", done)
 	}
 
-	// A third target's copy, stopped (kill -9) once it began and finished
-	// by its next start: that start reads the topic from the offset the
-	// first one recorded before it copied, not from the topic's start.
+	// A third target's copy, stopped (SIGTERM) once it began and finished
+	// by its next start: the stop keeps what the copy did (as a kill -9
+	// would), and that start reads the topic from the offset the first one
+	// recorded before it copied, not from the topic's start.
 	dbC, tgtC := e.newTarget()
 	if _, err := tgtC.Exec(ctx, `CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
 		CREATE TABLE ledger (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
@@ -138,9 +139,16 @@ func TestKafkaLateTarget(t *testing.T) {
 		err = tgtC.QueryRow(ctx, `SELECT count(*) FROM repstream.tables`).Scan(&n)
 		return n > 0, err
 	})
-	apC.kill()
+	apC.stop()
 	if _, err := lock.Exec(ctx, `COMMIT`); err != nil {
 		t.Fatal(err)
+	}
+	var kept int
+	if err := tgtC.QueryRow(ctx, `SELECT count(*) FROM repstream.tables WHERE slot = $1`, e.slot).Scan(&kept); err != nil {
+		t.Fatalf("after apply C's stop during its copy: %v", err)
+	}
+	if kept == 0 {
+		t.Errorf("apply C's stop during its first copy removed this target's state: the next start copies every table again\n%s", apC.out.tail(20))
 	}
 	apC = e.startApply("apply C (copy finished)", dbC)
 	pgtest.WaitFor(t, "apply C's initial copy", 60*time.Second, func() (bool, error) {
