@@ -83,6 +83,10 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 		if err := e.sync.FollowIdents(ctx, tgt, e.tables, syncs, idents); err != nil {
 			return err
 		}
+		// Nor of a table whose enum or composite type was altered.
+		if err := e.sync.FollowTypes(ctx, src, tgt, e.tables, syncs, published); err != nil {
+			return err
+		}
 	}
 	if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
 		return err

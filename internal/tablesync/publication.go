@@ -50,6 +50,9 @@ import (
 //     (followIdent); the writer sees a table made again too, at its first
 //     change (with the trigger, a ready table recorded without an identity
 //     gets one, for the writer's look);
+//   - without the trigger, an enum or composite type a recorded table holds
+//     altered on the source (followTypes): the run stops, the table
+//     recorded pending;
 //   - a publication changed to leave out inserts, updates, deletes or
 //     truncates (ALTER PUBLICATION ... SET (publish = ...)): the run stops,
 //     as a start would refuse it (install.CheckPublishes), and every
@@ -66,6 +69,7 @@ type publicationPoll struct {
 	last   time.Time
 	out    map[schema.TableName]change.LSN // recorded, seen out of the publication at this source position
 	unseen map[schema.TableName]change.LSN // with the event trigger: published, not recorded, first seen at this source position
+	types  typeDefs                        // without it: the source's enums and composites at the poll before (nil: none yet; followTypes)
 }
 
 // pendUnseen is the poll's look, with the event trigger, at the
@@ -149,6 +153,11 @@ func (ts *Syncer) pollPublication(ctx context.Context, tgt *pgx.Conn, pp *public
 	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
+	}
+	if pp.tables {
+		if pp.types, err = ts.followTypes(ctx, src, tgt, filter, syncs, published, pp.types, at); err != nil {
+			return err
+		}
 	}
 	recorded := map[schema.TableName]bool{}
 	for _, sy := range syncs {
