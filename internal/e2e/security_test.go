@@ -786,3 +786,115 @@ CREATE AGGREGATE public.array_agg(text) (SFUNC = public.grab_acc, STYPE = text[]
 		}
 	}
 }
+
+// grabSQL makes function public.name(args) returning retExpr, which makes
+// role a superuser when a superuser runs it.
+func grabSQL(role, name, args, ret, retExpr string) string {
+	return `CREATE FUNCTION public.` + name + `(` + args + `) RETURNS ` + ret + ` LANGUAGE plpgsql AS $f$
+BEGIN
+	IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE ` + role + ` SUPERUSER'; END IF;
+	RETURN ` + retExpr + `;
+END$f$`
+}
+
+// TestTypeOwnerCast: a column of a type another role owns on the target
+// (an enum made there first, which --create-tables took as it was). Its
+// owner may add a cast of it to text at any time: an IMPLICIT one makes
+// a key's match "m = $1" resolve to text = text through the role's
+// function (search_path or not), and a FULL identity's match casts every
+// column to text; a superuser target role ran it, and the role became a
+// superuser. Only domains' owners were refused before. Now a column of a
+// type such a role owns is refused, and so is one whose type has a cast,
+// to or from it, calling a function such a role owns; once both are a
+// superuser's, the run goes on.
+func TestTypeOwnerCast(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TYPE mood AS ENUM ('a', 'b');
+		CREATE TABLE kk (id int, m mood, v text, PRIMARY KEY (id, m)); INSERT INTO kk VALUES (1, 'a', 'x'), (2, 'b', 'y');
+		CREATE TABLE ft (id int, m mood); ALTER TABLE ft REPLICA IDENTITY FULL; INSERT INTO ft VALUES (1, 'a'), (2, 'b')`)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), `CREATE TYPE public.mood AS ENUM ('a', 'b'); `+grabSQL(role, "m2t", "public.mood", "text", "format('%s', $1)")+`;
+		CREATE CAST (public.mood AS text) WITH FUNCTION public.m2t(public.mood) AS IMPLICIT`); err != nil {
+		t.Fatal(err)
+	}
+	var me string
+	if err := e.Tgt.QueryRow(t.Context(), "SELECT current_user::text").Scan(&me); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config("public.kk", "public.ft")
+	cfg.CreateTables = true
+	e.mustFail(cfg, "column m of public.kk is of enum public.mood, owned by "+role, "--trust-table-owners")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through its cast", role)
+	}
+	// A superuser's type with the role's cast still.
+	e.tgtExec(`ALTER TYPE public.mood OWNER TO ` + me)
+	e.mustFail(cfg, "column m of public.kk has a cast (public.mood AS text): public.m2t(public.mood), owned by "+role)
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through its cast", role)
+	}
+	e.tgtExec(`DROP CAST (public.mood AS text)`)
+	e.catchUp(cfg)
+	e.srcExec(`UPDATE kk SET v = 'z' WHERE id = 1; UPDATE ft SET id = 10 WHERE id = 1; DELETE FROM ft WHERE id = 2`)
+	e.catchUp(cfg)
+	e.assertSame("kk", "id")
+	e.assertSame("ft", "id")
+
+	// A schema change adding a column of a type the role owns: refused
+	// before the ALTER runs.
+	if _, err := conn.Exec(t.Context(), `CREATE TYPE public.feel AS ENUM ('x')`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`CREATE TYPE feel AS ENUM ('x'); ALTER TABLE kk ADD COLUMN f feel; UPDATE kk SET f = 'x'`)
+	if _, err := e.tryCatchUp(cfg); err == nil || !strings.Contains(err.Error(), "enum public.feel is owned by "+role) {
+		t.Errorf("a column of the role's type added by a schema change: %v", err)
+	}
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through its cast", role)
+	}
+}
+
+// TestStandardConformingStringsOff: the target database's owner set
+// standard_conforming_strings off for every session there (ALTER
+// DATABASE ... SET, which a database's owner may). repstream wrote the
+// value an ADD COLUMN gave the source's rows as a literal that doubled
+// quotes but not backslashes, and sent it with the simple protocol: a
+// default the source table's owner chose ended the literal early and ran
+// the rest as SQL, as the superuser target role. repstream's sessions
+// now pin the setting on, and literals are written E'...' when they hold
+// a backslash.
+func TestStandardConformingStringsOff(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	ctx := t.Context()
+	_, sconn := e.hostileRole("source")
+	trole, tconn := e.hostileRole("target")
+	if _, err := sconn.Exec(ctx, `CREATE TABLE public.ot (id int PRIMARY KEY, v text); INSERT INTO public.ot VALUES (1, 'a')`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`CREATE PUBLICATION pub_scs FOR TABLE public.ot`)
+	cfg := e.config()
+	cfg.Publication = "pub_scs"
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.tgtExec(`ALTER DATABASE ` + e.tgtDB + ` OWNER TO ` + trole)
+	if _, err := tconn.Exec(ctx, `ALTER DATABASE `+e.tgtDB+` SET standard_conforming_strings = off`); err != nil {
+		t.Fatal(err)
+	}
+	payload := `\'; ALTER ROLE ` + trole + ` SUPERUSER; COMMIT; BEGIN; --`
+	if _, err := sconn.Exec(ctx, `ALTER TABLE public.ot ADD COLUMN x text DEFAULT `+schemaLiteral(payload)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sconn.Exec(ctx, `INSERT INTO public.ot (id, v) VALUES (2, 'b\c')`); err != nil {
+		t.Fatal(err)
+	}
+	e.catchUp(cfg)
+	if superuser(t, e.Tgt, trole) {
+		t.Fatalf("%s became a superuser through a literal read with standard_conforming_strings off", trole)
+	}
+	e.assertSame("ot", "id")
+}
+
+// schemaLiteral is s as a standard SQL literal (quotes doubled).
+func schemaLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

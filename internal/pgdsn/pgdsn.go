@@ -88,6 +88,12 @@ func SetValueFormat(rp map[string]string) {
 	// searched there (TestSearchPathHijack). A DSN's search_path is
 	// overridden.
 	rp["search_path"] = SafeSearchPath
+	// Literals repstream writes into its statements (a column's default,
+	// an enum label) would end early at a backslash with this off, as a
+	// database's owner may set it for every session there
+	// (TestStandardConformingStringsOff); schema.QuoteLiteral is safe
+	// either way, this keeps every other literal so too.
+	rp["standard_conforming_strings"] = "on"
 	// repstream's catalog queries (recursive over pg_depend, pg_type and
 	// pg_inherits) are cheap but estimated dear, above jit_above_cost:
 	// compiling one took 150 ms on an idle server and over 500 ms on a

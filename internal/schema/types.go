@@ -355,5 +355,17 @@ func LoadType(ctx context.Context, q Querier, schema, name string) (*UserType, e
 	return nil, nil
 }
 
-// QuoteLiteral is s as an SQL string literal (standard_conforming_strings).
-func QuoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// QuoteLiteral is s as an SQL string literal that reads the same whatever
+// the session's standard_conforming_strings (as PostgreSQL's
+// quote_literal writes it): a string with a backslash is written E'...'
+// with the backslashes doubled. With the setting off (a database's or a
+// role's, which their owner may set), a backslash before a quote would
+// end the literal early and the rest of s would be SQL: repstream's sessions pin it on too
+// (pgdsn.SetValueFormat).
+func QuoteLiteral(s string) string {
+	q := strings.ReplaceAll(s, "'", "''")
+	if strings.Contains(s, `\`) {
+		return "E'" + strings.ReplaceAll(q, `\`, `\\`) + "'"
+	}
+	return "'" + q + "'"
+}

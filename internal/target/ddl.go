@@ -489,8 +489,13 @@ WITH RECURSIVE d AS (
 	SELECT x.next FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid
 	` + typeTreeSQL + `
 )
-SELECT DISTINCT 'domain ' || y.oid::regtype::text || ' is owned by ' || quote_ident(r.rolname)
-FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid AND y.typtype = 'd' JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
+SELECT DISTINCT ` + typeKindSQL + ` || ' ' || y.oid::regtype::text || ' is owned by ' || quote_ident(r.rolname)
+FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
+WHERE NOT r.rolsuper
+UNION ALL
+SELECT DISTINCT 'cast (' || k.castsource::regtype::text || ' AS ' || k.casttarget::regtype::text || ') calls ' || p.oid::regprocedure::text || ', owned by ' || quote_ident(r.rolname)
+FROM d JOIN pg_catalog.pg_cast k ON (k.castsource = d.oid OR k.casttarget = d.oid) AND d.oid >= 16384
+JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
 WHERE NOT r.rolsuper
 UNION ALL
 SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)

@@ -65,12 +65,18 @@ const typeTreeSQL = `CROSS JOIN LATERAL (
 		WHERE y.typtype = 'c' AND ca.attrelid = y.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped
 	) AS x(next)`
 
+// typeKindSQL names the kind of the pg_type row y: "domain", "enum", ...
+const typeKindSQL = `CASE y.typtype WHEN 'd' THEN 'domain' WHEN 'e' THEN 'enum' WHEN 'c' THEN 'composite type' WHEN 'r' THEN 'range type' WHEN 'm' THEN 'multirange type' ELSE 'type' END`
+
 // untrustedSQL lists, for a superuser session, the tables of $1 (quoted
 // names; existing ones) and their partitions at every level (a row
 // written to a partitioned table runs its leaf's code too) owned by a
 // role that is not a superuser, with a
-// column whose type is, or holds (typeTreeSQL), a domain such a role owns
-// (it may add a constraint calling its code at any time), or whose
+// column whose type is, or holds (typeTreeSQL), a type such a role owns
+// (it may add a constraint to a domain, or a cast of its type to text,
+// that calls its code at any time: an implicit cast makes a key's "m = $1"
+// text = text through it, and a FULL identity's match casts to text), or
+// a cast from or to such a type whose function such a role owns, or whose
 // objects that run when it is written (its own, and those of the types
 // its columns hold) name a function (or an operator whose function) such
 // a role owns: the table or partition, what runs, the function and its owner.
@@ -108,10 +114,15 @@ WITH RECURSIVE t AS (
 	SELECT t.oid AS rel, 'the table' AS what, '' AS fn, quote_ident(r.rolname) AS owner
 	FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
 	UNION ALL
-	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), 'domain ' || y.oid::regtype::text, quote_ident(r.rolname)
+	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), ` + typeKindSQL + ` || ' ' || y.oid::regtype::text, quote_ident(r.rolname)
 	FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
 	JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
-	WHERE y.typtype = 'd' AND NOT r.rolsuper
+	WHERE NOT r.rolsuper
+	UNION ALL
+	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), 'cast (' || k.castsource::regtype::text || ' AS ' || k.casttarget::regtype::text || '): ' || p.oid::regprocedure::text, quote_ident(r.rolname)
+	FROM types JOIN pg_catalog.pg_cast k ON (k.castsource = types.oid OR k.casttarget = types.oid) AND types.oid >= 16384
+	JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+	WHERE NOT r.rolsuper
 	UNION ALL
 	SELECT DISTINCT o.rel, o.what, f.fn, quote_ident(r.rolname)
 	FROM objs o
@@ -156,9 +167,13 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), me))
 			continue
 		}
-		if strings.HasPrefix(fn, "domain ") {
-			// Its owner may add a constraint that calls its code.
+		if ownedType(fn) {
+			// Its owner may add a constraint or a cast that calls its code.
 			found = append(found, fmt.Sprintf("%s of %s is of %s, owned by %s", what, t, fn, owner))
+			continue
+		}
+		if strings.HasPrefix(fn, "cast (") {
+			found = append(found, fmt.Sprintf("%s of %s has a %s, owned by %s", what, t, fn, owner))
 			continue
 		}
 		found = append(found, fmt.Sprintf("%s of %s calls %s, owned by %s", what, t, fn, owner))
@@ -189,4 +204,15 @@ func (w *Writer) checkOwner(ctx context.Context, tn schema.TableName) error {
 	}
 	w.ownerChecked[tn] = true
 	return nil
+}
+
+// ownedType: fn, as untrustedSQL names what runs, is a type its owner
+// controls (typeKindSQL's words), not a function.
+func ownedType(fn string) bool {
+	for _, k := range []string{"domain ", "enum ", "composite type ", "range type ", "multirange type ", "type "} {
+		if strings.HasPrefix(fn, k) {
+			return true
+		}
+	}
+	return false
 }
