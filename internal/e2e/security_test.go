@@ -898,3 +898,32 @@ func TestStandardConformingStringsOff(t *testing.T) {
 
 // schemaLiteral is s as a standard SQL literal (quotes doubled).
 func schemaLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// TestSequenceViewTrap: `sequences sync` read the target's sequence by
+// its name, whatever the name was there: a role that may create in the
+// sequence's schema made a view of that name where the target lacked the
+// sequence, and the read ran the view's function as the superuser target
+// role, which made the role a superuser (an IMMUTABLE one would run while
+// the read is planned). Now only a sequence is read (its catalog rows looked at, and
+// locked, in the read's transaction): a view of its name is an error
+// naming it.
+func TestSequenceViewTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE sv (id serial PRIMARY KEY, v text); INSERT INTO sv (v) SELECT 'v' FROM generate_series(1, 5)`)
+	e.tgtExec(`CREATE TABLE sv (id int PRIMARY KEY, v text)`)
+	cfg := e.config("public.sv")
+	e.catchUp(cfg)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), grabSQL(role, "grab", "", "bigint", "5")+`;
+		CREATE VIEW public.sv_id_seq AS SELECT public.grab() AS last_value, true AS is_called`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := engine.SyncSequences(t.Context(), cfg, testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), "public.sv_id_seq is not a sequence") {
+		t.Errorf("sequences sync with a view in the place of a sequence: %v", err)
+	}
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a view named as a sequence", role)
+	}
+}

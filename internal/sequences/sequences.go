@@ -107,10 +107,47 @@ func Used(ctx context.Context, src schema.Querier, tables []schema.TableName) ([
 var ErrMissing = errors.New("sequence missing on the target")
 
 // read returns a sequence's position and increment.
+//
+// Only a sequence is read: a view of that name (made where the sequence
+// is missing, or in its place) would run what it calls as repstream's
+// role, a superuser's often, even an IMMUTABLE function while the read
+// is planned. So its catalog rows are read first, in the transaction of
+// the read, and locked FOR SHARE (when the role may: a superuser's), so
+// that neither it nor its schema can be dropped or renamed before the
+// read names it.
 func read(ctx context.Context, q schema.Querier, seq schema.TableName) (Position, int64, error) {
 	var p Position
 	var inc int64
-	err := q.QueryRow(ctx, `SELECT s.last_value, s.is_called, p.seqincrement FROM `+seq.Quoted()+` s, pg_catalog.pg_sequence p
+	if b, ok := q.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}); ok {
+		tx, err := b.Begin(ctx)
+		if err != nil {
+			return p, 0, err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		q = tx
+	}
+	var super bool
+	if err := q.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
+		return p, 0, err
+	}
+	lock := ""
+	if super {
+		lock = " FOR SHARE OF c, n"
+	}
+	var kind string
+	err := q.QueryRow(ctx, `SELECT c.relkind::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = pg_catalog.to_regclass($1)`+lock, seq.Quoted()).Scan(&kind)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return p, 0, fmt.Errorf("%s does not exist", seq)
+	case err != nil:
+		return p, 0, err
+	case kind != "S":
+		return p, 0, fmt.Errorf("%s is not a sequence there (relkind %s): it is not read, since reading it would run what it calls", seq, kind)
+	}
+	err = q.QueryRow(ctx, `SELECT s.last_value, s.is_called, p.seqincrement FROM `+seq.Quoted()+` s, pg_catalog.pg_sequence p
 		WHERE p.seqrelid = $1::regclass`, seq.Quoted()).Scan(&p.LastValue, &p.IsCalled, &inc)
 	return p, inc, err
 }
