@@ -364,6 +364,26 @@ func TestDDLTriggersOffWhileStopped(t *testing.T) {
 	e.waitSlotReleased(cfg.Slot)
 	e.catchUp(cfg)
 	e.assertSame("m", "id, at")
+
+	// The leaf's owner drops repstream's TRUNCATE trigger and makes one of
+	// its own under that name (before, nothing looked at a trigger gone,
+	// and the TRUNCATE never reached the target).
+	done, cancel = e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`CREATE FUNCTION own_truncate() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+		DROP TRIGGER repstream_truncate ON m_2025;
+		CREATE TRIGGER repstream_truncate AFTER TRUNCATE ON m_2025 FOR EACH STATEMENT EXECUTE FUNCTION own_truncate();
+		TRUNCATE m_2025`)
+	stopsWith(t, done, "a TRUNCATE trigger of the leaf's own under repstream's name", "partition public.m_2025 has no TRUNCATE trigger of repstream's",
+		"its trigger repstream_truncate calls public.own_truncate()", "recorded for a new copy")
+	e.waitSlotReleased(cfg.Slot)
+	e.srcExec(`ALTER TRIGGER repstream_truncate ON m_2025 RENAME TO own_truncate`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
+	e.srcExec(`TRUNCATE m_2025`)
+	e.catchUp(cfg)
+	e.assertSame("m", "id, at")
 }
 
 // TestDDLTriggersFirstUse: a replication that followed schema changes

@@ -769,5 +769,45 @@ ORDER BY 1`)
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("look at the schema-change triggers: %w", err)
 	}
+	gone, err := truncateTriggersGone(ctx, src)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(gone) > 0 {
+		off, missing = append(off, gone...), false
+	}
 	return off, missing && len(off) > 0, nil
+}
+
+// truncateTriggersGone lists the leaf partitions of published partitioned
+// tables (those repstream.partition_state knows) that have no TRUNCATE
+// trigger calling repstream.ddl_truncate(): the leaf's owner dropped
+// repstream_truncate, or made a trigger of another function under that
+// name before repstream came to it (which then passed over the leaf). A
+// TRUNCATE of that leaf would not reach the targets.
+func truncateTriggersGone(ctx context.Context, src *pgx.Conn) ([]string, error) {
+	var installed bool
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.to_regclass('repstream.partition_state') IS NOT NULL
+		AND pg_catalog.to_regprocedure('repstream.ddl_truncate()') IS NOT NULL`).Scan(&installed); err != nil || !installed {
+		return nil, err
+	}
+	rows, err := src.Query(ctx, `SELECT 'partition ' || c.oid::regclass::text || ' has no TRUNCATE trigger of repstream''s ('
+	|| coalesce('its trigger repstream_truncate calls ' || (SELECT g.tgfoid::regprocedure::text FROM pg_catalog.pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'repstream_truncate')
+	            || ': rename that trigger, and the next start makes repstream''s', 'repstream_truncate was dropped')
+	|| '): a TRUNCATE of it would not reach the target'
+FROM repstream.partition_state s JOIN pg_catalog.pg_class c ON c.oid = s.relid
+WHERE c.relkind = 'r' AND c.relpersistence = 'p' AND c.relispartition
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = c.oid AND g.tgfoid = 'repstream.ddl_truncate()'::regprocedure)
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt
+              WHERE pg_catalog.to_regclass(pg_catalog.quote_ident(pt.schemaname) || '.' || pg_catalog.quote_ident(pt.tablename)) IN
+                    (SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) a))
+ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("look at the partitions' TRUNCATE triggers: %w", err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("look at the partitions' TRUNCATE triggers: %w", err)
+	}
+	return gone, nil
 }
