@@ -208,10 +208,22 @@ func Default() Config {
 // DefaultParallelism is the number of CPUs, at most 8.
 func DefaultParallelism() int { return min(runtime.NumCPU(), 8) }
 
-// Load reads a YAML file on top of the defaults.
+// Load reads a YAML file on top of the defaults. A file other users may
+// write is refused (as ssh refuses one): any of them could point
+// repstream at a server of theirs, or change what it runs.
 func Load(path string) (Config, error) {
 	c := Default()
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	} else if fi.Mode().Perm()&0o022 != 0 {
+		return c, fmt.Errorf("config %s is writable by other users (mode %04o): any of them could point repstream at another server or change what it does; run chmod go-w %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return c, fmt.Errorf("read config: %w", err)
 	}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -128,5 +130,30 @@ func TestValidateDSNKeys(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("error %q repeats the password", err)
+	}
+}
+
+// TestLoadRefusesWritableByOthers: a config file that other users may
+// write is refused, naming the fix; one only its owner writes is read.
+func TestLoadRefusesWritableByOthers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "repstream.yaml")
+	if err := os.WriteFile(path, []byte("slot: s1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o666, 0o620, 0o602} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), "writable by other users") || !strings.Contains(err.Error(), "chmod go-w "+path) {
+			t.Errorf("mode %04o: %v", mode, err)
+		}
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil || c.Slot != "s1" {
+		t.Errorf("mode 0644: %v (slot %q)", err, c.Slot)
 	}
 }
