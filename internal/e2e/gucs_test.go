@@ -56,3 +56,52 @@ func TestSourceOutputSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetInputSettings: settings of the target database that change
+// how text is read back (a database's owner may set them for every
+// session there) change no value: array_nulls off read an array's NULL
+// element as the string "NULL" (text values: the copy, inserts, updates),
+// xmloption document refused an XML fragment, standard_conforming_strings
+// off read the backslashes of a default repstream wrote (its ADD COLUMN's
+// value for the existing rows, the column's default) as escapes; with
+// DateStyle, IntervalStyle and TimeZone of their own too.
+func TestTargetInputSettings(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, binary := range []bool{false, true} {
+		t.Run(fmt.Sprintf("binary=%v", binary), func(t *testing.T) {
+			e := newEnv(t)
+			for _, s := range []string{`array_nulls = off`, `xmloption = document`, `standard_conforming_strings = off`,
+				`datestyle = 'SQL, DMY'`, `intervalstyle = 'sql_standard'`, `timezone = 'Pacific/Kiritimati'`} {
+				e.tgtExec(fmt.Sprintf(`ALTER DATABASE %s SET %s`, e.tgtDB, s))
+			}
+			e.srcExec(`CREATE TABLE a (id int PRIMARY KEY, ta text[], x xml, d date, iv interval, s text DEFAULT 'c:\temp')`)
+			ins := func(base int) {
+				e.srcExec(fmt.Sprintf(`INSERT INTO a (id, ta, x, d, iv) VALUES (%[1]d + 1, '{NULL,"NULL",a}', 'frag<a/>text', '2024-02-03', '-1 day 02:00'),
+					(%[1]d + 2, ARRAY[NULL, 'x\y'], NULL, '2024-12-01', '3 mons -4 days')`, base))
+			}
+			ins(0)
+			cfg := e.config("public.a")
+			cfg.Binary = binary
+			cfg.CreateTables = true
+			e.catchUp(cfg)
+			ins(100)
+			e.srcExec(`UPDATE a SET ta = ARRAY['z', NULL] WHERE id = 1`)
+			e.srcExec(`ALTER TABLE a ADD COLUMN s2 text DEFAULT 'c:\new\table'`)
+			ins(200)
+			e.catchUp(cfg)
+			e.assertSame("a", "id")
+			e.srcExec(`INSERT INTO a (id) VALUES (1000)`)
+			e.tgtExec(`INSERT INTO a (id) VALUES (1000)`)
+			var sv, tv string
+			if err := e.Src.QueryRow(t.Context(), `SELECT s || '|' || s2 FROM a WHERE id = 1000`).Scan(&sv); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Tgt.QueryRow(t.Context(), `SELECT s || '|' || s2 FROM a WHERE id = 1000`).Scan(&tv); err != nil {
+				t.Fatal(err)
+			}
+			if sv != tv {
+				t.Errorf("the target's defaults give %q, the source's %q", tv, sv)
+			}
+		})
+	}
+}

@@ -51,7 +51,7 @@ var serverParams = []string{
 	"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
 	"idle_session_timeout", "work_mem", "maintenance_work_mem", "temp_buffers",
 	"synchronous_commit", "role", "default_transaction_isolation",
-	"default_transaction_read_only", "standard_conforming_strings", "bytea_output",
+	"default_transaction_read_only", "standard_conforming_strings", "bytea_output", "array_nulls", "xmloption",
 	"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
 	"jit", "log_min_duration_statement", "log_statement", "wal_sender_timeout",
 	"logical_decoding_work_mem", "lc_messages", "lc_monetary", "lc_numeric", "lc_time",

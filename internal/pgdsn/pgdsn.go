@@ -94,6 +94,13 @@ func SetValueFormat(rp map[string]string) {
 	// (TestStandardConformingStringsOff); schema.QuoteLiteral is safe
 	// either way, this keeps every other literal so too.
 	rp["standard_conforming_strings"] = "on"
+	// And how text is read back: with array_nulls off an array's NULL
+	// element is read as the string "NULL"; with xmloption document an
+	// XML fragment (content, which the source took) is refused. A
+	// database's owner may set either for every session there
+	// (TestTargetInputSettings).
+	rp["array_nulls"] = "on"
+	rp["xmloption"] = "content"
 	// repstream's catalog queries (recursive over pg_depend, pg_type and
 	// pg_inherits) are cheap but estimated dear, above jit_above_cost:
 	// compiling one took 150 ms on an idle server and over 500 ms on a
