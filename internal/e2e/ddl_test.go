@@ -556,7 +556,8 @@ func TestDDLVolatileDefaultCopied(t *testing.T) {
 // TestGeneratedSourcePlainTarget: a column generated on the source has no
 // values in the stream or the copy; a plain column of its name on the
 // target held NULL where the source computes values, and the run said it
-// had caught up. Now the start refuses it, naming the column and the fix.
+// had caught up. Now the start refuses it, naming the column and the fix;
+// and a column plain on the source but generated on the target too.
 func TestGeneratedSourcePlainTarget(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -569,6 +570,20 @@ func TestGeneratedSourcePlainTarget(t *testing.T) {
 	e.srcExec(`INSERT INTO q VALUES (11, 11)`)
 	e.catchUp(cfg)
 	e.assertSame("q", "id")
+
+	// The other way round: plain on the source, generated on the target.
+	// The writes left the column out, and the target computed its own
+	// values where the source's differ (native replication refuses it).
+	e.srcExec(`CREATE TABLE r (id int PRIMARY KEY, a int, b int); INSERT INTO r VALUES (1, 1, 100)`)
+	e.tgtExec(`CREATE TABLE r (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED)`)
+	cfgR := e.config("public.r")
+	cfgR.Slot = cfg.Slot + "_r"
+	e.mustFail(cfgR, `column "b" is generated on the target, but not on the source`, `ALTER COLUMN "b" DROP EXPRESSION`)
+	e.tgtExec(`ALTER TABLE r ALTER COLUMN b DROP EXPRESSION`)
+	e.catchUp(cfgR)
+	e.srcExec(`INSERT INTO r VALUES (2, 2, 200)`)
+	e.catchUp(cfgR)
+	e.assertSame("r", "id")
 }
 
 // TestDDLGenerationExpression: a generated column's expression changed

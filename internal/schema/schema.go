@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/change"
 )
 
 // ErrTableNotFound is wrapped by LoadTable when the table does not exist (or
@@ -235,7 +237,8 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFoun
 // column whose target type would change values without an error (see
 // SilentConversion) or that is of another kind (type category) than the
 // source's — a text column takes any value —, a column generated on the
-// source but plain on the target (its values never travel), and a target
+// source but plain on the target (its values never travel) or the other
+// way round (the source's values would be dropped), and a target
 // NOT NULL column the source does not fill (no default, not generated, not
 // an identity column). Nil when there is nothing. Other differences within a kind
 // (varchar(10) for text, int for bigint) are left to the target: a value it
@@ -258,6 +261,12 @@ func Incompatible(source, target *Table) []string {
 			continue
 		}
 		tc := &target.Columns[i]
+		if tc.Generated {
+			// The writes leave it out: the target computes its own.
+			out = append(out, fmt.Sprintf("column %q is generated on the target, but not on the source: the source's values would be dropped and the target's computed instead "+
+				"(make it a plain column on the target: ALTER TABLE ... ALTER COLUMN %s DROP EXPRESSION)", c.Name, change.QuoteIdent(c.Name)))
+			continue
+		}
 		why := SilentConversion(c.Type, tc.Type)
 		if why == "" && c.Category != tc.Category && tc.Category != 'S' && c.Category != 0 && tc.Category != 0 {
 			why = "a different kind of type (only a text column takes any value)"
