@@ -36,6 +36,9 @@ func SilentConversion(from, to string) string {
 			return "the target assumes its session's time zone"
 		}
 	}
+	if f.name == "date" && t.name == "timestamp with time zone" {
+		return "the target assumes its session's time zone for the date's midnight"
+	}
 	if strings.HasPrefix(f.name, "timestamp ") && (t.name == "date" || strings.HasPrefix(t.name, "time ")) {
 		if t.name == "date" {
 			return "the time of day is dropped"
@@ -58,10 +61,18 @@ func SilentConversion(from, to string) string {
 		return "digits beyond the target's precision are rounded away"
 	}
 	fractional := f.name == "numeric" || f.name == "real" || f.name == "double precision"
-	if t.name == "numeric" && fractional && from != to {
-		fs, ts := f.numericScale(), t.numericScale()
-		if ts >= 0 && (fs < 0 || ts < fs) {
-			return "digits beyond the target's scale are rounded away"
+	integral := f.name == "smallint" || f.name == "integer" || f.name == "bigint"
+	if t.name == "numeric" && (fractional || integral) && from != to {
+		// A scale may be negative (PostgreSQL 15+: numeric(10,-2) rounds
+		// to hundreds), which rounds integers too.
+		if ts, bounded := t.numericScale(); bounded {
+			fs, fbounded := 0, integral
+			if f.name == "numeric" {
+				fs, fbounded = f.numericScale()
+			}
+			if !fbounded || ts < fs {
+				return "digits beyond the target's scale are rounded away"
+			}
 		}
 	}
 	if t.name == "money" && fractional {
@@ -69,6 +80,18 @@ func SilentConversion(from, to string) string {
 	}
 	if t.name == "character" && t.mods != "" && (f.name == "text" || f.name == "character varying") {
 		return "trailing spaces are not kept (character(n) pads values with spaces, and ignores them)"
+	}
+	stringy := f.name == "text" || f.name == "character varying" || f.name == "character"
+	if t.name == "name" && stringy {
+		return "values longer than 63 bytes are cut (name holds 63, and cuts without an error)"
+	}
+	if t.name == "character varying" && t.mods != "" && (f.name == "text" || f.name == "character varying") {
+		tn, _ := strconv.Atoi(t.mods)
+		if fn, err := strconv.Atoi(f.mods); err != nil || fn > tn {
+			// A longer value is refused, unless what passes the length
+			// is spaces.
+			return "trailing spaces beyond the target's length are cut (character varying(n) drops them without an error)"
+		}
 	}
 	if f.name == "json" && t.name == "jsonb" {
 		return "jsonb keeps neither the text's form (spaces, key order) nor a repeated key's earlier values"
@@ -153,19 +176,19 @@ func (p typeParts) intervalLowest() (int, bool) {
 	return 0, false
 }
 
-// numericScale is the scale of "numeric(p,s)" (0 for "numeric(p)"), or -1
-// for unconstrained numeric.
-func (p typeParts) numericScale() int {
+// numericScale is the scale of "numeric(p,s)" (0 for "numeric(p)"; it
+// may be negative), bounded false for an unconstrained numeric.
+func (p typeParts) numericScale() (scale int, bounded bool) {
 	if p.mods == "" {
-		return -1
+		return 0, false
 	}
-	_, scale, ok := strings.Cut(p.mods, ",")
+	_, sc, ok := strings.Cut(p.mods, ",")
 	if !ok {
-		return 0
+		return 0, true
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(scale))
+	n, err := strconv.Atoi(strings.TrimSpace(sc))
 	if err != nil {
-		return -1
+		return 0, false
 	}
-	return n
+	return n, true
 }
