@@ -599,3 +599,55 @@ func TestResumeInitialCopyAfterTableRename(t *testing.T) {
 		t.Errorf("no warning names the part-copied b_big the source no longer publishes:\n%s", logs.tail(30))
 	}
 }
+
+// TestTablesAddWhileTransactionOpen: the copy of an added table takes a
+// temporary slot, which waits for every transaction open on the source
+// (one that wrote, anywhere in the cluster) before it has a snapshot;
+// apply was paused while it waited, so a session left idle in a
+// transaction held every table's replication up, with nothing logged.
+// Now the copy waits for such transactions before apply pauses: the
+// other tables' changes go on reaching the target, and the wait is
+// logged; once the transaction ends, the table is copied.
+func TestTablesAddWhileTransactionOpen(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	ctx := t.Context()
+	e.both(`CREATE TABLE t1 (id int PRIMARY KEY); CREATE TABLE t2 (id int PRIMARY KEY); CREATE TABLE other (id int PRIMARY KEY)`)
+	e.srcExec(`INSERT INTO t2 SELECT generate_series(1, 100)`)
+	cfg := e.config("public.t1")
+	e.catchUp(cfg)
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	open, err := pgx.Connect(ctx, e.src.DSN(e.srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close(context.Background())
+	if _, err := open.Exec(ctx, `BEGIN; INSERT INTO other VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tablesync.AddTables(ctx, cfg, tablesync.AddOptions{Tables: []string{"public.t2"}}, testLogger(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the engine's watch has taken the table up
+	e.srcExec(`INSERT INTO t1 SELECT generate_series(1, 5)`)
+	waitFor(t, "t1's rows on the target while a transaction is open on the source", 20*time.Second, func() bool {
+		return e.count(e.Tgt, "SELECT count(*) FROM t1") == 5
+	})
+	if _, err := open.Exec(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "t2's copy", 60*time.Second, func() bool {
+		return e.count(e.Tgt, "SELECT count(*) FROM t2") == 100
+	})
+	e.srcExec(`INSERT INTO t2 VALUES (101); INSERT INTO t1 VALUES (6)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	select {
+	case err := <-done:
+		t.Fatalf("the run ended: %v", err)
+	default:
+	}
+	e.assertSame("t1", "id")
+	e.assertSame("t2", "id")
+}

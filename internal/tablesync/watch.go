@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,6 +120,9 @@ func (ts *Syncer) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.T
 	if len(todo) == 0 {
 		return nil
 	}
+	if err := ts.waitOpenTransactions(ctx, todo, log); err != nil {
+		return err
+	}
 	if err := pause.Hold(ctx); err != nil {
 		return err
 	}
@@ -136,4 +140,67 @@ func (ts *Syncer) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.T
 	}
 	log.Info("apply resumed after the copy of added tables", "tables", tableList(todo), "paused", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// openWaitLog is how often waitOpenTransactions says what it waits for.
+const openWaitLog = 10 * time.Second
+
+// waitOpenTransactions waits, before apply pauses for the copy of tables,
+// until every transaction open on the source now (one that has written:
+// it has an xid; a prepared one too) has ended. The copy's temporary slot
+// waits for them before it has a snapshot, and apply is paused while it
+// is made: a session left idle in a transaction, or a prepared
+// transaction never committed, held every table's replication up, with
+// nothing said. Waiting for them first, apply goes on meanwhile, and the
+// log names them. (One begun after this look can still hold the slot.)
+func (ts *Syncer) waitOpenTransactions(ctx context.Context, tables []schema.TableName, log *slog.Logger) error {
+	src, err := install.ConnectSource(ctx, ts.cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	var open []string
+	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(x::text), '{}') FROM pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot()) x`).Scan(&open); err != nil {
+		return fmt.Errorf("look up the transactions open on the source: %w", err)
+	}
+	start := time.Now()
+	for next := start.Add(openWaitLog); len(open) > 0; {
+		if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(x::text), '{}') FROM unnest($1::xid8[]) x WHERE pg_catalog.pg_xact_status(x) = 'in progress'`, open).Scan(&open); err != nil {
+			return fmt.Errorf("look up the transactions open on the source: %w", err)
+		}
+		if len(open) == 0 {
+			break
+		}
+		if now := time.Now(); now.After(next) {
+			next = now.Add(openWaitLog)
+			var who string
+			_ = src.QueryRow(ctx, `SELECT coalesce(string_agg(w, '; '), '') FROM (
+	SELECT 'pid ' || a.pid || ' (' || coalesce(a.state, '?') || ' since ' || coalesce(a.xact_start::text, '?') || ', user ' || coalesce(a.usename::text, '?') || ')' AS w
+	FROM pg_catalog.pg_stat_activity a WHERE a.backend_xid::text = ANY ($1::text[])
+	UNION ALL SELECT 'prepared transaction ' || pg_catalog.quote_literal(p.gid) || ' (since ' || p.prepared::text || ')'
+	FROM pg_catalog.pg_prepared_xacts p WHERE p.transaction::text = ANY ($1::text[])) s`, shortXids(open)).Scan(&who)
+			log.Warn("the copy of added tables waits for transactions open on the source to end (its snapshot needs them ended); apply goes on meanwhile",
+				"tables", tableList(tables), "open_transactions", len(open), "which", who, "waited", now.Sub(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// shortXids is each 64-bit xid of xids as its 32-bit form, as
+// pg_stat_activity and pg_prepared_xacts show it.
+func shortXids(xids []string) []string {
+	out := make([]string, 0, len(xids))
+	for _, x := range xids {
+		n, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, strconv.FormatUint(n&0xffffffff, 10))
+	}
+	return out
 }
