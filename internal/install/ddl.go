@@ -506,13 +506,19 @@ const colListsSQL = `COALESCE((SELECT jsonb_object_agg(p.pubname, (SELECT jsonb_
 const pubSchemaSQL = `OR e.classid = 'pg_publication_namespace'::regclass
                                 AND c.relnamespace = (SELECT pn.pnnspid FROM pg_publication_namespace pn WHERE pn.oid = e.objid)`
 
-// registrySQL creates repstream.replications on the source.
+// registrySQL creates repstream.replications on the source. A database
+// that is the target of another replication as well (a cascade: A -> B
+// -> C) has the table already, as the target's registry makes it
+// (target/progress.go: without publication): the columns are added, and
+// its rows name slots of both roles (a source's are slots of this
+// database).
 const registrySQL = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
   slot text PRIMARY KEY,
   publication text NOT NULL DEFAULT '',
   registered_at timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS publication text NOT NULL DEFAULT '';
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS signed_from pg_lsn;`
 
 // dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
@@ -680,7 +686,13 @@ func ReleaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logge
 		if _, err := tx.Exec(ctx, "DELETE FROM repstream.replications WHERE slot = $1", slot); err != nil {
 			return false, nil, fmt.Errorf("unregister slot %q on the source: %w", slot, err)
 		}
-		err = tx.QueryRow(ctx, "SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM repstream.replications").Scan(&kept)
+		// Not the rows of the replications this database is the target of
+		// (a cascade: the target's registry, without a publication; their
+		// slots are another database's): they need no trigger here. A
+		// source's registration names its publication (one of an earlier
+		// version's may not: its slot is this database's).
+		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(g.slot ORDER BY g.slot), '{}') FROM repstream.replications g
+WHERE g.publication <> '' OR g.slot IN (SELECT s.slot_name FROM pg_catalog.pg_replication_slots s WHERE s.database = pg_catalog.current_database())`).Scan(&kept)
 	} else if haveTrigger {
 		// Installed by a version without the registry: any other pgoutput
 		// slot of the database may be a repstream run that needs it.

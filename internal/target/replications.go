@@ -23,7 +23,9 @@ func Replications(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	}
 	q := `SELECT slot FROM repstream.progress`
 	if registry {
-		q += ` UNION SELECT slot FROM repstream.replications`
+		// Not a replication this database is the source of (a cascade:
+		// install/ddl.go registrySQL), which names its publication.
+		q += ` UNION SELECT slot FROM repstream.replications WHERE to_jsonb(replications)->>'publication' IS NULL OR to_jsonb(replications)->>'publication' = ''`
 	}
 	var slots []string
 	if err := conn.QueryRow(ctx, `SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM (`+q+`) s`).Scan(&slots); err != nil {

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/install"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// TestCascadeWithTriggers: A -> B -> C, each following schema changes
+// with the event trigger (the default). B, a target of A -> B, held the
+// target's registry of replications (repstream.replications, without the
+// source's publication column), and B -> C's start failed: column
+// "publication" of relation "replications" does not exist. Now the source
+// adds its columns (as a database that was a source first, then a target,
+// already worked); B's admin commands as a target see A -> B only, and
+// dropping B -> C removes its trigger on B while A -> B goes on.
+func TestCascadeWithTriggers(t *testing.T) {
+	t.Parallel() // own databases and slots; no server restarts
+	ctx := context.Background()
+	a := newEnv(t) // A (the source cluster) -> B (the target cluster)
+	bc := &env{t: t, src: a.tgt, tgt: a.src, srcDB: a.tgtDB, tgtDB: pgtest.NewDB(t, a.src)}
+	var err error
+	if bc.Src, err = pgx.Connect(ctx, bc.src.DSN(bc.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	if bc.Tgt, err = pgx.Connect(ctx, bc.tgt.DSN(bc.tgtDB)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bc.Src.Close(ctx)
+		bc.Tgt.Close(ctx)
+		if c, err := pgx.Connect(ctx, bc.src.DSN(bc.srcDB)); err == nil {
+			_, _ = c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(ctx)
+		}
+	})
+	a.srcExec(`CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'a' FROM generate_series(1, 20) g`)
+	cfgAB := a.config("public.t")
+	cfgAB.CreateTables = true
+	a.catchUp(cfgAB)
+	cfgBC := bc.config("public.t")
+	cfgBC.Slot = "c_" + cfgBC.Slot[:min(len(cfgBC.Slot), 60)]
+	cfgBC.Publication = cfgBC.Slot
+	cfgBC.CreateTables = true
+	bc.catchUp(cfgBC)
+
+	a.srcExec(`INSERT INTO t VALUES (21, 'b'); ALTER TABLE t ADD COLUMN w int DEFAULT 5; INSERT INTO t VALUES (22, 'c', 6); UPDATE t SET v = 'u' WHERE id = 3`)
+	a.catchUp(cfgAB)
+	bc.catchUp(cfgBC)
+	a.assertSame("t", "id")
+	bc.assertSame("t", "id")
+
+	slots, err := target.Replications(ctx, a.Tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(slots, []string{cfgAB.Slot}) {
+		t.Errorf("B's replications as a target: %v, want only %s", slots, cfgAB.Slot)
+	}
+	if err := install.Drop(ctx, cfgBC.Source, cfgBC.Target, cfgBC.Slot, cfgBC.Publication, cfgBC.SpillDir, testLogger(t)); err != nil {
+		t.Fatalf("drop B -> C: %v", err)
+	}
+	if n := a.count(a.Tgt, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'"); n != 0 {
+		t.Errorf("B keeps %d event triggers of repstream after B -> C was dropped", n)
+	}
+	a.srcExec(`INSERT INTO t VALUES (23, 'd', 7)`)
+	a.catchUp(cfgAB)
+	a.assertSame("t", "id")
+}
