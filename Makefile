@@ -93,7 +93,7 @@ integration:
 # make test runs 14 -> 18 and 18 -> 14 besides the installed 15, and 18 -> 18
 # for what needs PostgreSQL 17+ on both sides;
 # make test-versions runs every pair of 14..18 (PAIRS="16:17" for one).
-CI_PAIRS ?= 14:18 18:14 18:18:TestDDLGenerationExpression
+CI_PAIRS ?= 14:18 18:14 18:18:TestDDLGenerationExpression|TestCreateTablesPG18Keys
 PAIRS    ?= all
 versions-ci: build
 	@bash scripts/test-versions.sh "$(CI_PAIRS)"

@@ -89,12 +89,22 @@ func CreateTableSQL(t *Table) string {
 // PRIMARY KEY (a, b) would be another key, and b could not be NULL) and
 // when it is checked (DEFERRABLE ...).
 func primaryKeyClause(t *Table) string {
-	s := "PRIMARY KEY (" + quoteIdents(t.PrimaryKey) + ")"
+	s := "PRIMARY KEY (" + keyColumns(t.PrimaryKey, t.PrimaryKeyPeriod) + ")"
 	if len(t.PrimaryKeyInclude) > 0 {
 		s += " INCLUDE (" + quoteIdents(t.PrimaryKeyInclude) + ")"
 	}
 	if t.PrimaryKeyDeferrable != "" {
 		s += " " + t.PrimaryKeyDeferrable
+	}
+	return s
+}
+
+// keyColumns is a key's columns, the last WITHOUT OVERLAPS for a temporal
+// key (period).
+func keyColumns(names []string, period bool) string {
+	s := quoteIdents(names)
+	if period && len(names) > 0 {
+		s += " WITHOUT OVERLAPS"
 	}
 	return s
 }
@@ -134,7 +144,7 @@ func ReplicaIdentitySQL(t *Table) []string {
 	case change.IdentityNothing:
 		return []string{"ALTER TABLE " + q + " REPLICA IDENTITY NOTHING"}
 	case change.IdentityIndex:
-		if len(t.IdentityKey) == 0 || slices.Equal(t.IdentityKey, t.PrimaryKey) {
+		if len(t.IdentityKey) == 0 || slices.Equal(t.IdentityKey, t.PrimaryKey) && t.IdentityPeriod == t.PrimaryKeyPeriod {
 			return nil
 		}
 		name := t.Name + "_replica_identity"
@@ -144,6 +154,14 @@ func ReplicaIdentitySQL(t *Table) []string {
 		include := ""
 		if len(t.IdentityInclude) > 0 {
 			include = " INCLUDE (" + quoteIdents(t.IdentityInclude) + ")"
+		}
+		if t.IdentityPeriod {
+			// A temporal key is a constraint's: no CREATE INDEX says
+			// WITHOUT OVERLAPS.
+			return []string{
+				"ALTER TABLE " + q + " ADD CONSTRAINT " + change.QuoteIdent(name) + " UNIQUE (" + keyColumns(t.IdentityKey, true) + ")" + include,
+				"ALTER TABLE " + q + " REPLICA IDENTITY USING INDEX " + change.QuoteIdent(name),
+			}
 		}
 		return []string{
 			"CREATE UNIQUE INDEX " + change.QuoteIdent(name) + " ON " + q + " (" + quoteIdents(t.IdentityKey) + ")" + include,

@@ -41,6 +41,10 @@ type Table struct {
 	// IdentityInclude are the INCLUDE columns of the replica identity
 	// index (USING INDEX), not part of IdentityKey.
 	IdentityInclude []string
+	// PrimaryKeyPeriod and IdentityPeriod: the key's last column is
+	// WITHOUT OVERLAPS (a temporal key, PostgreSQL 18: a GiST index that
+	// refuses overlapping periods, not a btree on equal values).
+	PrimaryKeyPeriod, IdentityPeriod bool
 
 	// IdentityKey is the replica-identity key: the primary key for
 	// REPLICA IDENTITY DEFAULT, the index columns for USING INDEX, nil for
@@ -106,7 +110,8 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`
 const columnsQuery = `
 SELECT a.attname::text,
        pg_catalog.format_type(a.atttypid, a.atttypmod),
-       a.attnotnull,
+       a.attnotnull AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k -- PostgreSQL 18: NOT NULL ... NOT VALID, which rows may break
+                                    WHERE k.conrelid = a.attrelid AND k.contype = 'n' AND k.conkey = ARRAY[a.attnum] AND NOT k.convalidated),
        a.attgenerated <> '',
        COALESCE(pg_catalog.pg_get_expr(d.adbin, d.adrelid), ''),
        a.atttypid,
@@ -132,7 +137,9 @@ ORDER BY a.attnum`
 const keysQuery = `
 SELECT CASE WHEN i.indisprimary THEN 'p' ELSE 'i' END, a.attname::text, k.ord <= i.indnkeyatts,
        COALESCE((SELECT CASE WHEN c.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN c.condeferrable THEN 'DEFERRABLE' ELSE '' END
-                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype = 'p'), '')
+                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype = 'p'), ''),
+       COALESCE((SELECT (pg_catalog.to_jsonb(c)->>'conperiod')::bool
+                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype IN ('p', 'u')), false)
 FROM pg_catalog.pg_index i
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -191,8 +198,8 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	var identIndex []string
 	for rows.Next() {
 		var kind, col, deferrable string
-		var key bool
-		if err := rows.Scan(&kind, &col, &key, &deferrable); err != nil {
+		var key, period bool
+		if err := rows.Scan(&kind, &col, &key, &deferrable, &period); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load keys of %s: %w", tn.Quoted(), err)
 		}
@@ -200,10 +207,12 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 		case kind == "p" && key:
 			t.PrimaryKey = append(t.PrimaryKey, col)
 			t.PrimaryKeyDeferrable = deferrable
+			t.PrimaryKeyPeriod = period
 		case kind == "p":
 			t.PrimaryKeyInclude = append(t.PrimaryKeyInclude, col)
 		case key:
 			identIndex = append(identIndex, col)
+			t.IdentityPeriod = period
 		default:
 			t.IdentityInclude = append(t.IdentityInclude, col)
 		}
@@ -217,7 +226,7 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	case 'i':
 		t.IdentityKey = identIndex
 		if len(identIndex) == 0 { // the index is the primary key itself
-			t.IdentityKey, t.IdentityInclude = t.PrimaryKey, t.PrimaryKeyInclude
+			t.IdentityKey, t.IdentityInclude, t.IdentityPeriod = t.PrimaryKey, t.PrimaryKeyInclude, t.PrimaryKeyPeriod
 		}
 	}
 	return t, nil
