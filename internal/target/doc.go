@@ -32,7 +32,7 @@
 //	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)
 //	ddl.go        schema changes: a captured DDL message (its parsed form, change.Change.DDL), or a new Relation version (--ddl=relation); recordMade records a table a message made (SetTableMade), a RENAME moves its record (RenameTableRecord)
 //	deferred.go   keys and indexes built after a table's copy, or set aside for it (repstream.deferred_ddl): DeferBuild, BuildAfterCopy
-//	owners.go     CheckOwners: a superuser target role refuses a table, or a partition of it at any level, whose code (its owner, the functions its defaults, checks, indexes, partition key, ENABLE ALWAYS/REPLICA triggers and rules call; the types its columns hold: domains, arrays, ranges, composites, typeTreeSQL) a role that is not a superuser controls (--trust-table-owners)
+//	owners.go     CheckOwners: a superuser target role refuses a table, or a partition of it at any level, whose code (its owner, the functions its defaults, checks, indexes, partition key, ENABLE ALWAYS/REPLICA triggers and rules call; the types its columns hold, through arrays, ranges, composites and domains (typeTreeSQL), of any kind, and the casts to or from them) a role that is not a superuser controls (--trust-table-owners)
 //	unrecorded.go tables the stream carries that the slot never copied nor saw made, or under a recorded one's name another relation id than the recorded source oid (CopyUnrecorded): recorded pending, copied anew
 //	partition.go  partition messages: a partition truncated, attached or detached on the source
 //	savepoint.go  savepoints for eager apply's subtransactions
