@@ -67,7 +67,7 @@ func TestDDLRelationTypeAltered(t *testing.T) {
 	e.srcExec(`ALTER TYPE mood ADD VALUE 'c'`)
 	e.srcExec(`INSERT INTO ty VALUES (3, 'c', '(7,8)', NULL)`)
 	e.waitCaughtUp(cfg.Slot, time.Minute)
-	time.Sleep(4500 * time.Millisecond) // two polls at least (tablesync polls every 2 s), so that the next change is one between polls
+	time.Sleep(3 * time.Second) // two polls at least since the start (tablesync polls every 2 s), so that the next change is one between polls
 	select {
 	case err := <-done:
 		t.Fatalf("the run stopped after labels were added to an enum: %v", err)
