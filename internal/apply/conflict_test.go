@@ -194,3 +194,39 @@ func endsOf(txns []simTxn) []change.LSN {
 	}
 	return out
 }
+
+// TestSkipRequestCarried: the engine's skip requests are consumed when
+// asked (target.SkipRequests.Take). A transaction to skip that the
+// coordinator met while it filled a group was carried to the next group
+// and asked about again: no request any more, so it was applied instead
+// of skipped, and nothing said so.
+func TestSkipRequestCarried(t *testing.T) {
+	n := 60
+	txns := make([]simTxn, n)
+	index := map[change.LSN]int{}
+	for i := range txns {
+		txns[i].end = change.LSN(1000 * (i + 1))
+		index[txns[i].end] = i
+		txns[i].keys = []int{i} // all independent: grouped
+	}
+	skip := txns[30].end
+	wm := NewWatermark(0)
+	f := &fakeApply{t: t, txns: txns, index: index, r: rand.New(rand.NewPCG(3, 9)), full: true, wm: wm, done: map[change.LSN]bool{}}
+	reqs := target.SkipRequests{skip: true}
+	opts := Options{Writer: target.WriterOptions{Slot: "test"}, Parallelism: 1, CommitOrder: config.CommitFull, GroupMaxTxns: 100, GroupMaxBytes: 1 << 20,
+		Watermark: wm, Stats: stats.NewRegistry(), OnError: config.OnErrorStop, SkipRequested: reqs.Take}
+	var parked []target.Parked
+	run := startConflictApplier(t, f, opts, map[change.LSN]bool{}, &parked)
+	for i, tx := range txns {
+		produce(run.ctx, t, run.q, wm, uint32(i+1), tx)
+	}
+	run.waitLow(t, wm, txns[n-1].end)
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(parked) != 1 || parked[0].Info.EndLSN != skip || parked[0].State != "skipped" {
+		t.Errorf("transaction %s was to be skipped; parked: %+v (it was applied instead)", skip, parked)
+	}
+}

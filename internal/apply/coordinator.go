@@ -53,6 +53,10 @@ type coordinator struct {
 	keys      []uint64
 	nextKeys  []uint64
 	nextKeyed bool
+	// carriedSkip: grow carried a transaction a skip request names. The
+	// request was taken (Options.SkipRequested consumes it): asked again,
+	// it says no, and the transaction would be applied.
+	carriedSkip bool
 
 	skipped, barriers, fills, inFlight *atomic.Int64
 
@@ -93,6 +97,8 @@ func (c *coordinator) run(ctx context.Context) error {
 			c.took()
 			c.carriedAt = c.lastTake
 		}
+		skipCarried := carried != nil && c.carriedSkip
+		c.carriedSkip = false
 		switch {
 		case c.a.eagerOwns(txn):
 			carried = nil
@@ -103,7 +109,7 @@ func (c *coordinator) run(ctx context.Context) error {
 		case carried == nil && c.a.opts.Applied(txn.Info.EndLSN):
 			c.a.skip(txn, c.skipped)
 			continue
-		case c.a.skipRequested(txn):
+		case skipCarried || carried == nil && c.a.skipRequested(txn):
 			carried = nil
 			g := c.start(txn)
 			g.skip = true
@@ -171,6 +177,7 @@ func (c *coordinator) grow(ctx context.Context, g *group) (*queue.Txn, error) {
 			return nil, nil
 		}
 		if c.a.skipRequested(next) {
+			c.carriedSkip = true
 			return next, nil // a group of its own
 		}
 		var err error
