@@ -14,6 +14,7 @@ import (
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/errqueue"
+	"github.com/repstream/repstream/internal/slotstatus"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -204,6 +205,19 @@ func TestConflictPark(t *testing.T) {
 	}
 	// Everything else is applied: the table differs only in rows 17 and 1001.
 	e.assertSame("(SELECT * FROM t WHERE id NOT IN (17, 1001))", "id")
+	// status says so (it said ok, lag 0, nothing of the queue).
+	st, err := slotstatus.Status(t.Context(), cfg.Source, cfg.Target, cfg.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := st.Check(0); st.ParkedTxns != 3 || v.Health != "warn" || !strings.Contains(strings.Join(v.Warnings, " "), "3 source transactions") {
+		t.Errorf("status with 3 parked: parked_txns %d, health %s %v", st.ParkedTxns, v.Health, v.Warnings)
+	}
+	var sb strings.Builder
+	st.Format(&sb)
+	if !strings.Contains(sb.String(), "parked             3 source transactions") {
+		t.Errorf("status does not show the parked transactions:\n%s", sb.String())
+	}
 
 	// A retry before the target is mended fails again and keeps them parked.
 	out := e.errorsCLI(cfg, 1, "retry", "--all")
@@ -219,6 +233,9 @@ func TestConflictPark(t *testing.T) {
 	}
 	if n := len(e.parked(cfg)); n != 0 {
 		t.Errorf("%d transactions still parked after retry", n)
+	}
+	if st, err := slotstatus.Status(t.Context(), cfg.Source, cfg.Target, cfg.Slot); err != nil || st.ParkedTxns != 0 {
+		t.Errorf("status after retry: parked_txns %d, %v", st.ParkedTxns, err)
 	}
 	e.assertSame("t", "id")
 	e.catchUp(cfg) // the retried transactions are not applied again

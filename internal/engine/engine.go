@@ -20,6 +20,7 @@ import (
 	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/errqueue"
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgerr"
@@ -595,8 +596,14 @@ func (e *Engine) streamEnded(ctx context.Context, tgt *pgx.Conn, err, perr error
 		if err := e.sync.CheckReady(tgt); err != nil {
 			return errors.Join(perr, err)
 		}
-		e.log.Info("caught up: everything committed before the start is applied and acknowledged",
-			"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
+		// Caught up is not true of what the error queue holds.
+		if n, err := errqueue.CountParked(ctx, tgt, e.cfg.Slot); err != nil || n > 0 {
+			e.log.Warn("caught up, except the source transactions parked in the error queue, which the target lacks until they are retried or skipped: repstream errors list",
+				"parked", n, "err", err, "position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
+		} else {
+			e.log.Info("caught up: everything committed before the start is applied and acknowledged",
+				"position", e.wm.Flush(), "elapsed", time.Since(e.start).Round(time.Millisecond))
+		}
 		return errors.Join(perr, e.syncSequencesAtEnd())
 	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)):
 		// A stop. pgx tears a connection down when its context is

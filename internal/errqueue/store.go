@@ -100,6 +100,21 @@ func Get(ctx context.Context, conn *pgx.Conn, slot string, id int64) (Entry, err
 	return e, nil
 }
 
+// CountParked returns how many of the slot's entries are parked: source
+// transactions the target lacks until they are retried or skipped. 0 when
+// the target has no error queue.
+func CountParked(ctx context.Context, conn *pgx.Conn, slot string) (int64, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regclass('repstream.errors') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM repstream.errors WHERE slot = $1 AND state = 'parked'`, slot).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the error queue of slot %q: %w", slot, err)
+	}
+	return n, nil
+}
+
 // ParkedIDs returns the ids of the slot's parked entries, oldest first.
 func ParkedIDs(ctx context.Context, conn *pgx.Conn, slot string) ([]int64, error) {
 	rows, err := conn.Query(ctx, `SELECT id FROM repstream.errors WHERE slot = $1 AND state = 'parked' ORDER BY id`, slot)

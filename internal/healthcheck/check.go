@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/errqueue"
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/pgdsn"
 	"github.com/repstream/repstream/internal/provision"
@@ -567,6 +568,12 @@ func (c *checker) stateSchema(ctx context.Context) {
 		c.r.add(Fail, side, "state schema repstream", "", "cannot read repstream.progress: %v", err)
 	default:
 		c.r.add(OK, side, "state schema repstream", "", "slot %s applied up to %s", c.opts.Slot, low)
+	}
+	if n, err := errqueue.CountParked(ctx, c.tgt, c.opts.Slot); err != nil {
+		c.r.add(Warn, side, "error queue", "", "%v", err)
+	} else if n > 0 {
+		c.r.add(Warn, side, "error queue", "repstream errors list, then retry or skip each",
+			"%d source transactions of slot %s are parked, not applied: the target lacks them", n, c.opts.Slot)
 	}
 	unbuilt, err := target.UnbuiltIndexes(ctx, c.tgt, c.opts.Slot)
 	if err != nil {

@@ -64,6 +64,9 @@ func (s SlotStatus) Check(maxInactive time.Duration) Verdict {
 	if s.WALStatus == "unreserved" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replication slot %q has wal_status unreserved: the WAL it needs exceeds max_wal_size and will be removed at the next checkpoint unless repstream catches up (max_slot_wal_keep_size)", s.Slot))
 	}
+	if s.ParkedTxns > 0 {
+		v.Warnings = append(v.Warnings, fmt.Sprintf("%d source transactions of slot %q are parked in the error queue: the target lacks them until they are retried or skipped (repstream errors list)", s.ParkedTxns, s.Slot))
+	}
 	if !s.Active && s.InactiveSeconds < 0 {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replication slot %q is inactive for an unknown time (no progress record on the target)", s.Slot))
 	}

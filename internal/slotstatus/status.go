@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/errqueue"
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
@@ -35,6 +36,10 @@ type SlotStatus struct {
 	// TablesNotCopied are the tables added or being copied (pending,
 	// copying): the replication is not caught up while there are any.
 	TablesNotCopied []string `json:"tables_not_copied,omitempty"`
+	// ParkedTxns are the source transactions parked in the target's error
+	// queue (--on-error park): the target lacks them until they are
+	// retried or skipped (`repstream errors`).
+	ParkedTxns int64 `json:"parked_txns"`
 	// Kafka is the slot's topic as this target reads it (status --kafka;
 	// kafka.go), nil without --kafka.
 	Kafka *KafkaStatus `json:"kafka,omitempty"`
@@ -109,6 +114,9 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 			st.TablesNotCopied = append(st.TablesNotCopied, s.String()+" ("+s.State+")")
 		}
 	}
+	if st.ParkedTxns, err = errqueue.CountParked(ctx, tgt, slot); err != nil {
+		return st, err
+	}
 	if c, err := change.ParseLSN(cur); err == nil && c > applied {
 		st.LagBytes = int64(c - applied)
 	}
@@ -128,6 +136,9 @@ func (s SlotStatus) Format(w io.Writer) {
 	fmt.Fprintf(w, "lag                %s (%s)\n", stats.HumanBytes(s.LagBytes), lag)
 	if len(s.TablesNotCopied) > 0 {
 		fmt.Fprintf(w, "tables not copied  %s\n", strings.Join(s.TablesNotCopied, ", "))
+	}
+	if s.ParkedTxns > 0 {
+		fmt.Fprintf(w, "parked             %d source transactions, not applied (repstream errors list)\n", s.ParkedTxns)
 	}
 	fmt.Fprintf(w, "retained WAL       %s\n", stats.HumanBytes(s.RetainedBytes))
 	if s.Kafka != nil {
