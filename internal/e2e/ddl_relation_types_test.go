@@ -19,7 +19,8 @@ import (
 // target's at the first poll and at the end of a run that caught up): the
 // run stops naming the type and the table, which it records for a new
 // copy; once the target's type is the source's, the next start copies
-// it anew. Labels only added to an enum stop nothing.
+// it anew. Labels only added to an enum stop nothing; a label renamed and
+// its old name added back is told from them by its pg_enum oid.
 func TestDDLRelationTypeAltered(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -84,13 +85,15 @@ func TestDDLRelationTypeAltered(t *testing.T) {
 	e.assertSame("ty", "id")
 	e.assertSame("other", "id")
 
-	// An enum label renamed while a run streams.
+	// An enum label renamed while a run streams, and its old name added
+	// back: the labels' names alone look as if one was only added.
 	done, cancel = runInBackground()
-	e.srcExec(`ALTER TYPE mood RENAME VALUE 'a' TO 'a2'`)
+	time.Sleep(3 * time.Second) // a poll has looked
+	e.srcExec(`ALTER TYPE mood RENAME VALUE 'a' TO 'a2'; ALTER TYPE mood ADD VALUE 'a' BEFORE 'b'`)
 	e.srcExec(`INSERT INTO ty VALUES (5, 'b', NULL, NULL)`)
-	stopsNaming(done, "public.mood", "public.ty", "(a2, b, c)")
+	stopsNaming(done, "public.mood", "public.ty", "(a2, a, b, c)")
 	cancel()
-	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'a' TO 'a2'`)
+	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'a' TO 'a2'; ALTER TYPE mood ADD VALUE 'a' BEFORE 'b'`)
 	e.catchUp(cfg)
 	e.assertSame("ty", "id")
 

@@ -20,9 +20,11 @@ import (
 type typeDefs map[uint32]typeDef
 
 // typeDef is one enum's or composite type's definition: an enum's labels
-// in their order, a composite's attributes (name, type oid and modifier:
-// a rename of a type they hold, or of its schema, is not an alteration),
-// with shown, the same as SQL writes them, for messages.
+// in their order, each with its pg_enum oid (a label renamed keeps it, one
+// added back under the old name gets a new one), a composite's attributes
+// (name, type oid and modifier: a rename of a type they hold, or of its
+// schema, is not an alteration; and attribute number: one dropped and
+// added back is another), with shown, as SQL writes them, for messages.
 type typeDef struct {
 	name  string // schema.name, as the source names it now
 	kind  byte   // 'e' enum, 'c' composite
@@ -31,8 +33,8 @@ type typeDef struct {
 }
 
 const typeDefsSQL = `SELECT t.oid, t.typtype::text, n.nspname::text || '.' || t.typname::text,
-	CASE t.typtype WHEN 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
-	ELSE ARRAY(SELECT a.attname::text || ' ' || a.atttypid::text || '/' || a.atttypmod::text FROM pg_catalog.pg_attribute a
+	CASE t.typtype WHEN 'e' THEN ARRAY(SELECT e.oid::text || ':' || e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
+	ELSE ARRAY(SELECT a.attname::text || ' ' || a.atttypid::text || '/' || a.atttypmod::text || ' #' || a.attnum::text FROM pg_catalog.pg_attribute a
 	           WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum) END,
 	CASE t.typtype WHEN 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
 	ELSE ARRAY(SELECT pg_catalog.quote_ident(a.attname) || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a
@@ -78,16 +80,35 @@ func altered(was, now typeDefs) map[uint32]string {
 		if !ok || n.kind != w.kind || slices.Equal(w.parts, n.parts) {
 			continue
 		}
-		if w.kind == 'e' && subsequence(w.parts, n.parts) {
+		if w.kind == 'e' && labelsKept(w.parts, n.parts) {
 			continue
 		}
-		what := "composite type"
+		what, was, is := "composite type", strings.Join(w.shown, ", "), strings.Join(n.shown, ", ")
 		if w.kind == 'e' {
 			what = "enum"
 		}
-		out[oid] = fmt.Sprintf("%s %s was (%s) and is (%s) on the source now", what, n.name, strings.Join(w.shown, ", "), strings.Join(n.shown, ", "))
+		if was == is {
+			out[oid] = fmt.Sprintf("%s %s (%s): a label renamed and its old name added back, or an attribute dropped and added back under its name, on the source", what, n.name, is)
+			continue
+		}
+		out[oid] = fmt.Sprintf("%s %s was (%s) and is (%s) on the source now", what, n.name, was, is)
 	}
 	return out
+}
+
+// labelsKept is whether every label of an enum's was ("oid:label") is in
+// now under its name: labels were only added (ADD VALUE), none renamed.
+func labelsKept(was, now []string) bool {
+	have := map[string]bool{}
+	for _, l := range now {
+		have[l] = true
+	}
+	for _, l := range was {
+		if !have[l] {
+			return false
+		}
+	}
+	return true
 }
 
 // subsequence is whether every element of a is in b, in a's order.
