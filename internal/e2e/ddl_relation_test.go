@@ -211,3 +211,23 @@ func TestDDLRelationSerialAdded(t *testing.T) {
 	e.assertSameTable("test_tab", "a")
 	e.tgtExec(`INSERT INTO test_tab (a, b) VALUES (100, 'the target numbers its own rows')`)
 }
+
+// TestDDLRelationUserTypeColumnBinary: a column of a user-defined type
+// added on the source while no engine ran. The start chose binary values
+// (every column the target had was built in), the added column's values
+// then stopped the run ("restart: it will use text"), and every restart
+// chose binary again. The start now counts the columns the target lacks
+// yet.
+func TestDDLRelationUserTypeColumnBinary(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE u3 (id int PRIMARY KEY); INSERT INTO u3 SELECT generate_series(1, 5)`)
+	cfg := e.config("public.u3")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	e.srcExec(`CREATE TYPE status AS ENUM ('new', 'done'); ALTER TABLE u3 ADD COLUMN s status DEFAULT 'new'`)
+	e.srcExec(`INSERT INTO u3 VALUES (6, 'done')`)
+	e.catchUp(cfg)
+	e.assertSame("u3", "id")
+}

@@ -434,7 +434,17 @@ func binaryProblem(st, tt *schema.Table) string {
 			continue // not published
 		}
 		i := tt.Column(c.Name)
-		if i < 0 || tt.Columns[i].Generated {
+		if i < 0 {
+			// Not on the target yet (added on the source since: its
+			// schema change is still in the stream): its values come in
+			// the source's type, which binary must carry too, or every
+			// run would stop at them and choose binary again.
+			if err := target.BinaryCompatible(c.TypeOID, c.TypeOID); err != nil {
+				return fmt.Sprintf("column %q of %s (%s), not on the target yet: %v", c.Name, st.TableName(), c.Type, err)
+			}
+			continue
+		}
+		if tt.Columns[i].Generated {
 			continue
 		}
 		if err := target.BinaryCompatible(c.TypeOID, tt.Columns[i].TypeOID); err != nil {
