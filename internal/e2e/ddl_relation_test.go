@@ -231,3 +231,29 @@ func TestDDLRelationUserTypeColumnBinary(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("u3", "id")
 }
+
+// TestDDLFalseStops: --ddl=false says a schema change stops the run, but
+// a column retyped (numeric(12,4) to numeric(12,2): the target kept four
+// digits the source rounded away) or dropped went on silently: only a
+// mismatch the target could not take stopped it. A new description of a
+// table that differs from the one before now stops the run, naming it.
+func TestDDLFalseStops(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE f1 (id int PRIMARY KEY, x numeric(12,4), c int); INSERT INTO f1 SELECT g, g + 0.1266, g FROM generate_series(1, 5) g`)
+	cfg := e.config("public.f1")
+	cfg.CreateTables = true
+	cfg.DDL = "false"
+	e.catchUp(cfg)
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+	e.srcExec(`UPDATE f1 SET c = 10 WHERE id = 1`)
+	e.srcExec(`ALTER TABLE f1 ALTER COLUMN x TYPE numeric(12,2)`)
+	e.srcExec(`INSERT INTO f1 VALUES (6, 6.5, 6)`)
+	stopsWith(t, done, "a retype with --ddl=false", "the source changed the schema of public.f1", "--ddl=false follows no schema change")
+	e.tgtExec(`ALTER TABLE f1 ALTER COLUMN x TYPE numeric(12,2)`)
+	e.waitSlotReleased(cfg.Slot)
+	e.catchUp(cfg)
+	e.assertSame("f1", "id")
+}

@@ -652,7 +652,7 @@ func (p applyPause) Quiesce(ctx context.Context, fn func(ctx context.Context) er
 func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 	w := target.WriterOptions{
 		Slot: e.cfg.Slot, Binary: e.binary,
-		RelationDDL: e.ddl == ddlRelation, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager), SourceTypes: sourceTypes(e.cfg.Source), SourceTypeNames: sourceTypeNames(e.cfg.Source),
+		RelationDDL: e.ddl == ddlRelation, SchemaChangesStop: e.ddl == ddlOff, CreateTables: e.cfg.CreateTables, AddedColumn: addedColumnOnSource(e.cfg.Source, eager), SourceTypes: sourceTypes(e.cfg.Source), SourceTypeNames: sourceTypeNames(e.cfg.Source),
 		Publication: e.cfg.Publication, Resync: e.resync, PartialPublication: e.cfg.PartialPublication,
 		// Nothing said that a table the slot does not record entered the
 		// publication (no event trigger, or a session with it off): it

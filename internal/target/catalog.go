@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -39,6 +40,18 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 	if w.opts.RelationDDL {
 		if tab, err = w.followRelation(ctx, rel, tab, err); err != nil {
 			return nil, err
+		}
+	}
+	if w.opts.SchemaChangesStop && tab != nil && rel.Previous != nil && relationChange(rel.Previous, rel) {
+		// Unless the target was made so already (the restart after
+		// this stop reads the change again).
+		differs, err := w.differsFromTarget(ctx, rel, tab)
+		if err != nil {
+			return nil, err
+		}
+		if differs != "" {
+			return nil, fmt.Errorf("the source changed the schema of %s (%s), and --ddl=false follows no schema change: the rows from here on would be applied to a table that differs; "+
+				"make the target table the source's (the rows it holds since the change may need copying anew: repstream tables add --truncate), then restart, or run with --ddl=relation or --ddl=true", rel, differs)
 		}
 	}
 	if w.opts.CopyUnrecorded {
@@ -233,4 +246,40 @@ func (w *Writer) userEqualities(ctx context.Context, tab *schema.Table, p *relPl
 		}
 	}
 	return nil
+}
+
+// relationChange says whether relation version now differs from was in
+// its columns (names, types, modifiers, order) or replica identity.
+func relationChange(was, now *change.Relation) bool {
+	return was.ReplicaIdentity != now.ReplicaIdentity || !slices.EqualFunc(was.Columns, now.Columns, func(a, b change.Column) bool {
+		return a.Name == b.Name && a.TypeOID == b.TypeOID && a.TypeMod == b.TypeMod && a.Key == b.Key
+	})
+}
+
+// differsFromTarget says how the columns rel describes differ from the
+// target table tab's: one missing there, one of another built-in type
+// (format_type, modifier included), one the source no longer has (other
+// than a generated one); "" when none.
+func (w *Writer) differsFromTarget(ctx context.Context, rel *change.Relation, tab *schema.Table) (string, error) {
+	cols, err := w.relColumns(ctx, rel)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range cols {
+		seen[c.Name] = true
+		switch ti := tab.Column(c.Name); {
+		case ti < 0:
+			out = append(out, fmt.Sprintf("column %q added", c.Name))
+		case c.Type != "" && c.Type != tab.Columns[ti].Type:
+			out = append(out, fmt.Sprintf("column %q is %s on the source, %s on the target", c.Name, c.Type, tab.Columns[ti].Type))
+		}
+	}
+	for _, c := range tab.Columns {
+		if !seen[c.Name] && !c.Generated {
+			out = append(out, fmt.Sprintf("column %q dropped", c.Name))
+		}
+	}
+	return strings.Join(out, "; "), nil
 }

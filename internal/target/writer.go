@@ -59,6 +59,10 @@ type WriterOptions struct {
 	// its first description.
 	RelationDDL  bool
 	CreateTables bool
+	// SchemaChangesStop (--ddl=false): a relation version that differs
+	// from its previous one in the stream stops the run, naming the table
+	// and what changed; nothing follows it.
+	SchemaChangesStop bool
 	// AddedColumn (with RelationDDL) tells what the source's catalog says
 	// about a column a Relation message adds, so that the target's existing
 	// rows get what the source's got (schema.RelationAddSQL); the engine
