@@ -257,3 +257,23 @@ func TestDDLFalseStops(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("f1", "id")
 }
+
+// TestDDLRelationDomainVolatileDefault: a column added of a domain whose
+// default is volatile (random()): the source computed a value for each
+// existing row, and the target's plain ADD COLUMN computed values of its
+// own (the column has no default of its own, so the domain's was not
+// looked at). The table is now copied anew, as for a volatile default of
+// the column.
+func TestDDLRelationDomainVolatileDefault(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE u2 (id int PRIMARY KEY); INSERT INTO u2 SELECT generate_series(1, 5)`)
+	cfg := e.config("public.u2")
+	cfg.CreateTables = true
+	cfg.DDL = "relation"
+	e.catchUp(cfg)
+	e.srcExec(`CREATE DOMAIN dn AS float8 DEFAULT random(); ALTER TABLE u2 ADD COLUMN n dn`)
+	e.srcExec(`INSERT INTO u2 VALUES (6)`)
+	e.catchUp(cfg)
+	e.assertSame("u2", "id")
+}

@@ -29,6 +29,8 @@ func TestRelationAddSQL(t *testing.T) {
 		{name: "default NULL", typ: "integer", v: AddedValue{Type: "integer", Default: s("NULL::integer")}},
 		{name: "volatile, target has rows", typ: "double precision", v: AddedValue{Type: "double precision", Default: s("random()")}, wantErr: ErrVolatileDefault},
 		{name: "volatile, target empty", typ: "double precision", v: AddedValue{Type: "double precision", Default: s("random()")}, targetEmpty: true},
+		{name: "a domain's volatile default, target has rows", typ: "public.dn", v: AddedValue{Type: "public.dn", DomainDefault: s("random()")}, wantErr: ErrVolatileDefault},
+		{name: "a domain's default, stored once", typ: "public.dn", v: AddedValue{Type: "public.dn", DomainDefault: s("5"), HasMissing: true, Missing: s("5")}},
 		{name: "identity, target has rows", typ: "integer", v: AddedValue{Type: "integer", Identity: "a"}, wantErr: ErrVolatileDefault},
 		{name: "identity, target empty", typ: "integer", v: AddedValue{Type: "integer", Identity: "d"}, targetEmpty: true},
 		{name: "type changed since", typ: "integer", v: AddedValue{Type: "bigint", HasMissing: true, Missing: s("7")}, wantErr: ErrAddedColumnGone},
