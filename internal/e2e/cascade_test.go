@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/target"
@@ -23,23 +21,8 @@ import (
 func TestCascadeWithTriggers(t *testing.T) {
 	t.Parallel() // own databases and slots; no server restarts
 	ctx := context.Background()
-	a := newEnv(t) // A (the source cluster) -> B (the target cluster)
-	bc := &env{t: t, src: a.tgt, tgt: a.src, srcDB: a.tgtDB, tgtDB: pgtest.NewDB(t, a.src)}
-	var err error
-	if bc.Src, err = pgx.Connect(ctx, bc.src.DSN(bc.srcDB)); err != nil {
-		t.Fatal(err)
-	}
-	if bc.Tgt, err = pgx.Connect(ctx, bc.tgt.DSN(bc.tgtDB)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		bc.Src.Close(ctx)
-		bc.Tgt.Close(ctx)
-		if c, err := pgx.Connect(ctx, bc.src.DSN(bc.srcDB)); err == nil {
-			_, _ = c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
-			c.Close(ctx)
-		}
-	})
+	a := newEnv(t)                                                // A (the source cluster) -> B (the target cluster)
+	bc := envOn(t, a.tgt, a.tgtDB, a.src, pgtest.NewDB(t, a.src)) // B -> C (a database of the source cluster)
 	a.srcExec(`CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'a' FROM generate_series(1, 20) g`)
 	cfgAB := a.config("public.t")
 	cfgAB.CreateTables = true

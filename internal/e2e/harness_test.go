@@ -40,9 +40,15 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, src: pgtest.Shared(t, "source"), tgt: pgtest.Shared(t, "target")}
-	e.srcDB = pgtest.NewDB(t, e.src)
-	e.tgtDB = pgtest.NewDB(t, e.tgt)
+	src, tgt := pgtest.Shared(t, "source"), pgtest.Shared(t, "target")
+	return envOn(t, src, pgtest.NewDB(t, src), tgt, pgtest.NewDB(t, tgt))
+}
+
+// envOn is the env of databases srcDB of src and tgtDB of tgt, made by the
+// caller (one may be another env's: a cascade).
+func envOn(t *testing.T, src *pgcluster.Cluster, srcDB string, tgt *pgcluster.Cluster, tgtDB string) *env {
+	t.Helper()
+	e := &env{t: t, src: src, tgt: tgt, srcDB: srcDB, tgtDB: tgtDB}
 	ctx := context.Background()
 	var err error
 	if e.Src, err = pgx.Connect(ctx, e.src.DSN(e.srcDB)); err != nil {
