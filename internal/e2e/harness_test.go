@@ -26,7 +26,14 @@ import (
 	"github.com/repstream/repstream/internal/stats"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs twice as many tests at once as there are CPUs: most of
+// them wait (on a throttled target, a poll interval, a server's restart)
+// far more than they compute: run alone at go test's default, the package
+// kept the CPUs about 60% busy.
+func TestMain(m *testing.M) {
+	pgtest.DefaultParallel(2 * runtime.GOMAXPROCS(0))
+	pgtest.Main(m)
+}
 
 // env is one test's source and target databases.
 type env struct {

@@ -14,10 +14,12 @@ package pgtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,6 +218,22 @@ func Main(m *testing.M, atExit ...func()) {
 	}
 	removeAll()
 	os.Exit(code)
+}
+
+// DefaultParallel makes n the package's -test.parallel unless the command
+// line gives one; call it in TestMain before Main. For packages whose
+// tests mostly wait (on servers, a throttled target, a poll interval)
+// rather than use a CPU: go test's default, GOMAXPROCS, leaves the CPUs
+// idle half the time.
+func DefaultParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // removeAll removes every shared cluster started so far and every
