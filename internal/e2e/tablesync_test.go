@@ -160,7 +160,7 @@ func testResumeInitialCopy(t *testing.T, create bool) {
 		}
 	}
 	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
-	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
+	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 150000) g`)
 	e.srcExec(`INSERT INTO c_small SELECT g, 0, 'c' FROM generate_series(1, 2000) g`)
 	cfg := e.config("public.a_small", "public.b_big", "public.c_small")
 	cfg.SnapshotWorkers = 1 // in name order: a_small, b_big, c_small
@@ -482,7 +482,7 @@ func TestResumeInitialCopyAfterSchemaChange(t *testing.T) {
 }
 
 // interruptBareCopy runs a first start with --create-tables over a_small
-// and b_big (400,000 rows, an index on pad) under a write load, and stops
+// and b_big (150,000 rows, an index on pad) under a write load, and stops
 // it once a_small is copied: b_big is left bare, its copy incomplete, with
 // its key and index deferred. The load goes on.
 func interruptBareCopy(t *testing.T) (*env, config.Config, func()) {
@@ -491,7 +491,7 @@ func interruptBareCopy(t *testing.T) (*env, config.Config, func()) {
 		CREATE TABLE b_big (id int PRIMARY KEY, v int NOT NULL, pad text, note text);
 		CREATE INDEX b_big_pad ON b_big (pad)`)
 	e.srcExec(`INSERT INTO a_small SELECT g, 0, 'a' FROM generate_series(1, 2000) g`)
-	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 400000) g`)
+	e.srcExec(`INSERT INTO b_big SELECT g, 0, repeat('b', 200) FROM generate_series(1, 150000) g`)
 	cfg := e.config("public.a_small", "public.b_big")
 	cfg.SnapshotWorkers = 1 // a_small, then b_big
 	cfg.CreateTables = true
