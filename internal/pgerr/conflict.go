@@ -12,6 +12,11 @@ import (
 // Class "RS" is not used by PostgreSQL.
 const RowMissing Code = "RS001"
 
+// RowsMany is the SQLSTATE repstream.expect_row raises when an UPDATE or
+// DELETE that apply sends, matching the change's key, changed more than
+// one row on the target (a key that is not unique there).
+const RowsMany Code = "RS002"
+
 // DataClass is what a data error is about, for conflict handling: the
 // error is caused by the rows or values of the target or the change, not by
 // the connection, locks or the configuration. Applying the same change again
@@ -24,6 +29,7 @@ const (
 	NotData       DataClass = ""
 	Unique        DataClass = "unique"
 	RowNotFound   DataClass = "row_missing"
+	KeyNotUnique  DataClass = "key_not_unique"
 	Check         DataClass = "check_violation"
 	ForeignKey    DataClass = "foreign_key_violation"
 	NotNull       DataClass = "not_null_violation"
@@ -44,6 +50,8 @@ func ClassOf(c Code) DataClass {
 		return Unique
 	case c == RowMissing:
 		return RowNotFound
+	case c == RowsMany:
+		return KeyNotUnique
 	case c == CheckViolation:
 		return Check
 	case c == ForeignKeyViolation:

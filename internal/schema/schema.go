@@ -50,7 +50,14 @@ type Table struct {
 	// REPLICA IDENTITY DEFAULT, the index columns for USING INDEX, nil for
 	// FULL and NOTHING (and for DEFAULT without a primary key).
 	IdentityKey []string
-	Partitioned bool   // relkind 'p'
+	// PrimaryKeyCollate and IdentityCollate, when not nil, hold for each
+	// column of PrimaryKey and IdentityKey the collation its index
+	// compares it with, schema-qualified and quoted, where that is not the
+	// column's own ("" where it is): a key (a COLLATE "C") of a
+	// case-insensitive column holds 'abc' and 'ABC' as two keys, which
+	// the column's own "=" finds both.
+	PrimaryKeyCollate, IdentityCollate []string
+	Partitioned                        bool   // relkind 'p'
 	OID         uint32 // valid only in the database it was read from
 }
 
@@ -139,7 +146,10 @@ SELECT CASE WHEN i.indisprimary THEN 'p' ELSE 'i' END, a.attname::text, k.ord <=
        COALESCE((SELECT CASE WHEN c.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN c.condeferrable THEN 'DEFERRABLE' ELSE '' END
                    FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype = 'p'), ''),
        COALESCE((SELECT (pg_catalog.to_jsonb(c)->>'conperiod')::bool
-                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype IN ('p', 'u')), false)
+                   FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid AND c.contype IN ('p', 'u')), false),
+       COALESCE((SELECT pg_catalog.quote_ident(cn.nspname) || '.' || pg_catalog.quote_ident(co.collname)
+                   FROM pg_catalog.pg_collation co JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+                  WHERE co.oid = i.indcollation[k.ord - 1] AND co.oid <> a.attcollation), '')
 FROM pg_catalog.pg_index i
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -195,38 +205,48 @@ func LoadTable(ctx context.Context, q Querier, schema, name string) (*Table, err
 	if err != nil {
 		return nil, fmt.Errorf("load keys of %s: %w", tn.Quoted(), err)
 	}
-	var identIndex []string
+	var identIndex, identCollate, pkCollate []string
+	collated := false
 	for rows.Next() {
-		var kind, col, deferrable string
+		var kind, col, deferrable, collate string
 		var key, period bool
-		if err := rows.Scan(&kind, &col, &key, &deferrable, &period); err != nil {
+		if err := rows.Scan(&kind, &col, &key, &deferrable, &period, &collate); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load keys of %s: %w", tn.Quoted(), err)
 		}
 		switch {
 		case kind == "p" && key:
 			t.PrimaryKey = append(t.PrimaryKey, col)
+			pkCollate = append(pkCollate, collate)
 			t.PrimaryKeyDeferrable = deferrable
 			t.PrimaryKeyPeriod = period
 		case kind == "p":
 			t.PrimaryKeyInclude = append(t.PrimaryKeyInclude, col)
 		case key:
 			identIndex = append(identIndex, col)
+			identCollate = append(identCollate, collate)
 			t.IdentityPeriod = period
 		default:
 			t.IdentityInclude = append(t.IdentityInclude, col)
 		}
+		collated = collated || collate != ""
 	}
+
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("load keys of %s: %w", tn.Quoted(), err)
 	}
+	if !collated { // every key compared as its column: both stay nil
+		pkCollate, identCollate = nil, nil
+	}
+	t.PrimaryKeyCollate = pkCollate
 	switch t.ReplicaIdentity {
 	case 'd':
-		t.IdentityKey = t.PrimaryKey
+		t.IdentityKey, t.IdentityCollate = t.PrimaryKey, pkCollate
 	case 'i':
-		t.IdentityKey = identIndex
+		t.IdentityKey, t.IdentityCollate = identIndex, identCollate
 		if len(identIndex) == 0 { // the index is the primary key itself
 			t.IdentityKey, t.IdentityInclude, t.IdentityPeriod = t.PrimaryKey, t.PrimaryKeyInclude, t.PrimaryKeyPeriod
+			t.IdentityCollate = pkCollate
 		}
 	}
 	return t, nil

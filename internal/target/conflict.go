@@ -25,6 +25,10 @@ const (
 	ForeignKeyViolation ConflictKind = "foreign_key_violation"
 	NotNullViolation    ConflictKind = "not_null_violation"
 	DataError           ConflictKind = "data_error" // a value the target's type or column refuses (SQLSTATE class 22)
+	// MultipleRows: an update or delete matched more than one target row
+	// by its key (the target's key columns are not unique as the
+	// source's are: no unique index, or another collation).
+	MultipleRows ConflictKind = "multiple_rows"
 )
 
 // ConflictKinds are every kind a ConflictError can have: monitoring
@@ -33,7 +37,7 @@ const (
 // first one).
 func ConflictKinds() []ConflictKind {
 	return []ConflictKind{InsertExists, UpdateExists, UpdateMissing, DeleteMissing,
-		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError}
+		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError, MultipleRows}
 }
 
 // ConflictError is a change the target refused because of its data — a
@@ -83,6 +87,14 @@ func (e *ConflictError) Error() string {
 			b.WriteString(e.Key)
 		}
 		b.WriteString(" on the target")
+	case MultipleRows:
+		b.WriteString(": ")
+		if e.Key != "" {
+			b.WriteString("key ")
+			b.WriteString(e.Key)
+			b.WriteString(" ")
+		}
+		b.WriteString("matches more than one row on the target (the target's key columns are not unique as the source's are: an index missing, or another collation)")
 	case InsertExists, UpdateExists:
 		b.WriteString(": duplicate key")
 		if e.Key != "" {
@@ -98,7 +110,7 @@ func (e *ConflictError) Error() string {
 	if e.EndLSN != 0 {
 		fmt.Fprintf(&b, ", source transaction %d (commit LSN %s, end LSN %s)", e.Xid, e.CommitLSN, e.EndLSN)
 	}
-	if e.Err != nil && e.Kind != UpdateMissing && e.Kind != DeleteMissing {
+	if e.Err != nil && e.Kind != UpdateMissing && e.Kind != DeleteMissing && e.Kind != MultipleRows {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
 	}
@@ -112,6 +124,8 @@ func (e *ConflictError) Message() string {
 	switch {
 	case e.Kind == UpdateMissing || e.Kind == DeleteMissing:
 		return "the row to " + e.Op.String() + " is not on the target"
+	case e.Kind == MultipleRows:
+		return "the key of the row to " + e.Op.String() + " matches more than one row on the target"
 	case e.Err != nil:
 		return strings.ReplaceAll(pgerr.Message(e.Err), "\n", " ")
 	}
@@ -146,6 +160,8 @@ func conflictKind(class pgerr.DataClass, op change.Op) (ConflictKind, bool) {
 			return DeleteMissing, true
 		}
 		return UpdateMissing, true
+	case pgerr.KeyNotUnique:
+		return MultipleRows, true
 	case pgerr.Check:
 		return CheckViolation, true
 	case pgerr.ForeignKey:
@@ -190,8 +206,13 @@ func copyConflict(err error, rel *change.Relation, lsns []change.LSN) *ConflictE
 // command tag says it changed no row (a table with rules, relPlan.rules).
 var errRowMissing = errors.New("no row to change on the target")
 
-// missingRow is the conflict of queued statement it, which changed no row.
-func (w *Writer) missingRow(it batchItem) error {
+// missingRow is the conflict of queued statement it, which changed n rows
+// (0, or more than 1) by its command tag.
+func (w *Writer) missingRow(it batchItem, n int64) error {
+	if n > 1 {
+		return &ConflictError{Kind: MultipleRows, Op: it.op, Table: it.plan.rel.String(), LSN: it.lsn, SQLState: string(pgerr.RowsMany),
+			Err: fmt.Errorf("the key matched %d rows on the target, not one", n)}
+	}
 	kind := UpdateMissing
 	if it.op == change.OpDelete {
 		kind = DeleteMissing

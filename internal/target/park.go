@@ -32,10 +32,11 @@ import (
 // parked-and-skipped (a row of state 'skipped' in repstream.errors, in the
 // same transaction that records it as applied and deletes the request).
 //
-// repstream.expect_row raises RS001 (pgerr.RowMissing) when n is 0: apply's
-// UPDATE and DELETE statements pass it their row count, so that a row missing
-// on the target fails the statement (and the target transaction) on the
-// server.
+// repstream.expect_row raises RS001 (pgerr.RowMissing) when n is 0, RS002
+// (pgerr.RowsMany) when it is more than 1: apply's UPDATE and DELETE
+// statements pass it their row count, so that a row missing on the target,
+// or a key that matches several there, fails the statement (and the target
+// transaction) on the server.
 const errorQueueSchema = `
 CREATE TABLE IF NOT EXISTS repstream.errors (
 	id bigserial PRIMARY KEY,
@@ -67,6 +68,8 @@ CREATE OR REPLACE FUNCTION repstream.expect_row(n bigint) RETURNS bigint LANGUAG
 BEGIN
 	IF n = 0 THEN
 		RAISE EXCEPTION 'no row to change on the target' USING ERRCODE = 'RS001';
+	ELSIF n > 1 THEN
+		RAISE EXCEPTION 'the key matched % rows on the target, not one', n USING ERRCODE = 'RS002';
 	END IF;
 	RETURN n;
 END

@@ -48,7 +48,8 @@ type pipeline struct {
 	lsns   []change.LSN        // backs items' rowLSNs
 
 	checkTags bool // an item's stmt has checkTag: flush it before COMMIT
-	missing   int  // sendBatch: the first checkTag item that changed no row, or -1
+	missing   int  // sendBatch: the first checkTag item that changed no row or several (missingN), or -1
+	missingN  int64
 }
 
 func newPipeline() pipeline { return pipeline{batch: &pgconn.Batch{}, missing: -1} }
@@ -140,7 +141,7 @@ func (w *Writer) flushBatch(ctx context.Context) error {
 	if err != nil {
 		err = w.itemError(min(done, n-1), err)
 	} else if w.pipe.missing >= 0 {
-		err = w.missingRow(w.pipe.items[w.pipe.missing])
+		err = w.missingRow(w.pipe.items[w.pipe.missing], w.pipe.missingN)
 	}
 	w.pipe.reset()
 	if err != nil {
@@ -177,8 +178,8 @@ func (w *Writer) sendBatch(ctx context.Context) (done int, tail []pgconn.Command
 		}
 		if done >= len(p.items) {
 			tail = append(tail, tag)
-		} else if it := p.items[done]; it.s != nil && it.s.checkTag && p.missing < 0 && tag.RowsAffected() == 0 {
-			p.missing = done
+		} else if it := p.items[done]; it.s != nil && it.s.checkTag && p.missing < 0 && wrongCount(it, tag.RowsAffected()) {
+			p.missing, p.missingN = done, tag.RowsAffected()
 		}
 		done++
 	}
@@ -224,4 +225,11 @@ func paramOf(err error, s *stmt) (paramRef, bool) {
 		return paramRef{}, false
 	}
 	return s.params[n-1], true
+}
+
+// wrongCount says whether n rows changed by checkTag item it is a conflict:
+// none, or (a table without rules, whose count is the statement's own)
+// more than one.
+func wrongCount(it batchItem, n int64) bool {
+	return n == 0 || n > 1 && !it.plan.rules
 }

@@ -59,6 +59,10 @@ type relPlan struct {
 	identAlways []bool
 	copyCols    []int
 	keyCols     []int
+	// keyCollate[j] is the COLLATE clause of keyCols[j]'s match, or "":
+	// the target's key index on the same columns compares that column
+	// with another collation than its own (keyCollations).
+	keyCollate []string
 
 	copyHeader string
 	// changed is the table an UPDATE, DELETE or TRUNCATE names: ONLY the
@@ -165,6 +169,7 @@ func newPlan(rel *change.Relation, tab *schema.Table, textEqCols map[string]bool
 			p.copyCols = append(p.copyCols, i)
 		}
 	}
+	p.keyCollate = keyCollations(rel, p.keyCols, tab)
 	hdr.WriteString(") FROM STDIN")
 	if binary {
 		hdr.WriteString(" WITH (FORMAT binary)")
@@ -287,6 +292,37 @@ func (w *stmtWriter) updateSet(mode whereMode, newKinds []byte) {
 	w.s.noop = first
 }
 
+// keyCollations returns, for the source key columns keyCols of rel, the
+// COLLATE clause each one's match needs on tab, or nil if none does: the
+// collations of tab's replica identity index or primary key, whichever has
+// exactly those columns, where that index compares a column with another
+// collation than the column's own. A key (a COLLATE "C") of a
+// case-insensitive column holds 'abc' and 'ABC' as two rows, which a match
+// with the column's own "=" would both change.
+func keyCollations(rel *change.Relation, keyCols []int, tab *schema.Table) []string {
+	for _, k := range []struct{ cols, collate []string }{{tab.IdentityKey, tab.IdentityCollate}, {tab.PrimaryKey, tab.PrimaryKeyCollate}} {
+		if len(k.cols) != len(keyCols) || k.collate == nil {
+			continue
+		}
+		out := make([]string, len(keyCols))
+		found := 0
+		for j, i := range keyCols {
+			for n, c := range k.cols {
+				if c == rel.Columns[i].Name {
+					found++
+					if k.collate[n] != "" {
+						out[j] = " COLLATE " + k.collate[n]
+					}
+				}
+			}
+		}
+		if found == len(keyCols) {
+			return out
+		}
+	}
+	return nil
+}
+
 // keyWhere writes the key match, key columns of the old row or the new.
 func (w *stmtWriter) keyWhere(old bool) {
 	p := w.p
@@ -295,6 +331,9 @@ func (w *stmtWriter) keyWhere(old bool) {
 			w.b.WriteString(" AND ")
 		}
 		w.b.WriteString(p.quoted[i])
+		if p.keyCollate != nil {
+			w.b.WriteString(p.keyCollate[j])
+		}
 		w.b.WriteString(p.eq[i])
 		w.param(old, i)
 		p.cast(&w.b, i)
