@@ -58,7 +58,7 @@ type Table struct {
 	// the column's own "=" finds both.
 	PrimaryKeyCollate, IdentityCollate []string
 	Partitioned                        bool   // relkind 'p'
-	OID         uint32 // valid only in the database it was read from
+	OID                                uint32 // valid only in the database it was read from
 }
 
 // Column is one column of a Table.
