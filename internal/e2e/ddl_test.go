@@ -690,3 +690,41 @@ func TestDDLEnumRenamed(t *testing.T) {
 		t.Errorf("repstream_ddl_types not made by the first start after an upgrade")
 	}
 }
+
+// TestDDLAddColumnTargetHas: the source adds a column under a name the
+// target table has already, a column of its own (PostgreSQL's
+// 008_diff_schema: a subscriber's extra columns). repstream made the
+// target's column the source's (type, default) and left its rows' values,
+// so the source's existing rows said 'src' and the target's 'tgt', and the
+// run said caught up. Now the run stops naming the column and what the
+// source's rows got; once the target's rows hold the source's values (here
+// set by hand), or the target's column is renamed out of the way, the next
+// run goes on.
+func TestDDLAddColumnTargetHas(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE tt (a int PRIMARY KEY, b text); INSERT INTO tt VALUES (1, 'foo'), (2, 'bar')`)
+	e.tgtExec(`CREATE TABLE tt (a int PRIMARY KEY, b text, d bigint DEFAULT 999, f text DEFAULT 'tgt')`)
+	cfg := e.config("public.tt")
+	e.catchUp(cfg)
+	e.srcExec(`ALTER TABLE tt ADD COLUMN f text DEFAULT 'src'`)
+	e.srcExec(`ALTER TABLE tt ADD COLUMN d int DEFAULT 1`)
+	e.srcExec(`INSERT INTO tt VALUES (3, 'q')`)
+
+	_, err := e.tryCatchUp(cfg)
+	if err == nil {
+		t.Fatal("the run caught up: the target's rows keep f = 'tgt' where the source's got 'src'")
+	}
+	wantInError(t, err, `column "f" was added on the source`, `'src'`, "rename the target's column")
+	e.tgtExec(`UPDATE tt SET f = 'src'`) // the user gives them the source's values
+
+	_, err = e.tryCatchUp(cfg)
+	if err == nil {
+		t.Fatal("the run caught up: the target's rows keep d = 999 where the source's got 1")
+	}
+	wantInError(t, err, `column "d" was added on the source`, `'1'`)
+	e.tgtExec(`ALTER TABLE tt RENAME COLUMN d TO d_own`) // or out of the way
+
+	e.catchUp(cfg)
+	e.assertSame("(SELECT a, b, f, d FROM tt)", "a")
+}

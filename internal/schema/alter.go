@@ -73,6 +73,57 @@ func AlterSQL(cur *Table, m *ddlmsg.Message, targetEmpty bool) ([]string, error)
 	return d.stmts, nil
 }
 
+// TakenName is a column the source added (an attribute number m.Old did
+// not have) under a name the target table has already: a column of the
+// target's own, or one added there first. AlterSQL makes it the source's
+// (type, default) but leaves its values: the caller checks that the
+// target's rows hold what the source gave its existing rows (Differs, a
+// condition true of a row that does not; "" when the source computed a
+// value per row, which no check can see: then the table must be empty).
+type TakenName struct {
+	Column  string
+	Differs string
+	// Source says what the source gave its existing rows, for an error.
+	Source string
+}
+
+// TakenNames returns the columns m adds under a name cur has (needs m.Old:
+// without it, columns are matched by name). A generated column is left
+// out: the target computes its values.
+func TakenNames(cur *Table, m *ddlmsg.Message) []TakenName {
+	if m.Old == nil {
+		return nil
+	}
+	old := map[int]bool{}
+	for _, c := range m.Old.Columns {
+		old[c.Num] = true
+	}
+	var out []TakenName
+	for i := range m.Columns {
+		c := &m.Columns[i]
+		if old[c.Num] || cur.Column(c.Name) < 0 || c.Generated != nil {
+			continue
+		}
+		qc := change.QuoteIdent(c.Name)
+		t := TakenName{Column: c.Name}
+		switch {
+		case c.Identity != "":
+			t.Source = "an identity's values"
+		case c.HasMissing && c.Missing != nil:
+			// Compared as text: the target's column may be of another
+			// type, which a cast could fail on.
+			v := QuoteLiteral(*c.Missing) + "::" + c.Type
+			t.Differs, t.Source = qc+"::text IS DISTINCT FROM ("+v+")::text", v
+		case c.Default != nil && !strings.HasPrefix(*c.Default, "NULL::"):
+			t.Source = "values of its default " + *c.Default + ", computed for each row"
+		default:
+			t.Differs, t.Source = qc+" IS NOT NULL", "NULL"
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
 // alterDiff is AlterSQL's state while it builds the statements, one step
 // after the other: every step after moveTable alters the table under its
 // new name (qt), and have maps the target's column names, as the

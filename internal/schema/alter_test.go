@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -229,5 +230,34 @@ func TestTypesChanged(t *testing.T) {
 		if got := TypesChanged(tc.recorded, rel); !slices.Equal(got, tc.want) {
 			t.Errorf("TypesChanged(%s) = %q, want %q", tc.recorded, got, tc.want)
 		}
+	}
+}
+
+// TestTakenNames: the columns a change adds under a name the target has,
+// and the condition that finds a target row not holding what the source
+// gave its existing rows.
+func TestTakenNames(t *testing.T) {
+	cur := tgt("id integer NOT NULL", "f text", "d bigint", "g text", "h text")
+	id := col(1, "id", "integer")
+	f := col(2, "f", "text")
+	f.HasMissing, f.Missing, f.Default = true, sp("it's"), sp("'x'::text")
+	d := col(3, "d", "integer")
+	g := col(4, "g", "text")
+	g.Default = sp("md5(random()::text)")
+	h := col(5, "h", "text")
+	h.Generated = sp("upper(f)")
+	kept := col(6, "kept", "text")
+	m := msg("ALTER TABLE", []ddlmsg.Column{id, kept}, id, f, d, g, h, kept)
+	got := TakenNames(cur, m)
+	want := []TakenName{
+		{Column: "f", Differs: `"f"::text IS DISTINCT FROM ('it''s'::text)::text`, Source: `'it''s'::text`},
+		{Column: "d", Differs: `"d" IS NOT NULL`, Source: "NULL"},
+		{Column: "g", Source: "values of its default md5(random()::text), computed for each row"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("TakenNames:\n got %q\nwant %q", got, want)
+	}
+	if got := TakenNames(cur, msg("ALTER TABLE", nil, id, f)); got != nil {
+		t.Errorf("without the previous definition: %q, want none", got)
 	}
 }

@@ -188,6 +188,32 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	return nil
 }
 
+// checkTakenNames refuses a column the source added under a name the
+// target table has already (schema.TakenNames) when the target's rows do
+// not all hold what the source gave its existing rows: AlterSQL would
+// make the column the source's and leave those values, the source's rows
+// and the target's then differing without a word. Where they all do (the
+// column added on the target first, as the source did), or the table is
+// empty, the change goes on.
+func (w *Writer) checkTakenNames(ctx context.Context, cur *schema.Table, msg *ddlmsg.Message) error {
+	for _, t := range schema.TakenNames(cur, msg) {
+		cond := t.Differs
+		if cond == "" {
+			cond = "true"
+		}
+		var differs bool
+		if err := w.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+cur.TableName().Quoted()+" WHERE "+cond+")").Scan(&differs); err != nil {
+			return fmt.Errorf("compare column %q of %s with the source's: %w", t.Column, cur.TableName(), err)
+		}
+		if differs {
+			return fmt.Errorf("%w: column %q was added on the source, where its existing rows got %s, but the target table has a column %q already (of its own, or added there first) whose rows hold other values: "+
+				"repstream does not overwrite them; rename the target's column (repstream then adds the source's), or give its rows the source's values, then restart",
+				schema.ErrTargetMismatch, t.Column, t.Source, t.Column)
+		}
+	}
+	return nil
+}
+
 // recordMade records a table the message made on the source as streamed
 // from here (SetTableMade), when the writer copies unrecorded tables and
 // the run's publication publishes it: its first change then finds it
@@ -217,6 +243,9 @@ func (w *Writer) alter(ctx context.Context, cur *schema.Table, msg *ddlmsg.Messa
 		if err := w.exec(ctx, schema.CreateSchemaSQL(tn.Schema)); err != nil {
 			return false, err
 		}
+	}
+	if err := w.checkTakenNames(ctx, cur, msg); err != nil {
+		return false, err
 	}
 	stmts, err := schema.AlterSQL(cur, msg, false)
 	if errors.Is(err, schema.ErrVolatileDefault) {
