@@ -129,3 +129,50 @@ func StreamedSchemaRename(exec func(string), captured func() int64, streamed fun
 	exec(`UPDATE app2.a SET v = 'renamed, same transaction' WHERE id BETWEEN 21 AND 40`)
 	exec(`COMMIT`)
 }
+
+// TestDDLSetSchemaThenRename: a table moved into the published schema (SET
+// SCHEMA), then renamed there, while an engine runs and while none does.
+// Stopped, the next start found it published under its later name and
+// copied it; the stream's SET SCHEMA (older than that copy) then took it up
+// again under its first name: a record pending for ever under a name the
+// source no longer has, so that no run was caught up again ("tables not
+// copied yet"), and an empty table of that name on the target.
+func TestDDLSetSchemaThenRename(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, running := range []bool{true, false} {
+		t.Run(map[bool]string{true: "running", false: "stopped"}[running], func(t *testing.T) {
+			e := newEnv(t)
+			if e.srcMajor() < 15 {
+				t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+			}
+			e.srcExec(`CREATE SCHEMA sch1; CREATE TABLE sch1.t1 (a int PRIMARY KEY);
+				CREATE TABLE public.tab4 (a int PRIMARY KEY, b text); INSERT INTO public.tab4 SELECT g, 'a' FROM generate_series(1, 50) g`)
+			cfg := e.config("sch1.*")
+			cfg.CreateTables = true
+			e.catchUp(cfg)
+			stop := func() error { return nil }
+			if running {
+				stop = e.startOnce(cfg)
+				e.waitStreaming(cfg.Slot)
+			}
+			e.srcExec(`ALTER TABLE public.tab4 SET SCHEMA sch1`)
+			e.srcExec(`ALTER TABLE sch1.tab4 RENAME TO tab4r`)
+			e.srcExec(`UPDATE sch1.tab4r SET b = 'c' WHERE a <= 10`)
+			if running {
+				e.waitCaughtUp(cfg.Slot, time.Minute)
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("engine: %v", err)
+			}
+			e.catchUp(cfg)
+			e.catchUp(cfg) // and again: nothing left pending
+			e.assertSameTable("sch1.tab4r", "a")
+			if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.tables WHERE table_name = 'tab4'"); n != 0 {
+				t.Errorf("a record of sch1.tab4, a name the source no longer has, is left")
+			}
+			if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = 'tab4'"); n != 0 {
+				t.Errorf("a table tab4 is left on the target")
+			}
+		})
+	}
+}

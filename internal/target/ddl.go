@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -126,6 +127,13 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		}
 		return w.recordMade(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound) && w.entersPublication(msg):
+		if later, ok, err := w.copiedLater(ctx, msg, c.LSN); err != nil {
+			return fail(err)
+		} else if ok {
+			w.log.Info("a table entered the publication here, and was copied since under its later name, from a snapshot after this change: nothing to do",
+				"table", tn, "copied_as", later, "lsn", c.LSN)
+			return nil
+		}
 		return w.takeUp(ctx, msg, c.LSN, fail)
 	case errors.Is(err, schema.ErrTableNotFound):
 		return fail(fmt.Errorf("%w on the target: create (or rename) it there as on the source, then restart", err))
@@ -186,6 +194,30 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 		delete(w.recorded, old)
 	}
 	return nil
+}
+
+// copiedLater returns the name under which the table msg describes (by
+// its source oid) is recorded ready from a copy at or after lsn: the copy
+// holds this change and those after it. A start that found the table
+// published under its later name (renamed after it entered the
+// publication, while no engine ran) copied it under that name; taking it
+// up again under this one left a record pending for ever, under a name
+// the source no longer has, and an empty table on the target.
+func (w *Writer) copiedLater(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN) (schema.TableName, bool, error) {
+	var t schema.TableName
+	if msg.OID == 0 || !w.opts.CopyUnrecorded {
+		return t, false, nil
+	}
+	err := w.conn.QueryRow(ctx, `SELECT schema_name, table_name FROM repstream.tables
+WHERE slot = $1 AND state = 'ready' AND sync_lsn >= $2::pg_lsn AND split_part(source_ident, '/', 1) = $3`,
+		w.opts.Slot, lsn.String(), strconv.FormatUint(uint64(msg.OID), 10)).Scan(&t.Schema, &t.Name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, false, nil
+	}
+	if err != nil {
+		return t, false, fmt.Errorf("look for a later copy of the table: %w", err)
+	}
+	return t, true, nil
 }
 
 // checkTakenNames refuses a column the source added under a name the

@@ -276,18 +276,22 @@ WHERE repstream.tables.state = 'ready'`, slot, t.Schema, t.Name, lsn.String(), i
 	return nil
 }
 
-// RenameTableRecord moves the ready record of a table renamed (or moved
-// to another schema) on the source, which a schema-change message said,
-// to its new name: a stale ready record under the new name goes. A table
-// not recorded ready stays unrecorded under its new name too, so the
-// writer copies it at its first change.
+// RenameTableRecord moves the ready or pending record of a table renamed
+// (or moved to another schema) on the source, which a schema-change
+// message said, to its new name: a stale ready or pending record under
+// the new name goes. A pending one (its copy still to come: taken up by
+// an earlier message, moved into a published schema) is copied under its
+// new name; under its old one, which the source no longer has, it waited
+// for ever and no run was caught up again. A table not recorded stays
+// unrecorded under its new name too, so the writer copies it at its
+// first change.
 func RenameTableRecord(ctx context.Context, conn *pgx.Conn, slot string, from, to schema.TableName) error {
 	b := &pgx.Batch{}
-	b.Queue(`DELETE FROM repstream.tables t WHERE slot = $1 AND schema_name = $4 AND table_name = $5 AND state = 'ready'
-AND EXISTS (SELECT FROM repstream.tables f WHERE f.slot = $1 AND f.schema_name = $2 AND f.table_name = $3 AND f.state = 'ready')`,
+	b.Queue(`DELETE FROM repstream.tables t WHERE slot = $1 AND schema_name = $4 AND table_name = $5 AND state IN ('ready', 'pending')
+AND EXISTS (SELECT FROM repstream.tables f WHERE f.slot = $1 AND f.schema_name = $2 AND f.table_name = $3 AND f.state IN ('ready', 'pending'))`,
 		slot, from.Schema, from.Name, to.Schema, to.Name)
 	b.Queue(`UPDATE repstream.tables SET schema_name = $4, table_name = $5, updated_at = now()
-WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state = 'ready'`, slot, from.Schema, from.Name, to.Schema, to.Name)
+WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state IN ('ready', 'pending')`, slot, from.Schema, from.Name, to.Schema, to.Name)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record %s, renamed %s on the source, for slot %q: %w", from, to, slot, err)
 	}
