@@ -557,7 +557,8 @@ func TestDDLVolatileDefaultCopied(t *testing.T) {
 // values in the stream or the copy; a plain column of its name on the
 // target held NULL where the source computes values, and the run said it
 // had caught up. Now the start refuses it, naming the column and the fix;
-// and a column plain on the source but generated on the target too.
+// and a column plain on the source but generated on the target too, and
+// one generated on both sides by other expressions.
 func TestGeneratedSourcePlainTarget(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -565,6 +566,11 @@ func TestGeneratedSourcePlainTarget(t *testing.T) {
 	e.tgtExec(`CREATE TABLE q (id int PRIMARY KEY, a int, b int)`)
 	cfg := e.config("public.q")
 	e.mustFail(cfg, `column "b" is generated on the source, but not on the target`, "GENERATED ALWAYS AS")
+	// Generated on both, by another expression: every row's value
+	// differs (PostgreSQL's 011_generated does this on purpose; here it
+	// is a target that differs).
+	e.tgtExec(`ALTER TABLE q DROP COLUMN b; ALTER TABLE q ADD COLUMN b int GENERATED ALWAYS AS (a * 22) STORED`)
+	e.mustFail(cfg, `column "b" is generated on both sides, by other expressions: (a * 2) on the source, (a * 22) on the target`)
 	e.tgtExec(`ALTER TABLE q DROP COLUMN b; ALTER TABLE q ADD COLUMN b int GENERATED ALWAYS AS (a * 2) STORED`)
 	e.catchUp(cfg)
 	e.srcExec(`INSERT INTO q VALUES (11, 11)`)

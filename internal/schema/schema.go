@@ -267,7 +267,8 @@ func (e *NotFoundError) Is(target error) bool { return target == ErrTableNotFoun
 // SilentConversion) or that is of another kind (type category) than the
 // source's — a text column takes any value —, a column generated on the
 // source but plain on the target (its values never travel) or the other
-// way round (the source's values would be dropped), and a target
+// way round (the source's values would be dropped), or generated on both
+// by expressions that differ (pg_get_expr's text), and a target
 // NOT NULL column the source does not fill (no default, not generated, not
 // an identity column). Nil when there is nothing. Other differences within a kind
 // (varchar(10) for text, int for bigint) are left to the target: a value it
@@ -278,9 +279,17 @@ func Incompatible(source, target *Table) []string {
 		if c.Generated {
 			// Its values are not in the stream (nor in the copy): a
 			// target column of its name must compute them itself.
-			if i := target.Column(c.Name); i >= 0 && !target.Columns[i].Generated {
+			i := target.Column(c.Name)
+			switch {
+			case i < 0:
+			case !target.Columns[i].Generated:
 				out = append(out, fmt.Sprintf("column %q is generated on the source, but not on the target: it would hold NULL or its default where the source computes values "+
 					"(make it GENERATED ALWAYS AS (...) STORED on the target with the source's expression, or drop it there)", c.Name))
+			case c.GenerationExpr != "" && target.Columns[i].GenerationExpr != "" && c.GenerationExpr != target.Columns[i].GenerationExpr:
+				// Both compute it, each its own way: the values differ.
+				out = append(out, fmt.Sprintf("column %q is generated on both sides, by other expressions: %s on the source, %s on the target: their values would differ "+
+					"(give the target's the source's: ALTER TABLE ... ALTER COLUMN %s SET EXPRESSION AS (%s), PostgreSQL 17+; or drop and add it)",
+					c.Name, c.GenerationExpr, target.Columns[i].GenerationExpr, change.QuoteIdent(c.Name), c.GenerationExpr))
 			}
 			continue
 		}
