@@ -94,14 +94,17 @@ func TakenNames(cur *Table, m *ddlmsg.Message) []TakenName {
 	if m.Old == nil {
 		return nil
 	}
-	old := map[int]bool{}
+	old, oldName := map[int]bool{}, map[string]bool{}
 	for _, c := range m.Old.Columns {
-		old[c.Num] = true
+		old[c.Num], oldName[c.Name] = true, true
 	}
 	var out []TakenName
 	for i := range m.Columns {
 		c := &m.Columns[i]
-		if old[c.Num] || cur.Column(c.Name) < 0 || c.Generated != nil {
+		// A target column named as one the source had is that one (the
+		// change drops or renames it first: DROP b, ADD b), not the
+		// target's own.
+		if old[c.Num] || oldName[c.Name] || cur.Column(c.Name) < 0 || c.Generated != nil {
 			continue
 		}
 		qc := change.QuoteIdent(c.Name)

@@ -247,7 +247,9 @@ func TestTakenNames(t *testing.T) {
 	h := col(5, "h", "text")
 	h.Generated = sp("upper(f)")
 	kept := col(6, "kept", "text")
-	m := msg("ALTER TABLE", []ddlmsg.Column{id, kept}, id, f, d, g, h, kept)
+	readded := col(8, "kept2", "text") // DROP kept2, ADD kept2
+	m := msg("ALTER TABLE", []ddlmsg.Column{id, kept, col(7, "kept2", "text")}, id, f, d, g, h, kept, readded)
+	cur.Columns = append(cur.Columns, Column{Name: "kept2", Type: "text"})
 	got := TakenNames(cur, m)
 	want := []TakenName{
 		{Column: "f", Differs: `"f"::text IS DISTINCT FROM ('it''s'::text)::text`, Source: `'it''s'::text`},
