@@ -446,7 +446,7 @@ func (e *Engine) recordLegacyStreamed(ctx context.Context, tgt *pgx.Conn, tables
 // has built.
 func (e *Engine) beforeStreaming(ctx context.Context, src, tgt *pgx.Conn, tables []schema.TableName, low change.LSN) error {
 	cfg := e.cfg
-	if err := e.sync.SyncPending(ctx, tgt, tables); err != nil {
+	if err := e.sync.SyncPending(ctx, src, tgt, tables); err != nil {
 		return err
 	}
 	var err error

@@ -91,5 +91,5 @@ func (e *Engine) copyPendingAtEnd(ctx context.Context, tgt *pgx.Conn) error {
 	if err := e.sync.PendUnrecorded(ctx, tgt, e.tables, syncs, published); err != nil {
 		return err
 	}
-	return e.sync.SyncPending(ctx, tgt, published)
+	return e.sync.SyncPending(ctx, src, tgt, published)
 }

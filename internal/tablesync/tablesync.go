@@ -270,23 +270,33 @@ func (ts *Syncer) ResumeCopy(ctx context.Context, tgt *pgx.Conn, tables []schema
 
 // SyncPending copies the tables added while no engine ran (pending,
 // or copying when a previous run stopped during their copy), if they are in
-// the publication; others stay pending.
-func (ts *Syncer) SyncPending(ctx context.Context, tgt *pgx.Conn, published []schema.TableName) error {
+// the publication; others stay pending, but for those the source no longer
+// has (GivePendingUp).
+func (ts *Syncer) SyncPending(ctx context.Context, src, tgt *pgx.Conn, published []schema.TableName) error {
 	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
 	if err != nil {
 		return err
 	}
-	var todo []schema.TableName
+	var todo, unpublished []schema.TableName
 	for _, s := range syncs {
 		t := schema.TableName{Schema: s.Schema, Name: s.Name}
 		if s.State == target.TableReady {
 			continue
 		}
 		if !slices.Contains(published, t) {
-			ts.log.Info("added table is not in the publication yet: it is copied once it is", "component", "tablesync", "table", t.String())
+			if s.State == target.TablePending {
+				unpublished = append(unpublished, t)
+			}
 			continue
 		}
 		todo = append(todo, t)
+	}
+	waiting, err := ts.GivePendingUp(ctx, src, tgt, unpublished)
+	if err != nil {
+		return err
+	}
+	for _, t := range waiting {
+		ts.log.Info("added table is not in the publication yet: it is copied once it is", "component", "tablesync", "table", t.String())
 	}
 	if len(todo) == 0 {
 		return nil
@@ -311,4 +321,30 @@ func (ts *Syncer) LoadFilter(ctx context.Context, tgt *pgx.Conn, low change.LSN)
 		m[schema.TableName{Schema: s.Schema, Name: s.Name}] = apply.TableState{Ready: s.State == target.TableReady, SyncLSN: s.SyncLSN}
 	}
 	return apply.NewTableFilter(m), nil
+}
+
+// GivePendingUp forgets the pending tables of unpublished (added, not in
+// the publication) that the source no longer has — dropped, or renamed
+// while no engine ran (a table renamed from one is published under its
+// new name and copied as such) — with a warning each, and returns the
+// others, which wait for the publication. Kept, such a record waited for
+// ever, and no run was caught up again ("tables not copied yet").
+func (ts *Syncer) GivePendingUp(ctx context.Context, src, tgt *pgx.Conn, unpublished []schema.TableName) ([]schema.TableName, error) {
+	var waiting []schema.TableName
+	for _, t := range unpublished {
+		var exists bool
+		if err := src.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
+			return nil, fmt.Errorf("look for added table %s on the source: %w", t, err)
+		}
+		if exists {
+			waiting = append(waiting, t)
+			continue
+		}
+		if err := target.ForgetPending(ctx, tgt, ts.cfg.Slot, t); err != nil {
+			return nil, err
+		}
+		ts.log.Warn("an added table, not copied yet, is no longer on the source (dropped, or renamed: a table renamed from it is copied under its new name): its copy is given up, and the target's table of its name is left as it is",
+			"component", "tablesync", "table", t.String())
+	}
+	return waiting, nil
 }

@@ -107,14 +107,28 @@ func (ts *Syncer) pollTables(ctx context.Context, tgt *pgx.Conn, filter *apply.T
 		return err
 	}
 	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
+	if err != nil {
+		src.Close(context.Background())
+		return err
+	}
+	var todo, unpublished []schema.TableName
+	for _, s := range waiting {
+		t := schema.TableName{Schema: s.Schema, Name: s.Name}
+		switch {
+		case slices.Contains(published, t):
+			todo = append(todo, t)
+		case s.State == target.TablePending:
+			unpublished = append(unpublished, t)
+		}
+	}
+	still, err := ts.GivePendingUp(ctx, src, tgt, unpublished)
 	src.Close(context.Background())
 	if err != nil {
 		return err
 	}
-	var todo []schema.TableName
-	for _, s := range waiting {
-		if t := (schema.TableName{Schema: s.Schema, Name: s.Name}); slices.Contains(published, t) {
-			todo = append(todo, t)
+	for _, t := range unpublished {
+		if !slices.Contains(still, t) {
+			filter.Drop(t) // a table made again under its name is unrecorded
 		}
 	}
 	if len(todo) == 0 {

@@ -179,6 +179,16 @@ func ForgetTable(ctx context.Context, conn *pgx.Conn, slot string, t schema.Tabl
 	return nil
 }
 
+// ForgetPending removes the record of a table added and not yet copied
+// (pending), which the source no longer has (tablesync's GoneTables).
+func ForgetPending(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName) error {
+	if _, err := conn.Exec(ctx, `DELETE FROM repstream.tables WHERE slot = $1 AND schema_name = $2 AND table_name = $3 AND state = 'pending'`,
+		slot, t.Schema, t.Name); err != nil {
+		return fmt.Errorf("forget the pending copy of %s for slot %q: %w", t, slot, err)
+	}
+	return nil
+}
+
 // SetTableReady records that a table's rows were copied from a snapshot
 // taken at syncLSN; ident is its source identity read before that
 // snapshot (TableSync.SourceIdent; "": unknown, a poll sets it).
