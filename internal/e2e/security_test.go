@@ -927,3 +927,57 @@ func TestSequenceViewTrap(t *testing.T) {
 		t.Fatalf("%s became a superuser through a view named as a sequence", role)
 	}
 }
+
+// TestForeignPartitionTrap: the source's partition trigger function (a
+// superuser's, SECURITY DEFINER) looked whether each partition attached
+// anywhere held rows by reading it. A role that may use postgres_fdw
+// attached a foreign table as a partition of a table of its own (not even
+// replicated), through a user mapping of its own naming the superuser: the
+// read connected as the superuser, who needs no password, to a view
+// calling the role's function, and the role made itself a superuser
+// (without repstream, the mapping is refused: "password is required"). The
+// function now reads plain tables only; a foreign leaf may hold rows. And
+// a copy refuses a foreign table (a schema's publication lists it).
+func TestForeignPartitionTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if err := e.src.Exec(t.Context(), e.srcDB, `CREATE EXTENSION postgres_fdw`); err != nil {
+		t.Skipf("postgres_fdw is not installed with these server binaries: %v", err)
+	}
+	e.both(`CREATE TABLE t (id int PRIMARY KEY)`)
+	e.catchUp(e.config("public.t")) // the event triggers installed
+	role, conn := e.hostileRole("source")
+	var super string
+	if err := e.Src.QueryRow(t.Context(), "SELECT current_user").Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`GRANT USAGE ON FOREIGN DATA WRAPPER postgres_fdw TO ` + role)
+	if _, err := conn.Exec(t.Context(), fmt.Sprintf(`
+CREATE SERVER loop FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1', port '%d', dbname '%s');
+CREATE USER MAPPING FOR PUBLIC SERVER loop OPTIONS (user '%s');
+CREATE FUNCTION public.pwn() RETURNS int LANGUAGE sql AS 'ALTER ROLE %s SUPERUSER; SELECT 1';
+CREATE VIEW public.v AS SELECT public.pwn() AS x;
+CREATE TABLE public.pf (x int) PARTITION BY LIST (x);
+ALTER TABLE public.pf REPLICA IDENTITY FULL;
+CREATE FOREIGN TABLE public.ft (x int) SERVER loop OPTIONS (schema_name 'public', table_name 'v')`,
+		e.src.Port(), e.srcDB, super, role)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `ALTER TABLE public.pf ATTACH PARTITION public.ft FOR VALUES IN (1)`); err != nil {
+		t.Fatalf("the role's ATTACH PARTITION failed: %v", err)
+	}
+	if superuser(t, e.Src, role) {
+		t.Fatalf("%s became a superuser through the partition trigger's read of its foreign table", role)
+	}
+	// A publication of the schema lists the foreign table and its root:
+	// the initial copy read them the same way. Refused now, unread.
+	if e.srcMajor() >= 15 {
+		cfg := e.config("public.*")
+		cfg.Slot += "_schema"
+		cfg.CreateTables = true
+		e.mustFail(cfg, "is or holds a foreign table (public.ft)")
+		if superuser(t, e.Src, role) {
+			t.Fatalf("%s became a superuser through the initial copy's read of its foreign table", role)
+		}
+	}
+}

@@ -180,6 +180,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   r record;
   s record;
+  lf record;
   root oid;
   hasrows boolean;
 BEGIN
@@ -208,7 +209,19 @@ BEGIN
                    LEFT JOIN repstream.partition_state p ON p.relid = i.inhrelid
                   WHERE i.inhparent = r.objid AND p.parent IS DISTINCT FROM r.objid
         LOOP
-          EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', s.relid::regclass) INTO hasrows;
+          -- Whether it holds rows, looking only into plain tables: this
+          -- function runs as a superuser, and reading a foreign table
+          -- would connect with a superuser's rights through a user
+          -- mapping of the table's owner (who then ran code as one). A
+          -- foreign leaf may hold rows.
+          hasrows := EXISTS (SELECT 1 FROM pg_partition_tree(s.relid) t JOIN pg_class k ON k.oid = t.relid
+                              WHERE t.isleaf AND k.relkind NOT IN ('r', 'p'));
+          FOR lf IN SELECT t.relid FROM pg_partition_tree(s.relid) t JOIN pg_class k ON k.oid = t.relid
+                     WHERE t.isleaf AND k.relkind = 'r'
+          LOOP
+            EXIT WHEN hasrows;
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', lf.relid::regclass) INTO hasrows;
+          END LOOP;
           PERFORM repstream.partition_msg('ATTACH PARTITION', s.relid, r.objid, pg_get_partition_constraintdef(s.relid),
             pg_get_expr(s.relpartbound, s.relid), pg_get_partkeydef(r.objid), hasrows);
         END LOOP;

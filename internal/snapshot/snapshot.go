@@ -347,11 +347,20 @@ func tableSizes(ctx context.Context, src *pgx.Conn, tables []schema.TableName) (
 	}
 	for _, t := range tables {
 		var s tableSize
+		var foreign string
 		err := src.QueryRow(ctx, `SELECT coalesce(sum(pg_catalog.pg_relation_size(r.relid)), 0)::bigint,
-				(SELECT c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass)
-			FROM (SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass) r`, t.Quoted()).Scan(&s.size, &s.splittable)
+				(SELECT c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass),
+				coalesce(string_agg(r.relid::regclass::text, ', ') FILTER (WHERE (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = r.relid) = 'f'), '')
+			FROM (SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass) r`, t.Quoted()).Scan(&s.size, &s.splittable, &foreign)
 		if err != nil {
 			return nil, 0, fmt.Errorf("snapshot: read the size of %s: %w", t, err)
+		}
+		if foreign != "" {
+			// Never read: its rows are another server's, fetched with
+			// the copying role's rights through its owner's user
+			// mapping (as a superuser, with no password asked), and its
+			// changes are in no WAL.
+			return nil, 0, fmt.Errorf("snapshot: %s is or holds a foreign table (%s): its rows are on another server and its changes are not in the source's WAL, so repstream does not copy or replicate it: take it out of the publication (or detach the foreign partition)", t, foreign)
 		}
 		out[t] = s
 	}
