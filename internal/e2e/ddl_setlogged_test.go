@@ -81,3 +81,26 @@ func TestDDLSetLoggedTargetHasTable(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSameTable("public.ul2", "id")
 }
+
+// TestDDLSetUnloggedAfterSourceCrash: repstream.ddl_state, the trigger's
+// last description of each table, is unlogged: a crash of the source
+// empties it (here emptied by hand). The trigger told a table set UNLOGGED
+// only by its description there, so after a crash the SET UNLOGGED of a
+// table a schema publishes went unsaid: its rows left the WAL, the target
+// kept what it had, and the run said caught up. Now it stops, naming it.
+func TestDDLSetUnloggedAfterSourceCrash(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+	}
+	e.srcExec(`CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY); INSERT INTO app.t VALUES (1)`)
+	cfg := e.config("app.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`DELETE FROM repstream.ddl_state`) // what a crash of the source leaves
+	e.srcExec(`ALTER TABLE app.t SET UNLOGGED`)
+	e.srcExec(`INSERT INTO app.t SELECT g FROM generate_series(2, 100) g`)
+	cfg.Tables = nil // the slot's publication, as it is (--tables app.* matches no table now)
+	e.mustFail(cfg, "app.t", "the source set the table UNLOGGED")
+}

@@ -319,7 +319,10 @@ BEGIN
             WHERE c.relkind IN ('r', 'p') AND c.relnamespace <> 'repstream'::regnamespace
               AND NOT EXISTS (SELECT 1 FROM repstream.self_ddl x WHERE x.relid = c.oid)
               AND (c.relpersistence = 'p'
-                   OR c.relpersistence = 'u' AND EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid))
+                   OR c.relpersistence = 'u' AND (EXISTS (SELECT 1 FROM repstream.ddl_state s WHERE s.relid = c.oid)
+                                                  -- SET UNLOGGED of a published table whose description a crash
+                                                  -- of the source took (ddl_state is unlogged too)
+                                                  OR tree.command_tag = 'ALTER TABLE' AND jsonb_array_length(repstream.ddl_pubs(c.oid)) > 0))
             GROUP BY c.oid, c.relispartition, tree.command_tag
            HAVING min(tree.depth) = 0 OR NOT c.relispartition OR jsonb_array_length(repstream.ddl_pubs(c.oid)) > 0
             ORDER BY max(tree.depth), c.oid
@@ -328,8 +331,14 @@ BEGIN
     -- changes are no longer in the WAL, and no replication can carry
     -- them. Every repstream that replicates it stops at this message.
     IF (SELECT c.relpersistence FROM pg_class c WHERE c.oid = r.objid) = 'u' THEN
-      -- The updated row's xmin is this (sub)transaction's xid (as below).
-      UPDATE repstream.ddl_state s SET def = s.def WHERE s.relid = r.objid RETURNING s.def, s.xmin::text::bigint INTO o, x;
+      -- The written row's xmin is this (sub)transaction's xid (as below).
+      -- Without a description (the source crashed since: ddl_state is
+      -- unlogged), the table's as it is now.
+      SELECT s.def INTO o FROM repstream.ddl_state s WHERE s.relid = r.objid;
+      o := COALESCE(o, repstream.ddl_def(r.objid));
+      INSERT INTO repstream.ddl_state AS s VALUES (r.objid, o)
+        ON CONFLICT (relid) DO UPDATE SET def = s.def
+        RETURNING s.xmin::text::bigint INTO x;
       DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
       PERFORM repstream.ddl_emit((o || jsonb_build_object(
         'tag', r.command_tag, 'unlogged', true, 'old', o, 'xid', x))::text);
