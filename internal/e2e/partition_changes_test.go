@@ -519,3 +519,33 @@ func TestPartitionedAddColumnDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestDDLKeylessPartitionedFull: a partitioned table without a key made in
+// a published schema, and the primary key of one dropped. The source
+// refused the application's UPDATEs and DELETEs of their partitions
+// ("does not have a replica identity and publishes updates"): the trigger
+// made only ordinary tables FULL. Now the table and its keyless partitions
+// are, and the changes replicate.
+func TestDDLKeylessPartitionedFull(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 15 {
+		t.Skip("FOR TABLES IN SCHEMA needs PostgreSQL 15+")
+	}
+	e.srcExec(`CREATE SCHEMA app; CREATE TABLE app.m (id int, k int, v text, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		CREATE TABLE app.m1 PARTITION OF app.m FOR VALUES IN (1)`)
+	cfg := e.config("app.*")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	e.srcExec(`CREATE TABLE app.log (a int, k int) PARTITION BY LIST (k); CREATE TABLE app.log1 PARTITION OF app.log FOR VALUES IN (1)`)
+	e.srcExec(`INSERT INTO app.log VALUES (1, 1), (2, 1), (3, 1)`)
+	e.srcExec(`UPDATE app.log SET a = 20 WHERE a = 2`)
+	e.srcExec(`DELETE FROM app.log WHERE a = 3`)
+	e.srcExec(`INSERT INTO app.m VALUES (1, 1, 'a'), (2, 1, 'b')`)
+	e.srcExec(`ALTER TABLE app.m DROP CONSTRAINT m_pkey`)
+	e.srcExec(`UPDATE app.m SET v = 'c' WHERE id = 2`)
+	e.srcExec(`DELETE FROM app.m WHERE id = 1`)
+	e.catchUp(cfg)
+	e.assertSame("app.log", "a")
+	e.assertSame("app.m", "id")
+}

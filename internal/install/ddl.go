@@ -287,6 +287,7 @@ DECLARE
   d jsonb;
   o jsonb;
   x bigint;
+  lf oid;
 BEGIN
   -- The tables a command changed; for ALTER SCHEMA (RENAME), every
   -- table of the schema: pgoutput does not describe them again under
@@ -366,14 +367,24 @@ BEGIN
       -- whose primary key was dropped) would make the source refuse its
       -- UPDATEs and DELETEs: the application's writes must never break.
       -- It gets REPLICA IDENTITY FULL (its own ALTER TABLE, which this
-      -- trigger reports next).
-      IF d->>'kind' = 'r' AND d->>'ident' = 'd' AND jsonb_array_length(d->'pkey') = 0
-         AND NOT (SELECT c.relispartition FROM pg_class c WHERE c.oid = r.objid)
+      -- trigger reports next). So do a partitioned table's keyless
+      -- partitions, which the source asks for one (a partition published
+      -- itself or through an ancestor).
+      IF d->>'kind' IN ('r', 'p') AND d->>'ident' = 'd' AND jsonb_array_length(d->'pkey') = 0
          AND EXISTS (SELECT 1 FROM repstream.replications g JOIN pg_publication p ON p.pubname = g.publication
-                      WHERE (p.pubupdate OR p.pubdelete) AND d->'pubs' ? g.publication) THEN
-        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', r.objid::regclass);
-        INSERT INTO repstream.ident_full VALUES (r.objid) ON CONFLICT DO NOTHING;
-        RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', r.objid::regclass;
+                      WHERE (p.pubupdate OR p.pubdelete)
+                        AND (d->'pubs' ? g.publication
+                             OR EXISTS (SELECT 1 FROM pg_partition_ancestors(r.objid) a WHERE repstream.ddl_pubs(a.relid) ? g.publication))) THEN
+        FOR lf IN SELECT r.objid
+                  UNION
+                  SELECT t.relid FROM pg_partition_tree(r.objid) t JOIN pg_class k ON k.oid = t.relid
+                   WHERE k.relreplident = 'd' AND k.relkind IN ('r', 'p')
+                     AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = t.relid AND i.indisprimary)
+        LOOP
+          EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', lf::regclass);
+          INSERT INTO repstream.ident_full VALUES (lf) ON CONFLICT DO NOTHING;
+          RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', lf::regclass;
+        END LOOP;
       ELSIF r.depth = 0 AND current_query() ~* 'replica\s+identity' THEN
         -- The user chose the table's replica identity: it stays theirs
         -- (the command's own table: a child's is not the command's).
