@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -979,5 +980,49 @@ CREATE FOREIGN TABLE public.ft (x int) SERVER loop OPTIONS (schema_name 'public'
 		if superuser(t, e.Src, role) {
 			t.Fatalf("%s became a superuser through the initial copy's read of its foreign table", role)
 		}
+	}
+}
+
+// TestSourceDumpRestored: a plain pg_dump of a source database, restored
+// into another database with ON_ERROR_STOP. The dump's last statement,
+// the REFRESH of the signing key, was refused by the key's guard (the
+// restore failed), and the restored database, whose triggers came with
+// the dump, refused every CREATE TABLE, DROP TABLE and TRUNCATE of a
+// partition after ("ddl_key has not been populated"): repstream broke the
+// application there. Now the guard lets the REFRESH through in a database
+// without a replication slot of its own, and the trigger never fails a
+// statement for want of a key.
+func TestSourceDumpRestored(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	dump, psql := filepath.Join(e.src.BinDir(), "pg_dump"), filepath.Join(e.src.BinDir(), "psql")
+	if _, err := os.Stat(dump); err != nil {
+		t.Skipf("no pg_dump beside the server binaries: %v", err)
+	}
+	if _, err := os.Stat(psql); err != nil {
+		t.Skipf("no psql beside the server binaries: %v", err)
+	}
+	e.both(`CREATE TABLE t (id int PRIMARY KEY);
+		CREATE TABLE p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k); CREATE TABLE p1 PARTITION OF p FOR VALUES IN (1)`)
+	e.catchUp(e.config("public.t", "public.p"))
+	copyDB := pgtest.NewDB(t, e.src)
+	out, err := exec.Command("bash", "-c", fmt.Sprintf("set -o pipefail; %s -d %q | %s -X -q -v ON_ERROR_STOP=1 -d %q",
+		dump, e.src.DSN(e.srcDB), psql, e.src.DSN(copyDB))).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restore of the source's dump: %v\n%s", err, out)
+	}
+	c, err := pgx.Connect(t.Context(), e.src.DSN(copyDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, sql := range []string{`CREATE TABLE newt (id int PRIMARY KEY)`, `DROP TABLE t`, `TRUNCATE p1`, `ALTER TABLE p ADD COLUMN v text`} {
+		if _, err := c.Exec(t.Context(), sql); err != nil {
+			t.Errorf("in the restored database: %s: %v", sql, err)
+		}
+	}
+	// The source itself, whose slot exists, still refuses a new key.
+	if _, err := e.Src.Exec(t.Context(), "REFRESH MATERIALIZED VIEW repstream.ddl_key"); err == nil || !strings.Contains(err.Error(), "signs repstream's schema-change messages") {
+		t.Errorf("REFRESH of the source's key: %v, want it refused", err)
 	}
 }

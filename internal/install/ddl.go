@@ -114,12 +114,33 @@ SELECT k.key,
        decode((SELECT string_agg(lpad(to_hex(get_byte(k.key, i) # 92), 2, '0'), '' ORDER BY i) FROM generate_series(0, 31) i) || repeat('5c', 32), 'hex') AS okey
 FROM (SELECT sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')) AS key) k;
 REVOKE ALL ON repstream.ddl_key FROM PUBLIC;
+-- A database restored from a dump of the source has it unpopulated (its
+-- REFRESH, at the dump's end, was refused by the guard below, restored
+-- before it): a new key then, the guard held off meanwhile.
+DO $do$
+BEGIN
+  IF NOT (SELECT c.relispopulated FROM pg_catalog.pg_class c WHERE c.oid = 'repstream.ddl_key'::regclass) THEN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname = 'repstream_ddl_key') THEN
+      ALTER EVENT TRIGGER repstream_ddl_key DISABLE;
+      REFRESH MATERIALIZED VIEW repstream.ddl_key;
+      ALTER EVENT TRIGGER repstream_ddl_key ENABLE ALWAYS;
+    ELSE
+      REFRESH MATERIALIZED VIEW repstream.ddl_key;
+    END IF;
+  END IF;
+END
+$do$;
 
 CREATE OR REPLACE FUNCTION repstream.ddl_key_guard() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
+  -- Refused only while a replication of this database has its slot (a
+  -- database restored from a dump has none: its REFRESH, at the dump's
+  -- end, makes its key).
   IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() e
-              WHERE e.classid = 'pg_class'::regclass AND e.objid = pg_catalog.to_regclass('repstream.ddl_key')) THEN
+              WHERE e.classid = 'pg_class'::regclass AND e.objid = pg_catalog.to_regclass('repstream.ddl_key'))
+     AND EXISTS (SELECT 1 FROM pg_replication_slots s JOIN repstream.replications g ON g.slot = s.slot_name
+                  WHERE s.database = current_database()) THEN
     RAISE EXCEPTION 'repstream.ddl_key holds the key that signs repstream''s schema-change messages: a REFRESH would change it under the running captures'
       USING HINT = 'Leave repstream.ddl_key out of REFRESH MATERIALIZED VIEW.';
   END IF;
@@ -187,6 +208,13 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
   k record;
 BEGIN
+  IF NOT (SELECT c.relispopulated FROM pg_class c WHERE c.oid = 'repstream.ddl_key'::regclass) THEN
+    -- A database restored from a dump of the source: no replication
+    -- runs from it before a repstream start makes the key. Its DDL must
+    -- never fail for that.
+    RAISE WARNING 'repstream: this database has no key to sign schema-change messages with (restored from a dump?): this change is not reported; a repstream start here makes one';
+    RETURN;
+  END IF;
   SELECT s.ikey, s.okey INTO k FROM repstream.ddl_key s;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'repstream: the key that signs schema-change messages (repstream.ddl_key) is empty';
