@@ -905,3 +905,28 @@ func TestBadInputKeylessTable(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("logs", "line")
 }
+
+// TestBadInputSlotOfAnotherDatabase: a first start whose --slot names a
+// slot of another database of the source's cluster (two databases, both
+// with the default name). The start made the publication, the event
+// trigger and the state on both sides, then failed at the slot and,
+// taking the start for a resumed one, left them all (and `drop` failed the
+// same way). Now it stops first, having made nothing.
+func TestBadInputSlotOfAnotherDatabase(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE t (id int PRIMARY KEY)`)
+	cfg := e.config("public.t")
+	e.catchUp(cfg)
+
+	other := envOn(t, e.src, pgtest.NewDB(t, e.src), e.tgt, pgtest.NewDB(t, e.tgt))
+	other.both(`CREATE TABLE t (id int PRIMARY KEY)`)
+	cfg2 := other.config("public.t")
+	cfg2.Slot = cfg.Slot // the other database's
+	other.mustFail(cfg2, "replication slot \""+cfg.Slot+"\" belongs to database", "use another --slot")
+	for side, c := range map[string]*pgx.Conn{"source": other.Src, "target": other.Tgt} {
+		if n := other.count(c, `SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream') + (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_event_trigger)`); n != 0 {
+			t.Errorf("%s: %d objects (schema repstream, publications, event triggers) left by the failed start", side, n)
+		}
+	}
+}

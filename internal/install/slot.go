@@ -123,13 +123,18 @@ func LookupSlot(ctx context.Context, src *pgx.Conn, name string) (Slot, error) {
 }
 
 // SlotMissing reports whether the slot does not exist yet (a first start).
+//
+// A slot of that name in another database (or a physical one) is an
+// error, before anything is made: a start that went on made the
+// publication, the trigger and the target's state, then failed at the
+// slot, and, not a first start by this test, left them all (and `drop`
+// failed the same way).
 func SlotMissing(ctx context.Context, src *pgx.Conn, slot string) (bool, error) {
-	var exists bool
-	err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)", slot).Scan(&exists)
+	s, err := LookupSlot(ctx, src, slot)
 	if err != nil {
-		return false, fmt.Errorf("look up replication slot %q: %w", slot, err)
+		return false, fmt.Errorf("%w: use another --slot", err)
 	}
-	return !exists, nil
+	return !s.Exists, nil
 }
 
 // CreateSlot creates the pgoutput slot on the source over a replication
