@@ -385,7 +385,9 @@ BEGIN
       -- type it changed was converted by the plain cast.
       PERFORM repstream.ddl_emit(
         (d || jsonb_build_object('tag', r.command_tag, 'old', o, 'xid', x,
-                                 'castonly', coalesce(current_query() ~* 'alter' AND current_query() !~* 'using', false),
+                                 -- (only an ALTER TABLE's: the text of a migration sent as one
+                                 -- query is long, and read once per table of each statement)
+                                 'castonly', r.command_tag = 'ALTER TABLE' AND coalesce(current_query() ~* 'alter' AND current_query() !~* 'using', false),
                                  -- what the command's casts read (ddlmsg.SessionSettings)
                                  'session', jsonb_build_object('TimeZone', current_setting('TimeZone'), 'DateStyle', current_setting('DateStyle'),
                                    'IntervalStyle', current_setting('IntervalStyle'), 'extra_float_digits', current_setting('extra_float_digits'),
@@ -413,7 +415,7 @@ BEGIN
           INSERT INTO repstream.ident_full VALUES (lf) ON CONFLICT DO NOTHING;
           RAISE NOTICE 'repstream: table % has no primary key and is published: its replica identity is now FULL, so that its UPDATEs and DELETEs keep working and are replicated', lf::regclass;
         END LOOP;
-      ELSIF r.depth = 0 AND current_query() ~* 'replica\s+identity' THEN
+      ELSIF r.depth = 0 AND r.command_tag = 'ALTER TABLE' AND current_query() ~* 'replica\s+identity' THEN
         -- The user chose the table's replica identity: it stays theirs
         -- (the command's own table: a child's is not the command's).
         DELETE FROM repstream.ident_full f WHERE f.relid = r.objid;
@@ -752,6 +754,23 @@ WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_
 	}
 	if len(kept) > 0 {
 		return false, kept, tx.Commit(ctx)
+	}
+	// The tables the trigger made FULL (they had no key) stay FULL: set
+	// back to DEFAULT while a publication publishes them, the source
+	// would refuse their UPDATEs and DELETEs. Named, for the user.
+	var full []string
+	var listed bool
+	err = tx.QueryRow(ctx, `SELECT pg_catalog.to_regclass('repstream.ident_full') IS NOT NULL`).Scan(&listed)
+	if err == nil && listed {
+		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(c.oid::regclass::text ORDER BY 1), '{}') FROM pg_catalog.pg_class c
+WHERE c.relreplident = 'f' AND c.oid IN (SELECT relid FROM repstream.ident_full)`).Scan(&full)
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("look up the tables repstream made REPLICA IDENTITY FULL on the source: %w", err)
+	}
+	if len(full) > 0 {
+		log.Warn("tables without a key that repstream's trigger made REPLICA IDENTITY FULL stay so: once no publication publishes them, ALTER TABLE ... REPLICA IDENTITY DEFAULT gives them back what they had (UPDATEs and DELETEs then log less)",
+			"tables", full)
 	}
 	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
 		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", err)
