@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -548,4 +549,56 @@ func TestDDLKeylessPartitionedFull(t *testing.T) {
 	e.catchUp(cfg)
 	e.assertSame("app.log", "a")
 	e.assertSame("app.m", "id")
+}
+
+// TestFirstStartDoesNotHoldWritesUp: the first start installs a TRUNCATE
+// trigger on every leaf partition, in one transaction. An application
+// transaction open on one leaf made it wait, with no bound, and every
+// write to the leaves it had already locked (and to that one) queued
+// behind it for as long as the application's transaction lasted. Now each
+// wait for a lock is bounded (2 s) and the install tried again: an insert
+// into another leaf waits no longer than that, and the start completes
+// once the transaction is over.
+func TestFirstStartDoesNotHoldWritesUp(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		CREATE TABLE p1 PARTITION OF p FOR VALUES IN (1); CREATE TABLE p2 PARTITION OF p FOR VALUES IN (2)`)
+	holder, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(t.Context(), `BEGIN; INSERT INTO p2 VALUES (1, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	const held = 6 * time.Second
+	released := time.AfterFunc(held, func() { _, _ = holder.Exec(context.Background(), "COMMIT") })
+	defer released.Stop()
+	cfg := e.config("public.p")
+	cfg.UntilCaughtUp = true
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	time.Sleep(500 * time.Millisecond) // the install waits for p2
+	app, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	start := time.Now()
+	if _, err := app.Exec(t.Context(), `INSERT INTO p1 VALUES (5, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("an insert into p1 waited %s behind repstream's install (the application's transaction on p2 lasted %s)", took.Round(time.Millisecond), held)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the start did not complete once the transaction was over: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the start did not end")
+	}
+	e.assertSame("p", "id, k")
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/ddlmsg"
+	"github.com/repstream/repstream/internal/pgerr"
 	"github.com/repstream/repstream/internal/provision"
 )
 
@@ -612,11 +614,38 @@ func InstallDDL(ctx context.Context, src *pgx.Conn, version int, slot, pub strin
 		install = strings.NewReplacer("%SCHEMAPUB%", schemaPubSQL, "%PUBSCHEMA%", pubSchemaSQL, "%COLLISTS%", colListsSQL, "%EVENTTRIGGERS%", triggers).Replace(ddlTriggerSQL)
 	}
 	install += partitionsInstallSQL(version)
-	if err := installDDL(ctx, src, install, slot, pub); err != nil {
+	var err error
+	for attempt, pause := 1, time.Second; ; attempt, pause = attempt+1, 2*pause {
+		err = installDDL(ctx, src, install, slot, pub)
+		if !pgerr.Is(err, pgerr.LockNotAvailable) || attempt == installAttempts {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	if pgerr.Is(err, pgerr.LockNotAvailable) {
+		return fmt.Errorf("--ddl: install the event trigger on the source: a table's lock was not had within %s, %d times: a transaction on the source holds it "+
+			"(pg_locks, pg_stat_activity; a prepared one: pg_prepared_xacts): repstream waits no longer, so as not to hold the application's writes up behind it: "+
+			"start again once it is over: %w", installLockTimeout, installAttempts, err)
+	}
+	if err != nil {
 		return fmt.Errorf("--ddl: install the event trigger on the source: %w", err)
 	}
 	return nil
 }
+
+// installLockTimeout bounds each wait of the install for a lock on a
+// table (the TRUNCATE triggers of partitions, a row of ddl_state a
+// prepared transaction holds): a wait in the lock queue holds every later
+// write of the application to that table up behind it. installAttempts
+// tries are made, a second, two, four... apart.
+const (
+	installLockTimeout = "2s"
+	installAttempts    = 4
+)
 
 // installDDL installs (or replaces) the event trigger and registers slot as
 // one of its users, in one transaction under provision.Lock. A trigger
@@ -630,6 +659,9 @@ func installDDL(ctx context.Context, src *pgx.Conn, install, slot, pub string) e
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := provision.Lock(ctx, tx); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+installLockTimeout+"'"); err != nil {
 		return err
 	}
 	if _, err := provision.EnsureSchema(ctx, tx, "source"); err != nil {
