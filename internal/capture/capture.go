@@ -165,6 +165,10 @@ type Capture struct {
 	sentFlush     change.LSN
 	lastStatus    time.Time
 	pingAt        time.Time       // when a status update asked the server to answer (zero: none outstanding)
+	// asked counts the keepalives asking for a reply since askedSince
+	// (stoppingSource).
+	asked      int
+	askedSince time.Time
 	addCtx        context.Context // bounds the queue's flow-control waits; renewed every second
 	addCancel     context.CancelFunc
 
@@ -498,6 +502,9 @@ func (c *Capture) loop(ctx context.Context) error {
 				}
 				if ka.ReplyRequested {
 					forceStatus = true
+					if err := c.stoppingSource(change.LSN(ka.ServerWALEnd)); err != nil {
+						return err
+					}
 				}
 			case pglogrepl.XLogDataByteID:
 				if len(m.Data) < 25 {
@@ -562,6 +569,34 @@ func (c *Capture) housekeep(ctx context.Context, now time.Time, force bool, next
 		}
 	}
 	return nil
+}
+
+// stopAsks is how many keepalives asking for a reply within stopAsksIn
+// mean a walsender shutting down: it asks again as soon as it has each
+// answer, until the client confirms all it sent (a running one asks at
+// most every wal_sender_timeout/2).
+const (
+	stopAsks   = 50
+	stopAsksIn = time.Second
+)
+
+// stoppingSource counts a keepalive asking for a reply; when they come as
+// a shutting-down walsender sends them and the confirmed position is
+// behind walEnd (the target still applying what was sent), it returns
+// pgerr.ErrSourceStopping: the connection is given up rather than hold
+// the source's shutdown up for as long as the target takes (native's
+// worker, busy applying, does not answer and is timed out).
+func (c *Capture) stoppingSource(walEnd change.LSN) error {
+	now := c.clock()
+	if now.Sub(c.askedSince) > stopAsksIn {
+		c.asked, c.askedSince = 0, now
+	}
+	c.asked++
+	if c.asked < stopAsks || c.sentFlush >= walEnd {
+		return nil
+	}
+	return fmt.Errorf("slot %q at %s: %w: its walsender asked for the confirmed position %d times within %s, and %s of %s is confirmed; the connection is closed so as not to hold the shutdown up, and what is not confirmed is streamed again after the restart",
+		c.opts.Slot, c.received, pgerr.ErrSourceStopping, c.asked, stopAsksIn, c.sentFlush, walEnd)
 }
 
 // checkSilence runs when a read found nothing to read (Options.Timeout).

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -124,4 +125,60 @@ func TestCaughtUpWhileRecording(t *testing.T) {
 		}
 	}
 	e.assertSame("pubd", "a")
+}
+
+// TestSourceShutdownNotHeldUp: the source shut down (pg_ctl stop -m fast)
+// while the target's apply waits on a lock, with a transaction sent and
+// not yet applied. A shutting-down walsender waits until its client
+// confirms all it sent, asking again and again; repstream's capture
+// answered each time with the position applied, so the source's shutdown
+// lasted as long as the target's lock (native's worker, busy applying,
+// does not answer and is timed out). Now the capture gives the connection
+// up; the run reconnects once the source is back and catches up.
+func TestSourceShutdownNotHeldUp(t *testing.T) {
+	src := pgtest.Cluster(t, pgcluster.Options{Name: "stopsrc", Fast: true})
+	e := newEnvOn(t, src, pgtest.Shared(t, "target"))
+	e.both(`CREATE TABLE t (id int PRIMARY KEY)`)
+	cfg := e.config("public.t")
+	cfg.ReconnectMaxWait = time.Second
+	e.catchUp(cfg)
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	e.waitStreaming(cfg.Slot)
+
+	locker, err := pgx.Connect(t.Context(), e.tgt.DSN(e.tgtDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	if _, err := locker.Exec(t.Context(), `BEGIN; LOCK TABLE t`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`INSERT INTO t VALUES (1)`)
+	time.Sleep(time.Second) // sent; the apply waits for the lock
+
+	start := time.Now()
+	if err := src.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the source's fast shutdown took %s, held up by repstream's apply waiting on a target lock", took.Round(time.Millisecond))
+	}
+	if _, err := locker.Exec(t.Context(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.Src.Close(context.Background())
+	if e.Src, err = pgx.Connect(t.Context(), e.src.DSN(e.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`INSERT INTO t VALUES (2)`)
+	e.waitCaughtUp(cfg.Slot, time.Minute)
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v", err)
+	}
+	e.assertSame("t", "id")
 }

@@ -253,6 +253,14 @@ func Param(err error) int {
 // treats it like a lost connection.
 var ErrSilentLink = errors.New("connection open but silent")
 
+// ErrSourceStopping marks a replication connection repstream closed
+// because the source is shutting down and waits for it: its walsender
+// asks for the client's position again and again until everything sent
+// is confirmed, which a target still applying (a long lock, a large
+// transaction) would hold up. The engine treats it like a lost
+// connection; what was not confirmed is sent again after the restart.
+var ErrSourceStopping = errors.New("the source is shutting down and waits for repstream")
+
 // Transient reports whether a reconnect can cure err: a lost connection
 // (ConnectionLost), a silent one (ErrSilentLink), or a replication slot
 // still held by a walsender that has not yet noticed its client is gone.
@@ -264,7 +272,7 @@ func Transient(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrSilentLink) || SlotInUse(err) {
+	if errors.Is(err, ErrSilentLink) || errors.Is(err, ErrSourceStopping) || SlotInUse(err) {
 		return true
 	}
 	if Is(err, DiskFull) {
