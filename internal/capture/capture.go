@@ -164,13 +164,13 @@ type Capture struct {
 	received      change.LSN      // highest WAL position received
 	sentFlush     change.LSN
 	lastStatus    time.Time
-	pingAt        time.Time       // when a status update asked the server to answer (zero: none outstanding)
+	pingAt        time.Time // when a status update asked the server to answer (zero: none outstanding)
 	// asked counts the keepalives asking for a reply since askedSince
 	// (stoppingSource).
 	asked      int
 	askedSince time.Time
-	addCtx        context.Context // bounds the queue's flow-control waits; renewed every second
-	addCancel     context.CancelFunc
+	addCtx     context.Context // bounds the queue's flow-control waits; renewed every second
+	addCancel  context.CancelFunc
 
 	// major is the source's major version (0: not known, a Decoder).
 	// redecode: the top-level transactions holding a partition's ATTACH
