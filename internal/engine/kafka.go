@@ -327,6 +327,10 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	}
 	if createdPub {
 		undo.Publication(src, cfg.Publication)
+	} else if len(cfg.Tables) > 0 {
+		if err := install.WidenCapturePublication(ctx, src, cfg.Publication, cfg.Tables, e.log); err != nil {
+			return slot, "", "", 0, err
+		}
 	}
 	tables, err := e.publishedTables(ctx, src, &undo, nil)
 	if err != nil {

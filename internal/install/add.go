@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/target"
@@ -54,6 +56,46 @@ func WidenPublication(ctx context.Context, src, tgt *pgx.Conn, cfg config.Config
 	}
 	log.Info("--tables matches tables the publication lacks: adding them (copied before streaming)", "component", "tablesync", "tables", tableNames(add))
 	return Publish(ctx, src, cfg.Publication, add, published)
+}
+
+// WidenCapturePublication is WidenPublication for `capture --kafka`,
+// which has no target: it adds to the publication the tables --tables
+// (patterns) now matches that it lacks, if repstream made it (marked), and
+// each apply copies them at a snapshot of its own (the event trigger
+// reports the ALTER PUBLICATION in the stream; without it, an apply copies
+// a table it never copied at its first change). Before, a capture started
+// again with a wider --tables used the publication as it was, and the new
+// tables reached no target without a word. One repstream did not make is
+// left as it is, and the start stops naming the tables.
+func WidenCapturePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) error {
+	names, err := schema.ResolveTables(ctx, src, patterns)
+	if err != nil {
+		return fmt.Errorf("resolve --tables on the source: %w", err)
+	}
+	published, err := PublicationTables(ctx, src, pub)
+	if err != nil {
+		return err
+	}
+	var add []schema.TableName
+	for _, n := range names {
+		if !slices.Contains(published, n) {
+			add = append(add, n)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	var mark *string
+	if err := src.QueryRow(ctx, "SELECT obj_description(oid, 'pg_publication') FROM pg_catalog.pg_publication WHERE pubname = $1", pub).Scan(&mark); err != nil {
+		return fmt.Errorf("look up publication %q: %w", pub, err)
+	}
+	if mark == nil || *mark != PublicationMark {
+		return fmt.Errorf("--tables matches tables publication %q lacks (%s), and repstream did not make it, so it does not change it: "+
+			"add them yourself (ALTER PUBLICATION %s ADD TABLE ...; each apply then copies them), or leave them out of --tables",
+			pub, strings.Join(tableNames(add), ", "), change.QuoteIdent(pub))
+	}
+	log.Info("--tables matches tables the publication lacks: adding them; each apply copies them at a snapshot of its own", "publication", pub, "tables", tableNames(add))
+	return Publish(ctx, src, pub, add, published)
 }
 
 func tableNames(ts []schema.TableName) []string {

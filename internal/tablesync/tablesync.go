@@ -72,6 +72,16 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 		return 0, err
 	}
 	defer tgt.Close(context.Background())
+	if !atStart {
+		// Added while running: `tables add` made a missing target table,
+		// but one that entered the publication otherwise (ALTER
+		// PUBLICATION, a capture's wider --tables, without the event
+		// trigger) may be missing: made with --create-tables, as a start
+		// makes one, else a clear stop. (A start made its tables.)
+		if err := ts.checkAdded(ctx, tgt, tables); err != nil {
+			return 0, err
+		}
+	}
 	if err := target.CheckOwners(ctx, tgt, tables, cfg.TrustTableOwners); err != nil {
 		return 0, err
 	}
@@ -347,4 +357,17 @@ func (ts *Syncer) GivePendingUp(ctx context.Context, src, tgt *pgx.Conn, unpubli
 			"component", "tablesync", "table", t.String())
 	}
 	return waiting, nil
+}
+
+// checkAdded checks tables added while an engine runs as `tables add`
+// does (install.CheckAddable): each missing on the target is made from
+// the source's definition with --create-tables, else the copy stops
+// naming it.
+func (ts *Syncer) checkAdded(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	src, err := install.ConnectSource(ctx, ts.cfg.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	return install.CheckAddable(ctx, src, tgt, ts.cfg.Slot, tables, ts.cfg.CreateTables, true, ts.log)
 }

@@ -581,7 +581,9 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 // own, without a `tables add` of its own; both then apply the table's
 // later changes. Without the event trigger (--ddl=relation) nothing in the
 // stream says the table was added: the other target's apply copies it
-// because its first change is of a table that target never copied.
+// because its first change is of a table that target never copied. A
+// capture started again with a wider --tables adds the new tables to its
+// publication; before, it used it as it was, and they reached no target.
 func TestKafkaTablesAdd(t *testing.T) {
 	k := kafkatest.Shared(t)
 	for _, ddl := range []string{"trigger", "relation"} {
@@ -661,6 +663,21 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 	}
 	for _, db := range []string{tgt1, tgt2} {
 		sameTables(t, s, tgtC.DSN(db), 60*time.Second, append([]*proc{capt}, aps...), "first", "later")
+	}
+	// The capture started again with a wider --tables: it adds the
+	// tables to its publication, and every target copies them (before,
+	// it used the publication as it was: the new table reached none).
+	capt.stop()
+	if _, err := s.Exec(ctx, `CREATE TABLE third (id int PRIMARY KEY, v text); INSERT INTO third SELECT g, 't' FROM generate_series(1, 300) g`); err != nil {
+		t.Fatal(err)
+	}
+	captArgs[2] = "public.first,public.third"
+	capt = startProc(t, "capture again", append(captArgs, common...)...)
+	if _, err := s.Exec(ctx, "UPDATE third SET v = 'after' WHERE id <= 10"); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []string{tgt1, tgt2} {
+		sameTables(t, s, tgtC.DSN(db), 60*time.Second, append([]*proc{capt}, aps...), "first", "later", "third")
 	}
 	capt.stop()
 	for _, ap := range aps {
