@@ -77,3 +77,20 @@ func TestProgressLineCountsEager(t *testing.T) {
 		t.Errorf("progress line %q does not count eager apply", line)
 	}
 }
+
+// TestProgressLineUnacknowledged: a run's line says what its slot has sent
+// and not had acknowledged; an apply --kafka's, which acknowledges nothing
+// to a slot, says nothing of it (it said the whole position received, ever
+// growing).
+func TestProgressLineUnacknowledged(t *testing.T) {
+	reg := stats.NewRegistry()
+	reg.Component("capture").Gauge("received_lsn").Store(3 << 20)
+	prev := reg.Snapshot()
+	if line := ProgressLine(prev, reg.Snapshot()); strings.Contains(line, "unacknowledged") {
+		t.Errorf("apply --kafka's line %q speaks of unacknowledged WAL", line)
+	}
+	reg.Component("capture").Gauge("flushed_lsn").Store(1 << 20)
+	if line := ProgressLine(prev, reg.Snapshot()); !strings.Contains(line, "unacknowledged 2.0MiB") {
+		t.Errorf("a run's line %q, want unacknowledged 2.0MiB", line)
+	}
+}

@@ -62,13 +62,19 @@ func ProgressLine(prev, cur stats.Snapshot) string {
 	q, _ := cur.Component("queue")
 	sp, _ := cur.Component("spill")
 	capt, _ := cur.Component("capture")
-	lag := capt.Gauges["received_lsn"] - capt.Gauges["flushed_lsn"]
-	if lag < 0 {
-		lag = 0
-	}
-	return fmt.Sprintf("capture %s changes/s | queue %s in memory, %d txns waiting | spilled %s | apply %s rows/s, %s txns/s | unacknowledged %s",
+	line := fmt.Sprintf("capture %s changes/s | queue %s in memory, %d txns waiting | spilled %s | apply %s rows/s, %s txns/s",
 		human(rate("capture", items)), stats.HumanBytes(q.Gauges["memory_bytes"]), q.Gauges["txns_committed_pending"],
-		stats.HumanBytes(sp.Bytes), human(applied), human(appliedTxns), stats.HumanBytes(lag))
+		stats.HumanBytes(sp.Bytes), human(applied), human(appliedTxns))
+	// What the slot has sent and not had acknowledged: a run's (its
+	// capture acknowledges); an apply --kafka reads a topic and
+	// acknowledges nothing to a slot (its received position less a
+	// flushed one never set grew without bound).
+	flushed, ok := capt.Gauges["flushed_lsn"]
+	if !ok {
+		return line
+	}
+	lag := max(capt.Gauges["received_lsn"]-flushed, 0)
+	return line + " | unacknowledged " + stats.HumanBytes(lag)
 }
 
 func human(v float64) string {
