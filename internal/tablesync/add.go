@@ -70,8 +70,9 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return nil, err
 	}
-	var exists bool
-	if err := src.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", pub).Scan(&exists); err != nil {
+	var exists, marked bool
+	if err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+	coalesce((SELECT obj_description(oid, 'pg_publication') = $2 FROM pg_publication WHERE pubname = $1), false)`, pub, install.PublicationMark).Scan(&exists, &marked); err != nil {
 		return nil, fmt.Errorf("look up publication %q: %w", pub, err)
 	}
 	if !exists {
@@ -81,7 +82,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err != nil {
 		return nil, err
 	}
-	if !prog.CreatedPublication {
+	if !prog.CreatedPublication && !marked { // marked: made by a run or a capture --kafka
 		log.Warn("the publication was not created by repstream: adding the tables to it anyway", "publication", pub)
 	}
 	names, err := schema.ResolveTables(ctx, src, opts.Tables)

@@ -642,8 +642,12 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 		t.Helper()
 		add := exec.Command(repstreamBinary(t), "tables", "add", "public.later", "--create-tables", "--source", src.DSN(srcDB),
 			"--target", tgtC.DSN(db), "--slot", slot, "--wait", wait)
-		if out, err := add.CombinedOutput(); err != nil {
+		out, err := add.CombinedOutput()
+		if err != nil {
 			t.Fatalf("tables add on %s: %v\n%s", db, err, out)
+		}
+		if strings.Contains(string(out), "not created by repstream") {
+			t.Errorf("tables add on %s says the capture's publication was not created by repstream:\n%s", db, out)
 		}
 	}
 	tablesAdd(tgt1, "60s")
