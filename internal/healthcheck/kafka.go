@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +30,7 @@ func (c *checker) kafka(ctx context.Context) {
 	info, err := kafkalog.DescribeTopic(ctx, adm, topic)
 	switch {
 	case errors.Is(err, kafkalog.ErrNoTopic):
-		c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
+		c.brokersLine(info, brokers)
 		c.r.add(Warn, "kafka", "topic "+topic, "start `repstream capture --slot "+c.opts.Slot+"`: it makes the topic", "missing")
 		c.kafkaTransactions(ctx, adm, topic)
 		return
@@ -37,7 +38,7 @@ func (c *checker) kafka(ctx context.Context) {
 		c.r.add(Fail, "kafka", "brokers", "check the addresses and that the brokers run (a firewall, advertised.listeners)", "%v: %v", brokers, err)
 		return
 	}
-	c.r.add(OK, "kafka", "brokers", "", "%d reachable at %v", info.Brokers, brokers)
+	c.brokersLine(info, brokers)
 	switch {
 	case info.Fits() != nil:
 		c.r.add(Fail, "kafka", "topic "+topic, "", "%v", info.Fits())
@@ -47,8 +48,11 @@ func (c *checker) kafka(ctx context.Context) {
 	case info.ReplicationFactor < 2:
 		c.r.add(Warn, "kafka", "topic "+topic, "a cluster of 3 brokers keeps 3 copies (min.insync.replicas 2)",
 			"one copy (replication factor 1): a lost broker loses the stream")
+	case info.InSync < info.ReplicationFactor:
+		c.r.add(Warn, "kafka", "topic "+topic, "bring the missing brokers back (a broker down, or behind)",
+			"%d of its %d replicas in sync (min.insync.replicas %s): the capture stops writing once fewer than min.insync.replicas are", info.InSync, info.ReplicationFactor, info.MinInsyncReplicas)
 	default:
-		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, min.insync.replicas %s, retention.ms %s",
+		c.r.add(OK, "kafka", "topic "+topic, "", "1 partition, replication factor %d, all in sync, min.insync.replicas %s, retention.ms %s",
 			info.ReplicationFactor, info.MinInsyncReplicas, info.RetentionMs)
 	}
 	c.kafkaTransactions(ctx, adm, topic)
@@ -123,4 +127,22 @@ func (c *checker) kafkaOffset(ctx context.Context, adm *kadm.Client, topic strin
 		return
 	}
 	c.r.add(OK, "kafka", "target's offset", "", "%d of %d to %d (%d records behind at most)", off, start, end, max(end-off, 0))
+}
+
+// brokersLine says which brokers the cluster's metadata lists now: not
+// the addresses given (a broker down is still among those), and warns
+// about a given address that is not one of them.
+func (c *checker) brokersLine(info kafkalog.TopicInfo, given kafkalog.Cluster) {
+	var missing []string
+	for _, a := range given.Addrs {
+		if !slices.Contains(info.BrokerAddrs, a) {
+			missing = append(missing, a)
+		}
+	}
+	if len(missing) > 0 && len(missing) < len(given.Addrs) {
+		c.r.add(Warn, "kafka", "brokers", "start the brokers at those addresses again, or leave them out of --kafka",
+			"%d in the cluster (%s); not among them: %s", info.Brokers, strings.Join(info.BrokerAddrs, ","), strings.Join(missing, ","))
+		return
+	}
+	c.r.add(OK, "kafka", "brokers", "", "%d reachable (%s)", info.Brokers, strings.Join(info.BrokerAddrs, ","))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,11 @@ type TopicInfo struct {
 	MaxMessageBytes   string // max.message.bytes
 	RetentionMs       string // retention.ms (-1: kept for ever)
 	Brokers           int
+	// InSync is how many of the partition's replicas are in sync (its
+	// ISR); BrokerAddrs the brokers the cluster's metadata lists now
+	// (DescribeTopic), as host:port.
+	InSync      int
+	BrokerAddrs []string
 }
 
 func (t TopicInfo) String() string {
@@ -224,6 +230,7 @@ func describe(ctx context.Context, adm *kadm.Client, td kadm.TopicDetail, info *
 	info.Partitions = len(td.Partitions)
 	if info.Partitions > 0 {
 		info.ReplicationFactor = len(td.Partitions[0].Replicas)
+		info.InSync = len(td.Partitions[0].ISR)
 	}
 	info.MinInsyncReplicas, info.CleanupPolicy, info.MaxMessageBytes, info.RetentionMs = "?", "?", "?", "?"
 	if rcs, err := adm.DescribeTopicConfigs(ctx, td.Topic); err == nil {
@@ -253,6 +260,9 @@ func DescribeTopic(ctx context.Context, adm *kadm.Client, topic string) (TopicIn
 		return info, fmt.Errorf("reach the Kafka brokers: %w", err)
 	}
 	info.Brokers = len(bs)
+	for _, b := range bs {
+		info.BrokerAddrs = append(info.BrokerAddrs, net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
+	}
 	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return info, fmt.Errorf("describe topic %s: %w", topic, err)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,15 @@ func TestKafkaAcceptance(t *testing.T) {
 	}
 	t.Logf("broker %d (the partition's leader) killed and left down", victim)
 	l.waitLoad(200, 60*time.Second)
+	// check --kafka names the broker down and the replica out of sync
+	// (it said "OK brokers: 2 reachable at" all three, and the topic OK).
+	// (Once the controller has seen it go: its session times out.)
+	var out []byte
+	pgtest.WaitForEvery(t, "check --kafka to name the broker down", 60*time.Second, time.Second, func() (bool, error) {
+		ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(dbA), "--slot", e.slot)
+		out, _ = ck.CombinedOutput()
+		return strings.Contains(string(out), "not among them: "+k.Addrs()[victim]) && strings.Contains(string(out), "2 of its 3 replicas in sync"), nil
+	})
 
 	// The capture and apply A killed -9 and started again.
 	capt.kill()
