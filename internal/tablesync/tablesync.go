@@ -267,7 +267,9 @@ func (ts *Syncer) ResumeCopy(ctx context.Context, tgt *pgx.Conn, tables []schema
 				"rows", s.Rows, "sync_lsn", s.SyncLSN, "copied_at", s.CopiedAt)
 			continue
 		}
-		log.Info("initial copy was interrupted: copying a table again", "table", t.String())
+		if len(syncs) > 0 {
+			log.Info("initial copy was interrupted: copying a table again", "table", t.String())
+		} // else nothing was copied or begun: a first copy (apply --kafka's goes this way)
 		rest = append(rest, t)
 	}
 	if len(rest) > 0 {
