@@ -476,8 +476,16 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if e.srcID, err = provision.Identify(ctx, src); err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
-	if err := kafkalog.CheckSource(ctx, adm, brokers, topic, "apply", e.srcID.SystemID, e.srcID.Database); err != nil {
+	// And of another publication than --publication.
+	if ep, err := kafkalog.LastEpoch(ctx, adm, brokers, topic); err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+	} else if ep != nil {
+		if err := ep.SameSource(topic, "apply", e.srcID.SystemID, e.srcID.Database); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
+		if err := ep.SamePublication(topic, cfg.Publication); err != nil {
+			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
+		}
 	}
 	var undo install.Undo
 	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {

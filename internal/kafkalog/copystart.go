@@ -115,6 +115,18 @@ func (e Epoch) SameSource(topic, who, sysid, db string) error {
 		ErrOtherSource, topic, orUnknown(e.SystemID), e.Database, who, orUnknown(sysid), db, fix)
 }
 
+// SamePublication checks that e's capture streamed publication pub (an
+// apply's --publication): an apply of another copied that one's tables
+// and read this one's stream, and stopped only at a change of a table it
+// lacked, with advice beside the point.
+func (e Epoch) SamePublication(topic, pub string) error {
+	if e.Publication == "" || pub == "" || e.Publication == pub {
+		return nil
+	}
+	return fmt.Errorf("topic %s is the stream of publication %q (its capture's, slot %s); this apply's --publication is %q: give --publication %s, or leave it out",
+		topic, e.Publication, e.Slot, pub, e.Publication)
+}
+
 func orUnknown(s string) string {
 	if s == "" {
 		return "(unknown)"

@@ -667,3 +667,19 @@ func FuzzParseFragment(f *testing.F) {
 		}
 	})
 }
+
+// TestSamePublication: an apply's --publication must be the one its
+// topic's capture streams.
+func TestSamePublication(t *testing.T) {
+	e := Epoch{Slot: "app", Publication: "app"}
+	if err := e.SamePublication("repstream.app", "app"); err != nil {
+		t.Errorf("same publication: %v", err)
+	}
+	err := e.SamePublication("repstream.app", "otherpub")
+	if err == nil || !strings.Contains(err.Error(), `publication "app"`) || !strings.Contains(err.Error(), "give --publication app") {
+		t.Errorf("another publication: %v", err)
+	}
+	if err := (Epoch{Slot: "app"}).SamePublication("repstream.app", "otherpub"); err != nil {
+		t.Errorf("a marker that names no publication: %v", err)
+	}
+}
