@@ -225,7 +225,7 @@ func DropTarget(ctx context.Context, targetDSN, slot, spillDir string, log *slog
 	if len(kept) > 0 {
 		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)
 	} else {
-		log.Info("dropped the slot's state and the schema repstream on the target (the source, the slot and the topic are kept)", "slot", slot)
+		log.Info("dropped the slot's state and the schema repstream on the target", "slot", slot)
 	}
 	if _, err := queue.RemoveSpillDir(spillDir, log); err != nil {
 		log.Warn("the apply's spill directory is left", "dir", spillDir, "err", err)
