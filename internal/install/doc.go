@@ -23,7 +23,7 @@
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger), CheckUntrackedPartitions
 //	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
-//	add.go          WidenPublication (a wider --tables); ConnectBoth (`tables add` and `tables list`: package tablesync)
+//	add.go          WidenPublication (a wider --tables), WidenCapturePublication (a capture --kafka's); ConnectBoth (`tables add` and `tables list`: package tablesync)
 //	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive, CreateSlot
 //	setaside.go     SetAsideForCopy, RestoreSetAside: the user's empty tables' keys and indexes set aside for a copy, and made again
 //	undo.go         Undo: what a failed first start made, removed again
