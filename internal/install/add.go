@@ -20,22 +20,9 @@ import (
 // engine runs: the caller is the starting one, which copies them before it
 // streams).
 func WidenPublication(ctx context.Context, src, tgt *pgx.Conn, cfg config.Config, log *slog.Logger) error {
-	names, err := schema.ResolveTables(ctx, src, cfg.Tables)
-	if err != nil {
-		return fmt.Errorf("resolve --tables on the source: %w", err)
-	}
-	published, err := PublicationTables(ctx, src, cfg.Publication)
-	if err != nil {
+	add, published, err := unpublished(ctx, src, cfg.Publication, cfg.Tables)
+	if err != nil || len(add) == 0 {
 		return err
-	}
-	var add []schema.TableName
-	for _, n := range names {
-		if !slices.Contains(published, n) {
-			add = append(add, n)
-		}
-	}
-	if len(add) == 0 {
-		return nil
 	}
 	slot, err := LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
@@ -68,22 +55,9 @@ func WidenPublication(ctx context.Context, src, tgt *pgx.Conn, cfg config.Config
 // tables reached no target without a word. One repstream did not make is
 // left as it is, and the start stops naming the tables.
 func WidenCapturePublication(ctx context.Context, src *pgx.Conn, pub string, patterns []string, log *slog.Logger) error {
-	names, err := schema.ResolveTables(ctx, src, patterns)
-	if err != nil {
-		return fmt.Errorf("resolve --tables on the source: %w", err)
-	}
-	published, err := PublicationTables(ctx, src, pub)
-	if err != nil {
+	add, published, err := unpublished(ctx, src, pub, patterns)
+	if err != nil || len(add) == 0 {
 		return err
-	}
-	var add []schema.TableName
-	for _, n := range names {
-		if !slices.Contains(published, n) {
-			add = append(add, n)
-		}
-	}
-	if len(add) == 0 {
-		return nil
 	}
 	var mark *string
 	if err := src.QueryRow(ctx, "SELECT obj_description(oid, 'pg_publication') FROM pg_catalog.pg_publication WHERE pubname = $1", pub).Scan(&mark); err != nil {
@@ -96,6 +70,24 @@ func WidenCapturePublication(ctx context.Context, src *pgx.Conn, pub string, pat
 	}
 	log.Info("--tables matches tables the publication lacks: adding them; each apply copies them at a snapshot of its own", "publication", pub, "tables", tableNames(add))
 	return Publish(ctx, src, pub, add, published)
+}
+
+// unpublished returns the tables patterns (--tables) matches that
+// publication pub lacks, and those it has.
+func unpublished(ctx context.Context, src *pgx.Conn, pub string, patterns []string) (add, published []schema.TableName, err error) {
+	names, err := schema.ResolveTables(ctx, src, patterns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolve --tables on the source: %w", err)
+	}
+	if published, err = PublicationTables(ctx, src, pub); err != nil {
+		return nil, nil, err
+	}
+	for _, n := range names {
+		if !slices.Contains(published, n) {
+			add = append(add, n)
+		}
+	}
+	return add, published, nil
 }
 
 func tableNames(ts []schema.TableName) []string {
