@@ -254,6 +254,9 @@ func Parse(b []byte, c *Config) error {
 //   - the spill directory defaults to queue.DefaultSpillDir(slot): private
 //     to this user and stable per slot, so that a crashed run's stale files
 //     are found ($TMPDIR/repstream-<euid>/spill-<slot>, queue/dir.go);
+//     a run holds it locked, so two replications of the same slot name on
+//     one host (of different sources) cannot share it: the second stops at
+//     its start and needs a --spill-dir of its own;
 //   - group limits and snapshot workers are at least 1; a status interval
 //     out of (0, 30s] is 10s.
 func (c *Config) EnsureDefaults() {

@@ -820,7 +820,9 @@ func TestBadInputSlot(t *testing.T) {
 		waitFor(t, "the first engine to stream", 15*time.Second, func() bool {
 			return e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"' AND active") == 1
 		})
-		e.mustFail(cfg, fmt.Sprintf("slot %q", cfg.Slot), "active")
+		second := cfg
+		second.SpillDir += "-second" // the first holds its own (TestSpillDirShared)
+		e.mustFail(second, fmt.Sprintf("slot %q", cfg.Slot), "active")
 		// The first engine is unaffected.
 		e.srcExec(`INSERT INTO acct VALUES (21, 21)`)
 		waitFor(t, "row 21 on the target", 15*time.Second, func() bool {

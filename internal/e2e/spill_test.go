@@ -79,3 +79,39 @@ func TestSpillDiskFullStops(t *testing.T) {
 		t.Errorf("spill directory: %v", err)
 	}
 }
+
+// TestSpillDirShared: two replications (here of different sources, with
+// the same --spill-dir; the default directory of two slots of the same
+// name is shared the same way) cannot use one spill directory at once:
+// the second removed the first's live spill files at its start, could
+// collide with them by name and stop, and its drop removed the directory
+// under the first. Now the first holds the directory locked for its whole
+// run, and the second stops at its start, before it touches its source,
+// naming the directory; the first is unaffected.
+func TestSpillDirShared(t *testing.T) {
+	t.Parallel() // own databases and slots; no server restarts
+	a, b := newEnv(t), newEnv(t)
+	a.both(acctSchema)
+	b.both(acctSchema)
+	cfgA, cfgB := a.config("public.acct"), b.config("public.acct")
+	cfgB.SpillDir = cfgA.SpillDir
+	done, stop := a.runInBackground(cfgA)
+	defer stop()
+	waitFor(t, "the first replication to stream", 30*time.Second, func() bool {
+		return a.count(a.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfgA.Slot+"' AND active") == 1
+	})
+	b.mustFail(cfgB, "spill directory "+cfgA.SpillDir, "another repstream process", "--spill-dir")
+	if n := b.count(b.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfgB.Slot+"'"); n != 0 {
+		t.Errorf("the refused run made its slot on its source")
+	}
+	a.srcExec(`INSERT INTO acct VALUES (1, 1)`)
+	waitFor(t, "the first replication's row on its target", 15*time.Second, func() bool {
+		return a.count(a.Tgt, "SELECT count(*) FROM acct WHERE id = 1") == 1
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("first replication: %v", err)
+	}
+	// Its lock ends with its run: the second starts now.
+	b.catchUp(cfgB)
+}

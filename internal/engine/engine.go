@@ -86,6 +86,11 @@ type Engine struct {
 	kafka  atomic.Pointer[kafkalog.Reader] // apply --kafka: the topic's reader (kafka.go)
 
 	mon *monitor // HTTP, progress, probes: for the whole of Run (monitor.go)
+	// spillLock holds the spill directory for the whole of Run (not for
+	// a capture into Kafka, which spills nothing): a second process using
+	// it stops at its start, before it touches a database (queue/dir.go).
+	// Each streaming attempt's Queue uses it.
+	spillLock *queue.SpillDirLock
 	// ddl is how this run follows schema changes (ddl.go). schemaMayLag:
 	// resuming while it does, the target's tables may lag the source's
 	// until the stream's pending schema changes are applied.
@@ -480,7 +485,7 @@ func (e *Engine) beforeStreaming(ctx context.Context, src, tgt *pgx.Conn, tables
 // stops, fails or catches up.
 func (e *Engine) stream(ctx context.Context, tgt *pgx.Conn, prog target.Progress, initialFlush change.LSN) error {
 	cfg := e.cfg
-	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
+	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Lock: e.spillLock, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}

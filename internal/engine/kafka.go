@@ -726,7 +726,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	if err := kafkalog.CheckStart(ctx, admin, topic, from); err != nil {
 		return e.reseedAdvice(err)
 	}
-	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
+	q, err := queue.New(queue.Options{Budget: int64(cfg.Memory), SpillDir: cfg.SpillDir, Lock: e.spillLock, Stats: e.stats, Logger: e.log, Producer: e.stats.Component("capture")})
 	if err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}

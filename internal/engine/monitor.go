@@ -12,6 +12,7 @@ import (
 	"github.com/repstream/repstream/internal/apply"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/probe"
+	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -39,6 +40,12 @@ type monitor struct {
 func (e *Engine) Run(ctx context.Context) (err error) {
 	if err := e.cfg.Validate(); err != nil {
 		return err
+	}
+	if e.cfg.Role != config.RoleCapture {
+		if e.spillLock, err = queue.LockSpillDir(e.cfg.SpillDir); err != nil {
+			return err
+		}
+		defer func() { e.spillLock.Close(); e.spillLock = nil }()
 	}
 	e.mon = &monitor{e: e, log: e.log.With("component", "monitor"), phase: e.stats.Component(stats.CompEngine), kick: make(chan struct{}, 1)}
 	e.setPhase("starting")

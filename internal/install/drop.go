@@ -23,7 +23,8 @@ import (
 // another role could use is refused before anything is touched.
 //
 // spillDir is the slot's spill directory ("" for the default one): it is
-// removed with the spill files in it (queue.RemoveSpillDir).
+// removed with the spill files in it (queue.RemoveSpillDir), unless a
+// running repstream holds it locked (a warning then says it is left).
 func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

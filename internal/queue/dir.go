@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -37,15 +38,36 @@ import (
 //     keep their names while they live (an operator sees them, and their
 //     size, in the directory); unlinking them at once would hide them from
 //     du and ls for no gain in safety, since no one else can reach them.
+//   - The opened directory is locked (flock, exclusive, not waiting) for as
+//     long as it is used: by the Queue from New to Close, or by the caller
+//     for longer (LockSpillDir: the engine holds it for its whole run, from
+//     before it touches a database). A second user of the same directory —
+//     another repstream process, or another Queue of this one — is refused
+//     at once ([ErrSpillDirInUse]), naming the directory. Without the lock
+//     two runs sharing a directory (two replications of different sources
+//     with the same slot name and the default directory, or the same
+//     --spill-dir) would each remove the other's live spill files at start
+//     (their data stays readable through the open descriptors, but the
+//     files vanish from du and ls), stop on an O_EXCL collision of two
+//     files of the same name (txn-<xid>-<seq>.spill: both xid spaces and
+//     both sequences are small numbers), release each other's files by name,
+//     and a drop of one would remove the directory under the other, whose
+//     next spill would then fail. The lock dies with the process: a crashed
+//     run leaves nothing to clean up but its files. RemoveSpillDir (drop)
+//     takes the lock too, and leaves a directory in use alone.
 //   - At start New removes the spill files an earlier run left (a crash),
 //     only regular files named as repstream names them (txn-<xid>-<seq>.spill).
+//     Under the lock, these cannot be another live run's.
 //
 // The default directory (no --spill-dir) is DefaultSpillDir: spill-<slot> in
 // a per-user directory repstream-<euid> in os.TempDir(). It is stable per
 // slot, so that the stale files of a crashed run are found and removed by the
 // next, and per user, so that two users' runs of slots with the same name do
 // not collide. Both levels are created 0700 and both are checked as above:
-// the per-user directory is repstream's own too.
+// the per-user directory is repstream's own too. Two replications of the
+// same slot name (of different sources) on one host and user share it: the
+// second is refused at start by the lock, and one of them needs its own
+// --spill-dir.
 
 // DefaultSpillDir returns the spill directory of slot when none is
 // configured: $TMPDIR/repstream-<euid>/spill-<slot>.
@@ -107,6 +129,106 @@ func privateDir(dir string) (*os.Root, error) {
 		return nil, err
 	}
 	return root, nil
+}
+
+// ErrSpillDirInUse is matched (errors.Is) by the error of opening a spill
+// directory another user holds locked: another repstream process (or
+// another Queue of this one) uses it. It matches [ErrSpill] too.
+var ErrSpillDirInUse = errors.New("spill directory in use")
+
+// SpillDirLock is a spill directory opened, checked and locked, held by the
+// caller for longer than one Queue (Options.Lock): a run of the engine,
+// which makes a Queue per streaming attempt, holds it from its start to its
+// end.
+type SpillDirLock struct {
+	dir string
+	f   *os.File // the directory, locked
+}
+
+// LockSpillDir creates or checks dir as New does, and locks it until Close;
+// a directory another process (or another lock or Queue of this one) holds
+// locked is refused with an error matching [ErrSpillDirInUse].
+func LockSpillDir(dir string) (*SpillDirLock, error) {
+	dir = filepath.Clean(dir)
+	root, err := openSpillDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	return lockRoot(root, dir)
+}
+
+// Dir is the locked directory's path.
+func (l *SpillDirLock) Dir() string { return l.dir }
+
+// Close releases the lock.
+func (l *SpillDirLock) Close() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// same reports whether root is the locked directory.
+func (l *SpillDirLock) same(root *os.Root) (bool, error) {
+	a, err := l.f.Stat()
+	if err != nil {
+		return false, err
+	}
+	b, err := root.Stat(".")
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(a, b), nil
+}
+
+// lockRoot locks the directory root (of path dir) with flock, exclusive and
+// without waiting, through a descriptor of its own opened through root (a
+// lock belongs to the open file: a second open of the directory, even in
+// this process, is refused). Locked, the directory must still be the one
+// of that name: one removed meanwhile (a drop at the same time) is refused.
+func lockRoot(root *os.Root, dir string) (*SpillDirLock, error) {
+	f, err := root.Open(".")
+	if err != nil {
+		return nil, spillErrorf("open spill directory %s: %w", dir, err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, spillErrorf("lock spill directory %s: %w", dir, err)
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			if lerr = syscall.Flock(int(fd), syscall.LOCK_EX|syscall.LOCK_NB); lerr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		lerr = err
+	}
+	if errors.Is(lerr, syscall.EWOULDBLOCK) {
+		f.Close()
+		return nil, &spillError{fmt.Errorf("spill directory %s is in use by another repstream process (lsof %s names it): "+
+			"two runs cannot share a spill directory; stop the other, or give this run a --spill-dir of its own "+
+			"(two replications with the same --slot on one host share the default one): %w", dir, dir, ErrSpillDirInUse)}
+	}
+	if lerr != nil {
+		f.Close()
+		return nil, spillErrorf("lock spill directory %s: %w", dir, lerr)
+	}
+	opened, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, spillErrorf("spill directory %s: %w", dir, err)
+	}
+	if byName, err := os.Lstat(dir); err != nil || !os.SameFile(byName, opened) {
+		f.Close()
+		return nil, spillErrorf("spill directory %s was removed or replaced while it was opened (a repstream drop at the same time?): start again", dir)
+	}
+	return &SpillDirLock{dir: dir, f: f}, nil
 }
 
 // checkPrivate refuses fi (of dir) unless it is a directory — not a
@@ -201,7 +323,8 @@ func removeStale(root *os.Root, dir string, log *slog.Logger) (int, error) {
 // the spill files in it (only those named as repstream names them), then
 // the directory if nothing else is in it, then the per-user directory of
 // the defaults if it is left empty. A missing directory is nothing to do; a
-// directory that is not repstream's (see checkPrivate) is left alone and
+// directory that is not repstream's (see checkPrivate), or one that a
+// running repstream holds locked ([ErrSpillDirInUse]), is left alone and
 // reported. It reports whether the directory is gone.
 func RemoveSpillDir(dir string, log *slog.Logger) (bool, error) {
 	dir = filepath.Clean(dir)
@@ -219,6 +342,12 @@ func RemoveSpillDir(dir string, log *slog.Logger) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	lock, err := lockRoot(root, dir)
+	if err != nil {
+		root.Close()
+		return false, err
+	}
+	defer lock.Close()
 	_, err = removeStale(root, dir, log)
 	root.Close()
 	if err != nil {

@@ -313,3 +313,97 @@ func TestSpillErrorsAreLocalFaults(t *testing.T) {
 		t.Fatalf("create error: %v (spill %v, transient %v)", err, errors.Is(err, ErrSpill), pgerr.Transient(err))
 	}
 }
+
+// A spill directory is used by one Queue at a time: a second New of the
+// same directory (as a second repstream process sharing it would) is
+// refused, naming it, before it removes anything — not the first's live
+// spill files — and so is a drop's RemoveSpillDir; once the first is
+// closed the directory is free.
+func TestSpillDirLocked(t *testing.T) {
+	dir := filepath.Join(privateTempDir(t), "spill")
+	first, err := New(Options{Budget: 1000, SpillDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := testQueue{Queue: first}
+	txn, want, path := spillOne(t, q, dir)
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrSpillDirInUse) || !errors.Is(err, ErrSpill) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "another repstream process") {
+			t.Fatalf("%s of a directory in use: %v, want an error matching ErrSpillDirInUse and ErrSpill naming %s", what, err, dir)
+		}
+	}
+	second, err := New(Options{Budget: 1000, SpillDir: dir})
+	if err == nil {
+		second.Close()
+	}
+	refused("New", err)
+	_, err = LockSpillDir(dir)
+	refused("LockSpillDir", err)
+	gone, err := RemoveSpillDir(dir, nil)
+	refused("RemoveSpillDir", err)
+	if gone {
+		t.Fatal("RemoveSpillDir reports a directory in use gone")
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the first queue's live spill file: %v", err)
+	}
+	checkTxn(t, txn, want)
+	txn.Release()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second, err = New(Options{Budget: 1000, SpillDir: dir})
+	if err != nil {
+		t.Fatalf("New after the first queue closed: %v", err)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if gone, err := RemoveSpillDir(dir, nil); !gone || err != nil {
+		t.Fatalf("RemoveSpillDir of a free directory: %v %v", gone, err)
+	}
+}
+
+// A lock the caller holds (LockSpillDir: the engine's, for its whole run)
+// serves the Queues it passes it to, one after another, and keeps the
+// directory from others in between; a Queue given the lock of another
+// directory is refused.
+func TestSpillDirLockHeldByCaller(t *testing.T) {
+	tmp := privateTempDir(t)
+	dir := filepath.Join(tmp, "spill")
+	lock, err := LockSpillDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	for range 2 {
+		q, err := New(Options{Budget: 1000, SpillDir: dir, Lock: lock})
+		if err != nil {
+			t.Fatalf("New with the caller's lock: %v", err)
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if q, err := New(Options{Budget: 1000, SpillDir: dir}); !errors.Is(err, ErrSpillDirInUse) {
+			if err == nil {
+				q.Close()
+			}
+			t.Fatalf("New without the lock while the caller holds it: %v", err)
+		}
+	}
+	if q, err := New(Options{Budget: 1000, SpillDir: filepath.Join(tmp, "other"), Lock: lock}); err == nil || !errors.Is(err, ErrSpill) {
+		if err == nil {
+			q.Close()
+		}
+		t.Fatalf("New with the lock of another directory: %v", err)
+	}
+	if err := lock.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := New(Options{Budget: 1000, SpillDir: dir})
+	if err != nil {
+		t.Fatalf("New after the caller's lock is released: %v", err)
+	}
+	q.Close()
+}

@@ -65,7 +65,7 @@
 // their transaction: [Txn.Release], [Queue.Abort] and [Queue.Close] delete
 // them, and [New] deletes the spill files (txn-<xid>-<seq>.spill, regular
 // files) left in the directory by a previous run (the directory belongs to
-// one Queue).
+// one Queue, which holds it locked: below).
 //
 // # Spill directory
 //
@@ -73,7 +73,11 @@
 // when missing, refused when it exists as a symbolic link, another user's,
 // or with any group or other permission. It is opened once and used through
 // that descriptor; a spill file is created O_EXCL, mode 0600, and read back
-// through the descriptor it was written with, never reopened by name. Every
+// through the descriptor it was written with, never reopened by name. The
+// directory is locked (flock) from [New] to [Queue.Close], or for longer by
+// the caller ([LockSpillDir], Options.Lock: the engine, for its whole run):
+// a second process or Queue using it is refused at once
+// ([ErrSpillDirInUse]), and [RemoveSpillDir] leaves it alone. Every
 // error of the directory or its files matches [ErrSpill]: a local fault,
 // which the engine does not retry. See dir.go for the rules and
 // [DefaultSpillDir] for the default.

@@ -25,10 +25,15 @@ type Options struct {
 	// user: created with mode 0700 if missing, and refused if it exists but
 	// is a symbolic link, another user's, or open to group or others (see
 	// dir.go). The spill files left in it by a previous run are deleted by
-	// New. The directory belongs to this Queue alone. Default (""): a new
-	// temporary directory, deleted by Close. DefaultSpillDir is the
-	// engine's default.
+	// New. The directory belongs to this Queue alone: New locks it until
+	// Close (dir.go), and refuses one another process or Queue holds
+	// locked ([ErrSpillDirInUse]). Default (""): a new temporary
+	// directory, deleted by Close. DefaultSpillDir is the engine's default.
 	SpillDir string
+	// Lock, if set, is SpillDir locked by the caller (LockSpillDir), who
+	// holds it beyond this Queue: New takes no lock of its own, and Close
+	// leaves it held.
+	Lock *SpillDirLock
 	// Stats receives the components "queue" and "spill". Default: a private
 	// registry.
 	Stats *stats.Registry
@@ -87,6 +92,7 @@ type Queue struct {
 	create    func(name string) (spillHandle, error) // creates a new spill file in root
 	rootMu    sync.RWMutex                           // root is closed (set nil) under the write lock
 	root      *os.Root                               // the spill directory, opened and checked once
+	lock      *SpillDirLock                          // root locked by New (nil: by the caller, Options.Lock, or an own temporary one)
 	bufPool   sync.Pool                              // *[]byte of spillBufSize capacity
 	chunkPool sync.Pool                              // *[]change.Change of chunkLen capacity
 	readPool  sync.Pool                              // *bufio.Reader of spillBufSize
@@ -159,9 +165,14 @@ func New(opts Options) (*Queue, error) {
 		if q.root, err = openSpillDir(q.dir); err != nil {
 			return nil, fmt.Errorf("new queue: %w", err)
 		}
+		if err := q.takeLock(opts.Lock); err != nil {
+			q.root.Close()
+			return nil, fmt.Errorf("new queue: %w", err)
+		}
 		n, err := removeStale(q.root, q.dir, q.log)
 		if err != nil {
 			q.root.Close()
+			q.lock.Close()
 			return nil, fmt.Errorf("new queue: %w", err)
 		}
 		if n > 0 {
@@ -192,6 +203,24 @@ func New(opts Options) (*Queue, error) {
 	q.qc.SetState(stats.Idle)
 	q.producer = opts.Producer
 	return q, nil
+}
+
+// takeLock locks the opened spill directory until Close, or checks that
+// held (the caller's) is that directory.
+func (q *Queue) takeLock(held *SpillDirLock) error {
+	if held == nil {
+		var err error
+		q.lock, err = lockRoot(q.root, filepath.Clean(q.dir))
+		return err
+	}
+	same, err := held.same(q.root)
+	if err != nil {
+		return spillErrorf("spill directory %s: %w", q.dir, err)
+	}
+	if !same {
+		return spillErrorf("spill directory %s is not the directory locked (%s)", q.dir, held.Dir())
+	}
+	return nil
 }
 
 // Budget returns the memory budget in bytes.
@@ -645,6 +674,9 @@ func (q *Queue) Close() error {
 		if err := os.RemoveAll(q.dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove spill directory %s: %w", q.dir, err))
 		}
+	}
+	if err := q.lock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("unlock spill directory %s: %w", q.dir, err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close queue: %w", err)
