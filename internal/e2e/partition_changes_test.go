@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/engine"
 )
 
 // Partition changes under a root publication (publish_via_partition_root,
@@ -601,4 +605,113 @@ func TestFirstStartDoesNotHoldWritesUp(t *testing.T) {
 		t.Fatal("the start did not end")
 	}
 	e.assertSame("p", "id, k")
+}
+
+// TestDropDoesNotHoldQueriesUp: `repstream drop` of a source's last
+// replication removes the TRUNCATE trigger of every leaf partition. It did
+// so in one transaction with no bound on its waits: an application
+// transaction that had merely read one leaf made it wait for as long as
+// that transaction lasted, and meanwhile every query of the leaves it had
+// locked already, and of the one it waited for, queued behind it. Now each
+// leaf's trigger goes in a short transaction of its own, each wait is
+// bounded (2 s) and tried again a few times; then drop fails naming the
+// table and the session that holds it, and run again once that is over it
+// removes the rest.
+func TestDropDoesNotHoldQueriesUp(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	e.both(`CREATE TABLE p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		CREATE TABLE p1 PARTITION OF p FOR VALUES IN (1); CREATE TABLE p2 PARTITION OF p FOR VALUES IN (2);
+		CREATE TABLE p3 PARTITION OF p FOR VALUES IN (3)`)
+	cfg := e.config("public.p")
+	e.catchUp(cfg)
+	e.waitSlotReleased(cfg.Slot)
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate'"); n != 3 {
+		t.Fatalf("%d TRUNCATE triggers on the leaves, want 3", n)
+	}
+
+	holder, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	var holderPID int
+	if err := holder.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(t.Context(), `BEGIN; SELECT count(*) FROM p2`); err != nil {
+		t.Fatal(err)
+	}
+	// Ended when drop returns (or, without a bound on drop's waits, later).
+	released := make(chan struct{})
+	release := sync.OnceFunc(func() {
+		_, _ = holder.Exec(context.Background(), "COMMIT")
+		close(released)
+	})
+	releaseLate := time.AfterFunc(40*time.Second, release)
+	defer releaseLate.Stop()
+
+	// The application's queries of every leaf while drop runs, each timed.
+	app, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	probeDone := make(chan struct{})
+	var slowest time.Duration
+	var slowestQuery string
+	go func() {
+		defer close(probeDone)
+		for i := 0; ; i++ {
+			select {
+			case <-released:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for _, q := range []string{"SELECT count(*) FROM p1", "SELECT count(*) FROM p2", "SELECT count(*) FROM p3",
+				fmt.Sprintf("INSERT INTO p VALUES (%d, 3)", i)} {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				start := time.Now()
+				_, err := app.Exec(ctx, q)
+				cancel()
+				if took := time.Since(start); took > slowest {
+					slowest, slowestQuery = took, q
+				}
+				if err != nil {
+					t.Errorf("%s: %v", q, err)
+					return
+				}
+			}
+		}
+	}()
+
+	start := time.Now()
+	err = engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t))
+	took := time.Since(start)
+	release()
+	<-probeDone
+	t.Logf("drop took %s: %v", took.Round(time.Millisecond), err)
+	t.Logf("the slowest query of the application while drop ran: %q, %s", slowestQuery, slowest.Round(time.Millisecond))
+	if slowest > 3*time.Second {
+		t.Errorf("%q waited %s behind drop (bound: 2 s)", slowestQuery, slowest.Round(time.Millisecond))
+	}
+	if err == nil {
+		t.Fatalf("drop succeeded while a transaction held partition p2 (after %s)", took.Round(time.Millisecond))
+	}
+	wantInError(t, err, "table public.p2", fmt.Sprintf("backend pid %d", holderPID), "run drop again")
+	if took > 30*time.Second {
+		t.Errorf("drop took %s to give up", took.Round(time.Millisecond))
+	}
+	// The transaction over, drop run again removes the rest.
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+		t.Fatalf("drop run again: %v", err)
+	}
+	if n := e.count(e.Src, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate')
+		+ (SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%')
+		+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream')`); n != 0 {
+		t.Errorf("%d of repstream's triggers and schema left on the source after drop", n)
+	}
 }

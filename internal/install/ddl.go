@@ -745,7 +745,78 @@ func WALPosition(ctx context.Context, src *pgx.Conn) (change.LSN, error) {
 // schema repstream on the source (if nothing else is in it). It reports
 // whether it removed the trigger, and the slots that keep it. An untrusted
 // schema repstream is refused before anything is touched.
+//
+// Removing the trigger takes ACCESS EXCLUSIVE on every leaf partition with
+// a TRUNCATE trigger, which an application transaction that merely read
+// the leaf holds up, and every later query of the leaf waits behind that
+// wait. So, as the install does (installLockTimeout), ReleaseDDL waits for
+// no lock longer than releaseLockTimeout, and takes the leaves' triggers
+// away one leaf per short transaction first (dropTruncateTriggers), holding
+// each lock only for its DROP TRIGGER; it tries installAttempts times, a
+// second, two, four... apart, then fails naming the table and the sessions
+// that hold it. What it removed before is consistent (the leaves' triggers
+// of a database that no replication uses any more; a start that comes
+// meanwhile makes them again): it is simply run again.
 func ReleaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) (dropped bool, kept []string, err error) {
+	var busy *lockBusy
+	for attempt, pause := 1, time.Second; ; attempt, pause = attempt+1, 2*pause {
+		dropped, kept, err = releaseDDL(ctx, src, slot, log)
+		if !errors.As(err, &busy) || attempt == installAttempts {
+			break
+		}
+		log.Info("a lock drop needs on the source is held by a transaction: trying again", "table", busy.what(), "attempt", attempt, "pause", pause)
+		select {
+		case <-ctx.Done():
+			return false, nil, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	if errors.As(err, &busy) {
+		holders := lockHolders(ctx, src, busy.rel)
+		return false, nil, fmt.Errorf("remove repstream's event trigger on the source: the lock of %s was not had within %s, %d times: held by %s "+
+			"(pg_locks, pg_stat_activity; a prepared transaction: pg_prepared_xacts): repstream waits no longer, so as not to hold the application's queries up behind it; "+
+			"what it removed so far leaves the source consistent: run drop again once that transaction is over: %w",
+			busy.what(), releaseLockTimeout, installAttempts, holders, busy.err)
+	}
+	return dropped, kept, err
+}
+
+// releaseLockTimeout bounds each wait of ReleaseDDL for a lock (a leaf
+// partition's, for its TRUNCATE trigger): as installLockTimeout.
+const releaseLockTimeout = installLockTimeout
+
+// lockBusy: a lock ReleaseDDL needs was not had within
+// releaseLockTimeout. table is what it waited for ("" with rel 0: one of
+// repstream's own tables, or a leaf partition's).
+type lockBusy struct {
+	table string
+	rel   uint32
+	err   error
+}
+
+func (b *lockBusy) Error() string { return "lock of " + b.what() + ": " + b.err.Error() }
+func (b *lockBusy) Unwrap() error { return b.err }
+
+func (b *lockBusy) what() string {
+	if b.table == "" {
+		return "a table of repstream's (in its schema, or a leaf partition with its TRUNCATE trigger)"
+	}
+	return "table " + b.table
+}
+
+// asBusy returns err as a lockBusy of table (rel) if it is a lock timeout.
+func asBusy(err error, table string, rel uint32) error {
+	if pgerr.Is(err, pgerr.LockNotAvailable) {
+		return &lockBusy{table: table, rel: rel, err: err}
+	}
+	return err
+}
+
+// releaseDDL is one try of ReleaseDDL.
+func releaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) (dropped bool, kept []string, err error) {
+	if err := dropTruncateTriggers(ctx, src, slot); err != nil {
+		return false, nil, err
+	}
 	tx, err := src.Begin(ctx)
 	if err != nil {
 		return false, nil, fmt.Errorf("remove repstream's event trigger on the source: %w", err)
@@ -758,34 +829,20 @@ func ReleaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logge
 	if err != nil || !exists {
 		return false, nil, err
 	}
-	var haveTrigger, haveRegistry bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('repstream_ddl', 'repstream_ddl_drop'))
-         OR pg_catalog.to_regprocedure('repstream.ddl_end()') IS NOT NULL,
-       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&haveTrigger, &haveRegistry); err != nil {
-		return false, nil, fmt.Errorf("look up repstream's event trigger on the source: %w", err)
+	haveTrigger, haveRegistry, kept, err := ddlUsers(ctx, tx, slot)
+	if err != nil {
+		return false, nil, err
 	}
 	if haveRegistry {
 		if _, err := tx.Exec(ctx, "DELETE FROM repstream.replications WHERE slot = $1", slot); err != nil {
 			return false, nil, fmt.Errorf("unregister slot %q on the source: %w", slot, err)
 		}
-		// Not the rows of the replications this database is the target of
-		// (a cascade: the target's registry, without a publication; their
-		// slots are another database's): they need no trigger here. A
-		// source's registration names its publication (one of an earlier
-		// version's may not: its slot is this database's).
-		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(g.slot ORDER BY g.slot), '{}') FROM repstream.replications g
-WHERE g.publication <> '' OR g.slot IN (SELECT s.slot_name FROM pg_catalog.pg_replication_slots s WHERE s.database = pg_catalog.current_database())`).Scan(&kept)
-	} else if haveTrigger {
-		// Installed by a version without the registry: any other pgoutput
-		// slot of the database may be a repstream run that needs it.
-		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_catalog.pg_replication_slots
-WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_name <> $1`, slot).Scan(&kept)
-	}
-	if err != nil {
-		return false, nil, fmt.Errorf("look up the other users of repstream's event trigger on the source: %w", err)
 	}
 	if len(kept) > 0 {
 		return false, kept, tx.Commit(ctx)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+releaseLockTimeout+"'"); err != nil {
+		return false, nil, err
 	}
 	// The tables the trigger made FULL (they had no key) stay FULL: set
 	// back to DEFAULT while a publication publishes them, the source
@@ -800,21 +857,65 @@ WHERE c.relreplident = 'f' AND c.oid IN (SELECT relid FROM repstream.ident_full)
 	if err != nil {
 		return false, nil, fmt.Errorf("look up the tables repstream made REPLICA IDENTITY FULL on the source: %w", err)
 	}
+	// The leaves' TRUNCATE triggers that dropTruncateTriggers left (a
+	// partition made since), locked one by one: a lock not had names its
+	// table.
+	leaves, err := truncateTriggerLeaves(ctx, tx)
+	if err != nil {
+		return false, nil, err
+	}
+	for _, leaf := range leaves {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+leaf.name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", asBusy(err, leaf.name, leaf.rel))
+		}
+	}
+	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
+		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", asBusy(err, "", 0))
+	}
+	left, err := provision.DropSchemaIfEmpty(ctx, tx)
+	if err != nil {
+		return false, nil, asBusy(err, "", 0)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, nil, err
+	}
 	if len(full) > 0 {
 		log.Warn("tables without a key that repstream's trigger made REPLICA IDENTITY FULL stay so: once no publication publishes them, ALTER TABLE ... REPLICA IDENTITY DEFAULT gives them back what they had (UPDATEs and DELETEs then log less)",
 			"tables", full)
 	}
-	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
-		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", err)
-	}
-	left, err := provision.DropSchemaIfEmpty(ctx, tx)
-	if err != nil {
-		return false, nil, err
-	}
 	if left != "" {
 		log.Warn("the schema repstream on the source is kept: something else is in it", "left", left)
 	}
-	return haveTrigger, nil, tx.Commit(ctx)
+	return haveTrigger, nil, nil
+}
+
+// ddlUsers reads, in tx (under provision.Lock), whether the event trigger
+// and its registry are there, and the replications other than slot that
+// use them.
+func ddlUsers(ctx context.Context, tx pgx.Tx, slot string) (haveTrigger, haveRegistry bool, others []string, err error) {
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('repstream_ddl', 'repstream_ddl_drop'))
+         OR pg_catalog.to_regprocedure('repstream.ddl_end()') IS NOT NULL,
+       pg_catalog.to_regclass('repstream.replications') IS NOT NULL`).Scan(&haveTrigger, &haveRegistry); err != nil {
+		return false, false, nil, fmt.Errorf("look up repstream's event trigger on the source: %w", err)
+	}
+	if haveRegistry {
+		// Not the rows of the replications this database is the target of
+		// (a cascade: the target's registry, without a publication; their
+		// slots are another database's): they need no trigger here. A
+		// source's registration names its publication (one of an earlier
+		// version's may not: its slot is this database's).
+		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(g.slot ORDER BY g.slot), '{}') FROM repstream.replications g
+WHERE g.slot <> $1 AND (g.publication <> '' OR g.slot IN (SELECT s.slot_name FROM pg_catalog.pg_replication_slots s WHERE s.database = pg_catalog.current_database()))`, slot).Scan(&others)
+	} else if haveTrigger {
+		// Installed by a version without the registry: any other pgoutput
+		// slot of the database may be a repstream run that needs it.
+		err = tx.QueryRow(ctx, `SELECT COALESCE(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_catalog.pg_replication_slots
+WHERE database = pg_catalog.current_database() AND plugin = 'pgoutput' AND slot_name <> $1`, slot).Scan(&others)
+	}
+	if err != nil {
+		return false, false, nil, fmt.Errorf("look up the other users of repstream's event trigger on the source: %w", err)
+	}
+	return haveTrigger, haveRegistry, others, nil
 }
 
 // ErrDDLTriggerOff: an event trigger or TRUNCATE trigger of a run with

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/schema"
 )
 
@@ -254,7 +255,9 @@ const schemaPubRelSQL = `OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WH
                    AND pn.pnnspid = (SELECT relnamespace FROM pg_class WHERE oid = rel))`
 
 // dropPartitionsSQL removes what partitionsSQL installs; the functions'
-// CASCADE drops the repstream_truncate triggers of the partitions.
+// CASCADE drops the repstream_truncate triggers of the partitions, which
+// ReleaseDDL has dropped one leaf at a time before (dropTruncateTriggers)
+// and locked (a partition made since).
 const dropPartitionsSQL = `
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
 DROP FUNCTION IF EXISTS repstream.ddl_partitions();
@@ -266,6 +269,122 @@ DROP FUNCTION IF EXISTS repstream.partition_msg(text, oid, oid, text, text, text
 DROP FUNCTION IF EXISTS repstream.standalone_pubs(oid);
 DROP TABLE IF EXISTS repstream.partition_state;
 `
+
+// leaf is a leaf partition with repstream's TRUNCATE trigger: its oid and
+// its name as SQL (regclass: quoted, qualified unless on the search path).
+type leaf struct {
+	rel  uint32
+	name string
+}
+
+// truncateTriggerLeaves lists the leaves with a repstream_truncate that
+// calls repstream.ddl_truncate() (a user's trigger of that name calling
+// another function is not repstream's).
+func truncateTriggerLeaves(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]leaf, error) {
+	rows, err := q.Query(ctx, `SELECT g.tgrelid, g.tgrelid::regclass::text FROM pg_catalog.pg_trigger g
+WHERE g.tgname = 'repstream_truncate' AND g.tgfoid = pg_catalog.to_regprocedure('repstream.ddl_truncate()') ORDER BY g.tgrelid`)
+	if err != nil {
+		return nil, fmt.Errorf("look up the partitions' TRUNCATE triggers on the source: %w", err)
+	}
+	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leaf, error) {
+		var l leaf
+		return l, r.Scan(&l.rel, &l.name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look up the partitions' TRUNCATE triggers on the source: %w", err)
+	}
+	return leaves, nil
+}
+
+// dropTruncateTriggers drops the leaves' TRUNCATE triggers while slot is
+// the last user of the event trigger (ReleaseDDL removes the rest after),
+// each leaf in a transaction of its own under provision.Lock that checks
+// that again: a DROP TRIGGER takes ACCESS EXCLUSIVE on its table, held so
+// only for that statement, instead of on every leaf at once until the
+// whole removal commits. A lock not had within releaseLockTimeout is a
+// lockBusy naming the leaf; the leaves done stay done.
+func dropTruncateTriggers(ctx context.Context, src *pgx.Conn, slot string) error {
+	leaves, err := truncateTriggerLeaves(ctx, src)
+	if err != nil {
+		return err
+	}
+	for _, l := range leaves {
+		if last, err := dropTruncateTrigger(ctx, src, slot, l); err != nil || !last {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropTruncateTrigger drops l's TRUNCATE trigger if slot is the last user
+// of the event trigger, as it reports.
+func dropTruncateTrigger(ctx context.Context, src *pgx.Conn, slot string, l leaf) (last bool, err error) {
+	tx, err := src.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := provision.Lock(ctx, tx); err != nil {
+		return false, err
+	}
+	if exists, err := provision.CheckSchema(ctx, tx, "source"); err != nil || !exists {
+		return false, err
+	}
+	if _, _, others, err := ddlUsers(ctx, tx, slot); err != nil || len(others) > 0 {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+releaseLockTimeout+"'"); err != nil {
+		return false, err
+	}
+	var name *string
+	if err := tx.QueryRow(ctx, `SELECT (SELECT c.oid::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1)`, l.rel).Scan(&name); err != nil {
+		return false, fmt.Errorf("look up partition %s on the source: %w", l.name, err)
+	}
+	if name == nil {
+		return true, nil // dropped meanwhile
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+*name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return false, fmt.Errorf("drop the TRUNCATE trigger of partition %s on the source: %w", *name, asBusy(err, *name, l.rel))
+	}
+	var ours bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = $1 AND g.tgname = 'repstream_truncate'
+   AND g.tgfoid = pg_catalog.to_regprocedure('repstream.ddl_truncate()'))`, l.rel).Scan(&ours); err != nil {
+		return false, fmt.Errorf("look up the TRUNCATE trigger of partition %s on the source: %w", *name, err)
+	}
+	if ours {
+		if _, err := tx.Exec(ctx, "DROP TRIGGER repstream_truncate ON "+*name); err != nil {
+			return false, fmt.Errorf("drop the TRUNCATE trigger of partition %s on the source: %w", *name, asBusy(err, *name, l.rel))
+		}
+	}
+	return true, tx.Commit(ctx)
+}
+
+// lockHolders names the sessions (pid, user, application, state, since
+// when their transaction runs) and prepared transactions that hold a lock
+// on rel (0: on a table in the schema repstream or a leaf with repstream's
+// TRUNCATE trigger), for an error; what cannot be looked up is said so.
+func lockHolders(ctx context.Context, src *pgx.Conn, rel uint32) string {
+	var held []string
+	err := src.QueryRow(ctx, `SELECT COALESCE(array_agg(DISTINCT CASE WHEN l.pid IS NOT NULL
+    THEN pg_catalog.format('backend pid %s (user %s, application %L, %s; its transaction began at %s)', l.pid, a.usename, a.application_name, a.state, date_trunc('second', a.xact_start))
+    ELSE pg_catalog.format('prepared transaction %L', p.gid) END), '{}')
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_catalog.pg_prepared_xacts p ON l.pid IS NULL AND p.transaction::text = pg_catalog.split_part(l.virtualtransaction, '/', 2)
+WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+  AND (l.relation = $1 OR $1 = 0 AND (l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.to_regnamespace('repstream'))
+       OR l.relation IN (SELECT g.tgrelid FROM pg_catalog.pg_trigger g WHERE g.tgname = 'repstream_truncate')))`, rel).Scan(&held)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("a transaction (the lock's holders could not be looked up: %v)", err)
+	case len(held) == 0:
+		return "a transaction that has let it go since"
+	}
+	return strings.Join(held, ", ")
+}
 
 // partitionsInstallSQL is partitionsSQL for a source of version (a
 // server_version_num).
