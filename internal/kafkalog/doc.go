@@ -123,6 +123,7 @@
 //	writer.go   Writer (capture --kafka's raw sink): Fence, then the epoch marker (Start) and Kafka transactions committed every CommitEvery; messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
 //	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Epoch.SameSource, CheckSource: the topic's last session read this source; Epoch.SamePublication: an apply's --publication is its
+//	lag.go      FirstMissingCommit: the oldest commit of the topic a target lacks, from its offset (status --kafka's lag)
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch
 //	access.go   what each half needs of the brokers' ACLs, checked before anything is made: CheckTopicAccess (the Metadata request's authorized operations), CheckTransactionalID (a producer with the capture's transactional id), ErrAccess
