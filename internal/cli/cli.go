@@ -287,8 +287,11 @@ func statusCmd(stdout io.Writer) *cobra.Command {
 		Long: `Print a slot's positions: source, confirmed, applied, lag and retained WAL.
 
 Exit code 2, with the reason on stderr, when the slot is missing, invalidated
-(wal_status lost) or inactive for longer than --max-inactive; 1 on any other
-error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
+(wal_status lost) or inactive for longer than --max-inactive; with --kafka
+also when the topic cannot be read, the target's offset is gone from it, or
+the target is behind the topic's last commit and has not advanced for longer
+than --max-inactive (its apply stopped); 1 on any other error; 0 otherwise
+(wal_status unreserved is a WARN line on stderr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.resolveAdmin(cmd, cmd.ErrOrStderr()); err != nil {
@@ -303,8 +306,8 @@ error; 0 otherwise (wal_status unreserved is a WARN line on stderr).`,
 	s.bindConnection(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --format json)")
 	cmd.Flags().StringVar(&format, "format", format, "text or json")
-	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this (0: never)")
-	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, the target's offset in it and its lag in records (exit 2 when the topic cannot be read or the target's offset is gone from it)")
+	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this, or (--kafka) the target behind the topic has not advanced for longer (0: never)")
+	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, its last commit and the target's place in it: caught up, or behind by how much WAL since when (exit 2 when the topic cannot be read, the target's offset is gone from it, or the target is behind and stale: --max-inactive)")
 	bindKafkaSecurity(cmd.Flags(), &s.cfg)
 	return cmd
 }

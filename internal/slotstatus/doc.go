@@ -7,5 +7,5 @@
 //	doc.go     this overview
 //	status.go  SlotStatus, Status, Format: the positions, for people and for --format json
 //	health.go  SlotMissingError, Verdict, SlotStatus.Check, readSlotHealth: the verdict
-//	kafka.go   KafkaStatus, AddKafka: a target's place in the slot's topic (status --kafka)
+//	kafka.go   KafkaStatus, AddKafka: a target's place in the slot's topic (status --kafka): caught up by LSN against the topic's last commit, its lag, stale for --max-inactive
 package slotstatus

@@ -26,6 +26,11 @@ import (
 //     since the last run stopped (more when the source was idle before it
 //     stopped). An inactive slot retains WAL on the source without bound.
 //
+// With --kafka (kafka.go) the slot follows the capture, so the target is
+// judged too: the topic unreadable, its offset gone from the topic or of a
+// topic made again, or behind the topic's last commit without advancing
+// for longer than --max-inactive (its apply stopped or stuck).
+//
 // wal_status `unreserved` (the slot's WAL is beyond max_wal_size and will be
 // removed at the next checkpoint unless the slot catches up) is a warning
 // only: the slot still works and a running repstream may catch up in time;
@@ -59,7 +64,7 @@ func (s SlotStatus) Check(maxInactive time.Duration) Verdict {
 			s.Slot, (time.Duration(s.InactiveSeconds) * time.Second).String(), maxInactive, stats.HumanBytes(s.RetainedBytes))
 	}
 	if s.Kafka != nil && v.Problem == "" {
-		s.Kafka.check(s.Slot, &v)
+		s.Kafka.check(s.Slot, maxInactive, &v)
 	}
 	if s.WALStatus == "unreserved" {
 		v.Warnings = append(v.Warnings, fmt.Sprintf("replication slot %q has wal_status unreserved: the WAL it needs exceeds max_wal_size and will be removed at the next checkpoint unless repstream catches up (max_slot_wal_keep_size)", s.Slot))

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repstream/repstream/internal/change"
 )
 
 func TestSlotStatusCheck(t *testing.T) {
@@ -76,6 +78,72 @@ func TestKafkaCheck(t *testing.T) {
 		st.Format(&b)
 		if !strings.Contains(b.String(), "kafka topic        repstream.s") {
 			t.Errorf("%s: Format does not show the topic:\n%s", tc.name, b.String())
+		}
+	}
+}
+
+// TestKafkaJudge: a target is caught up when its low watermark is at or
+// past the topic's last commit, whatever the offsets say (the capture's
+// Kafka transaction markers take offsets: a caught-up target's offset stays
+// below the end); behind, it is behind by the WAL between them.
+func TestKafkaJudge(t *testing.T) {
+	for _, tc := range []struct {
+		last, low change.LSN
+		caughtUp  bool
+		behind    int64
+	}{
+		{0, 0, true, 0},           // the topic holds no commit
+		{0x3000, 0x3000, true, 0}, // every commit applied
+		{0x3000, 0x3100, true, 0}, // the copy's sync LSN past it
+		{0x3000, 0x2800, false, 0x800},
+	} {
+		k := KafkaStatus{Start: 0, End: 100, Offset: 97, LagRecords: 3}
+		k.judge(tc.last, tc.low)
+		if k.CaughtUp != tc.caughtUp || k.BehindBytes != tc.behind {
+			t.Errorf("last commit %s, low %s: caught up %v, behind %d; want %v, %d", tc.last, tc.low, k.CaughtUp, k.BehindBytes, tc.caughtUp, tc.behind)
+		}
+	}
+}
+
+// TestKafkaStale: --max-inactive flags a target behind the topic whose
+// progress has not advanced for the limit and whose oldest missing commit
+// is that old (or unknown): a stopped apply, though the slot stays active
+// through the capture. Not a caught-up one, however long idle; not a copy
+// under way; not one that lacks only a recent commit.
+func TestKafkaStale(t *testing.T) {
+	ok := SlotStatus{Slot: "s", Active: true, WALStatus: "reserved", LagSeconds: 0}
+	behind := KafkaStatus{Topic: "repstream.s", End: 100, Offset: 40, LagRecords: 60, LastCommit: "0/3000",
+		BehindBytes: 0x800, BehindSeconds: 400, ProgressAgeSeconds: 420, CaptureLagSeconds: 0}
+	caughtUp := KafkaStatus{Topic: "repstream.s", End: 100, Offset: 97, LagRecords: 3, LastCommit: "0/3000",
+		CaughtUp: true, ProgressAgeSeconds: 3600, CaptureLagSeconds: 0.002}
+	for _, tc := range []struct {
+		name        string
+		k           KafkaStatus
+		maxInactive time.Duration
+		want        string // in Problem; "" for healthy
+		line        string // in Format's output
+	}{
+		{"stopped", behind, 5 * time.Minute, "has not advanced for 7m0s (more than --max-inactive 5m0s), lacks a commit of 6m40s ago and is 2.0KiB of WAL behind topic repstream.s (its last commit 0/3000): is its repstream apply running?",
+			"behind the topic by 2.0KiB of WAL, since a commit of 6m40s ago; its progress last advanced 7m0s ago"},
+		{"no bound", behind, 0, "", "target's offset    40 (60 records behind at most)"},
+		{"not yet", behind, 10 * time.Minute, "", "capture lag        0.000 s"},
+		{"caught up, long idle", caughtUp, time.Minute, "", "target             caught up with the topic"},
+		{"a recent commit after a quiet hour", func() KafkaStatus { k := behind; k.BehindSeconds, k.ProgressAgeSeconds = 2, 3600; return k }(), time.Minute, "", "since a commit of 2s ago"},
+		{"its commit unknown", func() KafkaStatus { k := behind; k.BehindSeconds = -1; return k }(), time.Minute, "has not advanced for 7m0s", "behind the topic by 2.0KiB of WAL; its progress last advanced 7m0s ago"},
+		{"copying", func() KafkaStatus { k := behind; k.copying = true; return k }(), time.Minute, "", "behind the topic"},
+		{"no capture", func() KafkaStatus { k := caughtUp; k.CaptureLagSeconds = -1; return k }(), time.Minute, "", "capture lag        unknown (no capture streams from the slot)"},
+	} {
+		st := ok
+		k := tc.k
+		st.Kafka = &k
+		v := st.Check(tc.maxInactive)
+		if tc.want == "" && v.Problem != "" || tc.want != "" && !strings.Contains(v.Problem, tc.want) {
+			t.Errorf("%s: problem %q, want one containing %q", tc.name, v.Problem, tc.want)
+		}
+		var b strings.Builder
+		st.Format(&b)
+		if !strings.Contains(b.String(), tc.line) {
+			t.Errorf("%s: Format lacks %q:\n%s", tc.name, tc.line, b.String())
 		}
 	}
 }

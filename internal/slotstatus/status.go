@@ -24,7 +24,7 @@ type SlotStatus struct {
 	Confirmed      string  `json:"confirmed_position"`
 	Applied        string  `json:"applied_position"`
 	LagBytes       int64   `json:"lag_bytes"`
-	LagSeconds     float64 `json:"lag_seconds"` // -1 when unknown
+	LagSeconds     float64 `json:"lag_seconds"` // -1 when unknown; with --kafka the target's (AddKafka), else the slot's flush lag
 	RetainedBytes  int64   `json:"retained_wal_bytes"`
 	Active         bool    `json:"active"`
 	WALStatus      string  `json:"wal_status"`
@@ -46,6 +46,13 @@ type SlotStatus struct {
 
 	targetOffset  int64  // the target's recorded kafka_offset (-1: none)
 	targetTopicID string // and kafka_topic_id ("": none)
+	// targetProg is the target's progress record, progressAge how long ago
+	// it last advanced (repstream.progress.updated_at; -1: unknown).
+	targetProg  target.Progress
+	progressAge float64
+	// unknownLag says why LagSeconds is unknown ("": the slot's
+	// repstream is not connected).
+	unknownLag string
 }
 
 // Status reads a slot's positions from the source and the target.
@@ -98,9 +105,16 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 	}
 	st.Applied = applied.String()
 	st.Snapshot = string(prog.Snapshot)
-	st.targetOffset = -1
+	st.targetOffset, st.progressAge, st.targetProg = -1, -1, prog
 	if prog.Exists {
 		st.targetOffset, st.targetTopicID = prog.KafkaOffset, prog.KafkaTopicID
+		age, ok, err := target.ProgressAge(ctx, tgt, slot)
+		if err != nil {
+			return st, err
+		}
+		if ok {
+			st.progressAge = max(age.Seconds(), 0)
+		}
 	}
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err
@@ -126,6 +140,9 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 // Format prints a SlotStatus for people.
 func (s SlotStatus) Format(w io.Writer) {
 	lag := "unknown (repstream is not connected)"
+	if s.unknownLag != "" {
+		lag = "unknown (" + s.unknownLag + ")"
+	}
 	if s.LagSeconds >= 0 {
 		lag = fmt.Sprintf("%.3f s", s.LagSeconds)
 	}
