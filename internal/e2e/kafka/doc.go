@@ -31,4 +31,5 @@
 //	fidelity_test.go      the shapes PostgreSQL's logical-replication tests use (generated columns, TRUNCATE CASCADE, prepared and streamed transactions, partitions, a table dropped and made again); a user publication's row filter and column list, a table added to it
 //	late_test.go          a target started late reads the topic from CopyStart
 //	secure_test.go        TLS, SASL and ACLs
+//	status_test.go        status --kafka: a target caught up, its apply stopped (markers after it), behind and stale for --max-inactive, caught up again
 package kafka
