@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/stats"
 )
 
@@ -30,6 +31,19 @@ import (
 //     progress record; every later group waits for it.
 //   - Each subtransaction gets a savepoint at its first change; a
 //     subtransaction abort rolls back to it, a stream abort rolls back all.
+//   - A change the target refuses while the transaction is in progress is
+//     no verdict yet (refuse): a walsender that finds a subtransaction
+//     aborted on the source as it streams it (it lagged behind) discards
+//     what it had not sent of the whole transaction, and then still sends
+//     later changes of other subtransactions inside the aborted one (a
+//     schema change made in the event trigger's exception block, rows of
+//     an inner savepoint), without the changes they build on. Their
+//     STREAM ABORT comes later (TestDDLStreamedConcurrentAbort). So the
+//     target rolls back to the innermost savepoint and nothing more is
+//     applied until a subtransaction abort rolls that savepoint back (the
+//     refused change was the source's rolled-back work: apply goes on) or
+//     the transaction's own abort; its commit fails with the refusal, and
+//     the target transaction never commits without the change.
 //
 // Exactly once: the target transaction commits with the transaction's end LSN
 // recorded, as any other. After a restart a streamed transaction may already
@@ -286,6 +300,14 @@ type eagerRun struct {
 	savepoint []uint32 // subtransactions with a savepoint, oldest first
 	started   time.Time
 	n         int64
+
+	// refused is a change the target refused while the transaction was in
+	// progress, awaiting the source's verdict (refuse); nil if none. The
+	// target rolled back to savepoint[refusedAt] (-1: the whole
+	// transaction), and nothing is applied until that is rolled back on
+	// the source too.
+	refused   error
+	refusedAt int
 }
 
 // fail rolls back the open transaction, if any, and returns err, with a
@@ -301,12 +323,50 @@ func (r *eagerRun) fail(err error) error {
 
 // flush sends the rows the writer has buffered of the open transaction.
 func (r *eagerRun) flush(ctx context.Context) error {
-	if r.active && r.flusher != nil {
+	if r.active && r.flusher != nil && r.refused == nil {
 		r.e.st.SetState(stats.Busy)
 		if err := r.flusher.FlushBuffered(ctx); err != nil {
-			return r.fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", r.xid, err))
+			return r.refuse(ctx, err)
 		}
 	}
+	return nil
+}
+
+// refuse takes err, the target's refusal of a change of the transaction in
+// progress (surfacing at the change or at a later flush), as no verdict
+// yet: the source may have rolled the change back already, its STREAM
+// ABORT still to come (see Eager). The target rolls back to the innermost
+// savepoint (taken before the first change of the innermost subtransaction;
+// the refused change came after it), or the whole transaction without one,
+// and records err; nothing is applied until the source rolls that
+// savepoint back too (apply, eagerAbortSub), and the commit fails with err.
+// It returns nil, or an error that ends Run: the run is ending, the
+// rollback failed too (the connection is gone), or err is eager apply's
+// own limit (schema.ErrAddedColumnGone: with --ddl=relation, what the rows
+// got at a column added in progress is not in the source's catalog before
+// the commit; the run stops at once, as documented, to be restarted after
+// it).
+func (r *eagerRun) refuse(ctx context.Context, err error) error {
+	err = fmt.Errorf("eager apply of transaction %d (in progress): %w", r.xid, err)
+	if ctx.Err() != nil || errors.Is(err, schema.ErrAddedColumnGone) {
+		return r.fail(err)
+	}
+	if n := len(r.savepoint); n > 0 {
+		if rerr := r.w.RollbackToSavepoint(ctx, savepointName(r.savepoint[n-1])); rerr != nil {
+			return r.fail(fmt.Errorf("%w (and then: %w)", err, rerr))
+		}
+		r.refusedAt = n - 1
+	} else {
+		r.active = false
+		if rerr := r.w.Rollback(ctx); rerr != nil {
+			return eagerConflictHint(fmt.Errorf("%w (and then: %w)", err, rerr))
+		}
+		r.savepoint, r.refusedAt = r.savepoint[:0], -1
+	}
+	r.refused = err
+	r.e.st.Counter("refused_in_progress").Add(1)
+	r.e.log.Info("the target refused a change of a transaction still in progress on the source: nothing more of it is applied until the source rolls the change back (a subtransaction aborted on the source before the walsender streamed it), else its commit fails",
+		"xid", r.xid, "err", err)
 	return nil
 }
 
@@ -324,12 +384,16 @@ func (r *eagerRun) apply(ctx context.Context, it eagerItem) error {
 		}
 		expectChanges(w, math.MaxInt) // large by definition
 		r.xid, r.active, r.savepoint, r.started, r.n = it.xid, true, r.savepoint[:0], time.Now(), 0
+		r.refused = nil
 		e.log.Debug("eager apply started", "xid", r.xid)
 	case eagerChunk:
 		if err := e.waitApplied(ctx, it.waitFor); err != nil {
 			return r.fail(err)
 		}
 	case eagerChange:
+		if r.refused != nil {
+			return nil // awaiting the source's verdict on a refused change (refuse)
+		}
 		return r.write(ctx, it.c)
 	case eagerAbortSub:
 		if i := slices.Index(r.savepoint, it.subxid); i >= 0 {
@@ -337,12 +401,19 @@ func (r *eagerRun) apply(ctx context.Context, it eagerItem) error {
 				return r.fail(fmt.Errorf("eager apply of transaction %d: abort subtransaction %d: %w", r.xid, it.subxid, err))
 			}
 			r.savepoint = r.savepoint[:i] // its descendants went with it
+			if r.refused != nil && i <= r.refusedAt {
+				// Everything after this savepoint's first change,
+				// the refused change with it, was rolled back on
+				// the source: the refusal was no error.
+				e.log.Info("the change the target refused was rolled back on the source: apply goes on", "xid", r.xid, "subxid", it.subxid)
+				r.refused = nil
+			}
 		}
 	case eagerAbort:
 		if err := w.Rollback(ctx); err != nil {
 			return fmt.Errorf("eager apply of transaction %d: roll back: %w", r.xid, err)
 		}
-		r.active = false
+		r.active, r.refused = false, nil
 		e.st.Counter("aborted_txns").Add(1)
 		e.log.Debug("eager transaction aborted on the source", "xid", r.xid, "changes", r.n)
 	case eagerCommit:
@@ -360,13 +431,15 @@ func (r *eagerRun) write(ctx context.Context, c *change.Change) error {
 		return nil // a table not ready: its copy comes later (TableFilter)
 	}
 	if c.Xid != 0 && c.Xid != r.xid && !slices.Contains(r.savepoint, c.Xid) {
+		// (Sending what is buffered first: an error may be an earlier
+		// change's.)
 		if err := r.w.Savepoint(ctx, savepointName(c.Xid)); err != nil {
-			return r.fail(fmt.Errorf("eager apply of transaction %d: %w", r.xid, err))
+			return r.refuse(ctx, err)
 		}
 		r.savepoint = append(r.savepoint, c.Xid)
 	}
 	if err := r.w.Write(ctx, c); err != nil {
-		return r.fail(fmt.Errorf("eager apply of transaction %d (in progress): %w", r.xid, err))
+		return r.refuse(ctx, err)
 	}
 	r.n++ // the writer counts items and bytes on the same component
 	return nil
@@ -376,6 +449,13 @@ func (r *eagerRun) write(ctx context.Context, c *change.Change) error {
 // end LSN) and replies to Commit; a failed commit ends Run too.
 func (r *eagerRun) commit(ctx context.Context, it eagerItem) error {
 	e := r.e
+	if r.refused != nil {
+		// Committed on the source: the refusal stands.
+		err := r.fail(fmt.Errorf("commit eagerly applied transaction %d (end %s): %w", r.xid, it.info.EndLSN, r.refused))
+		r.active = false
+		it.reply <- eagerResult{err: err}
+		return err
+	}
 	lsn, err := r.w.CommitLSN(ctx, []change.LSN{it.info.EndLSN})
 	r.active = false
 	if err != nil {

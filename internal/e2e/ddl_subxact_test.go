@@ -107,6 +107,113 @@ func TestDDLStreamedSubxactAbort(t *testing.T) {
 	}
 }
 
+// TestDDLStreamedConcurrentAbort: a large transaction whose savepoints
+// were already rolled back when the walsender decodes it (here: no engine
+// ran while the source wrote it; under load, a walsender lagging behind).
+// Streaming it, the walsender meets a row of a subtransaction that has
+// aborted meanwhile, stops the stream there and discards what it had not
+// sent of the whole transaction, the schema change adding d with it; the
+// subtransactions after that (savepoint s2's ADD COLUMN e, made in the
+// event trigger's exception block) are sent in the next stream all the
+// same, before their STREAM ABORT. Eager apply met ADD COLUMN e without d
+// and stopped: "the source had the column before this change, the target
+// lacks it". With and without eager apply.
+func TestDDLStreamedConcurrentAbort(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, eager := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b text);
+				INSERT INTO test_tab VALUES (1, 'foo'), (2, 'bar')`)
+			cfg := e.config("public.*")
+			cfg.CreateTables = true
+			cfg.Eager = eager
+			cfg.DecodingWorkMem = "64kB"
+			e.catchUp(cfg)
+
+			// s1 writes one row before its ADD COLUMN d: the walsender
+			// streams it with d's message behind it, and stops at it.
+			// s2's and s3's rows each fill more than one stream.
+			e.srcExec(`BEGIN;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(3, 1000) s(i);
+				ALTER TABLE test_tab ADD COLUMN c INT;
+				SAVEPOINT s1;
+				INSERT INTO test_tab VALUES (1001, 'one', 1);
+				ALTER TABLE test_tab ADD COLUMN d INT;
+				SAVEPOINT s2;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), -i, 2*i FROM generate_series(2001, 3500) s(i);
+				ALTER TABLE test_tab ADD COLUMN e INT;
+				SAVEPOINT s3;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), -i, 2*i, -3*i FROM generate_series(3501, 5000) s(i);
+				ALTER TABLE test_tab DROP COLUMN c;
+				ROLLBACK TO s1;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea), i FROM generate_series(1001, 1500) s(i);
+				COMMIT`)
+
+			reg := e.catchUp(cfg)
+			e.assertSameTable("test_tab", "a")
+			if n := e.count(e.Tgt, "SELECT count(*) FROM test_tab WHERE c IS NOT NULL"); n != 500 {
+				t.Errorf("%d target rows with c set, want 500", n)
+			}
+			if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 1 {
+				t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
+			}
+			if eg, _ := reg.Snapshot().Component("eager"); eager && eg.Counters["eager_txns"] != 1 {
+				t.Fatalf("eager apply committed %d transactions, want 1", eg.Counters["eager_txns"])
+			}
+		})
+	}
+}
+
+// TestStreamedConcurrentAbortRows is TestDDLStreamedConcurrentAbort with
+// rows: savepoint s1 inserts into t2 (the walsender looks the table up in
+// the catalog, finds s1 aborted and discards what it had not sent, row
+// 1001 of test_tab with it) and row 1001; its savepoint s2 updates row
+// 1001 among many rows, which the walsender still sends, and savepoint s3
+// inside it more rows (eager apply sends the update before its savepoint).
+// Eager apply found no row 1001 to update and stopped (update_missing)
+// before the STREAM ABORT came. With and without eager apply.
+func TestStreamedConcurrentAbortRows(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	for _, eager := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queue", true: "eager"}[eager], func(t *testing.T) {
+			e := newEnv(t)
+			e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b text);
+				CREATE TABLE t2 (id int PRIMARY KEY);
+				INSERT INTO test_tab VALUES (1, 'foo'), (2, 'bar')`)
+			cfg := e.config("public.*")
+			cfg.CreateTables = true
+			cfg.Eager = eager
+			cfg.DecodingWorkMem = "64kB"
+			e.catchUp(cfg)
+
+			e.srcExec(`BEGIN;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(3, 1000) s(i);
+				SAVEPOINT s1;
+				INSERT INTO t2 VALUES (1);
+				INSERT INTO test_tab VALUES (1001, 'k');
+				SAVEPOINT s2;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(2001, 2500) s(i);
+				UPDATE test_tab SET b = 'updated' WHERE a = 1001;
+				SAVEPOINT s3;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(2501, 3500) s(i);
+				ROLLBACK TO s1;
+				INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(1001, 1500) s(i);
+				COMMIT`)
+
+			reg := e.catchUp(cfg)
+			e.assertSameTable("test_tab", "a")
+			e.assertSameTable("t2", "id")
+			if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 1 {
+				t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
+			}
+			if eg, _ := reg.Snapshot().Component("eager"); eager && eg.Counters["eager_txns"] != 1 {
+				t.Fatalf("eager apply committed %d transactions, want 1", eg.Counters["eager_txns"])
+			}
+		})
+	}
+}
+
 // statements is an engine run with a connection to the source for a
 // transaction run statement by statement: a single multi-statement
 // exec's savepoint may be rolled back before the walsender streams what
