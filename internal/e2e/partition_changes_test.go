@@ -715,3 +715,86 @@ func TestDropDoesNotHoldQueriesUp(t *testing.T) {
 		t.Errorf("%d of repstream's triggers and schema left on the source after drop", n)
 	}
 }
+
+// TestPartitionTruncateRootLinear: a TRUNCATE of a root fires the TRUNCATE
+// trigger of each of its N leaves, and each describes the root. That
+// description walked the whole tree (the filenodes digest of every leaf,
+// and once per column the leaves' missing values), so the TRUNCATE cost
+// N² tree reads on the source, all under ACCESS EXCLUSIVE on the whole
+// tree: 200 leaves took seconds instead of a fraction of one. A TRUNCATE
+// PARTITION message now carries the root without what takes a walk of its
+// leaves (the apply of one reads neither): counted in the TRUNCATE's own
+// reads of pg_inherits (each walk reads every leaf's row there), a few per
+// leaf. The target's leaves are still truncated as the source's.
+func TestPartitionTruncateRootLinear(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	const leaves = 200
+	e.both(fmt.Sprintf(`CREATE TABLE p (id int, k int, v text, w date, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		DO $$BEGIN FOR i IN 1..%d LOOP EXECUTE format('CREATE TABLE p_%%s PARTITION OF p FOR VALUES IN (%%s)', i, i); END LOOP; END$$`, leaves))
+	fill := fmt.Sprintf(`INSERT INTO p SELECT g, g %% %d + 1, 'v' || g, date '2026-01-01' + g FROM generate_series(1, %d) g`, leaves, 5*leaves)
+	e.srcExec(fill)
+	cfg := e.config("public.p")
+	e.catchUp(cfg)
+	if n := e.count(e.Src, "SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate'"); n != leaves {
+		t.Fatalf("%d TRUNCATE triggers on the leaves, want %d", n, leaves)
+	}
+
+	// The TRUNCATE's reads of pg_inherits through its index, in its
+	// transaction's own statistics: a walk of the tree reads each
+	// leaf's row so (find_all_inheritors). The triggers' lookups of one
+	// leaf's row may scan the table instead, as the planner deems
+	// cheaper for a small pg_inherits: those are not counted.
+	conn, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const inheritsReads = `SELECT COALESCE((SELECT idx_tup_fetch FROM pg_stat_xact_sys_tables WHERE relid = 'pg_inherits'::regclass), 0)`
+	var before, after int64
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := tx.Exec(t.Context(), "TRUNCATE p"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	reads := after - before
+	t.Logf("TRUNCATE of the root with %d leaves: %d index reads of pg_inherits, %s", leaves, reads, took.Round(time.Millisecond))
+	if reads > 10*leaves {
+		t.Errorf("TRUNCATE of the root with %d leaves read pg_inherits through its index %d times: more than %d a leaf, the tree walked per leaf", leaves, reads, 10)
+	}
+
+	e.catchUp(cfg)
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p"); n != 0 {
+		t.Fatalf("the target's root has %d rows after the source's TRUNCATE", n)
+	}
+	// A leaf alone, and one in a query that also changes the root's
+	// columns between two truncates.
+	e.srcExec(fill)
+	e.catchUp(cfg)
+	e.srcExec(`TRUNCATE p_7`)
+	e.srcExec(`TRUNCATE p_8; ALTER TABLE p ADD COLUMN z int DEFAULT 7; TRUNCATE p_9`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id, k")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p WHERE k IN (7, 8, 9)"); n != 0 {
+		t.Fatalf("the target's leaves p_7, p_8, p_9 hold %d rows, truncated on the source", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p WHERE z = 7"); n != 5*leaves-15 {
+		t.Fatalf("%d rows of the target's root have z = 7, want %d", n, 5*leaves-15)
+	}
+}

@@ -30,6 +30,9 @@ import (
 //     publish it, and the oid of each one's entry that lists it: pubrels;
 //     a digest of its storage's relfilenodes, its leaves' for a
 //     partitioned table: filenodes, which a rewrite changes);
+//     repstream.ddl_def(oid, leaves) the same, and for a partitioned table
+//     without leaves false nothing that takes a walk of its leaves (no
+//     filenodes, no missing values): a TRUNCATE PARTITION message's;
 //   - repstream.ddl_state: the definition last emitted per table (UNLOGGED:
 //     never published, not WAL-logged; a crash empties it, which only costs
 //     the rename detection of the next change of each table);
@@ -260,7 +263,15 @@ $fn$;
 -- The text of defaults and of the values existing rows got (missing) is
 -- written in the forms the target reads back whatever its settings
 -- (ISO dates, not the session's DateStyle; exact floats).
-CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
+--
+-- leaves: for a partitioned table, also what only a walk of its whole
+-- tree tells, each leaf read: filenodes, and the values its leaves' rows
+-- got at ADD COLUMN (missing). Without it (partition_msg, for a TRUNCATE
+-- PARTITION: the apply reads neither) filenodes is null and no column has
+-- a missing value: the definition then costs the same whatever the
+-- number of leaves, and a TRUNCATE of a root, which describes the root
+-- once per leaf, stays linear in the leaves.
+CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid, leaves boolean) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET DateStyle = 'ISO, YMD' SET IntervalStyle = postgres SET extra_float_digits = 3 SET bytea_output = hex AS $fn$
 SELECT jsonb_build_object(
@@ -279,8 +290,9 @@ SELECT jsonb_build_object(
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
                      WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord > i.indnkeyatts), '[]'::jsonb),
-  'filenodes', (SELECT md5(string_agg(l.relfilenode::text, ',' ORDER BY l.oid)) FROM pg_class l
-                 WHERE l.oid IN (SELECT t.relid FROM pg_partition_tree(c.oid) t WHERE t.isleaf UNION SELECT c.oid WHERE c.relkind = 'r')),
+  'filenodes', CASE WHEN leaves OR c.relkind <> 'p' THEN
+                (SELECT md5(string_agg(l.relfilenode::text, ',' ORDER BY l.oid)) FROM pg_class l
+                  WHERE l.oid IN (SELECT t.relid FROM pg_partition_tree(c.oid) t WHERE t.isleaf UNION SELECT c.oid WHERE c.relkind = 'r')) END,
   'pkeydeferrable', COALESCE((SELECT CASE WHEN con.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN con.condeferrable THEN 'DEFERRABLE' ELSE '' END
                       FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = 'p'), ''),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
@@ -304,10 +316,15 @@ SELECT jsonb_build_object(
     LEFT JOIN LATERAL (SELECT true AS has, (la.attmissingval::text::text[])[1] AS val
                          FROM pg_partition_tree(c.oid) t
                          JOIN pg_attribute la ON la.attrelid = t.relid AND la.attname = a.attname AND NOT la.attisdropped
-                        WHERE c.relkind = 'p' AND t.isleaf AND la.atthasmissing LIMIT 1) lm ON true
+                        WHERE c.relkind = 'p' AND leaves AND t.isleaf AND la.atthasmissing LIMIT 1) lm ON true
     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '[]'::jsonb))
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = rel
+$fn$;
+
+CREATE OR REPLACE FUNCTION repstream.ddl_def(rel oid) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT repstream.ddl_def(rel, true)
 $fn$;
 
 CREATE OR REPLACE FUNCTION repstream.ddl_end() RETURNS event_trigger
@@ -580,6 +597,7 @@ DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
 DROP FUNCTION IF EXISTS repstream.ddl_end();
 DROP FUNCTION IF EXISTS repstream.ddl_drop();
 DROP FUNCTION IF EXISTS repstream.ddl_def(oid);
+DROP FUNCTION IF EXISTS repstream.ddl_def(oid, boolean);
 DROP FUNCTION IF EXISTS repstream.ddl_pubs(oid);
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_key;
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_types;
