@@ -10,7 +10,9 @@ import (
 
 // TestBinaryCarries: a raw session streaming binary ends at a relation
 // with a column whose type is not built in (ErrTextNeeded, naming the
-// column); built-in types pass, and a text session takes anything.
+// column) or of an object identifier type (regclass: its binary form is
+// the source's OID); built-in types pass, and a text session takes
+// anything.
 func TestBinaryCarries(t *testing.T) {
 	rel := &change.Relation{Namespace: "public", Name: "t", Columns: []change.Column{
 		{Name: "id", TypeOID: 20, Key: true}, {Name: "v", TypeOID: 25},
@@ -25,6 +27,12 @@ func TestBinaryCarries(t *testing.T) {
 	err := bin.binaryCarries(withEnum)
 	if !errors.Is(err, ErrTextNeeded) || !strings.Contains(err.Error(), `column "mood" of public.t`) {
 		t.Fatalf("a type not built in: %v", err)
+	}
+	withRegclass := &change.Relation{Namespace: "public", Name: "t", Columns: []change.Column{
+		{Name: "id", TypeOID: 20, Key: true}, {Name: "r", TypeOID: 2205},
+	}}
+	if err := bin.binaryCarries(withRegclass); !errors.Is(err, ErrTextNeeded) || !strings.Contains(err.Error(), `column "r" of public.t is regclass`) {
+		t.Fatalf("regclass: %v", err)
 	}
 	text := &Capture{opts: Options{}}
 	if err := text.binaryCarries(withEnum); err != nil {

@@ -1042,8 +1042,9 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 }
 
 // ErrTextNeeded is returned by a raw session streaming binary values when a
-// relation has a column of a type that is not built in: its binary format
-// may embed the source's OIDs, which no target could read. The session
+// relation has a column of a type that is not built in (its binary format
+// may embed the source's OIDs, which no target could read) or of an object
+// identifier type (change.ObjectRefType). The session
 // ends before the raw sink has any of it; start again without Binary.
 var ErrTextNeeded = errors.New("values must travel as text")
 
@@ -1056,6 +1057,9 @@ func (c *Capture) binaryCarries(r *change.Relation) error {
 	for _, col := range r.Columns {
 		if col.TypeOID == 0 || col.TypeOID >= change.FirstNormalOID {
 			return fmt.Errorf("%w: column %q of %s has type OID %d, not built in", ErrTextNeeded, col.Name, r.String(), col.TypeOID)
+		}
+		if ref := change.ObjectRefType(col.TypeOID); ref != "" {
+			return fmt.Errorf("%w: column %q of %s is %s, whose binary form is the source's OID of an object", ErrTextNeeded, col.Name, r.String(), ref)
 		}
 	}
 	return nil

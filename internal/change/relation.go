@@ -14,6 +14,24 @@ const (
 // built in, with the same OID and binary format in every database.
 const FirstNormalOID = 16384
 
+// ObjectRefType names a built-in object identifier type whose values are
+// OIDs of database objects (regclass, regtype, ... and their arrays), ""
+// for any other type OID. Their binary form is the source's OID, which
+// names another object on a target, or none; their text, the object's
+// name, is read as the target's: they travel as text.
+func ObjectRefType(oid uint32) string {
+	return objectRefTypes[oid]
+}
+
+var objectRefTypes = map[uint32]string{
+	24: "regproc", 1008: "regproc[]", 2202: "regprocedure", 2207: "regprocedure[]",
+	2203: "regoper", 2208: "regoper[]", 2204: "regoperator", 2209: "regoperator[]",
+	2205: "regclass", 2210: "regclass[]", 2206: "regtype", 2211: "regtype[]",
+	3734: "regconfig", 3735: "regconfig[]", 3769: "regdictionary", 3770: "regdictionary[]",
+	4089: "regnamespace", 4090: "regnamespace[]", 4096: "regrole", 4097: "regrole[]",
+	4191: "regcollation", 4192: "regcollation[]",
+}
+
 // Column is one column of a Relation as the source describes it.
 // Generated columns are never sent by pgoutput, so they never appear here.
 type Column struct {

@@ -450,4 +450,10 @@ func TestBinaryCompatible(t *testing.T) {
 	if err := BinaryCompatible(16500, 16500); err == nil {
 		t.Error("user type: no error")
 	}
+	// Their binary form is an OID of the source's (TestObjectRefTypes).
+	for _, oid := range []uint32{2205, 2210, 2206, 24, 4096} {
+		if err := BinaryCompatible(oid, oid); err == nil {
+			t.Errorf("type OID %d (an object identifier type): no error", oid)
+		}
+	}
 }
