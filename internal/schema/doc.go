@@ -13,7 +13,7 @@
 //	convert.go  SilentConversion: a source type a target column would store changed without an error
 //	names.go    TableName: a schema-qualified name, quoting and order
 //	types.go    UserType: the user-defined types a table's columns need, read, compared and made
-//	typecheck.go TypeProblems: a target column whose user-defined type differs inside from the source's (attributes, a domain's base, a range's subtype)
+//	typecheck.go TypeProblems: a target column whose user-defined type (of the source's name or another) differs inside from the source's (attributes, a domain's base, a range's subtype, an array of a domain); BaseType: a type through its domains and arrays
 //	ddl.go      CreateTableSQL and what --create-tables makes besides
 //	alter.go    AlterSQL, RelationAlterSQL: the statements that follow a schema change; TypesChanged
 //	added.go    AddedValue: what the source's existing rows got for a column added (--ddl=relation)

@@ -93,7 +93,8 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 // checkStreamTypes refuses a relation whose columns, as the stream
 // describes them (type and modifier, for the rows that follow), the target
 // table would store changed without an error (schema.SilentConversion:
-// digits rounded away, a time zone dropped or assumed). A start checks the
+// digits rounded away, a time zone dropped or assumed; a domain of the
+// target's, or an array of one, by its base type). A start checks the
 // tables against the source's catalog, but on a restart it takes a
 // difference for a schema change still in the stream (a warning); the
 // stream's own description is where that is found true or not: had the
@@ -108,10 +109,21 @@ func (w *Writer) checkStreamTypes(ctx context.Context, rel *change.Relation, tab
 		if c.Type == "" || ti < 0 || tab.Columns[ti].Generated {
 			continue // not built in, or newPlan reports it
 		}
-		if why := schema.SilentConversion(c.Type, tab.Columns[ti].Type); why != "" {
+		to, shown := tab.Columns[ti].Type, tab.Columns[ti].Type
+		if tab.Columns[ti].TypeOID >= FirstNormalOID {
+			// A domain (or an array of one) takes values as its base
+			// type does.
+			if to, err = schema.BaseType(ctx, w.conn, tab.Columns[ti].TypeOID, to); err != nil {
+				return fmt.Errorf("look up the type of column %q of the target table %s: %w", c.Name, tab.TableName(), err)
+			}
+			if to != shown {
+				shown += " (a domain over " + to + ")"
+			}
+		}
+		if why := schema.SilentConversion(c.Type, to); why != "" {
 			return fmt.Errorf("column %q of %s is %s in the source's stream but %s on the target table %s: %s "+
 				"(a schema change the target did not get, or a column changed on the target): make the target column match the source's, then restart",
-				c.Name, rel.String(), c.Type, tab.Columns[ti].Type, tab.TableName(), why)
+				c.Name, rel.String(), c.Type, shown, tab.TableName(), why)
 		}
 	}
 	return nil
