@@ -100,3 +100,27 @@ func TestRestartStopsAtTargetDomain(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetStringTypesCut: a target column of a string type takes any
+// source type's values, as their text; the start refuses one that would
+// store it cut without an error: name (63 bytes) for a jsonb, a bytea or
+// an array, character varying(n) and character(n) for a JSON text's or a
+// character(m)'s trailing spaces (beyond n); and a macaddr8 column for a
+// macaddr (stored widened). Each was stored so before.
+func TestTargetStringTypesCut(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE sc (id int PRIMARY KEY, j jsonb, b bytea, a text[], js json, c char(10), jc json, m macaddr, ok integer)`)
+	e.tgtExec(`CREATE TABLE sc (id int PRIMARY KEY, j name, b name, a name, js varchar(10), c varchar(5), jc char(20), m macaddr8, ok name)`)
+	err := e.mustFail(e.config("public.sc"),
+		`column "j" is jsonb on the source but name on the target: values longer than 63 bytes are cut`,
+		`column "b" is bytea on the source but name on the target`,
+		`column "a" is text[] on the source but name on the target`,
+		`column "js" is json on the source but character varying(10) on the target: trailing spaces beyond the target's length are cut`,
+		`column "c" is character(10) on the source but character varying(5) on the target`,
+		`column "jc" is json on the source but character(20) on the target: trailing spaces are not kept`,
+		`column "m" is macaddr on the source but macaddr8 on the target: a 6-byte address is stored as an 8-byte one`)
+	if strings.Contains(err.Error(), `column "ok"`) {
+		t.Errorf("an integer into name refused: %v", err)
+	}
+}

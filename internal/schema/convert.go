@@ -9,12 +9,19 @@ import (
 // type to changes it without an error ("" if it does not, or if the target
 // rejects what it cannot hold): a time zone dropped or assumed, digits or
 // fractional seconds rounded away, the time of day or an interval's
-// smaller parts dropped, trailing spaces lost, a JSON text normalised.
+// smaller parts dropped, trailing spaces lost (of any text that may end in
+// them), a value longer than name holds cut (any type's text), a JSON text
+// normalised, a MAC address widened.
 // Types are format_type's text, modifiers included; arrays of the same
 // depth compare their elements. Found by storing such values in such
 // columns on PostgreSQL 15 (TestSilentConversion lists them).
 func SilentConversion(from, to string) string {
 	f, t := splitType(from), splitType(to)
+	if t.name == "name" && f.name != "name" && (t.dims == 0 || t.dims == f.dims) && !(f.dims == t.dims && f.shortText()) {
+		// name takes any value (a string type), as its text; an array
+		// of names an array's elements.
+		return "values longer than 63 bytes are cut (name holds 63, and cuts without an error)"
+	}
 	if f.dims != t.dims {
 		return "" // another kind of type: Incompatible's category rule
 	}
@@ -78,25 +85,51 @@ func SilentConversion(from, to string) string {
 	if t.name == "money" && fractional {
 		return "digits beyond the currency's are rounded away"
 	}
-	if t.name == "character" && t.mods != "" && (f.name == "text" || f.name == "character varying") {
+	if t.name == "character" && t.mods != "" && f.name != "character" && f.name != "bpchar" && f.spaced() {
 		return "trailing spaces are not kept (character(n) pads values with spaces, and ignores them)"
 	}
-	stringy := f.name == "text" || f.name == "character varying" || f.name == "character"
-	if t.name == "name" && stringy {
-		return "values longer than 63 bytes are cut (name holds 63, and cuts without an error)"
-	}
-	if t.name == "character varying" && t.mods != "" && (f.name == "text" || f.name == "character varying") {
+	if t.name == "character varying" && t.mods != "" && f.spaced() {
 		tn, _ := strconv.Atoi(t.mods)
-		if fn, err := strconv.Atoi(f.mods); err != nil || fn > tn {
+		fn, err := strconv.Atoi(f.mods)
+		if err != nil || fn > tn || f.name != "character varying" && f.name != "character" {
 			// A longer value is refused, unless what passes the length
 			// is spaces.
 			return "trailing spaces beyond the target's length are cut (character varying(n) drops them without an error)"
 		}
 	}
+	if f.name == "macaddr" && t.name == "macaddr8" {
+		return "a 6-byte address is stored as an 8-byte one (FF:FE inserted in its middle)"
+	}
 	if f.name == "json" && t.name == "jsonb" {
 		return "jsonb keeps neither the text's form (spaces, key order) nor a repeated key's earlier values"
 	}
 	return ""
+}
+
+// spaced: the text of the type (of an array's elements) may end in spaces
+// (a string type's, a JSON or XML text's), which character(n) and
+// character varying(n) drop.
+func (p typeParts) spaced() bool {
+	switch p.name {
+	case "text", "character varying", "character", "bpchar", "name", "json", "xml", "citext":
+		return true
+	}
+	return strings.HasSuffix(p.name, ".citext")
+}
+
+// shortText: the type's text (an array's element's) is never longer than 63 bytes (name's
+// length).
+func (p typeParts) shortText() bool {
+	switch p.name {
+	case "\"char\"", "boolean", "smallint", "integer", "bigint", "oid", "xid", "xid8", "cid", "uuid", "date", "real", "double precision",
+		"money", "macaddr", "macaddr8", "inet", "cidr", "pg_lsn", "time without time zone", "time with time zone",
+		"timestamp without time zone", "timestamp with time zone":
+		return true
+	case "character varying", "character":
+		n, err := strconv.Atoi(p.mods)
+		return err == nil && n*4 <= 63 // 4 bytes a character at most
+	}
+	return false
 }
 
 // rangeSubtypes are the built-in range and multirange types' subtypes.
