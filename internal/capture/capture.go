@@ -1043,8 +1043,8 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 
 // ErrTextNeeded is returned by a raw session streaming binary values when a
 // relation has a column of a type that is not built in (its binary format
-// may embed the source's OIDs, which no target could read) or of an object
-// identifier type (change.ObjectRefType). The session
+// may embed the source's OIDs, which no target could read) or of a
+// built-in type that travels as text (change.TextOnly: regclass, aclitem). The session
 // ends before the raw sink has any of it; start again without Binary.
 var ErrTextNeeded = errors.New("values must travel as text")
 
@@ -1058,8 +1058,8 @@ func (c *Capture) binaryCarries(r *change.Relation) error {
 		if col.TypeOID == 0 || col.TypeOID >= change.FirstNormalOID {
 			return fmt.Errorf("%w: column %q of %s has type OID %d, not built in", ErrTextNeeded, col.Name, r.String(), col.TypeOID)
 		}
-		if ref := change.ObjectRefType(col.TypeOID); ref != "" {
-			return fmt.Errorf("%w: column %q of %s is %s, whose binary form is the source's OID of an object", ErrTextNeeded, col.Name, r.String(), ref)
+		if why := change.TextOnly(col.TypeOID); why != "" {
+			return fmt.Errorf("%w: column %q of %s: %s", ErrTextNeeded, col.Name, r.String(), why)
 		}
 	}
 	return nil

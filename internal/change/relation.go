@@ -14,14 +14,24 @@ const (
 // built in, with the same OID and binary format in every database.
 const FirstNormalOID = 16384
 
-// ObjectRefType names a built-in object identifier type whose values are
-// OIDs of database objects (regclass, regtype, ... and their arrays), ""
-// for any other type OID. Their binary form is the source's OID, which
-// names another object on a target, or none; their text, the object's
-// name, is read as the target's: they travel as text.
-func ObjectRefType(oid uint32) string {
-	return objectRefTypes[oid]
+// TextOnly says why values of the built-in type oid cannot travel in
+// binary ("" when they can): an object identifier type (regclass,
+// regtype, ... and their arrays) holds OIDs of database objects, so its
+// binary form is the source's OID, which names another object on a
+// target, or none, while its text, the object's name, is read as the
+// target's; aclitem and gtsvector have no binary form at all (a binary
+// COPY of them fails).
+func TextOnly(oid uint32) string {
+	if name := objectRefTypes[oid]; name != "" {
+		return "type " + name + " holds the OID of an object, which differs between databases: binary transfer would store the source's OID (its text, the object's name, is read as the target's)"
+	}
+	if name := noBinaryForm[oid]; name != "" {
+		return "type " + name + " has no binary form"
+	}
+	return ""
 }
+
+var noBinaryForm = map[uint32]string{1033: "aclitem", 1034: "aclitem[]", 3642: "gtsvector", 3644: "gtsvector[]"}
 
 var objectRefTypes = map[uint32]string{
 	24: "regproc", 1008: "regproc[]", 2202: "regprocedure", 2207: "regprocedure[]",

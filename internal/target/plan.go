@@ -559,7 +559,7 @@ const FirstNormalOID = change.FirstNormalOID
 // BinaryCompatible reports why a source column's binary values cannot be
 // applied to a target column (nil if they can): both must have the same
 // built-in type, other than an object identifier type (regclass, regtype,
-// ...: change.ObjectRefType). Binary formats of user-defined types (enums aside)
+// ...) or one without a binary form (aclitem): change.TextOnly. Binary formats of user-defined types (enums aside)
 // embed OIDs that differ between databases, and a binary value is read by
 // the target type's receive function, which must be the sender's
 // counterpart. A regclass's binary value is the source's OID of the
@@ -569,8 +569,8 @@ func BinaryCompatible(srcType, tgtType uint32) error {
 	switch {
 	case srcType >= FirstNormalOID || srcType == 0:
 		return fmt.Errorf("type OID %d is not built in, binary transfer cannot carry it", srcType)
-	case change.ObjectRefType(srcType) != "":
-		return fmt.Errorf("type %s holds the OID of an object, which differs between databases: binary transfer would store the source's OID (its text, the object's name, is read as the target's)", change.ObjectRefType(srcType))
+	case change.TextOnly(srcType) != "":
+		return errors.New(change.TextOnly(srcType))
 	case srcType != tgtType:
 		return fmt.Errorf("type OID %d on the source but %d on the target, binary transfer needs the same type", srcType, tgtType)
 	}
