@@ -28,7 +28,8 @@ applies to the role) and replica identity, the publication and its tables,
 the slot (active, wal_status, retained WAL); on the target each table (exists
 or would be created with --create-tables, columns compatible, and, unless
 --ddl=false, owned by the role, as schema changes need; with a superuser
-role, owned by a superuser unless --trust-table-owners), whether the role
+role, owned by a superuser, in a superuser's schema, unless
+--trust-table-owners), whether the role
 may SET session_replication_role, max_connections against --apply-parallelism,
 and repstream's state schema. With --kafka (the halves joined by Kafka): the
 brokers, the slot's topic (one partition, its replication factor and

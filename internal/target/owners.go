@@ -22,6 +22,9 @@ import (
 // table whose expressions call a function another role owns (its owner
 // may replace its body at any time): that role could make itself a
 // superuser (ALTER ROLE ... SUPERUSER in a column default's function).
+// A superuser's table in a schema such a role owns is its too: a
+// schema's owner may drop what is in it and make a table of its own
+// under the name, which the writer, writing by name, writes next.
 // PostgreSQL 16's subscriptions apply as the table's owner for the first;
 // a client session cannot shed a superuser's rights for good (the owner's
 // code could RESET ROLE). So a superuser target role writes only tables a
@@ -69,9 +72,10 @@ const typeTreeSQL = `CROSS JOIN LATERAL (
 const typeKindSQL = `CASE y.typtype WHEN 'd' THEN 'domain' WHEN 'e' THEN 'enum' WHEN 'c' THEN 'composite type' WHEN 'r' THEN 'range type' WHEN 'm' THEN 'multirange type' ELSE 'type' END`
 
 // untrustedSQL lists, for a superuser session, the tables of $1 (quoted
-// names; existing ones) and their partitions at every level (a row
-// written to a partitioned table runs its leaf's code too) owned by a
-// role that is not a superuser, with a
+// names; existing ones) in a schema a role that is not a superuser owns
+// (through pg_database_owner: the database's owner), and those and their
+// partitions at every level (a row written to a partitioned table runs
+// its leaf's code too) owned by a role that is not a superuser, with a
 // column whose type is, or holds (typeTreeSQL), a type such a role owns
 // (it may add a constraint to a domain, or a cast of its type to text,
 // that calls its code at any time: an implicit cast makes a key's "m = $1"
@@ -82,11 +86,11 @@ const typeKindSQL = `CASE y.typtype WHEN 'd' THEN 'domain' WHEN 'e' THEN 'enum' 
 // a role owns: the table or partition, what runs, the function and its owner.
 const untrustedSQL = `
 WITH RECURSIVE t AS (
-	SELECT c.oid, c.relowner FROM unnest($1::text[]) AS u(name)
+	SELECT c.oid, c.relowner, true AS named FROM unnest($1::text[]) AS u(name)
 	JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
 	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
 	UNION
-	SELECT c.oid, c.relowner FROM t JOIN pg_catalog.pg_inherits h ON h.inhparent = t.oid
+	SELECT c.oid, c.relowner, false FROM t JOIN pg_catalog.pg_inherits h ON h.inhparent = t.oid
 	JOIN pg_catalog.pg_class c ON c.oid = h.inhrelid AND c.relispartition
 ), types AS (
 	SELECT t.oid AS rel, a.attname, a.atttypid AS oid
@@ -113,6 +117,13 @@ WITH RECURSIVE t AS (
 ), found AS (
 	SELECT t.oid AS rel, 'the table' AS what, '' AS fn, quote_ident(r.rolname) AS owner
 	FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
+	UNION ALL
+	SELECT t.oid, 'the schema', quote_ident(n.nspname),
+		quote_ident(r.rolname) || CASE WHEN n.nspowner <> r.oid THEN ' (the database''s owner, through pg_database_owner)' ELSE '' END
+	FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	JOIN pg_catalog.pg_roles r ON r.oid = CASE WHEN n.nspowner = (SELECT o.oid FROM pg_catalog.pg_roles o WHERE o.rolname = 'pg_database_owner')
+		THEN (SELECT d.datdba FROM pg_catalog.pg_database d WHERE d.datname = current_database()) ELSE n.nspowner END
+	WHERE t.named AND NOT r.rolsuper
 	UNION ALL
 	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), ` + typeKindSQL + ` || ' ' || y.oid::regtype::text, quote_ident(r.rolname)
 	FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
@@ -165,6 +176,13 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 		if fn == "" {
 			found = append(found, fmt.Sprintf("%s is owned by %s (ALTER TABLE %s OWNER TO %s, once you have checked what it runs)", t, owner,
 				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), me))
+			continue
+		}
+		if what == "the schema" {
+			// Its owner may drop the table (a schema's owner may drop
+			// what is in it) and make another of its name, of its own.
+			found = append(found, fmt.Sprintf("%s is in schema %s, owned by %s, who may drop it and make another of its name with code of its own (ALTER SCHEMA %s OWNER TO %s, or move the table to a schema a superuser owns)",
+				t, fn, owner, fn, me))
 			continue
 		}
 		if ownedType(fn) {

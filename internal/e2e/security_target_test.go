@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestTargetSchemaOwnerTrap: a schema's owner may drop any table in it
+// (and PostgreSQL 15's public is the database owner's, through
+// pg_database_owner). A superuser's table in a schema another role owns
+// — made there by --create-tables, or by an administrator — passed the
+// owner check; once a run streamed, the schema's owner dropped it and made
+// one of its own under the name, with an ENABLE ALWAYS trigger, and
+// repstream's superuser target role, which writes by name, ran it at the
+// next row. Now such a table is refused, naming the schema and its owner
+// (the database's, for public owned by pg_database_owner).
+func TestTargetSchemaOwnerTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	ctx := t.Context()
+	e.srcExec(`CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY, v text); INSERT INTO app.t SELECT g, 'v' FROM generate_series(1, 10) g`)
+	role, conn := e.hostileRole("target")
+	e.tgtExec("CREATE SCHEMA app AUTHORIZATION " + role) // the application's schema, its role's
+	cfg := e.config("app.t")
+	cfg.CreateTables = true
+	cfg.ApplyParallelism = 1 // one writer: it has looked at app.t once, by its name
+	done, cancel := e.runInBackground(cfg)
+	defer cancel()
+	copied := func() bool {
+		var n int64
+		_ = e.Tgt.QueryRow(ctx, "SELECT count(*) FROM app.t").Scan(&n)
+		return n == 10 && e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfg.Slot+"' AND active") == 1
+	}
+	deadline := time.Now().Add(time.Minute)
+	var err error
+	for stopped := false; !stopped; {
+		select {
+		case err = <-done:
+			stopped = true
+		case <-time.After(200 * time.Millisecond):
+			if copied() {
+				stopped = true
+			} else if time.Now().After(deadline) {
+				t.Fatal("the run neither copied app.t nor stopped within a minute")
+			}
+		}
+	}
+	if err == nil {
+		// Accepted: once apply has written the table, the schema's owner
+		// swaps it for its own.
+		e.srcExec(`INSERT INTO app.t VALUES (11, 'w')`)
+		waitFor(t, "row 11 on the target", 30*time.Second, func() bool { return e.count(e.Tgt, "SELECT count(*) FROM app.t") == 11 })
+		if _, err := conn.Exec(ctx, `DROP TABLE app.t;
+CREATE TABLE app.t (id int PRIMARY KEY, v text);
+`+grabSQL(role, "grab", "", "trigger", "NEW")+`;
+CREATE TRIGGER g BEFORE INSERT ON app.t FOR EACH ROW EXECUTE FUNCTION public.grab();
+ALTER TABLE app.t ENABLE ALWAYS TRIGGER g`); err != nil {
+			t.Fatal(err)
+		}
+		e.srcExec(`INSERT INTO app.t VALUES (12, 'w')`)
+		waitFor(t, "the row or the run's stop", 30*time.Second, func() bool {
+			select {
+			case err = <-done:
+				return true
+			default:
+			}
+			return superuser(t, e.Tgt, role) || e.count(e.Tgt, "SELECT count(*) FROM app.t") > 0
+		})
+		if superuser(t, e.Tgt, role) {
+			t.Fatalf("%s, the schema's owner, became a superuser through a table it made in place of the superuser's (%v)", role, err)
+		}
+		t.Fatalf("a superuser's table in a schema %s owns was written (%v)", role, err)
+	}
+	wantInError(t, err, "app.t is in schema app, owned by "+role, "ALTER SCHEMA app OWNER TO", "--trust-table-owners")
+	cancel()
+
+	// public, owned by pg_database_owner: the database's owner's.
+	var db, me string
+	if err := e.Tgt.QueryRow(ctx, "SELECT quote_ident(current_database()), current_user::text").Scan(&db, &me); err != nil {
+		t.Fatal(err)
+	}
+	var pgdo bool
+	if err := e.Tgt.QueryRow(ctx, "SELECT n.nspowner::regrole::text = 'pg_database_owner' FROM pg_namespace n WHERE n.nspname = 'public'").Scan(&pgdo); err != nil {
+		t.Fatal(err)
+	}
+	if !pgdo {
+		return // before PostgreSQL 15: a superuser's
+	}
+	e.srcExec(`CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u VALUES (1)`)
+	e.tgtExec(`CREATE TABLE public.u (id int PRIMARY KEY)`)
+	e.tgtExec("ALTER DATABASE " + db + " OWNER TO " + role)
+	t.Cleanup(func() {
+		c, err := pgx.ConnectConfig(context.Background(), e.Tgt.Config())
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "ALTER DATABASE "+db+" OWNER TO "+me)
+	})
+	ucfg := e.config("public.u")
+	ucfg.Slot += "_u"
+	err = e.mustFail(ucfg, "public.u is in schema public, owned by "+role+" (the database's owner, through pg_database_owner)")
+	if strings.Contains(err.Error(), "public.u is owned by") {
+		t.Errorf("the superuser's table is said to be another's: %v", err)
+	}
+}
