@@ -29,8 +29,9 @@ the slot (active, wal_status, retained WAL); on the target each table (exists
 or would be created with --create-tables, columns compatible, and, unless
 --ddl=false, owned by the role, as schema changes need; with a superuser
 role, owned by a superuser, in a superuser's schema, unless
---trust-table-owners), whether the role
-may SET session_replication_role, max_connections against --apply-parallelism,
+--trust-table-owners), whether the role may SET session_replication_role
+(with a superuser role: no event trigger running another role's function
+in its DDL, unless --trust-table-owners), max_connections against --apply-parallelism,
 and repstream's state schema. With --kafka (the halves joined by Kafka): the
 brokers, the slot's topic (one partition, its replication factor and
 min.insync.replicas) and the offset the target has recorded in it.

@@ -125,7 +125,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.KeepIndexes, "keep-indexes", false, "copy into existing target tables with their keys and indexes in place (default: an empty table's keys, indexes and the foreign keys referencing it are set aside for the initial copy and rebuilt after it, as they were)")
 	fs.BoolVar(&c.AdoptSlot, "adopt-slot", false, "use an existing slot the target has no state for, or whose position is ahead of the target's record (a restored target), from the slot's confirmed position, without an initial copy (the target must already hold the data up to there)")
 	fs.BoolVar(&c.PartialPublication, "partial-publication", false, "run with a publication that leaves out inserts, updates, deletes or truncates (those changes never reach the target)")
-	fs.BoolVar(&c.TrustTableOwners, "trust-table-owners", false, "with a superuser target role, write tables owned by roles that are not superusers, or in their schemas (their index expressions, defaults, checks and ENABLE ALWAYS triggers then run as a superuser: the owners could make themselves superusers)")
+	fs.BoolVar(&c.TrustTableOwners, "trust-table-owners", false, "with a superuser target role, write tables owned by roles that are not superusers, or in their schemas, and run DDL where such a role's function is an event trigger's (their index expressions, defaults, checks, ENABLE ALWAYS triggers and event triggers then run as a superuser: the owners could make themselves superusers)")
 	fs.BoolVar(&c.AllowUntrackedPartitions, "allow-untracked-partitions", false, "run without the schema-change event trigger although a partitioned table is replicated through its root (a TRUNCATE of one partition, ATTACH and DETACH PARTITION then never reach the target)")
 	fs.Var(&c.Memory, "memory", "queue memory budget; larger transactions spill to --spill-dir")
 	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for spilled transactions, private to repstream's user: created 0700, refused if it exists as a symlink, another user's, or with group/other permissions (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
@@ -345,12 +345,13 @@ func dropCmd(stderr io.Writer) *cobra.Command {
 					c.SpillDir, c.Role = "", config.RoleApply
 					c.EnsureDefaults()
 				}
-				return install.DropTarget(cmd.Context(), c.Target, c.Slot, c.SpillDir, s.logger(stderr))
+				return install.DropTarget(cmd.Context(), c.Target, c.Slot, c.SpillDir, c.TrustTableOwners, s.logger(stderr))
 			}
-			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, s.cfg.Publication, s.cfg.SpillDir, s.logger(stderr))
+			return engine.Drop(cmd.Context(), s.cfg.Source, s.cfg.Target, s.cfg.Slot, s.cfg.Publication, s.cfg.SpillDir, s.cfg.TrustTableOwners, s.logger(stderr))
 		},
 	}
 	s.bindConnection(cmd.Flags())
+	cmd.Flags().BoolVar(&s.cfg.TrustTableOwners, "trust-table-owners", false, "the run's --trust-table-owners: with a superuser target role, drop what repstream made on the target although an event trigger there runs the function of a role that is not a superuser")
 	cmd.Flags().BoolVar(&targetOnly, "target-only", false, "remove only the slot's state on --target (and the apply's spill directory): for one target of `repstream apply --kafka`, leaving the slot, the publication, the topic and the other targets as they are; then `repstream apply` copies that target again")
 	cmd.Flags().StringVar(&s.cfg.SpillDir, "spill-dir", "", "the run's --spill-dir, if it had one: removed with its spill files (default: $TMPDIR/repstream-<uid>/spill-<slot>)")
 	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "a replication of `repstream capture`: the brokers; drops the slot, the publication if repstream made it and no other logical slot of the database may use it, and the topic repstream.<slot> (--target: that target's state too; the other targets' with --target-only each); --target is then optional. Stop the capture and the applies first")

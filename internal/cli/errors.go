@@ -44,6 +44,7 @@ func newErrorsSettings(cmd *cobra.Command) *errorsSettings {
 	fs.StringVarP(&s.file, "config", "c", "", "YAML file with the same keys as the flags (flags and REPSTREAM_* variables take precedence)")
 	fs.StringVar(&s.cfg.Target, "target", "", "target database (URL or key=value DSN)")
 	fs.StringVar(&s.cfg.Slot, "slot", s.cfg.Slot, "replication slot name")
+	fs.BoolVar(&s.cfg.TrustTableOwners, "trust-table-owners", false, "the run's --trust-table-owners: with a superuser target role, go on although an event trigger on the target runs the function of a role that is not a superuser (its state's DDL fires it)")
 	return s
 }
 
@@ -61,6 +62,11 @@ func (s *errorsSettings) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 	s.cfg.EnsureDefaults()
 	conn, err := target.Connect(cmd.Context(), s.cfg.Target, "repstream-errors")
 	if err != nil {
+		return nil, err
+	}
+	// EnsureState's DDL fires the target's event triggers.
+	if err := target.CheckEventTriggers(cmd.Context(), conn, s.cfg.TrustTableOwners); err != nil {
+		conn.Close(context.Background())
 		return nil, err
 	}
 	if err := target.EnsureState(cmd.Context(), conn); err != nil {

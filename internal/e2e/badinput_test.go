@@ -775,7 +775,7 @@ func TestBadInputSlot(t *testing.T) {
 			t.Errorf("the refused run recreated the slot (silently skipping what happened in between)")
 		}
 		// Fixed as the message says: drop, then start again (the target has rows: --truncate).
-		if err := engine.Drop(ctx, cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+		if err := engine.Drop(ctx, cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
 			t.Fatalf("drop: %v", err)
 		}
 		cfg.Truncate = true

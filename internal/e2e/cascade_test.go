@@ -46,7 +46,7 @@ func TestCascadeWithTriggers(t *testing.T) {
 	if !slices.Equal(slots, []string{cfgAB.Slot}) {
 		t.Errorf("B's replications as a target: %v, want only %s", slots, cfgAB.Slot)
 	}
-	if err := install.Drop(ctx, cfgBC.Source, cfgBC.Target, cfgBC.Slot, cfgBC.Publication, cfgBC.SpillDir, testLogger(t)); err != nil {
+	if err := install.Drop(ctx, cfgBC.Source, cfgBC.Target, cfgBC.Slot, cfgBC.Publication, cfgBC.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatalf("drop B -> C: %v", err)
 	}
 	if n := a.count(a.Tgt, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'"); n != 0 {

@@ -300,7 +300,7 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		t.Fatalf("after run: %d of the 5 event triggers, 9 functions, the schema, the key and the partition's TRUNCATE trigger on the source, want 17", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
-	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 0 {

@@ -689,7 +689,7 @@ func TestDropDoesNotHoldQueriesUp(t *testing.T) {
 	}()
 
 	start := time.Now()
-	err = engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t))
+	err = engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t))
 	took := time.Since(start)
 	release()
 	<-probeDone
@@ -706,7 +706,7 @@ func TestDropDoesNotHoldQueriesUp(t *testing.T) {
 		t.Errorf("drop took %s to give up", took.Round(time.Millisecond))
 	}
 	// The transaction over, drop run again removes the rest.
-	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatalf("drop run again: %v", err)
 	}
 	if n := e.count(e.Src, `SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = 'repstream_truncate')

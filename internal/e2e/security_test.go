@@ -138,7 +138,7 @@ func TestHostileSchemaRefused(t *testing.T) {
 			if !reportFails(rep, side, "schema repstream") {
 				t.Errorf("check does not fail the %s's schema repstream owned by %s", side, role)
 			}
-			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); !errors.Is(err, provision.ErrUntrusted) {
+			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); !errors.Is(err, provision.ErrUntrusted) {
 				t.Errorf("drop with a hostile schema repstream on the %s: %v, want a refusal", side, err)
 			}
 			if superuser(t, admin, role) {
@@ -277,7 +277,7 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 		t.Fatalf("the run made no spill directory: %v", err)
 	}
 	stop := e.start(b)
-	if err := engine.Drop(t.Context(), a.Source, a.Target, a.Slot, a.Publication, a.SpillDir, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), a.Source, a.Target, a.Slot, a.Publication, a.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_namespace WHERE nspname = 'repstream'"); n != 0 {
@@ -307,7 +307,7 @@ func TestDropKeepsOtherReplication(t *testing.T) {
 		t.Fatalf("the kept replication: %v", err)
 	}
 	e.waitSlotReleased(b.Slot)
-	if err := engine.Drop(t.Context(), b.Source, b.Target, b.Slot, b.Publication, b.SpillDir, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), b.Source, b.Target, b.Slot, b.Publication, b.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(b.SpillDir); !errors.Is(err, fs.ErrNotExist) {

@@ -194,7 +194,7 @@ func TestSetAsideKilledMidCopy(t *testing.T) {
 				e.assertSame("app.child", "id")
 				return
 			}
-			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+			if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
 				t.Fatalf("drop: %v", err)
 			}
 			sameDefs(t, "after a kill -9 in the copy and drop", before, schemaDefs(t, e))
@@ -280,7 +280,7 @@ func TestSetAsideFailedFirstStart(t *testing.T) {
 		t.Fatalf("the copy did not fail on the CHECK constraint: %v", err)
 	}
 	sameDefs(t, "after a failed first start", before, schemaDefs(t, e))
-	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, testLogger(t)); err != nil {
+	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
 		t.Fatalf("drop: %v", err)
 	}
 	sameDefs(t, "after drop", before, schemaDefs(t, e))

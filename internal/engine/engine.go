@@ -213,7 +213,9 @@ func tuneRuntime(cfg config.Config) {
 }
 
 // connectChecked opens the admin connections to both servers and checks
-// them: wal_level, the source role's REPLICATION, not one database twice.
+// them: wal_level, the source role's REPLICATION, not one database twice,
+// no event trigger on the target that would run another role's code as a
+// superuser target role (target.CheckEventTriggers).
 func (e *Engine) connectChecked(ctx context.Context) (src, tgt *pgx.Conn, err error) {
 	cfg := e.cfg
 	src, tgt, closeBoth, err := install.ConnectBoth(ctx, cfg, "repstream-admin")
@@ -229,6 +231,12 @@ func (e *Engine) connectChecked(ctx context.Context) (src, tgt *pgx.Conn, err er
 		return nil, nil, err
 	}
 	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	// Before the first DDL on the target (its schema repstream, a
+	// --create-tables table, a key built after a copy).
+	if err := target.CheckEventTriggers(ctx, tgt, cfg.TrustTableOwners); err != nil {
 		closeBoth()
 		return nil, nil, err
 	}

@@ -90,8 +90,8 @@ func human(v float64) string {
 }
 
 // Drop removes what repstream made for slot on both sides (install.Drop).
-func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, log *slog.Logger) error {
-	return install.Drop(ctx, sourceDSN, targetDSN, slot, publication, spillDir, log)
+func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, trust bool, log *slog.Logger) error {
+	return install.Drop(ctx, sourceDSN, targetDSN, slot, publication, spillDir, trust, log)
 }
 
 // Flushed returns the position acknowledged as applied (0 before Run starts streaming).
@@ -137,7 +137,7 @@ func DropKafka(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.Target != "" {
-		if err := install.DropTarget(ctx, cfg.Target, cfg.Slot, cfg.SpillDir, log); err != nil {
+		if err := install.DropTarget(ctx, cfg.Target, cfg.Slot, cfg.SpillDir, cfg.TrustTableOwners, log); err != nil {
 			return err
 		}
 	}

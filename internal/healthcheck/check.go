@@ -446,6 +446,13 @@ func (c *checker) targetSettings(ctx context.Context) {
 			c.r.add(Fail, side, "role "+user, "make the target role a superuser",
 				"not a superuser: before PostgreSQL 15 only a superuser may SET session_replication_role, which apply sessions need")
 		}
+		if super {
+			if err := target.CheckEventTriggers(ctx, c.tgt, c.opts.TrustTableOwners); err != nil {
+				c.r.add(Fail, side, "event triggers", "apply as a target role that is not a superuser, have a superuser own each trigger and its function, disable it, or run with --trust-table-owners", "%v", err)
+			} else {
+				c.r.add(OK, side, "event triggers", "", "none runs another role's code in repstream's DDL")
+			}
+		}
 	}
 
 	maxConn, ok1 := c.intSetting(ctx, c.tgt, side, "max_connections")

@@ -20,12 +20,15 @@ import (
 // replications of a database share (the event trigger on the source, the
 // schema repstream on either side) is removed with the last of them only;
 // the log names the replications it is kept for. A schema repstream that
-// another role could use is refused before anything is touched.
+// another role could use is refused before anything is touched, and so,
+// unless trust (--trust-table-owners), is an event trigger on the target
+// that would run another role's code as a superuser target role
+// (target.CheckEventTriggers): its DROPs fire it.
 //
 // spillDir is the slot's spill directory ("" for the default one): it is
 // removed with the spill files in it (queue.RemoveSpillDir), unless a
 // running repstream holds it locked (a warning then says it is left).
-func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, log *slog.Logger) error {
+func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir string, trust bool, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -40,6 +43,10 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 		return err
 	}
 	if exists {
+		// Its DROPs fire the target's event triggers.
+		if err := target.CheckEventTriggers(ctx, tgt, trust); err != nil {
+			return err
+		}
 		if err := target.EnsureState(ctx, tgt); err != nil {
 			return err
 		}
@@ -196,7 +203,7 @@ WHERE database = current_database() AND plugin = 'pgoutput' AND slot_name <> $1`
 // the slot, the publication and the topic to the capture and the other
 // targets; the schema repstream goes with the target's last replication.
 // spillDir is the apply's spill directory: removed with its files.
-func DropTarget(ctx context.Context, targetDSN, slot, spillDir string, log *slog.Logger) error {
+func DropTarget(ctx context.Context, targetDSN, slot, spillDir string, trust bool, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -212,6 +219,10 @@ func DropTarget(ctx context.Context, targetDSN, slot, spillDir string, log *slog
 	if !exists {
 		log.Info("nothing of repstream on the target", "slot", slot)
 		return nil
+	}
+	// Its DROPs fire the target's event triggers.
+	if err := target.CheckEventTriggers(ctx, tgt, trust); err != nil {
+		return err
 	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return err

@@ -67,6 +67,9 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if err := provision.SameDatabase(ctx, src, tgt); err != nil {
 		return nil, err
 	}
+	if err := target.CheckEventTriggers(ctx, tgt, cfg.TrustTableOwners); err != nil {
+		return nil, err
+	}
 	if err := target.EnsureState(ctx, tgt); err != nil {
 		return nil, err
 	}

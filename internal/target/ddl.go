@@ -65,6 +65,12 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.ensureBegun(ctx); err != nil {
 		return fail(err)
 	}
+	// Every schema change runs DDL: the event triggers that would fire
+	// for it are looked at again, each time (a superuser may have made
+	// one, or given its function away, since the last).
+	if err := CheckEventTriggers(ctx, w.conn, w.opts.TrustTableOwners); err != nil {
+		return fail(err)
+	}
 	if pc := msg.Partition; pc != nil {
 		if err := pc.Check(); err != nil {
 			return fail(err)
@@ -825,6 +831,9 @@ func (w *Writer) execDDL(ctx context.Context, tn schema.TableName, stmts []strin
 		return err
 	}
 	if err := w.ensureBegun(ctx); err != nil {
+		return err
+	}
+	if err := CheckEventTriggers(ctx, w.conn, w.opts.TrustTableOwners); err != nil {
 		return err
 	}
 	w.forget(tn)
