@@ -879,6 +879,9 @@ func TestStandardConformingStringsOff(t *testing.T) {
 	cfg.Publication = "pub_scs"
 	cfg.CreateTables = true
 	e.catchUp(cfg)
+	// public stays a superuser's: owned by pg_database_owner, the
+	// database's owner could swap the table (TestTargetSchemaOwnerTrap).
+	e.tgtExec(`ALTER SCHEMA public OWNER TO CURRENT_USER`)
 	e.tgtExec(`ALTER DATABASE ` + e.tgtDB + ` OWNER TO ` + trole)
 	if _, err := tconn.Exec(ctx, `ALTER DATABASE `+e.tgtDB+` SET standard_conforming_strings = off`); err != nil {
 		t.Fatal(err)
