@@ -361,6 +361,7 @@ func (e *Engine) prepareTables(ctx context.Context, src, tgt *pgx.Conn, tables [
 	noBinary, created, err := install.PrepareTables(ctx, src, tgt, tables, install.TablesStart{
 		Slot: cfg.Slot, Publication: cfg.Publication, Create: cfg.CreateTables, RefuseKeyless: createdPub,
 		CopyResumed: e.copyResumed, SchemaMayLag: e.schemaMayLag, FollowsDDL: e.ddl != ddlOff, TypesFollowed: e.ddl == ddlTrigger,
+		TrustTableOwners: cfg.TrustTableOwners,
 	}, undo, e.log)
 	if err != nil {
 		return err

@@ -37,6 +37,9 @@ type TablesStart struct {
 	// (SchemaMayLag) a composite that differs inside may be one still in
 	// the stream; without it nothing ever makes the target's the source's.
 	TypesFollowed bool
+	// TrustTableOwners: --trust-table-owners (a domain it makes from the
+	// source's definition: target.CheckMadeType).
+	TrustTableOwners bool
 }
 
 // PrepareTables checks that every published table exists on the target
@@ -162,7 +165,7 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 			"differences", strings.Join(lagging, "; "))
 	}
 	if len(missing) > 0 {
-		made, err := CreateTables(ctx, src, tgt, missing, again, o.Slot, log)
+		made, err := CreateTables(ctx, src, tgt, missing, again, o.Slot, o.TrustTableOwners, log)
 		if err != nil {
 			return "", nil, err
 		}
@@ -228,7 +231,7 @@ func stillBare(t *schema.Table) bool {
 // (target.BuildAfterCopy). Without (`tables add`: a running engine applies
 // schema changes to a pending table before its copy), it is made with its
 // primary key and replica identity, and the caller builds its other indexes.
-func CreateTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, again []schema.TableName, slot string, log *slog.Logger) (made Created, err error) {
+func CreateTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Table, again []schema.TableName, slot string, trust bool, log *slog.Logger) (made Created, err error) {
 	types, exts, err := schema.TypesFor(ctx, src, tables)
 	if err != nil {
 		return made, fmt.Errorf("--create-tables: %w", err)
@@ -252,7 +255,7 @@ func CreateTables(ctx context.Context, src, tgt *pgx.Conn, tables []*schema.Tabl
 		}
 		log.Info("making the table again from the source's definition: its copy did not complete", "table", t)
 	}
-	m := &maker{tx: tx, made: &made, schemas: map[string]bool{}}
+	m := &maker{tx: tx, made: &made, schemas: map[string]bool{}, trust: trust}
 	if err := m.types(ctx, types); err != nil {
 		return made, err
 	}
@@ -311,6 +314,7 @@ type maker struct {
 	tx      pgx.Tx
 	made    *Created
 	schemas map[string]bool // the schemas looked up (and made) already
+	trust   bool            // --trust-table-owners: target.CheckMadeType
 }
 
 // ensureSchema makes schema s on the target unless it exists.
@@ -355,6 +359,9 @@ func (m *maker) types(ctx context.Context, types []*schema.UserType) error {
 				return fmt.Errorf("create type %s on the target: %w: its definition calls a function the target lacks (repstream makes types, not functions): create the function on the target as the source has it, then start again", u, err)
 			}
 			return fmt.Errorf("create type %s on the target: %w", u, err)
+		}
+		if err := target.CheckMadeType(ctx, m.tx, u, m.trust); err != nil {
+			return fmt.Errorf("--create-tables: %w", err)
 		}
 		m.made.add("type "+u.String(), u.DropSQL())
 	}
@@ -455,9 +462,9 @@ func binaryProblem(st, tt *schema.Table) string {
 }
 
 // CheckAddable checks the tables to add: a key or replica identity on the
-// source, a compatible target table (created with create), empty unless
-// truncate.
-func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables []schema.TableName, create, truncate bool, log *slog.Logger) error {
+// source, a compatible target table (created with create; trust:
+// --trust-table-owners, for the types it makes), empty unless truncate.
+func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables []schema.TableName, create, truncate, trust bool, log *slog.Logger) error {
 	var missing []*schema.Table
 	var problems []string
 	for _, n := range tables {
@@ -496,7 +503,7 @@ func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables [
 		// Made whole, not bare (CreateTables with no slot): a running
 		// engine applies schema changes to a pending table before its copy,
 		// which would leave deferred statements naming old columns.
-		if _, err := CreateTables(ctx, src, tgt, missing, nil, "", log); err != nil {
+		if _, err := CreateTables(ctx, src, tgt, missing, nil, "", trust, log); err != nil {
 			return err
 		}
 		for _, st := range missing {

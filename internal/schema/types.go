@@ -29,6 +29,11 @@ type UserType struct {
 	Checks  [][2]string
 	// Range: the subtype.
 	Subtype string
+	// Owner is the role that owns the type (quoted), OwnerSuper whether
+	// it is a superuser: made on the target from the source's definition,
+	// a domain's default and constraints are the source owner's code.
+	Owner      string
+	OwnerSuper bool
 }
 
 // TypeField is one attribute of a composite type.
@@ -60,7 +65,9 @@ SELECT n.nspname::text, t.typname::text, t.typtype::text, t.typcategory::text,
        t.typnotnull, COALESCE(t.typdefault, ''),
        CASE WHEN t.typtype = 'd' THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) ELSE '' END,
        COALESCE((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid), 0),
-       COALESCE((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid), 0)
+       COALESCE((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = t.oid), 0),
+       COALESCE((SELECT pg_catalog.quote_ident(o.rolname) FROM pg_catalog.pg_roles o WHERE o.oid = t.typowner), ''),
+       COALESCE((SELECT o.rolsuper FROM pg_catalog.pg_roles o WHERE o.oid = t.typowner), false)
 FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 WHERE t.oid = $1`
 
@@ -94,9 +101,9 @@ type typeWalk struct {
 
 // typeRow is a pg_type row as typeQuery reads it.
 type typeRow struct {
-	nsp, name, typtype, category, ext, base, dflt string
-	elem, baseOID, relid, subtype, rangeOf        uint32
-	notNull                                       bool
+	nsp, name, typtype, category, ext, base, dflt, owner string
+	elem, baseOID, relid, subtype, rangeOf               uint32
+	notNull, ownerSuper                                  bool
 }
 
 // visit lists the type oid (needed by from, a column or a type, for
@@ -109,7 +116,7 @@ func (w *typeWalk) visit(oid uint32, from string) error {
 	w.seen[oid] = true
 	var r typeRow
 	if err := w.q.QueryRow(w.ctx, typeQuery, oid).Scan(&r.nsp, &r.name, &r.typtype, &r.category, &r.elem, &r.baseOID, &r.relid, &r.ext,
-		&r.notNull, &r.dflt, &r.base, &r.subtype, &r.rangeOf); err != nil {
+		&r.notNull, &r.dflt, &r.base, &r.subtype, &r.rangeOf, &r.owner, &r.ownerSuper); err != nil {
 		return fmt.Errorf("read type %d (of %s): %w", oid, from, err)
 	}
 	switch {
@@ -121,7 +128,7 @@ func (w *typeWalk) visit(oid uint32, from string) error {
 	case r.nsp == "pg_catalog" || r.nsp == "information_schema":
 		return nil
 	}
-	u := &UserType{OID: oid, Schema: r.nsp, Name: r.name}
+	u := &UserType{OID: oid, Schema: r.nsp, Name: r.name, Owner: r.owner, OwnerSuper: r.ownerSuper}
 	var err error
 	switch r.typtype {
 	case "e":

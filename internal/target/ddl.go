@@ -464,6 +464,9 @@ func (w *Writer) makeTypes(ctx context.Context, oids []uint32, names []string, l
 	if err := w.ensureBegun(ctx); err != nil {
 		return err
 	}
+	if err := CheckEventTriggers(ctx, w.conn, w.opts.TrustTableOwners); err != nil {
+		return err
+	}
 	for _, t := range types {
 		var have bool
 		if err := w.conn.QueryRow(ctx, "SELECT pg_catalog.to_regtype($1) IS NOT NULL", change.QuoteIdent(t.Schema)+"."+change.QuoteIdent(t.Name)).Scan(&have); err != nil {
@@ -476,6 +479,9 @@ func (w *Writer) makeTypes(ctx context.Context, oids []uint32, names []string, l
 			if err := w.exec(ctx, sql); err != nil {
 				return fmt.Errorf("make type %s on the target, as the source has it (%s): %w", t, sql, err)
 			}
+		}
+		if err := CheckMadeType(ctx, w.conn, t, w.opts.TrustTableOwners); err != nil {
+			return err
 		}
 		if lsn != 0 {
 			w.log.Info("made a type on the target that a schema change's column needs, as the source has it", "type", t.String(), "lsn", lsn)
