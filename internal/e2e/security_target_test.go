@@ -108,3 +108,38 @@ ALTER TABLE app.t ENABLE ALWAYS TRIGGER g`); err != nil {
 		t.Errorf("the superuser's table is said to be another's: %v", err)
 	}
 }
+
+// TestOpclassCodeTrap: an index's operator class calls its support
+// functions (a btree's comparison) and its operators' functions on every
+// insert, and pg_depend names the operator class, not them. A
+// superuser's operator class made of another role's function, on an
+// index of a superuser's table, passed the owner check; the copy ran
+// the role's function as the superuser target role, and the role became
+// one. Now the operator class's functions are followed.
+func TestOpclassCodeTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k SELECT g, g FROM generate_series(1, 10) g`)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), grabSQL(role, "grab_cmp", "a int, b int", "int", "pg_catalog.btint4cmp(a, b)")); err != nil {
+		t.Fatal(err)
+	}
+	e.tgtExec(`CREATE OPERATOR CLASS public.grab_ops FOR TYPE int USING btree AS
+	OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, FUNCTION 1 public.grab_cmp(int, int);
+CREATE TABLE public.k (id int PRIMARY KEY, v int);
+CREATE INDEX k_v ON public.k (v public.grab_ops)`)
+	cfg := e.config("public.k")
+	_, err := e.tryCatchUp(cfg)
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through an index's operator class (%v)", role, err)
+	}
+	if err == nil {
+		t.Fatal("the run wrote the table whose index calls another role's function")
+	}
+	wantInError(t, err, "index public.k_v of public.k calls operator class public.grab_ops: public.grab_cmp(integer,integer), owned by "+role)
+	e.tgtExec(`DROP INDEX public.k_v`)
+	e.catchUp(cfg)
+	if n := e.count(e.Tgt, "SELECT count(*) FROM public.k"); n != 10 {
+		t.Errorf("target k has %d rows, want 10", n)
+	}
+}

@@ -29,7 +29,8 @@ import (
 // a client session cannot shed a superuser's rights for good (the owner's
 // code could RESET ROLE). So a superuser target role writes only tables a
 // superuser owns whose code (the functions their objects above name
-// directly, and operators' functions) superusers own, and refuses the
+// directly, operators' functions, an index's operator class's functions)
+// superusers own, and refuses the
 // others before it writes a row of them — at the start, before a copy,
 // at a table's first change or schema change in a writer (once per table
 // in its life: what a superuser adds to a table later is trusted) —
@@ -43,14 +44,28 @@ import (
 var ErrUntrustedOwner = errors.New("a role that is not a superuser could run its code as the superuser repstream writes the target as")
 
 // untrustedCallSQL joins each pg_depend row dep of the objects looked at to
-// the function it names (or an operator's function), f.fn, and its owner
-// r, keeping those a role that is not a superuser owns.
+// the function it names (or an operator's function, or the support
+// functions and operators' functions of an index's operator class: a
+// btree's comparison runs on every insert), f.fn, and its owner r,
+// keeping those a role that is not a superuser owns. (A built-in
+// operator class is pinned: no pg_depend row names it.)
 const untrustedCallSQL = `JOIN LATERAL (
 	SELECT p.oid::regprocedure::text AS fn, p.proowner FROM pg_catalog.pg_proc p
 	WHERE dep.refclassid = 'pg_catalog.pg_proc'::regclass AND p.oid = dep.refobjid
 	UNION ALL
 	SELECT 'operator ' || op.oid::regoperator::text, p.proowner FROM pg_catalog.pg_operator op JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
 	WHERE dep.refclassid = 'pg_catalog.pg_operator'::regclass AND op.oid = dep.refobjid
+	UNION ALL
+	SELECT 'operator class ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(oc.opcname) || ': ' || p.oid::regprocedure::text, p.proowner
+	FROM pg_catalog.pg_opclass oc JOIN pg_catalog.pg_namespace n ON n.oid = oc.opcnamespace
+	JOIN pg_catalog.pg_amproc ap ON ap.amprocfamily = oc.opcfamily JOIN pg_catalog.pg_proc p ON p.oid = ap.amproc
+	WHERE dep.refclassid = 'pg_catalog.pg_opclass'::regclass AND oc.oid = dep.refobjid
+	UNION ALL
+	SELECT 'operator class ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(oc.opcname) || ': operator ' || op.oid::regoperator::text, p.proowner
+	FROM pg_catalog.pg_opclass oc JOIN pg_catalog.pg_namespace n ON n.oid = oc.opcnamespace
+	JOIN pg_catalog.pg_amop ao ON ao.amopfamily = oc.opcfamily JOIN pg_catalog.pg_operator op ON op.oid = ao.amopopr
+	JOIN pg_catalog.pg_proc p ON p.oid = op.oprcode
+	WHERE dep.refclassid = 'pg_catalog.pg_opclass'::regclass AND oc.oid = dep.refobjid
 ) f ON true
 JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
 WHERE NOT r.rolsuper`
