@@ -143,3 +143,47 @@ CREATE INDEX k_v ON public.k (v public.grab_ops)`)
 		t.Errorf("target k has %d rows, want 10", n)
 	}
 }
+
+// TestDeferredIndexCodeTrap: --create-tables makes a table bare and
+// builds its indexes after its copy, from the source's definitions. An
+// index expression calling a function of a name another role made first
+// on the target (immutable, as an index needs, and calling a volatile one
+// of its own) ran that role's code as the superuser target role, for
+// every copied row, when the index was built: the owner check had looked
+// at the bare table. Now each index is first made on the table emptied in
+// a savepoint, where nothing runs, and the table's code looked at: such
+// an index is left unbuilt, recorded and logged, as one the target cannot
+// build; the run goes on.
+func TestDeferredIndexCodeTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE FUNCTION public.norm(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1';
+		CREATE TABLE x (id int PRIMARY KEY, v int); CREATE INDEX x_norm ON x (public.norm(v)); CREATE INDEX x_v ON x (v);
+		INSERT INTO x SELECT g, g FROM generate_series(1, 10) g`)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), grabSQL(role, "grab_v", "", "int", "0")+`;
+		CREATE FUNCTION public.norm(a int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $f$BEGIN PERFORM public.grab_v(); RETURN a; END$f$`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config("public.x")
+	cfg.CreateTables = true
+	_, err := e.tryCatchUp(cfg)
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through an index built after the copy (%v)", role, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_indexes WHERE tablename = 'x' AND indexname = 'x_norm'"); n != 0 {
+		t.Errorf("the index calling %s's function was built", role)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_indexes WHERE tablename = 'x' AND indexname = 'x_v'"); n != 1 {
+		t.Errorf("the plain index was not built")
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM repstream.unbuilt_indexes WHERE index_name = 'x_norm' AND error LIKE '%public.norm(integer), owned by "+role+"%'"); n != 1 {
+		t.Errorf("the index left unbuilt is not recorded with its reason")
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM x"); n != 10 {
+		t.Errorf("target x has %d rows, want 10", n)
+	}
+}

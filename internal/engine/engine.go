@@ -481,7 +481,7 @@ func (e *Engine) beforeStreaming(ctx context.Context, src, tgt *pgx.Conn, tables
 	// The tables --create-tables made that no copy has built (the copies
 	// above build theirs): before any change is applied to them.
 	// So are the foreign keys that reference tables set aside for the copy.
-	if err := target.BuildAllAfterCopy(ctx, tgt, cfg.Slot, e.log); err != nil {
+	if err := target.BuildAllAfterCopy(ctx, tgt, cfg.Slot, cfg.TrustTableOwners, e.log); err != nil {
 		return fmt.Errorf("keys and indexes after the copy: %w", err)
 	}
 	e.noteUnbuiltIndexes(ctx, tgt)
@@ -772,7 +772,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 // (target.BuildAfterCopy) once its copy has all of its rows: the copy's
 // snapshot.Options.AfterCopy.
 func (e *Engine) afterCopy(ctx context.Context, dst *pgx.Conn, t schema.TableName) error {
-	if err := target.BuildAfterCopy(ctx, dst, e.cfg.Slot, t, e.log.With("component", "snapshot")); err != nil {
+	if err := target.BuildAfterCopy(ctx, dst, e.cfg.Slot, t, e.cfg.TrustTableOwners, e.log.With("component", "snapshot")); err != nil {
 		return err
 	}
 	e.noteUnbuiltIndexes(ctx, dst)

@@ -149,8 +149,12 @@ func ForgetBuild(ctx context.Context, tx pgx.Tx, slot string, t schema.TableName
 // the copy (SetAside: after_all) are left for BuildAllAfterCopy, once every
 // table is copied: made now, they would wait on the copies of the tables
 // they are on.
-func BuildAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, log *slog.Logger) error {
-	return buildAfterCopy(ctx, conn, slot, t, buildOpts{own: true, lenient: true}, log)
+//
+// With a superuser session, an index's code is looked at before it is
+// built over the copied rows (probeIndex), unless trust
+// (--trust-table-owners).
+func BuildAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName, trust bool, log *slog.Logger) error {
+	return buildAfterCopy(ctx, conn, slot, t, buildOpts{own: true, lenient: true, trust: trust}, log)
 }
 
 // buildOpts says what buildAfterCopy builds, and how.
@@ -166,6 +170,8 @@ type buildOpts struct {
 	// lenient: a foreign key the rows break is made NOT VALID (logged);
 	// else it stays listed, to be made by the run that completes the copy.
 	lenient bool
+	// trust: --trust-table-owners (no probeIndex).
+	trust bool
 }
 
 // buildAfterCopy is BuildAfterCopy, as o says.
@@ -234,6 +240,7 @@ type afterCopyBuild struct {
 	failed   []error  // statement errors of indexes not built (recorded, logged after the commit)
 	notValid []bool   // a foreign key made NOT VALID, or kept listed
 	kept     []string // foreign keys left listed (!o.lenient); not nil: ANY(NULL) matches nothing
+	super    *bool    // the session's role is a superuser (probeIndex; nil: not looked up yet)
 }
 
 // read reads the statements o selects (all: not only the table's own;
@@ -300,8 +307,13 @@ func (b *afterCopyBuild) build(ctx context.Context, i int) error {
 func (b *afterCopyBuild) buildIndex(ctx context.Context, i int) error {
 	st, t := b.stmts[i], b.t
 	var err error
-	if b.failed[i], err = tryIndex(ctx, b.tx, st.SQL); err != nil {
-		return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
+	if b.failed[i], err = b.probeIndex(ctx, i); err != nil {
+		return fmt.Errorf("look at index %s of %s before it is built (%s): %w", *st.Index, t, st.SQL, err)
+	}
+	if b.failed[i] == nil {
+		if b.failed[i], err = tryIndex(ctx, b.tx, st.SQL); err != nil {
+			return fmt.Errorf("build index %s of %s after its copy (%s): %w", *st.Index, t, st.SQL, err)
+		}
 	}
 	brokenFK := b.failed[i] != nil && st.AfterAll && pgerr.Is(b.failed[i], "23503")
 	if brokenFK && !b.o.lenient {
@@ -327,6 +339,62 @@ func (b *afterCopyBuild) buildIndex(ctx context.Context, i int) error {
 		return fmt.Errorf("record index %s of %s: %w", *st.Index, t, err)
 	}
 	return nil
+}
+
+// probeIndex looks, with a superuser session and without o.trust, at the
+// code index i of the table itself would run (its expressions, predicate,
+// operator classes, exclusion operators): building it over the copied
+// rows runs that code for each of them, as the table's owner, the target
+// role. It is made, in a savepoint rolled back after, on the table emptied
+// there (TRUNCATE, undone with it), where nothing is evaluated, and the
+// table's code looked at (CheckOwners). Code a role that is not a
+// superuser controls (a function of a name it made first on the target)
+// is returned as the index's failure: left unbuilt, recorded and logged,
+// as an index the target cannot build. So is a table that cannot be
+// emptied so (another table's foreign key references it). A foreign key
+// of another table (after_all) runs no such code: not probed.
+func (b *afterCopyBuild) probeIndex(ctx context.Context, i int) (failed, err error) {
+	st := b.stmts[i]
+	if b.o.trust || st.AfterAll {
+		return nil, nil
+	}
+	if b.super == nil {
+		var super bool
+		if err := b.tx.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
+			return nil, err
+		}
+		b.super = &super
+	}
+	if !*b.super {
+		return nil, nil
+	}
+	only, err := Only(ctx, b.tx.Conn(), b.t)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.tx.Exec(ctx, "SAVEPOINT repstream_probe"); err != nil {
+		return nil, err
+	}
+	failed, err = func() (error, error) {
+		if _, err := b.tx.Exec(ctx, "TRUNCATE "+only+b.t.Quoted()); err != nil {
+			if !indexDefinitionError(err) {
+				return nil, err
+			}
+			return fmt.Errorf("its code could not be looked at before it ran over the copied rows as the superuser target role: emptying the table for the look failed: %w", err), nil
+		}
+		buildErr, err := tryIndex(ctx, b.tx, st.SQL)
+		if err != nil || buildErr != nil {
+			return nil, err // one the target cannot build: tryIndex says so, below
+		}
+		return CheckOwners(ctx, b.tx.Conn(), []schema.TableName{b.t}, false), nil
+	}()
+	if _, rerr := b.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT repstream_probe"); rerr != nil && err == nil {
+		err = rerr
+	}
+	if _, rerr := b.tx.Exec(ctx, "RELEASE SAVEPOINT repstream_probe"); rerr != nil && err == nil {
+		err = rerr
+	}
+	return failed, err
 }
 
 // makeNotValid makes foreign key i, which the rows copied break (a row
@@ -488,13 +556,13 @@ ORDER BY 1, 2, 3`, slot)
 // (BuildAfterCopy), the foreign keys left for the end included: before
 // streaming, for the tables no copy built (a start with --snapshot=false
 // copies none) and the foreign keys referencing tables set aside.
-func BuildAllAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) error {
+func BuildAllAfterCopy(ctx context.Context, conn *pgx.Conn, slot string, trust bool, log *slog.Logger) error {
 	tables, err := TablesToBuild(ctx, conn, slot)
 	if err != nil {
 		return err
 	}
 	for _, t := range tables {
-		if err := buildAfterCopy(ctx, conn, slot, t, buildOpts{lenient: true}, log); err != nil {
+		if err := buildAfterCopy(ctx, conn, slot, t, buildOpts{lenient: true, trust: trust}, log); err != nil {
 			return err
 		}
 	}

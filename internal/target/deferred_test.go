@@ -35,7 +35,7 @@ func TestDeferredDDL(t *testing.T) {
 	indexes := func(table string) int {
 		return e.count(`SELECT count(*) FROM pg_index WHERE indrelid = 'public.` + table + `'::regclass`)
 	}
-	if err := BuildAllAfterCopy(e.ctx, e.conn, "s1", log); err != nil {
+	if err := BuildAllAfterCopy(e.ctx, e.conn, "s1", false, log); err != nil {
 		t.Fatal(err)
 	}
 	if n := indexes("b"); n != 2 {
@@ -48,7 +48,7 @@ func TestDeferredDDL(t *testing.T) {
 	if err != nil || len(unbuilt) != 1 || unbuilt[0].Index != "b_f" || unbuilt[0].Table != b || !strings.Contains(unbuilt[0].Error, "only_on_source") {
 		t.Errorf("indexes not built: %+v, %v; want b_f of public.b", unbuilt, err)
 	}
-	if err := BuildAfterCopy(e.ctx, e.conn, "s1", b, log); err != nil {
+	if err := BuildAfterCopy(e.ctx, e.conn, "s1", b, false, log); err != nil {
 		t.Errorf("a second build of b: %v", err)
 	}
 	if n := indexes("c"); n != 0 {

@@ -418,7 +418,7 @@ func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logge
 	if err := RestoreSetAside(ctx, conn, slot, true, log); err != nil {
 		log.Warn("a target table set aside for the copy could not be restored as it was", "slot", slot, "err", err)
 	}
-	if err := BuildAllAfterCopy(ctx, conn, slot, log); err != nil {
+	if err := BuildAllAfterCopy(ctx, conn, slot, false, log); err != nil {
 		log.Warn("a table --create-tables made keeps going without its keys or indexes", "slot", slot, "err", err)
 	}
 	b := &pgx.Batch{}
