@@ -187,3 +187,37 @@ func TestDeferredIndexCodeTrap(t *testing.T) {
 		t.Errorf("target x has %d rows, want 10", n)
 	}
 }
+
+// TestGeneratedColumnCodeTrap: a schema change that adds a generated
+// column computes it for every row the target has, as the change runs.
+// Its expression named a function of a name another role had made first
+// on the target (immutable, calling a volatile one of its own): the
+// superuser target role ran it for each row before the table's code was
+// looked at (after the change). Now the change's generated expressions
+// are looked at first, on an empty table of the same columns.
+func TestGeneratedColumnCodeTrap(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.srcExec(`CREATE FUNCTION public.twice(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 2 * $1';
+		CREATE TABLE gc (id int PRIMARY KEY, v int); INSERT INTO gc SELECT g, g FROM generate_series(1, 10) g`)
+	cfg := e.config("public.gc")
+	cfg.CreateTables = true
+	e.catchUp(cfg)
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(t.Context(), grabSQL(role, "grab_v", "", "int", "0")+`;
+		CREATE FUNCTION public.twice(a int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $f$BEGIN PERFORM public.grab_v(); RETURN 2 * a; END$f$`); err != nil {
+		t.Fatal(err)
+	}
+	e.srcExec(`ALTER TABLE gc ADD COLUMN w int GENERATED ALWAYS AS (public.twice(v)) STORED`)
+	_, err := e.tryCatchUp(cfg)
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a generated column a schema change added (%v)", role, err)
+	}
+	if err == nil {
+		t.Fatal("the change adding a generated column calling another role's function was applied")
+	}
+	wantInError(t, err, "public.twice(integer), owned by "+role)
+	if cols := columnsOf(t, e.Tgt, "public.gc"); len(cols) != 2 {
+		t.Errorf("the refused change left columns on the target: %v", cols)
+	}
+}

@@ -114,6 +114,9 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	if err := w.checkColumnTypes(ctx, msg); err != nil {
 		return fail(err)
 	}
+	if err := w.checkGenerated(ctx, msg); err != nil {
+		return fail(err)
+	}
 	cur, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
 	if errors.Is(err, schema.ErrTableNotFound) && msg.Old != nil && schema.NameFromDDL(msg.Old) != tn {
 		// Renamed (or moved to another schema) on the source.
@@ -544,6 +547,71 @@ func (w *Writer) checkColumnTypes(ctx context.Context, msg *ddlmsg.Message) erro
 		return nil
 	}
 	return fmt.Errorf("%w: %s; apply as a target role that is not a superuser, have a superuser own that code, or pass --trust-table-owners",
+		ErrUntrustedOwner, strings.Join(found, "; "))
+}
+
+// checkGenerated refuses, for a superuser target role, a change whose
+// generated columns' expressions call a function (or an operator's) a
+// role that is not a superuser owns (CheckOwners' rule): adding such a
+// column computes it for every row the target table has, as the change
+// runs, before the table's code is looked at again. The expressions
+// (their functions resolved by name, as the change will) are made on an
+// empty temporary table of the message's columns, in a savepoint rolled
+// back after; nothing is evaluated there. A look that fails stops the
+// change, saying so.
+func (w *Writer) checkGenerated(ctx context.Context, msg *ddlmsg.Message) error {
+	if w.opts.TrustTableOwners || msg.Creates() {
+		return nil // a table made by the change is empty: looked at after (CheckOwners)
+	}
+	var cols, gens []string
+	for _, c := range msg.Columns {
+		if c.Generated == nil {
+			cols = append(cols, change.QuoteIdent(c.Name)+" "+c.Type)
+			continue
+		}
+		gens = append(gens, "ADD COLUMN "+change.QuoteIdent("repstream_probe_"+c.Name)+" "+c.Type+" GENERATED ALWAYS AS ("+*c.Generated+") STORED")
+	}
+	if len(gens) == 0 {
+		return nil
+	}
+	var super bool
+	if err := w.conn.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		return err
+	}
+	if err := w.exec(ctx, "SAVEPOINT repstream_probe"); err != nil {
+		return err
+	}
+	found, lookErr := func() ([]string, error) {
+		for _, sql := range []string{
+			"CREATE TEMP TABLE repstream_probe (" + strings.Join(cols, ", ") + ")",
+			"ALTER TABLE pg_temp.repstream_probe " + strings.Join(gens, ", "),
+		} {
+			if err := w.exec(ctx, sql); err != nil {
+				return nil, fmt.Errorf("look at the generated columns' expressions before they run on the target's rows (%s): %w", sql, err)
+			}
+		}
+		rows, err := w.conn.Query(ctx, `SELECT DISTINCT f.fn || ', owned by ' || pg_catalog.quote_ident(r.rolname)
+	FROM pg_catalog.pg_attrdef dep_d JOIN pg_catalog.pg_depend dep ON dep.classid = 'pg_catalog.pg_attrdef'::regclass AND dep.objid = dep_d.oid
+	`+untrustedCallSQL+` AND dep_d.adrelid = 'pg_temp.repstream_probe'::regclass ORDER BY 1`)
+		if err != nil {
+			return nil, fmt.Errorf("look up who owns the code of the generated columns on the target: %w", err)
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}()
+	if err := w.exec(ctx, "ROLLBACK TO SAVEPOINT repstream_probe"); err != nil {
+		return err
+	}
+	if err := w.exec(ctx, "RELEASE SAVEPOINT repstream_probe"); err != nil {
+		return err
+	}
+	if lookErr != nil {
+		return lookErr
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: a generated column's expression calls %s, which adding it runs for every row of the target table; "+
+		"apply as a target role that is not a superuser, have a superuser own that code, or pass --trust-table-owners",
 		ErrUntrustedOwner, strings.Join(found, "; "))
 }
 
