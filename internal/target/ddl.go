@@ -571,7 +571,50 @@ func (w *Writer) checkGenerated(ctx context.Context, msg *ddlmsg.Message) error 
 		}
 		gens = append(gens, "ADD COLUMN "+change.QuoteIdent("repstream_probe_"+c.Name)+" "+c.Type+" GENERATED ALWAYS AS ("+*c.Generated+") STORED")
 	}
-	if len(gens) == 0 {
+	return w.probeColumnCode(ctx, cols, gens)
+}
+
+// checkAddedGenerated is checkGenerated for the statements of a change
+// followed without the event trigger (--ddl=relation: RelationAlterSQL,
+// each "ALTER TABLE <tn> ..."): its ADD COLUMN actions, in order, on an
+// empty table of the target table's columns, when one adds a generated
+// column.
+func (w *Writer) checkAddedGenerated(ctx context.Context, tn schema.TableName, stmts []string) error {
+	if w.opts.TrustTableOwners {
+		return nil
+	}
+	prefix := "ALTER TABLE " + tn.Quoted() + " "
+	var adds []string
+	generated := false
+	for _, s := range stmts {
+		if a, ok := strings.CutPrefix(s, prefix); ok && strings.HasPrefix(a, "ADD COLUMN ") {
+			adds = append(adds, a)
+			generated = generated || strings.Contains(a, " GENERATED ALWAYS AS (")
+		}
+	}
+	if !generated {
+		return nil
+	}
+	tab, err := schema.LoadTable(ctx, w.conn, tn.Schema, tn.Name)
+	if err != nil {
+		return err
+	}
+	cols := make([]string, len(tab.Columns))
+	for i, c := range tab.Columns {
+		cols[i] = change.QuoteIdent(c.Name) + " " + c.Type
+	}
+	return w.probeColumnCode(ctx, cols, adds)
+}
+
+// probeColumnCode makes, for a superuser session, a temporary table of the
+// columns cols ("name type") and applies the ALTER TABLE actions to it,
+// in a savepoint rolled back after: empty, nothing is evaluated. It
+// returns ErrUntrustedOwner naming the functions (or operators'
+// functions) a role that is not a superuser owns that the columns'
+// defaults and generation expressions call there; a look that fails is
+// an error saying so.
+func (w *Writer) probeColumnCode(ctx context.Context, cols, actions []string) error {
+	if len(actions) == 0 {
 		return nil
 	}
 	var super bool
@@ -584,7 +627,7 @@ func (w *Writer) checkGenerated(ctx context.Context, msg *ddlmsg.Message) error 
 	found, lookErr := func() ([]string, error) {
 		for _, sql := range []string{
 			"CREATE TEMP TABLE repstream_probe (" + strings.Join(cols, ", ") + ")",
-			"ALTER TABLE pg_temp.repstream_probe " + strings.Join(gens, ", "),
+			"ALTER TABLE pg_temp.repstream_probe " + strings.Join(actions, ", "),
 		} {
 			if err := w.exec(ctx, sql); err != nil {
 				return nil, fmt.Errorf("look at the generated columns' expressions before they run on the target's rows (%s): %w", sql, err)
@@ -908,6 +951,9 @@ func (w *Writer) execDDL(ctx context.Context, tn schema.TableName, stmts []strin
 		return err
 	}
 	if err := CheckEventTriggers(ctx, w.conn, w.opts.TrustTableOwners); err != nil {
+		return err
+	}
+	if err := w.checkAddedGenerated(ctx, tn, stmts); err != nil {
 		return err
 	}
 	w.forget(tn)
