@@ -296,8 +296,8 @@ func TestDDLDropRemovesTrigger(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(); n != 17 {
-		t.Fatalf("after run: %d of the 5 event triggers, 9 functions, the schema, the key and the partition's TRUNCATE trigger on the source, want 17", n)
+	if n := count(); n != 18 {
+		t.Fatalf("after run: %d of the 5 event triggers, 10 functions (ddl_def twice), the schema, the key and the partition's TRUNCATE trigger on the source, want 18", n)
 	}
 	e.waitSlotReleased(cfg.Slot)
 	if err := engine.Drop(t.Context(), cfg.Source, cfg.Target, cfg.Slot, cfg.Slot, cfg.SpillDir, false, testLogger(t)); err != nil {
