@@ -99,7 +99,7 @@ type Options struct {
 	// repstream's trigger (ddlmsg.Verify; any role may emit one): one that
 	// does not verify is ignored, with a warning. Before DDLSignedFrom a
 	// message without a signature is taken as it is: an earlier version's
-	// trigger emitted it. Needed with DDLMessages, unless DDLVerified.
+	// trigger emitted it. Needed with DDLMessages.
 	DDLKey        []byte
 	DDLSignedFrom change.LSN
 	// DDLKeyNow reads the key as the source has it now, and a WAL
@@ -108,10 +108,18 @@ type Options struct {
 	// looked at). A message before that position that does not verify is
 	// not looked up again (ddlContent).
 	DDLKeyNow func(ctx context.Context) (key []byte, before change.LSN, err error)
-	// DDLVerified: the messages were checked by the capture that wrote
-	// them where they are read from (a Kafka topic): their signature is
-	// dropped unchecked (NewDecoder).
-	DDLVerified bool
+	// DDLFromTopic: the messages are read from a copy of the slot's
+	// stream that only the capture writes (a Kafka topic: NewDecoder),
+	// which keeps every message that does not verify out of it. One
+	// there was written by someone else: it is an error (wrapping
+	// ddlmsg.ErrNotSigned), not ignored.
+	DDLFromTopic bool
+	// DDLKeySince: a WAL position the source had passed after DDLKey was
+	// read. A change of the key commits after every message signed with
+	// the key before it, so a message at or after DDLKeySince that does
+	// not verify was not signed with an earlier key either (with
+	// DDLFromTopic: what its error says).
+	DDLKeySince change.LSN
 	// GatherWait: while transactions come less than this apart, a read
 	// that has caught up with the stream waits up to this long for more
 	// before it wakes (lowat.go); 0: never.
@@ -230,7 +238,7 @@ func New(opts Options) (*Capture, error) {
 	if opts.Queue == nil && opts.Raw == nil || opts.Acker == nil {
 		return nil, errors.New("capture: a queue (or a raw sink) and an acker are required")
 	}
-	if opts.DDLMessages && !opts.DDLVerified && len(opts.DDLKey) == 0 {
+	if opts.DDLMessages && len(opts.DDLKey) == 0 {
 		return nil, errors.New("capture: schema-change messages need the key that signs them")
 	}
 	if opts.StatusInterval <= 0 {
@@ -1076,6 +1084,9 @@ func (c *Capture) rawCommit(info change.TxnInfo) {
 // Kafka topic: package kafkalog) into the queue's transactions, exactly as
 // Run does with the messages it receives: the same relations, schema
 // changes, streamed transactions, commits registered with the Acker.
+// Schema-change messages are checked as the capture checks them (the
+// key, DDLSignedFrom, DDLKeyNow), bound to the same transaction ids, but
+// one that does not verify is an error (Options.DDLFromTopic).
 // Owned by one goroutine.
 type Decoder struct{ c *Capture }
 
@@ -1086,7 +1097,7 @@ func NewDecoder(opts Options, proto int) (*Decoder, error) {
 		return nil, errors.New("capture: a decoder needs a queue")
 	}
 	opts.Raw = nil
-	opts.DDLVerified = true // by the capture that wrote them
+	opts.DDLFromTopic = true // checked again: who else may write there is not repstream's to say
 	c, err := New(opts)
 	if err != nil {
 		return nil, err

@@ -137,13 +137,9 @@ func (c *Capture) isDDL(m *pgoutput.Message) bool {
 // source, so the target misses nothing. One signed with another key than
 // this capture's stops it (an error) if the source's key changed since
 // its start: the trigger's own messages would be ignored from there on.
+// Read from a Kafka topic (DDLFromTopic), a message that does not verify
+// is an error (notFromCapture): the capture never writes one there.
 func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutput.Message) ([]byte, error) {
-	if c.opts.DDLVerified {
-		if json, ok := ddlmsg.Strip(m.Content); ok {
-			return json, nil
-		}
-		return m.Content, nil // an earlier version's capture wrote it
-	}
 	if ddlmsg.Unsigned(m.Content) && walStart < c.opts.DDLSignedFrom {
 		return m.Content, nil // an earlier version's trigger emitted it
 	}
@@ -155,12 +151,17 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 	if err == nil {
 		return json, nil
 	}
-	if _, signed := ddlmsg.Strip(m.Content); signed && c.opts.DDLKeyNow != nil && walStart >= c.keyKnownBefore {
+	_, signed := ddlmsg.Strip(m.Content)
+	if signed && c.opts.DDLKeyNow != nil && walStart >= c.keyKnownBefore {
 		now, before, kerr := c.opts.DDLKeyNow(ctx)
 		if kerr != nil {
 			return nil, fmt.Errorf("schema-change message at %s (transaction %d) not signed with this run's key: read the source's key again: %w", walStart, xid, kerr)
 		}
 		if !bytes.Equal(now, c.opts.DDLKey) {
+			if c.opts.DDLFromTopic {
+				return nil, fmt.Errorf("%w: the schema-change message of xid %d is signed with another key than the one this apply started with; restart it, which reads the new key (should a message signed with the old key that this target has not applied come after, it stops there: re-seed the target then)",
+					ErrDDLKeyChanged, xid)
+			}
 			return nil, fmt.Errorf("%w: the message at %s (transaction %d) is signed with another key than the one this run started with; restart repstream, which reads the new key (schema changes signed with the old one and not yet applied are then ignored, with a warning each)",
 				ErrDDLKeyChanged, walStart, xid)
 		}
@@ -171,10 +172,36 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 		// write at once cost one look, not a source connection each.
 		c.keyKnownBefore = max(c.keyKnownBefore, before)
 	}
+	if c.opts.DDLFromTopic {
+		return nil, c.notFromCapture(walStart, xid, signed, err)
+	}
 	c.log.Warn("a schema-change message that repstream's trigger did not emit is ignored: a role that may connect to the source wrote it with pg_logical_emit_message (nothing of it is applied)",
 		"lsn", walStart, "xid", xid, "reason", err)
 	c.cForgedDDL.Add(1)
 	return nil, nil
+}
+
+// notFromCapture is the error of a schema-change message read from a
+// Kafka topic (at walStart, in transaction xid) that does not verify
+// (err): the capture checks every message before it writes it, so
+// another producer wrote it to the topic, or, unsigned (signed false)
+// after DDLSignedFrom, a capture of a version from before signed messages
+// while that version's trigger was installed on the source again. Its
+// schema change could run SQL of the writer's choice on the target: it
+// stops the apply.
+func (c *Capture) notFromCapture(walStart change.LSN, xid uint32, signed bool, err error) error {
+	reseed := fmt.Sprintf("nothing of it is applied, and this target cannot go past it: let only the capture's principal write to the topic (Kafka ACLs), then re-seed this target (`repstream drop --target-only --slot %s --source ... --target ...`, then `repstream apply` again: a new initial copy)", c.opts.Slot)
+	switch {
+	case !signed:
+		return fmt.Errorf("schema-change message of xid %d: %w, and repstream's trigger signs every message of slot %q from %s on: the capture writes no such message to the topic, so another producer wrote this record (or a capture of a version from before signed schema-change messages did, while that version's event trigger was installed on the source again: then check that the source made this schema change); %s",
+			xid, err, c.opts.Slot, c.opts.DDLSignedFrom, reseed)
+	case walStart >= c.opts.DDLKeySince:
+		return fmt.Errorf("schema-change message of xid %d: %w: the capture writes no such message to the topic, so another producer wrote this record; %s",
+			xid, err, reseed)
+	default:
+		return fmt.Errorf("schema-change message of xid %d: %w: another producer wrote this record, or it was signed with a key the source had before this apply started (repstream.ddl_key made again since: repstream's event trigger installed anew after its last drop, the source restored from a dump), which cannot be checked any more; %s",
+			xid, err, reseed)
+	}
 }
 
 // ErrDDLKeyChanged: the key that signs the source's schema-change

@@ -217,3 +217,87 @@ func TestRenameUndoneWithSavepoint(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderRefusesUnverifiedDDL: the Decoder of an apply --kafka
+// checks each schema-change message of the topic as the capture does,
+// bound to the same transaction (BEGIN's xid; in a streamed transaction
+// the message's own, the top-level one), and one that does not verify is
+// an error naming its transaction, not ignored: the capture writes none
+// to the topic. Unsigned ones before DDLSignedFrom are taken; a message
+// signed with a newer key than the decoder's says to restart; one that
+// may be signed with an older key (before DDLKeySince) says so.
+func TestDecoderRefusesUnverifiedDDL(t *testing.T) {
+	const mine = `{"tag":"ALTER TABLE","schema":"public","name":"t","pubs":["p"]}`
+	newKey := bytes.Repeat([]byte{4}, ddlmsg.KeyLen)
+	inStream := func(xid uint32, content string) []byte {
+		return append(binary.BigEndian.AppendUint32([]byte{'M'}, xid), msgLogical(true, change.DDLPrefix, content)[1:]...)
+	}
+	for _, tc := range []struct {
+		name     string
+		msgs     [][]byte
+		at       change.LSN // the last message's LSN (the others: 1, 2, ...)
+		keyNow   []byte
+		queued   int
+		err      error    // wrapped by the error, nil: none
+		contains []string // in the error
+	}{
+		{name: "signed", msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, signed(5, mine))}, queued: 1},
+		{name: "signed in a stream", msgs: [][]byte{msgStreamStart(9, true), inStream(9, signed(9, mine)), msgStreamStop()}, queued: 1},
+		{name: "unsigned before DDLSignedFrom", msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, mine)}, queued: 1},
+		{name: "unsigned", at: 6, msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, mine)},
+			err: ddlmsg.ErrNotSigned, contains: []string{"xid 5", "no signature", `signs every message of slot "s" from 0/3 on`, "another producer", "re-seed"}},
+		{name: "another transaction's", at: 6, msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, signed(4, mine))},
+			err: ddlmsg.ErrNotSigned, contains: []string{"xid 5", "does not match", "another producer wrote this record", "re-seed"}},
+		{name: "in a stream, signed for a subtransaction", at: 6, msgs: [][]byte{msgStreamStart(9, true), inStream(9, signed(901, mine))},
+			err: ddlmsg.ErrNotSigned, contains: []string{"xid 9", "another producer wrote this record"}},
+		{name: "altered after signing", at: 6, msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, signed(5, mine)[:64]+`{"tag":"DROP TABLE","dropped":true,"schema":"public","name":"t","pubs":["p"]}`)},
+			err: ddlmsg.ErrNotSigned, contains: []string{"xid 5", "another producer wrote this record"}},
+		{name: "maybe an older key", msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, string(ddlmsg.Sign(newKey, 5, []byte(mine))))},
+			err: ddlmsg.ErrNotSigned, contains: []string{"xid 5", "signed with a key the source had before this apply started", "re-seed"}},
+		{name: "the key changed", at: 6, keyNow: newKey, msgs: [][]byte{msgBegin(5), msgLogical(true, change.DDLPrefix, string(ddlmsg.Sign(newKey, 5, []byte(mine))))},
+			err: ErrDDLKeyChanged, contains: []string{"xid 5", "restart it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &recordingQueue{}
+			keyNow := testKey
+			if tc.keyNow != nil {
+				keyNow = tc.keyNow
+			}
+			d, err := NewDecoder(Options{Slot: "s", Queue: q, Acker: fakeAcker{}, Publication: "p", DDLMessages: true,
+				DDLKey: testKey, DDLSignedFrom: 3, DDLKeySince: 6,
+				DDLKeyNow: func(context.Context) ([]byte, change.LSN, error) { return keyNow, 100, nil }}, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, m := range tc.msgs {
+				at := change.LSN(i + 1)
+				if i == len(tc.msgs)-1 && tc.at != 0 {
+					at = tc.at
+				}
+				if err = d.Message(context.Background(), at, m); err != nil {
+					break
+				}
+			}
+			if len(q.changes) != tc.queued {
+				t.Errorf("%d changes queued, want %d", len(q.changes), tc.queued)
+			}
+			if tc.err == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("error %v, want one wrapping %v", err, tc.err)
+			}
+			for _, s := range tc.contains {
+				if !bytes.Contains([]byte(err.Error()), []byte(s)) {
+					t.Errorf("the error does not say %q: %v", s, err)
+				}
+			}
+		})
+	}
+	if _, err := NewDecoder(Options{Queue: &recordingQueue{}, Acker: fakeAcker{}, DDLMessages: true}, 3); err == nil {
+		t.Error("a decoder of schema-change messages without the key that signs them")
+	}
+}

@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -78,4 +81,65 @@ func ddlKeyNow(dsn, slot string) func(context.Context) ([]byte, change.LSN, erro
 		key, _, err := install.DDLSigning(ctx, src, slot)
 		return key, before, err
 	}
+}
+
+// sourceStateTables are the tables of the schema repstream on the source
+// that an apply reads: the key that signs the trigger's messages, the
+// registry (from where the slot's messages are signed) and the published
+// partitions (whether their TRUNCATE triggers are there).
+var sourceStateTables = []string{"ddl_key", "replications", "partition_state"}
+
+// checkDDLKeyReadable refuses, before an apply makes anything, a source
+// role that cannot read the key that signs the event trigger's messages
+// and the rest of what the apply reads in the schema repstream
+// (sourceStateTables): it needs USAGE on the schema and SELECT on them,
+// which repstream's own role has as their owner, and a superuser. No key
+// yet (no trigger of this version): the key is read, and this checked
+// again, once the capture set it right (readDDLKey).
+func checkDDLKeyReadable(ctx context.Context, src *pgx.Conn) error {
+	var exists, usage bool
+	var role string
+	var tables, lacking []string
+	err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class k WHERE k.relnamespace = n.oid AND k.relname = 'ddl_key'),
+       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
+       coalesce(array_agg('repstream.' || c.relname ORDER BY c.relname) FILTER (WHERE c.oid IS NOT NULL), '{}'),
+       coalesce(array_agg('repstream.' || c.relname ORDER BY c.relname) FILTER (WHERE NOT pg_catalog.has_table_privilege(c.oid, 'SELECT')), '{}'),
+       current_user
+FROM pg_catalog.pg_namespace n
+LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = ANY ($1)
+WHERE n.nspname = 'repstream'
+GROUP BY n.oid`, sourceStateTables).Scan(&exists, &usage, &tables, &lacking, &role)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // no schema repstream: no trigger
+	}
+	if err != nil {
+		return fmt.Errorf("source: look up the key that signs schema-change messages (repstream.ddl_key): %w", err)
+	}
+	if !exists || usage && len(lacking) == 0 {
+		return nil
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	return fmt.Errorf("the source role %s cannot read what an apply reads in the schema repstream on the source (%s), among it the key that signs schema-change messages (repstream.ddl_key): "+
+		"the apply checks every schema-change message of the topic with it, for one it cannot check could run SQL of whoever may write to the topic on this target; "+
+		"run on the source, as repstream's source role or a superuser: GRANT USAGE ON SCHEMA repstream TO %s; GRANT SELECT ON %s TO %s; "+
+		"(or give the apply the capture's source role)", r, strings.Join(tables, ", "), r, strings.Join(tables, ", "), r)
+}
+
+// readDDLKey reads, for an apply, the key that signs the event trigger's
+// messages (e.ddlKey), from where every message of the slot is signed
+// (e.ddlSignedFrom), and the source's WAL position read after the key
+// (e.ddlKeySince): the apply checks every schema-change message of the
+// topic as the capture does (capture.Options.DDLFromTopic).
+func (e *Engine) readDDLKey(ctx context.Context, src *pgx.Conn) error {
+	if err := checkDDLKeyReadable(ctx, src); err != nil {
+		return err
+	}
+	var err error
+	if e.ddlKey, e.ddlSignedFrom, err = install.DDLSigning(ctx, src, e.cfg.Slot); err != nil {
+		return err
+	}
+	if e.ddlKeySince, err = install.WALPosition(ctx, src); err != nil {
+		return err
+	}
+	return nil
 }

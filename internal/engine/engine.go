@@ -100,6 +100,9 @@ type Engine struct {
 	// Options.DDLKey), read once it is installed.
 	ddlKey        []byte
 	ddlSignedFrom change.LSN
+	// ddlKeySince: the source's WAL position read after ddlKey (an
+	// apply's: capture's Options.DDLKeySince).
+	ddlKeySince change.LSN
 	// copyResumed: this start resumes an initial copy an earlier run began
 	// (progress says the snapshot is running, and the slot is there). Its
 	// ready tables were copied at the slot's consistent point, so schema

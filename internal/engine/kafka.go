@@ -487,6 +487,14 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
 	}
+	// A source role that cannot read the key that signs schema-change
+	// messages could not check the topic's: refused before anything is
+	// made.
+	if cfg.DDL != "false" && cfg.DDL != "relation" {
+		if err := checkDDLKeyReadable(ctx, src); err != nil {
+			return err
+		}
+	}
 	var undo install.Undo
 	if err := undo.State(ctx, tgt, cfg.Slot, e.log); err != nil {
 		return err
@@ -528,6 +536,13 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	// The key that signs the trigger's messages, as the capture set it
+	// up: this apply checks every schema-change message of the topic.
+	if e.ddl == ddlTrigger {
+		if err := e.readDDLKey(ctx, src); err != nil {
+			return err
+		}
 	}
 	tables, err := install.PublicationTables(ctx, src, cfg.Publication)
 	if err != nil {
@@ -767,7 +782,9 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
-				DDLMessages: e.ddl == ddlTrigger, Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
+				DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom,
+				DDLKeySince: e.ddlKeySince, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot),
+				Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
 			if eager != nil {
 				o.Eager = eager
 			}

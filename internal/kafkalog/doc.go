@@ -121,7 +121,7 @@
 //	doc.go      this overview: the record format, its invariants, resuming
 //	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
 //	writer.go   Writer (capture --kafka's raw sink): Fence, then the epoch marker (Start) and Kafka transactions committed every CommitEvery; messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
-//	reader.go   Reader (apply --kafka): records to a Decoder, epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
+//	reader.go   Reader (apply --kafka): records to a Decoder (a schema-change message it finds not signed: ErrCorrupt), epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
 //	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Epoch.SameSource, CheckSource: the topic's last session read this source; Epoch.SamePublication: an apply's --publication is its
 //	lag.go      FirstMissingCommit: the oldest commit of the topic a target lacks, from its offset (status --kafka's lag)
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark

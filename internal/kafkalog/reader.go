@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/pgoutput"
 	"github.com/repstream/repstream/internal/stats"
 )
@@ -297,6 +298,12 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 	wrap := func(err error, walStart change.LSN) error {
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if errors.Is(err, ddlmsg.ErrNotSigned) && !errors.Is(err, ErrCorrupt) {
+			// A schema-change message the decoder found not signed by
+			// the source's trigger: the capture writes none, so another
+			// producer wrote this record.
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		return fmt.Errorf("topic %s offset %d (LSN %s): %w", r.o.Topic, rec.Offset, walStart, err)
 	}

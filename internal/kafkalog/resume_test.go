@@ -1,8 +1,10 @@
 package kafkalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/repstream/repstream/internal/capture"
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/ddlmsg"
 	"github.com/repstream/repstream/internal/pgoutput"
 )
 
@@ -161,6 +164,13 @@ func (q *rvQueue) Abort(xid, sub uint32) error {
 	return nil
 }
 
+// rvKey signs the schema-change messages of these tests, as the source's
+// trigger does (the decoder checks them).
+var rvKey = bytes.Repeat([]byte{7}, ddlmsg.KeyLen)
+
+// rvSigned is json as the trigger emits it in top-level transaction xid.
+func rvSigned(xid uint32, json string) string { return string(ddlmsg.Sign(rvKey, xid, []byte(json))) }
+
 type rvAcker struct{}
 
 func (rvAcker) Register(change.LSN) {}
@@ -172,7 +182,7 @@ func newRVReader(from int64, applied func(change.LSN) bool, q *rvQueue) *Reader 
 	return NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", From: from,
 		Applied: applied,
 		NewDecoder: func(proto int, bin bool, _ *Epoch) (Decoder, error) {
-			return capture.NewDecoder(capture.Options{Publication: "p", Binary: bin, DDLMessages: true, Queue: q, Acker: rvAcker{}}, proto)
+			return capture.NewDecoder(capture.Options{Publication: "p", Binary: bin, DDLMessages: true, DDLKey: rvKey, Queue: q, Acker: rvAcker{}}, proto)
 		},
 		AbortInProgress: func() (int, error) { return 0, nil }})
 }
@@ -293,7 +303,7 @@ func TestRenameRolledBackToSavepoint(t *testing.T) {
 	msgs := [][]byte{
 		rvBegin(0x2000, 5), rvRelation(0, 16384, "app", "a"), rvInsert(0, 16384, "t0"), rvCommit(0x2000, 0x2010),
 		rvStreamStart(X, true), rvRelation(X, 16384, "app", "a"), rvInsert(X, 16384, "x1"),
-		rvLogical(X, true, change.DDLPrefix, renameMsg), rvInsert(X, 16384, "x2 in app2.a"), []byte{'E'},
+		rvLogical(X, true, change.DDLPrefix, rvSigned(X, renameMsg)), rvInsert(X, 16384, "x2 in app2.a"), []byte{'E'},
 		rvStreamAbort(X, 901),
 		rvStreamCommit(X, 0x3000, 0x3010),
 		rvBegin(0x4000, 7), rvInsert(0, 16384, "t1 into app.a on the source"), rvCommit(0x4000, 0x4010),
@@ -357,7 +367,7 @@ func TestStreamCommitRedescribes(t *testing.T) {
 	}
 	x.cut()
 	for _, m := range [][]byte{rvStreamStart(X, true), rvRelation(X, 16384, "app", "a"), rvInsert(X, 16384, "x1"),
-		rvLogical(X, true, change.DDLPrefix, rename), rvInsert(X, 16384, "x2 in app2.a"), []byte{'E'}} {
+		rvLogical(X, true, change.DDLPrefix, rvSigned(X, rename)), rvInsert(X, 16384, "x2 in app2.a"), []byte{'E'}} {
 		x.send(m)
 	}
 	x.cut()
@@ -402,5 +412,43 @@ func TestReaderResumeMidBlockAborted(t *testing.T) {
 	from := r.ResumeOffset(0x910) // T not applied yet
 	if _, got := replay(t, recs, from, func(end change.LSN) bool { return end <= 0x910 }); !strings.Contains(got, "add 6 insert public.a; commit 6") {
 		t.Fatalf("second run from offset %d: %s; want T's row", from, got)
+	}
+}
+
+// TestReaderForgedDDL: a schema-change message whose signature does not
+// verify (its JSON altered after signing: a record another producer wrote
+// to the topic) stops the reader with ErrCorrupt, naming the topic, the
+// offset, the LSN and the transaction; nothing of its transaction is
+// queued. The same message signed is taken.
+func TestReaderForgedDDL(t *testing.T) {
+	const ddl = `{"tag":"ALTER TABLE","schema":"app","name":"a","oid":16384,"pubs":["p"]}`
+	rec := func(content string) [][]byte {
+		var body []byte
+		for i, m := range [][]byte{rvBegin(0x2000, 5), rvRelation(0, 16384, "app", "a"),
+			rvLogical(0, true, change.DDLPrefix, content), rvInsert(0, 16384, "after"), rvCommit(0x2000, 0x2010)} {
+			body = AppendFrame(body, Frame{WALStart: change.LSN(0x1f00 + i), Data: m})
+		}
+		return [][]byte{append(AppendHeader(nil, Header{Kind: KindData, Epoch: 1, LastCommit: 0x2010, Proto: 2}), body...)}
+	}
+	q := &rvQueue{}
+	if err := readAll(newRVReader(0, none, q), rec(rvSigned(5, ddl)), 0); err != nil {
+		t.Fatalf("a signed schema-change message: %v", err)
+	}
+	if log := strings.Join(q.log, "; "); !strings.Contains(log, "add 5 schema change") || !strings.Contains(log, "commit") {
+		t.Fatalf("a signed schema-change message: queued %q", log)
+	}
+	forged := rvSigned(5, ddl)[:64] + `{"tag":"DROP TABLE","dropped":true,"schema":"app","name":"a","oid":16384,"pubs":["p"]}`
+	q = &rvQueue{}
+	err := readAll(newRVReader(0, none, q), rec(forged), 0)
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ddlmsg.ErrNotSigned) {
+		t.Fatalf("a forged schema-change message: %v, want ErrCorrupt", err)
+	}
+	for _, s := range []string{"topic repstream.s offset 0 (LSN 0/1F02)", "xid 5", "not a repstream record"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("the error does not say %q: %v", s, err)
+		}
+	}
+	if log := strings.Join(q.log, "; "); strings.Contains(log, "schema change") || strings.Contains(log, "commit") {
+		t.Errorf("a forged schema-change message: queued %q", log)
 	}
 }
