@@ -19,6 +19,7 @@
 //	ddlmsg.go    Message, Table, Column: the JSON of a message; Parse, Check
 //	partition.go PartitionChange: a partition's ATTACH, DETACH or TRUNCATE
 //	sign.go      Sign, Verify, Strip: the signature that tells the trigger's messages from forged ones
+//	topicsign.go TopicKey, SignTopic, VerifyTopic: a Kafka topic's messages signed anew by the capture with Ed25519, which applies check without the HMAC key
 package ddlmsg
 
 import (

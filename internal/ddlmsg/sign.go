@@ -64,7 +64,7 @@ var ErrNotSigned = errors.New("not signed by repstream's schema-change trigger")
 // or ErrNotSigned.
 func Verify(key []byte, xid uint32, content []byte) ([]byte, error) {
 	json, ok := Strip(content)
-	if !ok {
+	if !ok || TopicSigned(content) {
 		return nil, fmt.Errorf("%w: no signature", ErrNotSigned)
 	}
 	var got [sha256.Size]byte
@@ -77,10 +77,16 @@ func Verify(key []byte, xid uint32, content []byte) ([]byte, error) {
 	return json, nil
 }
 
-// Strip returns the JSON of signed content without checking its
-// signature (a reader of what a capture checked already: a Kafka topic),
-// and false when content is not signed content.
+// Strip returns the JSON of signed content (with the HMAC key or for a
+// topic) without checking its signature (the capture's writer, after the
+// capture checked it), and false when content is not signed content.
 func Strip(content []byte) ([]byte, bool) {
+	if TopicSigned(content) {
+		if len(content) <= topicHeadLen {
+			return nil, false
+		}
+		return content[topicHeadLen:], true
+	}
 	if len(content) <= sigLen || Unsigned(content) {
 		return nil, false
 	}

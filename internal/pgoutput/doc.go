@@ -16,6 +16,8 @@
 // decodes a row change's header only (xid, relation, tuple tag), leaving
 // its tuples undecoded, for a sink that passes the message on whole to a
 // reader that will Parse it (capture's raw sessions, for Kafka).
+// WithContent re-encodes a logical message with other content (message.go:
+// capture --kafka signs schema-change messages anew for the topic).
 //
 // Wire formats follow src/backend/replication/logical/proto.c:
 //
