@@ -3,6 +3,7 @@ package capture
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -120,6 +121,21 @@ type Options struct {
 	// not verify was not signed with an earlier key either (with
 	// DDLFromTopic: what its error says).
 	DDLKeySince change.LSN
+	// TopicKey (with Raw: capture --kafka) signs anew, with Ed25519, each
+	// schema-change message the capture checked before the raw sink gets
+	// it (ddlmsg.SignTopic, in place of the HMAC signature): the applies
+	// check the topic's messages with the public key, which signs nothing
+	// (TopicKeys). Needed with Raw and DDLMessages.
+	TopicKey ed25519.PrivateKey
+	// TopicKeys (with DDLFromTopic) are the public keys, by fingerprint,
+	// that check the messages the captures signed for the topic
+	// (ddlmsg.VerifyTopic); TopicKeysNow reads them again from the source
+	// for a message signed with a key not among them (a capture started
+	// since with a new key). Messages in the HMAC form (a capture of a
+	// version from before Ed25519 wrote them) are checked with DDLKey, if
+	// the apply could read it, else are an error (notFromCapture).
+	TopicKeys    map[string]ed25519.PublicKey
+	TopicKeysNow func(ctx context.Context) (map[string]ed25519.PublicKey, error)
 	// GatherWait: while transactions come less than this apart, a read
 	// that has caught up with the stream waits up to this long for more
 	// before it wakes (lowat.go); 0: never.
@@ -188,8 +204,9 @@ type Capture struct {
 	redecode map[uint32]bool
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
-	cForgedDDL                                            *atomic.Int64 // repstream.ddl messages not signed by the trigger (ddl.go)
-	keyKnownBefore                                        change.LSN    // the source had DDLKey when its WAL had reached this far (ddl.go)
+	cForgedDDL                                            *atomic.Int64                // repstream.ddl messages not signed by the trigger (ddl.go)
+	keyKnownBefore                                        change.LSN                   // the source had DDLKey when its WAL had reached this far (ddl.go)
+	topicKeys                                             map[string]ed25519.PublicKey // Options.TopicKeys, read again (ddl.go)
 	gReceived, gFlushed                                   *atomic.Int64
 
 	// For Behind (read by other goroutines): when the stream started, the
@@ -238,8 +255,11 @@ func New(opts Options) (*Capture, error) {
 	if opts.Queue == nil && opts.Raw == nil || opts.Acker == nil {
 		return nil, errors.New("capture: a queue (or a raw sink) and an acker are required")
 	}
-	if opts.DDLMessages && len(opts.DDLKey) == 0 {
+	if opts.DDLMessages && len(opts.DDLKey) == 0 && !(opts.DDLFromTopic && (opts.TopicKeys != nil || opts.TopicKeysNow != nil)) {
 		return nil, errors.New("capture: schema-change messages need the key that signs them")
+	}
+	if opts.DDLMessages && opts.Raw != nil && opts.TopicKey == nil {
+		return nil, errors.New("capture: schema-change messages written to a topic need the key that signs them there")
 	}
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = 10 * time.Second
@@ -1035,6 +1055,12 @@ func (c *Capture) handleRaw(ctx context.Context, walStart change.LSN, data []byt
 			if msg, err := ddlmsg.Parse(content); err == nil {
 				c.partitionChange(msg.Tag, m)
 			}
+			// Signed anew for the topic, whose readers cannot sign.
+			signed := ddlmsg.SignTopic(c.opts.TopicKey, c.ddlXid(m), content)
+			if data, err = pgoutput.WithContent(data, m, signed); err != nil {
+				return fmt.Errorf("schema-change message at %s: %w", walStart, err)
+			}
+			m.Content = signed
 		}
 	}
 	if err := c.blocking(ctx, func(ctx context.Context) error { return c.opts.Raw.Message(ctx, walStart, data, m) }); err != nil {

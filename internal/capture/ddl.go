@@ -143,9 +143,14 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 	if ddlmsg.Unsigned(m.Content) && walStart < c.opts.DDLSignedFrom {
 		return m.Content, nil // an earlier version's trigger emitted it
 	}
-	xid := c.txnXid
-	if c.inStream {
-		xid = m.Xid // the top-level transaction, as the trigger signed it
+	xid := c.ddlXid(m)
+	if c.opts.DDLFromTopic {
+		if ddlmsg.TopicSigned(m.Content) {
+			return c.topicContent(ctx, walStart, xid, m.Content)
+		}
+		if _, signed := ddlmsg.Strip(m.Content); signed && len(c.opts.DDLKey) == 0 {
+			return nil, c.beforeTopicSigning(xid)
+		}
 	}
 	json, err := ddlmsg.Verify(c.opts.DDLKey, xid, m.Content)
 	if err == nil {
@@ -180,6 +185,63 @@ func (c *Capture) ddlContent(ctx context.Context, walStart change.LSN, m *pgoutp
 	c.cForgedDDL.Add(1)
 	return nil, nil
 }
+
+// ddlXid is the transaction a schema-change message is bound to by its
+// signature: the top-level one, as BEGIN says, or in a stream the
+// message's own (pgoutput gives the top-level xid there).
+func (c *Capture) ddlXid(m *pgoutput.Message) uint32 {
+	if c.inStream {
+		return m.Xid
+	}
+	return c.txnXid
+}
+
+// topicContent returns the JSON of content that a capture signed for the
+// topic (ddlmsg.SignTopic), checked with the source's published public
+// keys (Options.TopicKeys; read again for a key not among them), or the
+// error of a message that does not verify: another producer wrote it.
+func (c *Capture) topicContent(ctx context.Context, walStart change.LSN, xid uint32, content []byte) ([]byte, error) {
+	if c.topicKeys == nil {
+		c.topicKeys = c.opts.TopicKeys
+	}
+	json, err := ddlmsg.VerifyTopic(c.topicKeys, xid, content)
+	if errors.Is(err, ddlmsg.ErrUnknownKey) && c.opts.TopicKeysNow != nil {
+		// A capture started since with a new key publishes it before it
+		// writes a message signed with it.
+		keys, kerr := c.opts.TopicKeysNow(ctx)
+		if kerr != nil {
+			return nil, fmt.Errorf("schema-change message of xid %d signed with key %s, not among the source's public keys read at start: read them again: %w",
+				xid, ddlmsg.TopicFingerprint(content), kerr)
+		}
+		c.topicKeys = keys
+		json, err = ddlmsg.VerifyTopic(keys, xid, content)
+	}
+	if err != nil {
+		if !errors.Is(err, ddlmsg.ErrUnknownKey) {
+			// A published key's signature that does not match: no
+			// older key signed it.
+			walStart = max(walStart, c.opts.DDLKeySince)
+		}
+		return nil, c.notFromCapture(walStart, xid, true, err)
+	}
+	return json, nil
+}
+
+// beforeTopicSigning is the error of a schema-change message of the topic
+// signed with the source's HMAC key (a capture of a version from before
+// Ed25519 signing wrote it), which this apply cannot check: its source
+// role may not read that key (and should not: what reads it can sign).
+func (c *Capture) beforeTopicSigning(xid uint32) error {
+	return fmt.Errorf("%w: the schema-change message of xid %d predates the topic's Ed25519 signatures (a capture of an earlier version wrote it, signed with the source's HMAC key repstream.ddl_key, which this apply's source role cannot read): "+
+		"let the capture of this version write the topic from here (restart it) and re-seed this target (`repstream drop --target-only --slot %s --source ... --target ...`, then `repstream apply` again), "+
+		"or, to apply what the earlier capture wrote, grant the apply's source role SELECT on repstream.ddl_key until it is past those records, then revoke it (a role that reads that key can sign schema changes for every target)",
+		ErrPredatesTopicSigning, xid, c.opts.Slot)
+}
+
+// ErrPredatesTopicSigning: a schema-change message of a Kafka topic is in
+// the HMAC form an earlier capture wrote, and the apply has not the key
+// that checks it (beforeTopicSigning).
+var ErrPredatesTopicSigning = errors.New("a schema-change message predates asymmetric signing")
 
 // notFromCapture is the error of a schema-change message read from a
 // Kafka topic (at walStart, in transaction xid) that does not verify

@@ -5,8 +5,8 @@
 //
 // Files:
 //
-//	capture.go    Capture, Options: the receive loop, decoding, transactions and streams, standby status (a silent link: checkSilence; a source shutting down that waits for it: stoppingSource), the raw sink (capture --kafka) and Decoder (apply --kafka)
-//	ddl.go        schema-change messages: checked (signed by repstream's trigger: ddlContent; read from a topic, one that does not verify is an error: notFromCapture), queued as OpDDL; Relation versions and renames
+//	capture.go    Capture, Options: the receive loop, decoding, transactions and streams, standby status (a silent link: checkSilence; a source shutting down that waits for it: stoppingSource), the raw sink (capture --kafka; schema-change messages signed anew with Options.TopicKey) and Decoder (apply --kafka)
+//	ddl.go        schema-change messages: checked (signed by repstream's trigger: ddlContent; read from a topic, checked with the published Ed25519 keys: topicContent, and one that does not verify is an error: notFromCapture, beforeTopicSigning), queued as OpDDL; Relation versions and renames
 //	lowat.go      the socket's receive low-water mark while the stream is busy or gathering
 //	reader.go     coalescingReader: larger reads after a large one
 //	monitoring.go the reader's busy and idle states for the stage statistics

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,6 +104,11 @@ type Engine struct {
 	// ddlKeySince: the source's WAL position read after ddlKey (an
 	// apply's: capture's Options.DDLKeySince).
 	ddlKeySince change.LSN
+	// topicKey signs a capture --kafka's schema-change messages anew for
+	// the topic (publishTopicKey); topicKeys check them in an apply
+	// (readDDLKey).
+	topicKey  ed25519.PrivateKey
+	topicKeys map[string]ed25519.PublicKey
 	// copyResumed: this start resumes an initial copy an earlier run began
 	// (progress says the snapshot is running, and the slot is there). Its
 	// ready tables were copied at the slot's consistent point, so schema

@@ -222,7 +222,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto, Binary: e.binary,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
-		DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot), Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
+		DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot), TopicKey: e.topicKey, Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
 		return err
@@ -335,6 +335,11 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	tables, err := e.publishedTables(ctx, src, &undo, nil)
 	if err != nil {
 		return slot, "", "", 0, err
+	}
+	if e.ddl == ddlTrigger {
+		if err := e.publishTopicKey(ctx, src); err != nil {
+			return slot, "", "", 0, err
+		}
 	}
 	slot, err = install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
@@ -782,9 +787,14 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
-				DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom,
-				DDLKeySince: e.ddlKeySince, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot),
+				DDLMessages: e.ddl == ddlTrigger, DDLSignedFrom: e.ddlSignedFrom, DDLKeySince: e.ddlKeySince,
+				TopicKeys: e.topicKeys, TopicKeysNow: topicKeysNow(cfg.Source),
 				Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
+			if len(e.ddlKey) > 0 {
+				// A source role that may read the HMAC key: the records an
+				// earlier version's capture wrote signed with it are checked.
+				o.DDLKey, o.DDLKeyNow = e.ddlKey, ddlKeyNow(cfg.Source, cfg.Slot)
+			}
 			if eager != nil {
 				o.Eager = eager
 			}

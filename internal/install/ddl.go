@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,13 @@ import (
 //     position every message is signed: '0/0', or, for a slot registered
 //     while an earlier version's trigger emitted them unsigned, where the
 //     install that made the key committed (DDLSigning).
+//
+//   - repstream.ddl_pubkey: the public keys (one row per key, by its
+//     fingerprint) of the Ed25519 keys a capture --kafka derives from
+//     ddl_key to sign anew the messages it writes to a topic
+//     (ddlmsg/topicsign.go; PublishTopicKey at the capture's start): an
+//     apply's source role reads them (TopicKeys) to check the topic's
+//     messages without being able to sign any. Only its owner writes it.
 //
 //   - the event trigger repstream_ddl_types (ALTER TYPE): for an enum or
 //     a composite, a message per published table with a column of it,
@@ -588,7 +596,17 @@ CREATE TABLE IF NOT EXISTS repstream.replications (
   registered_at timestamptz NOT NULL DEFAULT now()
 );
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS publication text NOT NULL DEFAULT '';
-ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS signed_from pg_lsn;`
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS signed_from pg_lsn;
+-- The public keys that check the schema-change messages a capture signs
+-- anew for a Kafka topic (ddlmsg/topicsign.go): written by the captures
+-- (PublishTopicKey), read by the applies, whose source roles may be given
+-- SELECT on it (not on ddl_key: what reads that key can sign).
+CREATE TABLE IF NOT EXISTS repstream.ddl_pubkey (
+  fingerprint text PRIMARY KEY,
+  key bytea NOT NULL,
+  published_at timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON repstream.ddl_pubkey FROM PUBLIC;`
 
 // dropDDLTriggerSQL removes what ddlTriggerSQL and registrySQL install.
 const dropDDLTriggerSQL = dropPartitionsSQL + `
@@ -609,6 +627,7 @@ DROP TABLE IF EXISTS repstream.ddl_state;
 DROP TABLE IF EXISTS repstream.self_ddl;
 DROP TABLE IF EXISTS repstream.ident_full;
 DROP TABLE IF EXISTS repstream.replications;
+DROP TABLE IF EXISTS repstream.ddl_pubkey;
 `
 
 // SourceRole reads what the event trigger needs of the source: whether
@@ -746,6 +765,63 @@ func DDLSigning(ctx context.Context, src *pgx.Conn, slot string) (key []byte, si
 		}
 	}
 	return key, signedFrom, nil
+}
+
+// DDLSignedFrom reads the WAL position from which slot's messages are
+// all signed (DDLSigning), without the key: an apply's source role need
+// not read it.
+func DDLSignedFrom(ctx context.Context, src *pgx.Conn, slot string) (change.LSN, error) {
+	var from *string
+	if err := src.QueryRow(ctx, `SELECT r.signed_from::text FROM repstream.replications r WHERE r.slot = $1`, slot).Scan(&from); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("--ddl: read from where schema-change messages are signed (repstream.replications) on the source: %w", err)
+	}
+	if from == nil {
+		return 0, nil
+	}
+	return change.ParseLSN(*from)
+}
+
+// PublishTopicKey records on the source the public key that checks the
+// schema-change messages a capture signs for a Kafka topic
+// (ddlmsg.TopicKey of the source's ddl_key), if it is not there yet.
+// Keys published before stay: an apply behind may still read messages
+// they signed (a new ddl_key comes only with the trigger installed anew,
+// which drops the table, or with a restored dump).
+func PublishTopicKey(ctx context.Context, src *pgx.Conn, pub ed25519.PublicKey) error {
+	if _, err := src.Exec(ctx, `INSERT INTO repstream.ddl_pubkey (fingerprint, key) VALUES ($1, $2) ON CONFLICT (fingerprint) DO NOTHING`,
+		ddlmsg.KeyFingerprint(pub), []byte(pub)); err != nil {
+		return fmt.Errorf("--ddl: publish the key that checks the topic's schema-change messages (repstream.ddl_pubkey) on the source: %w", err)
+	}
+	return nil
+}
+
+// TopicKeys reads the public keys the captures published on the source
+// (PublishTopicKey), by fingerprint: none if there is no table of them
+// yet (a capture of an earlier version installed the trigger).
+func TopicKeys(ctx context.Context, src *pgx.Conn) (map[string]ed25519.PublicKey, error) {
+	keys := map[string]ed25519.PublicKey{}
+	var exists bool
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.to_regclass('repstream.ddl_pubkey') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return keys, err
+	}
+	rows, err := src.Query(ctx, `SELECT fingerprint, key FROM repstream.ddl_pubkey`)
+	if err != nil {
+		return nil, fmt.Errorf("--ddl: read the keys that check the topic's schema-change messages (repstream.ddl_pubkey) on the source: %w", err)
+	}
+	var fp string
+	var key []byte
+	_, err = pgx.ForEachRow(rows, []any{&fp, &key}, func() error {
+		pub, err := ddlmsg.ParsePublicKey(fp, key)
+		if err != nil {
+			return fmt.Errorf("repstream.ddl_pubkey on the source: %w", err)
+		}
+		keys[fp] = pub
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--ddl: read the keys that check the topic's schema-change messages (repstream.ddl_pubkey) on the source: %w", err)
+	}
+	return keys, nil
 }
 
 // WALPosition returns how far the source's WAL has been written (on a

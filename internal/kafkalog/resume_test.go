@@ -3,6 +3,7 @@ package kafkalog
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -164,12 +165,19 @@ func (q *rvQueue) Abort(xid, sub uint32) error {
 	return nil
 }
 
-// rvKey signs the schema-change messages of these tests, as the source's
-// trigger does (the decoder checks them).
-var rvKey = bytes.Repeat([]byte{7}, ddlmsg.KeyLen)
+// rvKey signs the schema-change messages of these tests, as a capture
+// does for the topic (the decoder checks them with its public key,
+// rvKeys).
+var (
+	rvKey  = ddlmsg.TopicKey(bytes.Repeat([]byte{7}, ddlmsg.KeyLen))
+	rvKeys = map[string]ed25519.PublicKey{ddlmsg.KeyFingerprint(rvKey.Public().(ed25519.PublicKey)): rvKey.Public().(ed25519.PublicKey)}
+)
 
-// rvSigned is json as the trigger emits it in top-level transaction xid.
-func rvSigned(xid uint32, json string) string { return string(ddlmsg.Sign(rvKey, xid, []byte(json))) }
+// rvSigned is json as a capture writes it to the topic, emitted in
+// top-level transaction xid.
+func rvSigned(xid uint32, json string) string {
+	return string(ddlmsg.SignTopic(rvKey, xid, []byte(json)))
+}
 
 type rvAcker struct{}
 
@@ -182,7 +190,7 @@ func newRVReader(from int64, applied func(change.LSN) bool, q *rvQueue) *Reader 
 	return NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", From: from,
 		Applied: applied,
 		NewDecoder: func(proto int, bin bool, _ *Epoch) (Decoder, error) {
-			return capture.NewDecoder(capture.Options{Publication: "p", Binary: bin, DDLMessages: true, DDLKey: rvKey, Queue: q, Acker: rvAcker{}}, proto)
+			return capture.NewDecoder(capture.Options{Publication: "p", Binary: bin, DDLMessages: true, TopicKeys: rvKeys, Queue: q, Acker: rvAcker{}}, proto)
 		},
 		AbortInProgress: func() (int, error) { return 0, nil }})
 }
@@ -437,7 +445,7 @@ func TestReaderForgedDDL(t *testing.T) {
 	if log := strings.Join(q.log, "; "); !strings.Contains(log, "add 5 schema change") || !strings.Contains(log, "commit") {
 		t.Fatalf("a signed schema-change message: queued %q", log)
 	}
-	forged := rvSigned(5, ddl)[:64] + `{"tag":"DROP TABLE","dropped":true,"schema":"app","name":"a","oid":16384,"pubs":["p"]}`
+	forged := rvSigned(5, ddl)[:len(rvSigned(5, ddl))-len(ddl)] + `{"tag":"DROP TABLE","dropped":true,"schema":"app","name":"a","oid":16384,"pubs":["p"]}`
 	q = &rvQueue{}
 	err := readAll(newRVReader(0, none, q), rec(forged), 0)
 	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ddlmsg.ErrNotSigned) {
