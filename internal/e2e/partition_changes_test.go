@@ -798,3 +798,140 @@ func TestPartitionTruncateRootLinear(t *testing.T) {
 		t.Fatalf("%d rows of the target's root have z = 7, want %d", n, 5*leaves-15)
 	}
 }
+
+// inheritsReads is a transaction's reads of pg_inherits so far, through its
+// indexes and by scans, from its own statistics.
+const inheritsReads = `SELECT COALESCE((SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) FROM pg_stat_xact_sys_tables WHERE relid = 'pg_inherits'::regclass), 0)`
+
+// TestPartitionCreateLinear: the event triggers follow each CREATE TABLE
+// ... PARTITION OF. They refreshed the whole tree of the root in every one
+// (each partition's state, the TRUNCATE trigger of each leaf), so creating
+// N partitions one by one cost N² reads of the tree on top of
+// PostgreSQL's own. Now a CREATE refreshes the new partition and its
+// parent's DEFAULT partition, whose partition constraint it changes: counted
+// in the CREATE's reads of pg_inherits, which PostgreSQL itself reads once
+// (the parent's partitions), repstream adds a few. The partitions made
+// one by one, in one transaction, and around a DEFAULT partition detached
+// after, reach the target as on the source.
+func TestPartitionCreateLinear(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	const leaves = 200
+	e.srcExec(fmt.Sprintf(`CREATE TABLE p (id int, k int, v text, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		DO $$BEGIN FOR i IN 1..%d LOOP EXECUTE format('CREATE TABLE p_%%s PARTITION OF p FOR VALUES IN (%%s)', i, i); END LOOP; END$$`, leaves))
+	e.srcExec(fmt.Sprintf(`INSERT INTO p SELECT g, g %% %d + 1, 'v' || g FROM generate_series(1, %d) g`, leaves, 2*leaves))
+	cfg := e.config("public.p")
+	cfg.CreateTables = true // an ordinary p: a DETACH removes the rows in the partition's constraint
+	e.catchUp(cfg)
+
+	conn, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var before, after int64
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := tx.Exec(t.Context(), "CREATE TABLE p_new PARTITION OF p FOR VALUES IN (-1)"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	reads := after - before
+	t.Logf("CREATE TABLE ... PARTITION OF a root with %d leaves: %d reads of pg_inherits, %s", leaves, reads, took.Round(time.Millisecond))
+	if reads > 2*leaves {
+		t.Errorf("CREATE TABLE ... PARTITION OF a root with %d leaves read pg_inherits %d times: more than PostgreSQL's own walk of the partitions and a few, the tree walked again", leaves, reads)
+	}
+
+	// More, one by one, in one transaction, with rows; a DEFAULT
+	// partition, a partition created beside it (which narrows its
+	// constraint), then the DEFAULT detached: the target removes the rows
+	// in its constraint as it is then, not those of the partition made
+	// after it.
+	e.srcExec(`DO $$BEGIN FOR i IN 1001..1020 LOOP EXECUTE format('CREATE TABLE p_%s PARTITION OF p FOR VALUES IN (%s)', i, i); END LOOP; END$$`)
+	e.srcExec(`BEGIN; CREATE TABLE p_2001 PARTITION OF p FOR VALUES IN (2001); CREATE TABLE p_2002 PARTITION OF p FOR VALUES IN (2002); COMMIT`)
+	e.srcExec(`CREATE TABLE p_def PARTITION OF p DEFAULT`)
+	e.srcExec(`CREATE TABLE p_3003 PARTITION OF p FOR VALUES IN (3003)`)
+	e.srcExec(`INSERT INTO p SELECT g, k, 'w' || g FROM generate_series(100001, 100010) g, (VALUES (-1), (1001), (1020), (2002), (3002), (3003)) v(k)`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id, k")
+	e.srcExec(`ALTER TABLE p DETACH PARTITION p_def`)
+	e.catchUp(cfg)
+	e.assertSame("p", "id, k")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p WHERE k = 3002"); n != 0 {
+		t.Fatalf("the target's p holds %d rows of the DEFAULT partition detached on the source", n)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM p WHERE k = 3003"); n != 10 {
+		t.Fatalf("the target's p holds %d rows of partition p_3003, made after the DEFAULT partition detached, want 10", n)
+	}
+}
+
+// TestPartitionDropAfterTruncateRoot: a TRUNCATE of a root runs the
+// TRUNCATE trigger of each of its N leaves, and PL/pgSQL compiles a
+// trigger function once per trigger, keeping each of its statements'
+// plans until the session ends; every catalog change the session makes
+// after walks them all, once per object changed: a DROP TABLE of the root
+// in that session (N leaves, each several objects) then took N² walks
+// (1000 leaves: seconds more than without repstream). The trigger is one
+// statement now, the work done in a function compiled once: counted in
+// the session's cached plans, 2 a leaf (5 before). The DROP
+// still reaches the target: the root and its leaves dropped there too.
+func TestPartitionDropAfterTruncateRoot(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	if e.srcMajor() < 14 {
+		t.Skip("the event trigger needs a PostgreSQL 14+ source")
+	}
+	const leaves = 200
+	e.both(fmt.Sprintf(`CREATE TABLE p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k);
+		DO $$BEGIN FOR i IN 1..%d LOOP EXECUTE format('CREATE TABLE p_%%s PARTITION OF p FOR VALUES IN (%%s)', i, i); END LOOP; END$$;
+		CREATE TABLE other (id int PRIMARY KEY)`, leaves))
+	e.srcExec(fmt.Sprintf(`INSERT INTO p SELECT g, g %% %d + 1 FROM generate_series(1, %d) g`, leaves, 2*leaves))
+	cfg := e.config("public.*")
+	e.catchUp(cfg)
+
+	conn, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const plans = `SELECT count(*) FROM pg_backend_memory_contexts WHERE name = 'CachedPlanSource'`
+	var before, after int64
+	if err := conn.QueryRow(t.Context(), plans).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), "TRUNCATE p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(t.Context(), plans).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := conn.Exec(t.Context(), "DROP TABLE p"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TRUNCATE of the root with %d leaves: %d plans cached in its session after, DROP TABLE of the root %s", leaves, after-before, time.Since(start).Round(time.Millisecond))
+	if after-before > 3*leaves {
+		t.Errorf("a TRUNCATE of the root with %d leaves left %d cached plans in its session: more than 3 a leaf", leaves, after-before)
+	}
+	e.srcExec(`INSERT INTO other VALUES (1), (2)`)
+	e.catchUp(cfg)
+	e.assertSame("other", "id")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM pg_class WHERE relname = 'p' OR relname LIKE 'p\\_%'"); n != 0 {
+		t.Fatalf("the target has %d of the tables of p after the source's DROP TABLE p", n)
+	}
+}

@@ -298,9 +298,11 @@ SELECT jsonb_build_object(
                       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
                      WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord > i.indnkeyatts), '[]'::jsonb),
+  -- (each relfilenode looked up by oid: a join with pg_class would scan
+  -- it whole, for a table or a leaf as for a root of many leaves)
   'filenodes', CASE WHEN leaves OR c.relkind <> 'p' THEN
-                (SELECT md5(string_agg(l.relfilenode::text, ',' ORDER BY l.oid)) FROM pg_class l
-                  WHERE l.oid IN (SELECT t.relid FROM pg_partition_tree(c.oid) t WHERE t.isleaf UNION SELECT c.oid WHERE c.relkind = 'r')) END,
+                (SELECT md5(string_agg((SELECT l.relfilenode FROM pg_class l WHERE l.oid = t.relid)::text, ',' ORDER BY t.relid))
+                   FROM (SELECT x.relid FROM pg_partition_tree(c.oid) x WHERE x.isleaf UNION SELECT c.oid WHERE c.relkind = 'r') t) END,
   'pkeydeferrable', COALESCE((SELECT CASE WHEN con.condeferred THEN 'DEFERRABLE INITIALLY DEFERRED' WHEN con.condeferrable THEN 'DEFERRABLE' ELSE '' END
                       FROM pg_constraint con WHERE con.conrelid = c.oid AND con.contype = 'p'), ''),
   'columns', COALESCE((SELECT jsonb_agg(jsonb_build_object(
@@ -524,8 +526,14 @@ DECLARE
   o jsonb;
   pubs jsonb;
   more jsonb;
+  allpubs jsonb;
+  schemapubs jsonb := '{}'::jsonb;
   x bigint;
 BEGIN
+  -- The publications of every table, and those of each schema (looked up
+  -- once per schema): a DROP of a partitioned table drops each of its
+  -- leaves, each a message.
+  SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO allpubs FROM pg_publication p WHERE p.puballtables;
   FOR r IN SELECT * FROM pg_event_trigger_dropped_objects()
             WHERE object_type = 'table' AND NOT is_temporary AND schema_name <> 'repstream'
   LOOP
@@ -537,16 +545,18 @@ BEGIN
     DELETE FROM repstream.ddl_state s WHERE s.relid = r.objid;
     -- The table's publications as last recorded, and those that publish
     -- its whole schema or every table.
-    pubs := COALESCE(o->'pubs', '[]'::jsonb);
-    SELECT COALESCE(jsonb_agg(p.pubname), '[]'::jsonb) INTO more FROM pg_publication p WHERE p.puballtables;
-    pubs := pubs || more;
-    IF current_setting('server_version_num')::int >= 150000 THEN
-      EXECUTE 'SELECT COALESCE(jsonb_agg(p.pubname), ''[]''::jsonb) FROM pg_catalog.pg_publication p
-                 JOIN pg_catalog.pg_publication_namespace pn ON pn.pnpubid = p.oid
-                 JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid WHERE n.nspname = $1'
-        INTO more USING r.schema_name;
-      pubs := pubs || more;
+    pubs := COALESCE(o->'pubs', '[]'::jsonb) || allpubs;
+    IF NOT schemapubs ? r.schema_name THEN
+      more := '[]'::jsonb;
+      IF current_setting('server_version_num')::int >= 150000 THEN
+        EXECUTE 'SELECT COALESCE(jsonb_agg(p.pubname), ''[]''::jsonb) FROM pg_catalog.pg_publication p
+                   JOIN pg_catalog.pg_publication_namespace pn ON pn.pnpubid = p.oid
+                   JOIN pg_catalog.pg_namespace n ON n.oid = pn.pnnspid WHERE n.nspname = $1'
+          INTO more USING r.schema_name;
+      END IF;
+      schemapubs := schemapubs || jsonb_build_object(r.schema_name, more);
     END IF;
+    pubs := pubs || (schemapubs -> r.schema_name);
     PERFORM repstream.ddl_emit(jsonb_build_object(
       'tag', 'DROP TABLE', 'dropped', true, 'oid', r.objid::bigint, 'xid', x,
       'schema', r.schema_name, 'name', r.object_name, 'pubs', pubs)::text);

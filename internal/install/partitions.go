@@ -102,6 +102,12 @@ BEGIN
 END
 $fn$;
 
+-- The partitions under root (a root at install, each of them; after, the
+-- table a command created or altered: then root itself too, if it is a
+-- partition), as they are now in partition_state, and a TRUNCATE trigger
+-- on each of its leaves that has none. Only that tree: a CREATE TABLE ... PARTITION OF
+-- refreshes the new partition, not the whole tree it joins, so that
+-- creating N partitions one by one costs linear in N, not N squared.
 -- upgrade: also set every existing trigger of the tree to fire always (at
 -- install, after the run looked for one turned off: CheckDDLTriggers);
 -- else only those it makes, so that one turned off stays so for the runs
@@ -112,17 +118,22 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   r record;
 BEGIN
+  -- (the catalogs read by oid, row by row: a join would scan pg_class or
+  -- pg_trigger whole, however small the tree)
   INSERT INTO repstream.partition_state AS s (relid, parent, cons, bound, partkey)
-  SELECT t.relid, t.parentrelid, pg_get_partition_constraintdef(t.relid), pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(t.parentrelid)
-    FROM pg_partition_tree(root) t JOIN pg_class c ON c.oid = t.relid
-   WHERE t.level > 0
-  ON CONFLICT (relid) DO UPDATE SET parent = EXCLUDED.parent, cons = EXCLUDED.cons, bound = EXCLUDED.bound, partkey = EXCLUDED.partkey;
-  FOR r IN SELECT t.relid FROM pg_partition_tree(root) t JOIN pg_class c ON c.oid = t.relid
-            WHERE t.isleaf AND t.level > 0 AND c.relkind = 'r' AND c.relpersistence = 'p'
-              AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'repstream_truncate')
+  SELECT t.relid, t.parentrelid, pg_get_partition_constraintdef(t.relid),
+         (SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = t.relid), pg_get_partkeydef(t.parentrelid)
+    FROM pg_partition_tree(root) t
+   WHERE t.parentrelid IS NOT NULL
+  ON CONFLICT (relid) DO UPDATE SET parent = EXCLUDED.parent, cons = EXCLUDED.cons, bound = EXCLUDED.bound, partkey = EXCLUDED.partkey
+   WHERE (s.parent, s.cons, s.bound, s.partkey) IS DISTINCT FROM (EXCLUDED.parent, EXCLUDED.cons, EXCLUDED.bound, EXCLUDED.partkey);
+  FOR r IN SELECT t.relid FROM pg_partition_tree(root) t WHERE t.isleaf AND t.parentrelid IS NOT NULL
   LOOP
-    EXECUTE format('CREATE TRIGGER repstream_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION repstream.ddl_truncate()', r.relid::regclass);
-    PERFORM repstream.truncate_always(r.relid);
+    IF EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = r.relid AND c.relkind = 'r' AND c.relpersistence = 'p'
+                  AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'repstream_truncate')) THEN
+      EXECUTE format('CREATE TRIGGER repstream_truncate AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION repstream.ddl_truncate()', r.relid::regclass);
+      PERFORM repstream.truncate_always(r.relid);
+    END IF;
   END LOOP;
   IF upgrade THEN
     FOR r IN SELECT g.tgrelid AS relid FROM pg_partition_tree(root) t JOIN pg_trigger g ON g.tgrelid = t.relid
@@ -157,25 +168,41 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION repstream.ddl_truncate() RETURNS trigger
+-- The TRUNCATE of partition rel (a leaf's repstream_truncate).
+CREATE OR REPLACE FUNCTION repstream.truncate_leaf(rel oid) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   c record;
 BEGIN
   SELECT k.oid, k.relpartbound, i.inhparent INTO c FROM pg_class k JOIN pg_inherits i ON i.inhrelid = k.oid
-   WHERE k.oid = TG_RELID AND k.relispartition;
+   WHERE k.oid = rel AND k.relispartition;
   IF FOUND THEN
     BEGIN
       PERFORM repstream.partition_msg('TRUNCATE PARTITION', c.oid, c.inhparent, pg_get_partition_constraintdef(c.oid),
         pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.inhparent), NULL);
     EXCEPTION WHEN OTHERS THEN
-      RAISE WARNING 'repstream: cannot describe the TRUNCATE of partition %: %', TG_RELID::regclass, SQLERRM;
+      RAISE WARNING 'repstream: cannot describe the TRUNCATE of partition %: %', rel::regclass, SQLERRM;
       PERFORM repstream.ddl_emit(jsonb_build_object(
-        'tag', 'TRUNCATE PARTITION', 'oid', TG_RELID::bigint, 'schema', '?', 'name', TG_RELID::regclass::text,
+        'tag', 'TRUNCATE PARTITION', 'oid', rel::bigint, 'schema', '?', 'name', rel::regclass::text,
         'error', SQLERRM, 'pubs', (SELECT COALESCE(jsonb_agg(pubname), '[]'::jsonb) FROM pg_publication))::text);
     END;
     PERFORM pg_logical_emit_message(false, 'repstream.ddl.sep', '');
   END IF;
+END
+$fn$;
+
+-- PL/pgSQL compiles a trigger function once per trigger, and keeps each
+-- of its statements' plans in the session's plan cache until the session
+-- ends: a TRUNCATE of a root with N leaves leaves N copies of this one in
+-- the session that ran it, and every catalog change the session makes
+-- after walks all their plans (a DROP TABLE of the root: one walk per
+-- object it drops, N times N). Its body is thus one statement, the work
+-- done in truncate_leaf, compiled once: two plans per leaf, not one per
+-- statement of the work.
+CREATE OR REPLACE FUNCTION repstream.ddl_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM repstream.truncate_leaf(TG_RELID);
   RETURN NULL;
 END
 $fn$;
@@ -186,7 +213,6 @@ DECLARE
   r record;
   s record;
   lf record;
-  root oid;
   hasrows boolean;
 BEGIN
   FOR r IN SELECT DISTINCT e.objid, c.relkind
@@ -198,7 +224,6 @@ BEGIN
               AND NOT EXISTS (SELECT 1 FROM repstream.self_ddl x WHERE x.relid = c.oid)
   LOOP
     BEGIN
-      root := pg_partition_root(r.objid);
       IF r.relkind = 'p' THEN
         -- Detached: recorded as a partition of it, no longer one.
         FOR s IN SELECT p.* FROM repstream.partition_state p JOIN pg_class c ON c.oid = p.relid
@@ -231,7 +256,18 @@ BEGIN
             pg_get_expr(s.relpartbound, s.relid), pg_get_partkeydef(r.objid), hasrows);
         END LOOP;
       END IF;
-      PERFORM repstream.partition_refresh(root, false);
+      -- What the command changed: the table's own tree (a partitioned
+      -- table's attached and detached partitions, a new partition), and,
+      -- for a partition, its parent's DEFAULT partition, whose partition
+      -- constraint excludes every sibling's bound (a DETACH of it carries
+      -- the constraint recorded). Not the whole tree of the root: that
+      -- would make creating N partitions one by one cost N squared.
+      PERFORM repstream.partition_refresh(r.objid, false);
+      FOR s IN SELECT pt.partdefid AS relid FROM pg_inherits i JOIN pg_partitioned_table pt ON pt.partrelid = i.inhparent
+                WHERE i.inhrelid = r.objid AND pt.partdefid <> 0 AND pt.partdefid <> r.objid
+      LOOP
+        PERFORM repstream.partition_refresh(s.relid, false);
+      END LOOP;
     EXCEPTION WHEN OTHERS THEN
       -- Never fail the user's DDL; make every repstream stop at it instead.
       RAISE WARNING 'repstream: cannot follow the partitions of %: %', r.objid::regclass, SQLERRM;
@@ -266,6 +302,7 @@ const dropPartitionsSQL = `
 DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
 DROP FUNCTION IF EXISTS repstream.ddl_partitions();
 DROP FUNCTION IF EXISTS repstream.ddl_truncate() CASCADE;
+DROP FUNCTION IF EXISTS repstream.truncate_leaf(oid);
 DROP FUNCTION IF EXISTS repstream.partition_refresh(oid);
 DROP FUNCTION IF EXISTS repstream.partition_refresh(oid, boolean);
 DROP FUNCTION IF EXISTS repstream.truncate_always(oid);
