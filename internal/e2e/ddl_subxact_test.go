@@ -125,10 +125,7 @@ func TestDDLStreamedConcurrentAbort(t *testing.T) {
 			e := newEnv(t)
 			e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b text);
 				INSERT INTO test_tab VALUES (1, 'foo'), (2, 'bar')`)
-			cfg := e.config("public.*")
-			cfg.CreateTables = true
-			cfg.Eager = eager
-			cfg.DecodingWorkMem = "64kB"
+			cfg := e.concurrentAbortConfig(eager)
 			e.catchUp(cfg)
 
 			// s1 writes one row before its ADD COLUMN d: the walsender
@@ -155,12 +152,7 @@ func TestDDLStreamedConcurrentAbort(t *testing.T) {
 			if n := e.count(e.Tgt, "SELECT count(*) FROM test_tab WHERE c IS NOT NULL"); n != 500 {
 				t.Errorf("%d target rows with c set, want 500", n)
 			}
-			if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 1 {
-				t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
-			}
-			if eg, _ := reg.Snapshot().Component("eager"); eager && eg.Counters["eager_txns"] != 1 {
-				t.Fatalf("eager apply committed %d transactions, want 1", eg.Counters["eager_txns"])
-			}
+			e.assertStreamedOnce(cfg, reg, eager)
 		})
 	}
 }
@@ -181,10 +173,7 @@ func TestStreamedConcurrentAbortRows(t *testing.T) {
 			e.srcExec(`CREATE TABLE test_tab (a int PRIMARY KEY, b text);
 				CREATE TABLE t2 (id int PRIMARY KEY);
 				INSERT INTO test_tab VALUES (1, 'foo'), (2, 'bar')`)
-			cfg := e.config("public.*")
-			cfg.CreateTables = true
-			cfg.Eager = eager
-			cfg.DecodingWorkMem = "64kB"
+			cfg := e.concurrentAbortConfig(eager)
 			e.catchUp(cfg)
 
 			e.srcExec(`BEGIN;
@@ -204,12 +193,7 @@ func TestStreamedConcurrentAbortRows(t *testing.T) {
 			reg := e.catchUp(cfg)
 			e.assertSameTable("test_tab", "a")
 			e.assertSameTable("t2", "id")
-			if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 1 {
-				t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
-			}
-			if eg, _ := reg.Snapshot().Component("eager"); eager && eg.Counters["eager_txns"] != 1 {
-				t.Fatalf("eager apply committed %d transactions, want 1", eg.Counters["eager_txns"])
-			}
+			e.assertStreamedOnce(cfg, reg, eager)
 		})
 	}
 }
@@ -272,4 +256,28 @@ func (e *env) startStatements(cfg config.Config) *statements {
 		})
 	}
 	return r
+}
+
+// concurrentAbortConfig is the configuration of the concurrent-abort tests:
+// every table, made on the target, streamed in progress past 64 kB, eager
+// or through the queue.
+func (e *env) concurrentAbortConfig(eager bool) config.Config {
+	cfg := e.config("public.*")
+	cfg.CreateTables = true
+	cfg.Eager = eager
+	cfg.DecodingWorkMem = "64kB"
+	return cfg
+}
+
+// assertStreamedOnce checks that the walsender streamed the transaction in
+// progress and, with eager apply, that eager apply committed it.
+func (e *env) assertStreamedOnce(cfg config.Config, reg *stats.Registry, eager bool) {
+	t := e.t
+	t.Helper()
+	if n := e.count(e.Src, `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = '`+cfg.Slot+`'`); n < 1 {
+		t.Fatalf("the walsender streamed %d transactions; the test meant to exercise streaming", n)
+	}
+	if eg, _ := reg.Snapshot().Component("eager"); eager && eg.Counters["eager_txns"] != 1 {
+		t.Fatalf("eager apply committed %d transactions, want 1", eg.Counters["eager_txns"])
+	}
 }

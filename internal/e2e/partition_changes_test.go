@@ -748,32 +748,8 @@ func TestPartitionTruncateRootLinear(t *testing.T) {
 	// leaf's row so (find_all_inheritors). The triggers' lookups of one
 	// leaf's row may scan the table instead, as the planner deems
 	// cheaper for a small pg_inherits: those are not counted.
-	conn, err := e.srcConn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	const inheritsReads = `SELECT COALESCE((SELECT idx_tup_fetch FROM pg_stat_xact_sys_tables WHERE relid = 'pg_inherits'::regclass), 0)`
-	var before, after int64
-	tx, err := conn.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&before); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := tx.Exec(t.Context(), "TRUNCATE p"); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&after); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	reads := after - before
+	const inheritsIndexReads = `SELECT COALESCE((SELECT idx_tup_fetch FROM pg_stat_xact_sys_tables WHERE relid = 'pg_inherits'::regclass), 0)`
+	reads, took := e.statementReads("TRUNCATE p", inheritsIndexReads)
 	t.Logf("TRUNCATE of the root with %d leaves: %d index reads of pg_inherits, %s", leaves, reads, took.Round(time.Millisecond))
 	if reads > 10*leaves {
 		t.Errorf("TRUNCATE of the root with %d leaves read pg_inherits through its index %d times: more than %d a leaf, the tree walked per leaf", leaves, reads, 10)
@@ -797,6 +773,38 @@ func TestPartitionTruncateRootLinear(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM p WHERE z = 7"); n != 5*leaves-15 {
 		t.Fatalf("%d rows of the target's root have z = 7, want %d", n, 5*leaves-15)
 	}
+}
+
+// statementReads runs stmt on the source in a transaction of its own and
+// returns how much the count query (read from that transaction's own
+// statistics, pg_stat_xact_*) grew over it, and how long stmt took.
+func (e *env) statementReads(stmt, count string) (int64, time.Duration) {
+	t := e.t
+	conn, err := e.srcConn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after int64
+	if err := tx.QueryRow(t.Context(), count).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := tx.Exec(t.Context(), stmt); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := tx.QueryRow(t.Context(), count).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return after - before, took
 }
 
 // inheritsReads is a transaction's reads of pg_inherits so far, through its
@@ -827,31 +835,7 @@ func TestPartitionCreateLinear(t *testing.T) {
 	cfg.CreateTables = true // an ordinary p: a DETACH removes the rows in the partition's constraint
 	e.catchUp(cfg)
 
-	conn, err := e.srcConn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var before, after int64
-	tx, err := conn.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&before); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := tx.Exec(t.Context(), "CREATE TABLE p_new PARTITION OF p FOR VALUES IN (-1)"); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if err := tx.QueryRow(t.Context(), inheritsReads).Scan(&after); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	reads := after - before
+	reads, took := e.statementReads("CREATE TABLE p_new PARTITION OF p FOR VALUES IN (-1)", inheritsReads)
 	t.Logf("CREATE TABLE ... PARTITION OF a root with %d leaves: %d reads of pg_inherits, %s", leaves, reads, took.Round(time.Millisecond))
 	if reads > 2*leaves {
 		t.Errorf("CREATE TABLE ... PARTITION OF a root with %d leaves read pg_inherits %d times: more than PostgreSQL's own walk of the partitions and a few, the tree walked again", leaves, reads)
