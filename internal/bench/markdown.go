@@ -44,6 +44,7 @@ var figures = []figure{
 	{"MB/s (payload)", "", false, func(r *RunResult) float64 { return r.Replication.MBPerSec }},
 	{"last commit → visible", "s", true, func(r *RunResult) float64 { return r.Replication.LastCommitToVisibleSeconds }},
 	{"catch-up after load / start", "s", true, func(r *RunResult) float64 { return r.Replication.CatchUpSeconds }},
+	{"start → first change visible (live)", "s", true, func(r *RunResult) float64 { return r.Replication.StartToVisibleSeconds }},
 	{"probe latency p50", "ms", true, func(r *RunResult) float64 { return r.Latency.P50Ms }},
 	{"probe latency p95", "ms", true, func(r *RunResult) float64 { return r.Latency.P95Ms }},
 	{"probe latency p99", "ms", true, func(r *RunResult) float64 { return r.Latency.P99Ms }},

@@ -93,9 +93,16 @@ func TestRunFigures(t *testing.T) {
 			!near(rf.RowsPerSec, tc.rows) || !near(rf.MBPerSec, tc.mbps) {
 			t.Errorf("%s: replication figures %+v", tc.mode, rf)
 		}
+		if rf.StartToVisibleSeconds != 0 {
+			t.Errorf("%s: start → visible %v without a warm-up", tc.mode, rf.StartToVisibleSeconds)
+		}
 		if !near(lf.Seconds, tc.loadSecs) || !near(lf.RowsPerSec, tc.loadRowsPerSec) || !near(lf.TxnsPerSec, tc.loadTxnsPerSec) ||
 			lf.Rows != 1000 || lf.Txns != 10 || lf.SourceRows != 1200 || lf.PayloadBytes != 2_000_000 {
 			t.Errorf("%s: load figures %+v", tc.mode, lf)
+		}
+		m.sysStart, m.started = at(-1), at(-0.75)
+		if _, rf, _ := runFigures(m); !near(rf.StartToVisibleSeconds, 0.25) {
+			t.Errorf("%s: start → visible %v, want 0.25", tc.mode, rf.StartToVisibleSeconds)
 		}
 		if wf.SourceBytes != tc.srcBytes || wf.TargetBytes != tc.tgtBytes || !near(wf.Ratio, tc.walRatio) {
 			t.Errorf("%s: WAL figures %+v", tc.mode, wf)

@@ -146,6 +146,10 @@ type ReplFigures struct {
 	LastCommitToVisibleSeconds float64 `json:"last_commit_to_visible_seconds"`
 	// CatchUpSeconds: from replication start (backlog) or load end (live) to visible.
 	CatchUpSeconds float64 `json:"catch_up_seconds"`
+	// StartToVisibleSeconds (live mode): from the system's start to a
+	// change committed once its slot is active visible on the target (the
+	// warm-up before the measured interval).
+	StartToVisibleSeconds float64 `json:"start_to_visible_seconds,omitempty"`
 }
 
 // LatencyFigure summarises the probe: commit on the source → visible on the target.

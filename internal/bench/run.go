@@ -53,10 +53,13 @@ type readings struct {
 	mode               Mode
 	loadStart, loadEnd time.Time
 	replStart, visible time.Time
-	load               LoadStats
-	srcWAL0, srcWAL1   change.LSN
-	tgtWAL0, tgtWAL1   change.LSN
-	payload            int64 // bytes of the replicated tables' rows at the end (verify)
+	// sysStart, started (live mode): the system started, and the warm-up
+	// probe committed after its slot was active seen on the target.
+	sysStart, started time.Time
+	load              LoadStats
+	srcWAL0, srcWAL1  change.LSN
+	tgtWAL0, tgtWAL1  change.LSN
+	payload           int64 // bytes of the replicated tables' rows at the end (verify)
 }
 
 // runFigures derives a run's reported figures from its readings. It is pure:
@@ -74,6 +77,9 @@ func runFigures(m readings) (LoadFigures, ReplFigures, WALFigures) {
 		rf.CatchUpSeconds = m.visible.Sub(m.loadEnd).Seconds()
 	} else {
 		rf.CatchUpSeconds = repl
+	}
+	if !m.started.IsZero() {
+		rf.StartToVisibleSeconds = m.started.Sub(m.sysStart).Seconds()
 	}
 	if repl > 0 {
 		rf.RowsPerSec = float64(m.load.Rows) / repl
@@ -206,6 +212,39 @@ func (s *systemRun) beginMeasure(at time.Time) error {
 	return nil
 }
 
+// warmUp waits, in live mode, until a probe committed on the source is
+// visible on the target: the measured interval then begins with every
+// system replicating end to end, not with one still starting (its
+// connections, a Kafka apply reading its topic) while the load's first
+// transactions queue. What that start took, from the system's start, is
+// replication.start_to_visible_seconds.
+func (s *systemRun) warmUp() error {
+	id, _, err := s.probe.Mark(s.ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.sys.dead():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	at, err := s.probe.WaitSeen(ctx, id)
+	if err != nil {
+		select {
+		case <-s.sys.dead():
+			return s.sys.deadErr()
+		default:
+		}
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	s.m.started = at
+	return nil
+}
+
 // load runs the workload against the source.
 func (s *systemRun) load() error {
 	s.smp.setPhase("load")
@@ -236,10 +275,14 @@ func (s *systemRun) replicate() error {
 		return err
 	}
 	if s.r.o.Mode == ModeLive {
+		s.m.sysStart = time.Now()
 		if err := s.start(); err != nil {
 			return err
 		}
 		if err := waitSlotActive(s.ctx, s.srcDSN, s.slot, s.sys); err != nil {
+			return err
+		}
+		if err := s.warmUp(); err != nil {
 			return err
 		}
 		if err := s.beginMeasure(time.Now()); err != nil {
