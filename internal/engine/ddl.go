@@ -3,10 +3,8 @@ package engine
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -113,50 +111,6 @@ func (e *Engine) publishTopicKey(ctx context.Context, src *pgx.Conn) error {
 	return nil
 }
 
-// sourceStateTables are the tables of the schema repstream on the source
-// that an apply reads: the public keys that check the topic's
-// schema-change messages, the registry (from where the slot's messages
-// are signed) and the published partitions (whether their TRUNCATE
-// triggers are there). Not repstream.ddl_key: a role that reads it can
-// sign schema changes that every target applies.
-var sourceStateTables = []string{"ddl_pubkey", "replications", "partition_state"}
-
-// checkDDLKeyReadable refuses, before an apply makes anything, a source
-// role that cannot read the public keys that check the topic's
-// schema-change messages and the rest of what the apply reads in the
-// schema repstream (sourceStateTables): it needs USAGE on the schema and
-// SELECT on them. No table of keys yet (a trigger installed by a capture
-// of an earlier version): checked again once the apply waited for the
-// capture (readDDLKey).
-func checkDDLKeyReadable(ctx context.Context, src *pgx.Conn) error {
-	var exists, usage bool
-	var role string
-	var tables, lacking []string
-	err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class k WHERE k.relnamespace = n.oid AND k.relname = 'ddl_pubkey'),
-       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
-       coalesce(array_agg('repstream.' || c.relname ORDER BY c.relname) FILTER (WHERE c.oid IS NOT NULL), '{}'),
-       coalesce(array_agg('repstream.' || c.relname ORDER BY c.relname) FILTER (WHERE NOT pg_catalog.has_table_privilege(c.oid, 'SELECT')), '{}'),
-       current_user
-FROM pg_catalog.pg_namespace n
-LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = ANY ($1)
-WHERE n.nspname = 'repstream'
-GROUP BY n.oid`, sourceStateTables).Scan(&exists, &usage, &tables, &lacking, &role)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // no schema repstream: no trigger
-	}
-	if err != nil {
-		return fmt.Errorf("source: look up the keys that check schema-change messages (repstream.ddl_pubkey): %w", err)
-	}
-	if !exists || usage && len(lacking) == 0 {
-		return nil
-	}
-	r := pgx.Identifier{role}.Sanitize()
-	return fmt.Errorf("the source role %s cannot read what an apply reads in the schema repstream on the source (%s), among it the public keys that check schema-change messages (repstream.ddl_pubkey): "+
-		"the apply checks every schema-change message of the topic with them, for one it cannot check could run SQL of whoever may write to the topic on this target; "+
-		"run on the source, as repstream's source role or a superuser: GRANT USAGE ON SCHEMA repstream TO %s; GRANT SELECT ON %s TO %s; "+
-		"(not SELECT on repstream.ddl_key: a role that reads it can sign schema changes for every target)", r, strings.Join(tables, ", "), r, strings.Join(tables, ", "), r)
-}
-
 // readDDLKey reads, for an apply, the public keys that check the topic's
 // schema-change messages (e.topicKeys), from where every message of the
 // slot is signed (e.ddlSignedFrom), and the source's WAL position read
@@ -166,7 +120,7 @@ GROUP BY n.oid`, sourceStateTables).Scan(&exists, &usage, &tables, &lacking, &ro
 // to check the messages a capture of an earlier version wrote signed
 // with it.
 func (e *Engine) readDDLKey(ctx context.Context, src *pgx.Conn) error {
-	if err := checkDDLKeyReadable(ctx, src); err != nil {
+	if _, err := install.CheckApplySourceReads(ctx, src); err != nil {
 		return err
 	}
 	var err error

@@ -12,7 +12,7 @@
 //	doc.go        this overview
 //	engine.go     Engine, New, run: the start-up's steps (connect and check, the record, the publication, the tables, the plan carried out), stream (one streaming attempt, with the tables' watch: package tablesync, apply's pause injected), createSlot (with the initial copy)
 //	plan.go       planStart: what a start does with the slot, a pure function of what it found; resuming
-//	ddl.go        ddlMode, setUpDDL: how schema changes are followed (the trigger itself: install/ddl.go); ddlKeyNow: the key that signs its messages, read again; readDDLKey, checkDDLKeyReadable: an apply's key (its source role's grants checked at start)
+//	ddl.go        ddlMode, setUpDDL: how schema changes are followed (the trigger itself: install/ddl.go); ddlKeyNow: the key that signs its messages, read again; readDDLKey: an apply's key (its source role's grants checked at start: install.CheckApplySourceReads)
 //	reconnect.go  runResilient, streamResilient: a transient fault ridden through; resume
 //	recorded.go   recordedAcker, persistLoop: what capture acknowledges, the watermark persisted; checkRestoredTarget
 //	partitions.go resync, copyPendingAtEnd: partitions attached with rows, copied again

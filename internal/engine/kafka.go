@@ -496,7 +496,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	// messages could not check the topic's: refused before anything is
 	// made.
 	if cfg.DDL != "false" && cfg.DDL != "relation" {
-		if err := checkDDLKeyReadable(ctx, src); err != nil {
+		if _, err := install.CheckApplySourceReads(ctx, src); err != nil {
 			return err
 		}
 	}

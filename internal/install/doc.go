@@ -21,7 +21,7 @@
 //	ddl.go          the event trigger's SQL (its messages signed: repstream.ddl_emit, repstream.ddl_key; topic signatures checked with repstream.ddl_pubkey: PublishTopicKey, TopicKeys, DDLSignedFrom; enum labels: repstream.ddl_types), SourceRole, InstallDDL, DDLSigning, ReleaseDDL, CheckDDLTriggers: schema-change capture on the source
 //	eventtriggers.go ensureEventTrigger (an event trigger made or fixed only when it is not as it should be), TriggerDigest: what tells a replication that the triggers may have been off since it last looked
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger; partition_refresh records one command's tree, truncate_leaf a leaf's TRUNCATE), CheckUntrackedPartitions; dropTruncateTriggers (ReleaseDDL: one leaf per short transaction, waits bounded), lockHolders (who holds a lock, for the error)
-//	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named
+//	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named; CheckApplySourceReads: what an apply --kafka's source role reads in the schema repstream (its start, check --kafka)
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
 //	add.go          WidenPublication (a wider --tables), WidenCapturePublication (a capture --kafka's); ConnectBoth (`tables add` and `tables list`: package tablesync)
 //	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive, CreateSlot

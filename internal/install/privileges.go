@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -151,4 +152,86 @@ func DSNUser(dsn string) string {
 		return ""
 	}
 	return cfg.User
+}
+
+// applySourceTables are the tables of the schema repstream on the source
+// that an apply (Kafka mode) reads: the public keys that check the
+// topic's schema-change messages, the registry (from where the slot's
+// messages are signed) and the published partitions (whether their
+// TRUNCATE triggers are there). Not repstream.ddl_key: a role that reads
+// it can sign schema changes that every target applies.
+var applySourceTables = []string{"ddl_pubkey", "replications", "partition_state"}
+
+// ApplySourceReadsError says what an apply's source role lacks to read
+// what an apply reads in the schema repstream on the source
+// (CheckApplySourceReads).
+type ApplySourceReadsError struct {
+	Role    string   // the role, quoted for SQL
+	Usage   bool     // it lacks USAGE on the schema repstream
+	Lacking []string // the tables it may not SELECT, as repstream.name
+}
+
+// Missing names the privileges the role lacks: "USAGE on schema
+// repstream, SELECT on repstream.ddl_pubkey".
+func (e *ApplySourceReadsError) Missing() string {
+	var m []string
+	if e.Usage {
+		m = append(m, "USAGE on schema repstream")
+	}
+	if len(e.Lacking) > 0 {
+		m = append(m, "SELECT on "+strings.Join(e.Lacking, ", "))
+	}
+	return strings.Join(m, ", ")
+}
+
+// Grants is the statements that give the role what it lacks, to run on
+// the source as repstream's source role or a superuser.
+func (e *ApplySourceReadsError) Grants() string {
+	var g []string
+	if e.Usage {
+		g = append(g, "GRANT USAGE ON SCHEMA repstream TO "+e.Role+";")
+	}
+	if len(e.Lacking) > 0 {
+		g = append(g, "GRANT SELECT ON "+strings.Join(e.Lacking, ", ")+" TO "+e.Role+";")
+	}
+	return strings.Join(g, " ")
+}
+
+func (e *ApplySourceReadsError) Error() string {
+	return fmt.Sprintf("the source role %s cannot read what an apply reads in the schema repstream on the source (it lacks %s), among it the public keys that check schema-change messages (repstream.ddl_pubkey): "+
+		"the apply checks every schema-change message of the topic with them, for one it cannot check could run SQL of whoever may write to the topic on this target; "+
+		"run on the source, as repstream's source role or a superuser: %s "+
+		"(not SELECT on repstream.ddl_key: a role that reads it can sign schema changes for every target)", e.Role, e.Missing(), e.Grants())
+}
+
+// CheckApplySourceReads checks that src's role can read what an apply
+// (Kafka mode) reads in the schema repstream on the source
+// (applySourceTables): USAGE on the schema and SELECT on them, or an
+// *ApplySourceReadsError naming what it lacks and the GRANTs. An apply's
+// start calls it before it makes anything, and `check --kafka` reports
+// it. made is false when the source has no table of public keys yet (no
+// schema repstream, or a trigger a capture of an earlier version
+// installed): nothing to check until a capture --kafka makes it.
+func CheckApplySourceReads(ctx context.Context, src *pgx.Conn) (made bool, err error) {
+	var usage bool
+	var role string
+	var lack []string
+	err = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class k WHERE k.relnamespace = n.oid AND k.relname = 'ddl_pubkey'),
+       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
+       coalesce(array_agg('repstream.' || c.relname ORDER BY c.relname) FILTER (WHERE NOT pg_catalog.has_table_privilege(c.oid, 'SELECT')), '{}'),
+       current_user
+FROM pg_catalog.pg_namespace n
+LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = ANY ($1)
+WHERE n.nspname = 'repstream'
+GROUP BY n.oid`, applySourceTables).Scan(&made, &usage, &lack, &role)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // no schema repstream: no trigger
+	}
+	if err != nil {
+		return false, fmt.Errorf("source: look up the keys that check schema-change messages (repstream.ddl_pubkey): %w", err)
+	}
+	if !made || usage && len(lack) == 0 {
+		return made, nil
+	}
+	return true, &ApplySourceReadsError{Role: pgx.Identifier{role}.Sanitize(), Usage: !usage, Lacking: lack}
 }
