@@ -510,6 +510,11 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
 		return err
 	}
+	// Until it streams (tgt closes), this session tells status --kafka
+	// that a copy under way has its apply (target.ApplyConnected).
+	if err := target.HoldStartLock(ctx, tgt, cfg.Slot); err != nil {
+		return err
+	}
 	prog, err := target.LoadProgress(ctx, tgt, cfg.Slot)
 	if err != nil {
 		return err

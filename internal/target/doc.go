@@ -15,8 +15,9 @@
 //
 //	connect.go    Connect: an apply connection (replica role, text conventions)
 //	session.go    OpenSession: an apply session (async commit, apply lock) and its Writer
-//	lock.go       the per-slot apply lock that closes the crash window of exactly-once
+//	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
+//	progress_age.go ProgressAge (since the progress record last changed), CopyAge (since the record of the slot's copies last changed): for status
 //	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working; MadeRecorded, SetMadeRecorded: whether repstream.tables records the tables schema-change messages made (false: registered by an earlier version)
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
 //	txn.go        txnState: where the transaction stands, BEGIN's placement

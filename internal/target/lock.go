@@ -115,10 +115,43 @@ func EndPreviousApply(ctx context.Context, conn *pgx.Conn, slot string, log *slo
 // ApplyRunning reports whether an apply of slot holds sessions on the
 // target now (the shared apply lock is held).
 func ApplyRunning(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	return lockHeld(ctx, conn, slot, applyLockKey(slot))
+}
+
+// startLockKey is the advisory lock key of a slot's apply starts (Kafka
+// mode: HoldStartLock).
+func startLockKey(slot string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("repstream start " + slot))
+	return int64(h.Sum64())
+}
+
+// HoldStartLock marks conn as the session of an apply's start until it
+// closes: an apply --kafka holds it from its checks through its initial
+// copy, until its apply sessions (the apply lock) take over. Shared, so
+// it never waits; it only tells a copy under way from one whose apply
+// stopped (ApplyConnected).
+func HoldStartLock(ctx context.Context, conn *pgx.Conn, slot string) error {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", startLockKey(slot)); err != nil {
+		return fmt.Errorf("take the start lock of slot %q: %w", slot, err)
+	}
+	return nil
+}
+
+// ApplyConnected reports whether an apply of slot has a session on the
+// target now: its apply sessions (ApplyRunning) or its start's, through
+// its initial copy (HoldStartLock).
+func ApplyConnected(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	return lockHeld(ctx, conn, slot, applyLockKey(slot), startLockKey(slot))
+}
+
+// lockHeld reports whether a session holds one of the advisory locks
+// keys in conn's database.
+func lockHeld(ctx context.Context, conn *pgx.Conn, slot string, keys ...int64) (bool, error) {
 	var held bool
 	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
 		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-		AND ((classid::bigint << 32) | objid::bigint) = $1 AND granted)`, applyLockKey(slot)).Scan(&held)
+		AND ((classid::bigint << 32) | objid::bigint) = ANY ($1) AND granted)`, keys).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("look for the apply sessions of slot %q: %w", slot, err)
 	}
