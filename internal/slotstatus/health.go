@@ -28,8 +28,11 @@ import (
 //
 // With --kafka (kafka.go) the slot follows the capture, so the target is
 // judged too: the topic unreadable, its offset gone from the topic or of a
-// topic made again, or behind the topic's last commit without advancing
-// for longer than --max-inactive (its apply stopped or stuck).
+// topic made again, behind the topic's last commit without advancing for
+// longer than --max-inactive (its apply stopped or stuck), or its copy
+// (the initial copy, or a table's) not progressing for longer than
+// --max-inactive with no apply of the slot connected to the target (its
+// apply stopped during the copy).
 //
 // wal_status `unreserved` (the slot's WAL is beyond max_wal_size and will be
 // removed at the next checkpoint unless the slot catches up) is a warning

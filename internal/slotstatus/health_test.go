@@ -109,13 +109,17 @@ func TestKafkaJudge(t *testing.T) {
 // progress has not advanced for the limit and whose oldest missing commit
 // is that old (or unknown): a stopped apply, though the slot stays active
 // through the capture. Not a caught-up one, however long idle; not a copy
-// under way; not one that lacks only a recent commit.
+// under way (its apply connected); not one that lacks only a recent
+// commit. A copy whose apply is not connected and whose record has not
+// changed for the limit is flagged: its apply stopped during the copy.
 func TestKafkaStale(t *testing.T) {
 	ok := SlotStatus{Slot: "s", Active: true, WALStatus: "reserved", LagSeconds: 0}
 	behind := KafkaStatus{Topic: "repstream.s", End: 100, Offset: 40, LagRecords: 60, LastCommit: "0/3000",
 		BehindBytes: 0x800, BehindSeconds: 400, ProgressAgeSeconds: 420, CaptureLagSeconds: 0}
 	caughtUp := KafkaStatus{Topic: "repstream.s", End: 100, Offset: 97, LagRecords: 3, LastCommit: "0/3000",
 		CaughtUp: true, ProgressAgeSeconds: 3600, CaptureLagSeconds: 0.002}
+	copyStopped := behind
+	copyStopped.Copying, copyStopped.CopyAgeSeconds, copyStopped.target, copyStopped.copyWhat = true, 420, `database "t" on h:5432`, "the initial copy"
 	for _, tc := range []struct {
 		name        string
 		k           KafkaStatus
@@ -125,12 +129,21 @@ func TestKafkaStale(t *testing.T) {
 	}{
 		{"stopped", behind, 5 * time.Minute, "has not advanced for 7m0s (more than --max-inactive 5m0s), lacks a commit of 6m40s ago and is 2.0KiB of WAL behind topic repstream.s (its last commit 0/3000): is its repstream apply running?",
 			"behind the topic by 2.0KiB of WAL, since a commit of 6m40s ago; its progress last advanced 7m0s ago"},
-		{"no bound", behind, 0, "", "target's offset    40 (60 records behind at most)"},
+		{"no bound", behind, 0, "", "target's offset    40\n"},
 		{"not yet", behind, 10 * time.Minute, "", "capture lag        0.000 s"},
 		{"caught up, long idle", caughtUp, time.Minute, "", "target             caught up with the topic"},
 		{"a recent commit after a quiet hour", func() KafkaStatus { k := behind; k.BehindSeconds, k.ProgressAgeSeconds = 2, 3600; return k }(), time.Minute, "", "since a commit of 2s ago"},
 		{"its commit unknown", func() KafkaStatus { k := behind; k.BehindSeconds = -1; return k }(), time.Minute, "has not advanced for 7m0s", "behind the topic by 2.0KiB of WAL; its progress last advanced 7m0s ago"},
-		{"copying", func() KafkaStatus { k := behind; k.copying = true; return k }(), time.Minute, "", "behind the topic"},
+		{"copying", func() KafkaStatus {
+			k := behind
+			k.Copying, k.ApplyConnected, k.CopyAgeSeconds = true, true, 3600
+			return k
+		}(), time.Minute, "", "target's copy      under way (the initial copy, or a table's), its record last changed 1h0m0s ago"},
+		{"copy stopped", copyStopped, 5 * time.Minute,
+			`the initial copy of the target database "t" on h:5432 (slot "s") has not progressed for 7m0s (more than --max-inactive 5m0s), and no repstream apply of the slot is connected to it`,
+			"target's copy      stopped: no repstream apply of the slot is connected to the target, its record last changed 7m0s ago"},
+		{"copy stopped, not yet", copyStopped, 10 * time.Minute, "", "target's copy      stopped"},
+		{"copy stopped, no offset yet", func() KafkaStatus { k := copyStopped; k.Offset = -1; return k }(), 5 * time.Minute, "the initial copy of the target", "target's offset    none recorded"},
 		{"no capture", func() KafkaStatus { k := caughtUp; k.CaptureLagSeconds = -1; return k }(), time.Minute, "", "capture lag        unknown (no capture streams from the slot)"},
 	} {
 		st := ok

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/kafkalog"
@@ -59,8 +62,20 @@ type KafkaStatus struct {
 	TopicID    string `json:"topic_id,omitempty"`
 	RecordedID string `json:"recorded_topic_id,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Copying: the target's initial copy, or a table's, is under way, or
+	// stopped halfway (its progress record says the copy runs, or a table
+	// is pending or copying). CopyAgeSeconds is how long ago the record of
+	// its copies last changed (target.CopyAge: a table's copy begun or
+	// done; -1 when not copying or unknown). ApplyConnected: an apply of
+	// the slot has a session on the target (target.ApplyConnected: its
+	// apply sessions, or its start's through its initial copy); a copy
+	// without one is stopped.
+	Copying        bool    `json:"copying"`
+	CopyAgeSeconds float64 `json:"copy_age_seconds"`
+	ApplyConnected bool    `json:"apply_connected"`
 
-	copying bool // the target's initial copy, or a table's, is under way
+	target   string // the target's name for people (SlotStatus.targetName)
+	copyWhat string // what is copied, for people: "the initial copy", or the tables'
 }
 
 // remade reports whether the topic is not the one the target's offset is
@@ -94,7 +109,12 @@ func (k *KafkaStatus) judge(lastCommit, low change.LSN) {
 func AddKafka(ctx context.Context, st *SlotStatus, brokers kafkalog.Cluster) {
 	k := &KafkaStatus{Topic: kafkalog.Topic(st.Slot), Offset: st.targetOffset, RecordedID: st.targetTopicID,
 		BehindSeconds: -1, ProgressAgeSeconds: st.progressAge, CaptureLagSeconds: st.LagSeconds,
-		copying: st.targetProg.Snapshot == target.SnapshotRunning || len(st.TablesNotCopied) > 0}
+		Copying:        st.targetProg.Exists && (st.targetProg.Snapshot == target.SnapshotRunning || len(st.TablesNotCopied) > 0),
+		CopyAgeSeconds: st.copyAge, ApplyConnected: st.applyConnected, target: st.targetName,
+		copyWhat: "the initial copy"}
+	if st.targetProg.Snapshot != target.SnapshotRunning {
+		k.copyWhat = "the copy of " + strings.Join(st.TablesNotCopied, ", ")
+	}
 	st.Kafka = k
 	// The slot's lag is the capture's; the target's is said below, or
 	// unknown.
@@ -147,6 +167,59 @@ func AddKafka(ctx context.Context, st *SlotStatus, brokers kafkalog.Cluster) {
 	}
 }
 
+// TargetInTopic reads, as `status --kafka` does (AddKafka), where the
+// target tgt of slot stands in the slot's topic on brokers: for `check
+// --kafka`. Its CaptureLagSeconds is unknown (-1): it reads nothing of
+// the source.
+func TargetInTopic(ctx context.Context, tgt *pgx.Conn, slot string, brokers kafkalog.Cluster) (*KafkaStatus, error) {
+	st := SlotStatus{Slot: slot, LagSeconds: -1}
+	if err := readTarget(ctx, tgt, &st); err != nil {
+		return nil, err
+	}
+	AddKafka(ctx, &st, brokers)
+	return st.Kafka, nil
+}
+
+// Remade reports whether the topic is not the one the target's offset is
+// of: it was deleted and made again since the target read it.
+func (k *KafkaStatus) Remade() bool { return k.remade() }
+
+// Place says where a judged target stands against the topic's last
+// commit, as status prints it: caught up, or behind by so much WAL, since
+// a commit of what age, its progress last advanced when.
+func (k *KafkaStatus) Place() string {
+	advanced := "unknown"
+	if k.ProgressAgeSeconds >= 0 {
+		advanced = seconds(k.ProgressAgeSeconds) + " ago"
+	}
+	switch {
+	case k.CaughtUp:
+		return "caught up with the topic"
+	case k.BehindSeconds >= 0:
+		return fmt.Sprintf("behind the topic by %s of WAL, since a commit of %s ago; its progress last advanced %s",
+			stats.HumanBytes(k.BehindBytes), seconds(k.BehindSeconds), advanced)
+	default:
+		return fmt.Sprintf("behind the topic by %s of WAL; its progress last advanced %s", stats.HumanBytes(k.BehindBytes), advanced)
+	}
+}
+
+// CopyState says where the target's copy stands ("": none under way):
+// under way, or stopped (no apply of the slot connected to the target),
+// and how long ago its record last changed.
+func (k *KafkaStatus) CopyState() string {
+	if !k.Copying {
+		return ""
+	}
+	changed := ""
+	if k.CopyAgeSeconds >= 0 {
+		changed = fmt.Sprintf(", its record last changed %s ago", seconds(k.CopyAgeSeconds))
+	}
+	if k.ApplyConnected {
+		return "under way (the initial copy, or a table's)" + changed
+	}
+	return "stopped: no repstream apply of the slot is connected to the target" + changed
+}
+
 // seconds prints a number of seconds as a duration, to the second.
 func seconds(s float64) string {
 	return (time.Duration(s) * time.Second).String()
@@ -167,6 +240,9 @@ func (k *KafkaStatus) format(w io.Writer) {
 		capture = fmt.Sprintf("%.3f s (the topic behind the source)", k.CaptureLagSeconds)
 	}
 	fmt.Fprintf(w, "capture lag        %s\n", capture)
+	if c := k.CopyState(); c != "" {
+		fmt.Fprintf(w, "target's copy      %s\n", c)
+	}
 	if k.Offset < 0 {
 		fmt.Fprintf(w, "target's offset    none recorded (no apply --kafka has streamed to this target)\n")
 		return
@@ -175,20 +251,8 @@ func (k *KafkaStatus) format(w io.Writer) {
 		fmt.Fprintf(w, "target's offset    %d, of another topic: it was deleted and made again since this target read it (id %s, now %s)\n", k.Offset, k.RecordedID, k.TopicID)
 		return
 	}
-	fmt.Fprintf(w, "target's offset    %d (%d records behind at most)\n", k.Offset, k.LagRecords)
-	advanced := "unknown"
-	if k.ProgressAgeSeconds >= 0 {
-		advanced = seconds(k.ProgressAgeSeconds) + " ago"
-	}
-	switch {
-	case k.CaughtUp:
-		fmt.Fprintf(w, "target             caught up with the topic\n")
-	case k.BehindSeconds >= 0:
-		fmt.Fprintf(w, "target             behind the topic by %s of WAL, since a commit of %s ago; its progress last advanced %s\n",
-			stats.HumanBytes(k.BehindBytes), seconds(k.BehindSeconds), advanced)
-	default:
-		fmt.Fprintf(w, "target             behind the topic by %s of WAL; its progress last advanced %s\n", stats.HumanBytes(k.BehindBytes), advanced)
-	}
+	fmt.Fprintf(w, "target's offset    %d\n", k.Offset)
+	fmt.Fprintf(w, "target             %s\n", k.Place())
 }
 
 // check adds the topic's problems to v: the topic unreadable, the
@@ -202,6 +266,10 @@ func (k *KafkaStatus) check(slot string, maxInactive time.Duration, v *Verdict) 
 		v.Problem = fmt.Sprintf("topic %s was deleted and made again since this target read it: what it had not applied went with the old one; re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply`", k.Topic, slot)
 	case k.Offset >= 0 && k.Offset < k.Start:
 		v.Problem = fmt.Sprintf("the target's offset %d of topic %s is gone (the topic starts at %d: retention): re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply`", k.Offset, k.Topic, k.Start, slot)
+	case k.copyStopped(maxInactive):
+		v.Problem = fmt.Sprintf("%s of the target %s (slot %q) has not progressed for %s (more than --max-inactive %s), and no repstream apply of the slot is connected to it: "+
+			"its apply stopped; start `repstream apply --slot %s` for this target again: it goes on with the copy, keeping the tables it finished",
+			k.copyWhat, k.target, slot, seconds(k.CopyAgeSeconds), maxInactive, slot)
 	case k.stale(maxInactive):
 		since := ""
 		if k.BehindSeconds >= 0 {
@@ -218,9 +286,20 @@ func (k *KafkaStatus) check(slot string, maxInactive time.Duration, v *Verdict) 
 // or stuck. The commit's age keeps a running apply from being called
 // stale while it applies a large transaction that came after a long quiet
 // time (its progress does not advance until that commit). A copy under way
-// (the target's first, or a table's) advances nothing either: not judged.
+// (the target's first, or a table's) advances nothing either: not judged
+// here, but by copyStopped.
 func (k *KafkaStatus) stale(maxInactive time.Duration) bool {
 	limit := maxInactive.Seconds()
-	return maxInactive > 0 && k.judged() && !k.CaughtUp && !k.copying &&
+	return maxInactive > 0 && k.judged() && !k.CaughtUp && !k.Copying &&
 		k.ProgressAgeSeconds >= limit && (k.BehindSeconds < 0 || k.BehindSeconds >= limit)
+}
+
+// copyStopped reports whether (maxInactive > 0) the target's copy (its
+// initial copy, or a table's) has not progressed for maxInactive and no
+// apply of the slot is connected to the target: its apply stopped
+// during the copy. A copy under way changes its record only when a table
+// begins or ends, so a connected apply copying a large table is never
+// called stopped.
+func (k *KafkaStatus) copyStopped(maxInactive time.Duration) bool {
+	return maxInactive > 0 && k.Copying && !k.ApplyConnected && k.CopyAgeSeconds >= maxInactive.Seconds()
 }

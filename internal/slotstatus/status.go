@@ -50,6 +50,14 @@ type SlotStatus struct {
 	// it last advanced (repstream.progress.updated_at; -1: unknown).
 	targetProg  target.Progress
 	progressAge float64
+	// copyAge is how long ago the record of the target's copies last
+	// changed (target.CopyAge; -1: unknown or no copy under way), and
+	// applyConnected whether an apply of the slot has a session on the
+	// target (target.ApplyConnected).
+	copyAge        float64
+	applyConnected bool
+	// targetName names the target for people: database "app" on host:port.
+	targetName string
 	// unknownLag says why LagSeconds is unknown ("": the slot's
 	// repstream is not connected).
 	unknownLag string
@@ -95,38 +103,16 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 		return st, err
 	}
 	defer tgt.Close(context.Background())
-	prog, err := target.LoadProgress(ctx, tgt, slot)
-	if err != nil {
-		return st, fmt.Errorf("read progress of slot %q on the target: %w", slot, err)
+	if err := readTarget(ctx, tgt, &st); err != nil {
+		return st, err
 	}
-	applied := prog.Low
-	for _, a := range prog.Applied {
+	applied := st.targetProg.Low
+	for _, a := range st.targetProg.Applied {
 		applied = max(applied, a)
 	}
 	st.Applied = applied.String()
-	st.Snapshot = string(prog.Snapshot)
-	st.targetOffset, st.progressAge, st.targetProg = -1, -1, prog
-	if prog.Exists {
-		st.targetOffset, st.targetTopicID = prog.KafkaOffset, prog.KafkaTopicID
-		age, ok, err := target.ProgressAge(ctx, tgt, slot)
-		if err != nil {
-			return st, err
-		}
-		if ok {
-			st.progressAge = max(age.Seconds(), 0)
-		}
-	}
 	if err := readSlotHealth(ctx, src, tgt, &st); err != nil {
 		return st, err
-	}
-	syncs, err := target.LoadTableSyncs(ctx, tgt, slot)
-	if err != nil {
-		return st, err
-	}
-	for _, s := range syncs {
-		if s.State != target.TableReady {
-			st.TablesNotCopied = append(st.TablesNotCopied, s.String()+" ("+s.State+")")
-		}
 	}
 	if st.ParkedTxns, err = errqueue.CountParked(ctx, tgt, slot); err != nil {
 		return st, err
@@ -135,6 +121,56 @@ func Status(ctx context.Context, sourceDSN, targetDSN, slot string) (SlotStatus,
 		st.LagBytes = int64(c - applied)
 	}
 	return st, nil
+}
+
+// readTarget reads what the target records of st.Slot: its progress (how
+// long ago it advanced, its offset in the topic), the tables not copied,
+// and, while a copy is under way, how long ago its record changed and
+// whether an apply of the slot is connected to the target.
+func readTarget(ctx context.Context, tgt *pgx.Conn, st *SlotStatus) error {
+	slot := st.Slot
+	c := tgt.Config()
+	st.targetName = fmt.Sprintf("database %q on %s:%d", c.Database, c.Host, c.Port)
+	prog, err := target.LoadProgress(ctx, tgt, slot)
+	if err != nil {
+		return fmt.Errorf("read progress of slot %q on the target: %w", slot, err)
+	}
+	st.Snapshot = string(prog.Snapshot)
+	st.targetOffset, st.progressAge, st.copyAge, st.targetProg = -1, -1, -1, prog
+	if prog.Exists {
+		st.targetOffset, st.targetTopicID = prog.KafkaOffset, prog.KafkaTopicID
+		age, ok, err := target.ProgressAge(ctx, tgt, slot)
+		if err != nil {
+			return err
+		}
+		if ok {
+			st.progressAge = max(age.Seconds(), 0)
+		}
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, slot)
+	if err != nil {
+		return err
+	}
+	for _, s := range syncs {
+		if s.State != target.TableReady {
+			st.TablesNotCopied = append(st.TablesNotCopied, s.String()+" ("+s.State+")")
+		}
+	}
+	if prog.Exists && (prog.Snapshot == target.SnapshotRunning || len(st.TablesNotCopied) > 0) {
+		age, ok, err := target.CopyAge(ctx, tgt, slot)
+		if err != nil {
+			return err
+		}
+		if ok {
+			st.copyAge = max(age.Seconds(), 0)
+		}
+	}
+	if prog.Exists {
+		if st.applyConnected, err = target.ApplyConnected(ctx, tgt, slot); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Format prints a SlotStatus for people.
