@@ -34,7 +34,12 @@ role, owned by a superuser, in a superuser's schema, unless
 in its DDL, unless --trust-table-owners), max_connections against --apply-parallelism,
 and repstream's state schema. With --kafka (the halves joined by Kafka): the
 brokers, the slot's topic (one partition, its replication factor and
-min.insync.replicas) and the offset the target has recorded in it.
+min.insync.replicas), the offset the target has recorded in it and where
+the target stands in the topic as status --kafka says it (caught up with
+its last commit, or behind by so much WAL), its copy if one is under way or
+stopped, and, as an apply's start does, that the source role (give --source
+as the apply's) can read what an apply reads in the schema repstream on
+the source.
 
 Exits 1 when any item is FAIL.`,
 		Args: cobra.NoArgs,
@@ -82,7 +87,7 @@ Exits 1 when any item is FAIL.`,
 	fs.IntVar(&s.cfg.ApplyParallelism, "apply-parallelism", s.cfg.ApplyParallelism, "apply workers the run will use (target connections)")
 	fs.StringVar(&s.cfg.DDL, "ddl", s.cfg.DDL, "the run's --ddl: with true or relation, schema changes are applied to the target tables, which needs their ownership")
 	fs.BoolVar(&s.cfg.TrustTableOwners, "trust-table-owners", false, "the run's --trust-table-owners: a superuser target role may write tables owned by roles that are not superusers")
-	fs.StringVar(&s.cfg.Kafka, "kafka", "", "for the halves joined by Kafka (capture, apply): the brokers; checks them, the slot's topic (one partition, its replication) and the target's offset in it")
+	fs.StringVar(&s.cfg.Kafka, "kafka", "", "for the halves joined by Kafka (capture, apply): the brokers; checks them, the slot's topic (one partition, its replication), the target's offset and place in it, and what the apply's source role reads in the schema repstream")
 	bindKafkaSecurity(fs, &s.cfg)
 	fs.StringVar(&format, "format", "text", "text or json")
 	return cmd

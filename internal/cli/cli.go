@@ -290,7 +290,9 @@ Exit code 2, with the reason on stderr, when the slot is missing, invalidated
 (wal_status lost) or inactive for longer than --max-inactive; with --kafka
 also when the topic cannot be read, the target's offset is gone from it, or
 the target is behind the topic's last commit and has not advanced for longer
-than --max-inactive (its apply stopped); 1 on any other error; 0 otherwise
+than --max-inactive (its apply stopped), or its copy has not progressed for
+longer than --max-inactive with no apply of the slot connected to the
+target (its apply stopped during the copy); 1 on any other error; 0 otherwise
 (wal_status unreserved is a WARN line on stderr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -306,8 +308,8 @@ than --max-inactive (its apply stopped); 1 on any other error; 0 otherwise
 	s.bindConnection(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as --format json)")
 	cmd.Flags().StringVar(&format, "format", format, "text or json")
-	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this, or (--kafka) the target behind the topic has not advanced for longer (0: never)")
-	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, its last commit and the target's place in it: caught up, or behind by how much WAL since when (exit 2 when the topic cannot be read, the target's offset is gone from it, or the target is behind and stale: --max-inactive)")
+	cmd.Flags().DurationVar(&maxInactive, "max-inactive", maxInactive, "exit 2 when the slot has been inactive longer than this, or (--kafka) the target behind the topic has not advanced for longer, or its copy, its apply stopped, has not progressed for longer (0: never)")
+	cmd.Flags().StringVar(&s.cfg.Kafka, "kafka", "", "for a target of `repstream apply --kafka`: the brokers; adds the slot's topic, its last commit and the target's place in it: caught up, or behind by how much WAL since when (exit 2 when the topic cannot be read, the target's offset is gone from it, or the target is behind and stale, or its copy stopped: --max-inactive)")
 	bindKafkaSecurity(cmd.Flags(), &s.cfg)
 	return cmd
 }

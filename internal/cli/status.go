@@ -16,7 +16,8 @@ import (
 // ExitUnhealthy is the exit code of `repstream status` when the slot is
 // missing, invalidated or inactive for longer than --max-inactive, or (with
 // --kafka) the target cannot go on from the topic or is behind it without
-// advancing for longer than --max-inactive (1 is any other error: a
+// advancing for longer than --max-inactive, or its copy stopped with its
+// apply for longer than --max-inactive (1 is any other error: a
 // database unreachable, a bad flag).
 const ExitUnhealthy = 2
 

@@ -40,8 +40,9 @@ type Options struct {
 	// role may write tables owned by roles that are not superusers).
 	TrustTableOwners bool
 	// Kafka, for the halves joined by Kafka, is the brokers: the brokers,
-	// the slot's topic and the target's offset in it are checked too
-	// (side "kafka", kafka.go).
+	// the slot's topic and the target's offset and place in it are checked
+	// too (side "kafka", kafka.go), and what an apply's source role reads
+	// in the schema repstream on the source (side "source").
 	Kafka  kafkalog.Cluster
 	Logger *slog.Logger
 }
@@ -100,6 +101,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	if len(opts.Kafka.Addrs) > 0 {
+		if c.src != nil {
+			c.applySourceReads(ctx)
+		}
 		c.kafka(ctx)
 	}
 	if err := ctx.Err(); err != nil {

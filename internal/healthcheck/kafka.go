@@ -8,10 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/repstream/repstream/internal/install"
 	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/slotstatus"
 )
 
 // kafka checks the brokers and the slot's topic (check --kafka), and the
@@ -57,7 +58,32 @@ func (c *checker) kafka(ctx context.Context) {
 	}
 	c.kafkaTransactions(ctx, adm, topic)
 	c.kafkaAccess(ctx, adm, topic)
-	c.kafkaOffset(ctx, adm, topic)
+	c.kafkaOffset(ctx)
+}
+
+// applySourceReads checks, as an apply's start does
+// (install.CheckApplySourceReads), that the source role can read what an
+// apply reads in the schema repstream on the source: the public keys that
+// check the topic's schema-change messages among it. Not with --ddl=false
+// or relation, which read none of it.
+func (c *checker) applySourceReads(ctx context.Context) {
+	const check = "apply's reads in schema repstream"
+	if c.opts.DDL == "false" || c.opts.DDL == "relation" {
+		return
+	}
+	made, err := install.CheckApplySourceReads(ctx, c.src)
+	var lack *install.ApplySourceReadsError
+	switch {
+	case errors.As(err, &lack):
+		c.r.add(Fail, "source", check, lack.Grants(),
+			"the source role %s lacks %s: an apply --kafka with this source role stops at start (it checks the topic's schema-change messages with the public keys in repstream.ddl_pubkey)", lack.Role, lack.Missing())
+	case err != nil:
+		c.r.add(Warn, "source", check, "", "%v", err)
+	case !made:
+		c.r.add(OK, "source", check, "", "none yet (repstream.ddl_pubkey is made by the capture's first start with the event trigger): checked again by the apply's start")
+	default:
+		c.r.add(OK, "source", check, "", "the source role %s may read what an apply reads there (the public keys in repstream.ddl_pubkey among it)", c.srcRole)
+	}
 }
 
 // kafkaAccess checks what the brokers' ACLs let this principal do on the
@@ -94,39 +120,50 @@ func (c *checker) kafkaTransactions(ctx context.Context, adm *kadm.Client, topic
 }
 
 // kafkaOffset checks that the offset the target recorded is still in the
-// topic.
-func (c *checker) kafkaOffset(ctx context.Context, adm *kadm.Client, topic string) {
+// topic, of the same topic, and says where the target stands as `status
+// --kafka` does (slotstatus.TargetInTopic): caught up with the topic's
+// last commit, or behind it by so much WAL, judged by LSNs (the capture's
+// Kafka transaction markers take offsets, so offsets cannot say it).
+func (c *checker) kafkaOffset(ctx context.Context) {
+	const check = "target's offset"
 	if c.tgt == nil {
 		return
 	}
-	var off int64
-	var id string // kafka_topic_id (targets of earlier versions have no such column)
-	err := c.tgt.QueryRow(ctx, "SELECT kafka_offset, coalesce(to_jsonb(p)->>'kafka_topic_id', '') FROM repstream.progress p WHERE slot = $1", c.opts.Slot).Scan(&off, &id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) || err == nil && off < 0:
-		c.r.add(OK, "kafka", "target's offset", "", "none recorded: no apply has streamed to this target yet")
-		return
-	case err != nil:
-		c.r.add(Warn, "kafka", "target's offset", "", "cannot read it from repstream.progress: %v", err)
+	var state bool
+	if err := c.tgt.QueryRow(ctx, "SELECT to_regclass('repstream.progress') IS NOT NULL").Scan(&state); err != nil {
+		c.r.add(Warn, "kafka", check, "", "cannot read repstream.progress: %v", err)
 		return
 	}
-	start, end, err := kafkalog.Offsets(ctx, adm, topic)
-	if err != nil {
-		c.r.add(Fail, "kafka", "target's offset", "", "read the topic's offsets: %v", err)
-		return
+	var k *slotstatus.KafkaStatus
+	if state {
+		var err error
+		if k, err = slotstatus.TargetInTopic(ctx, c.tgt, c.opts.Slot, c.opts.Kafka); err != nil {
+			c.r.add(Warn, "kafka", check, "", "%v", err)
+			return
+		}
+	}
+	if k != nil && k.Copying {
+		if k.ApplyConnected {
+			c.r.add(OK, "kafka", "target's copy", "", "%s", k.CopyState())
+		} else {
+			c.r.add(Warn, "kafka", "target's copy", fmt.Sprintf("start `repstream apply --slot %s` for this target again: it goes on with the copy", c.opts.Slot), "%s", k.CopyState())
+		}
 	}
 	reseed := fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply`", c.opts.Slot)
-	if now, err := kafkalog.TopicID(ctx, adm, topic); err == nil && id != "" && now != "" && now != id {
-		c.r.add(Fail, "kafka", "target's offset", reseed,
-			"%d, of another topic: %s was deleted and made again since this target read it (id %s, now %s)", off, topic, id, now)
-		return
+	switch {
+	case k == nil || k.Offset < 0:
+		c.r.add(OK, "kafka", check, "", "none recorded: no apply has streamed to this target yet")
+	case k.Error != "":
+		c.r.add(Fail, "kafka", check, "", "%s", k.Error)
+	case k.Remade():
+		c.r.add(Fail, "kafka", check, reseed,
+			"%d, of another topic: %s was deleted and made again since this target read it (id %s, now %s)", k.Offset, k.Topic, k.RecordedID, k.TopicID)
+	case k.Offset < k.Start:
+		c.r.add(Fail, "kafka", check, reseed,
+			"%d, gone from the topic (it starts at %d: retention)", k.Offset, k.Start)
+	default:
+		c.r.add(OK, "kafka", check, "", "%d (the topic holds %d to %d): %s", k.Offset, k.Start, k.End, k.Place())
 	}
-	if off < start {
-		c.r.add(Fail, "kafka", "target's offset", reseed,
-			"%d, gone from the topic (it starts at %d: retention)", off, start)
-		return
-	}
-	c.r.add(OK, "kafka", "target's offset", "", "%d of %d to %d (%d records behind at most)", off, start, end, max(end-off, 0))
 }
 
 // brokersLine says which brokers the cluster's metadata lists now: not
