@@ -32,5 +32,6 @@
 //	fidelity_test.go      the shapes PostgreSQL's logical-replication tests use (generated columns, TRUNCATE CASCADE, prepared and streamed transactions, partitions, a table dropped and made again); a user publication's row filter and column list, a table added to it
 //	late_test.go          a target started late reads the topic from CopyStart
 //	secure_test.go        TLS, SASL and ACLs
-//	status_test.go        status --kafka: a target caught up, its apply stopped (markers after it), behind and stale for --max-inactive, caught up again
+//	status_test.go        status --kafka: a target caught up, its apply stopped (markers after it), behind and stale for --max-inactive, caught up again; an apply killed -9 during its initial copy (flagged), a copy under way (not)
+//	check_test.go         check --kafka: an apply's source role without the grants on the schema repstream (FAIL, the GRANTs), the target's place in the topic by LSNs (caught up with markers after its offset, behind)
 package kafka

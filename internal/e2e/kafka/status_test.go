@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/repstream/repstream/internal/kafkatest"
@@ -31,6 +32,9 @@ type kafkaStatus struct {
 		BehindSeconds      float64 `json:"behind_seconds"`
 		ProgressAgeSeconds float64 `json:"progress_age_seconds"`
 		CaptureLagSeconds  float64 `json:"capture_lag_seconds"`
+		Copying            bool    `json:"copying"`
+		CopyAgeSeconds     float64 `json:"copy_age_seconds"`
+		ApplyConnected     bool    `json:"apply_connected"`
 		Error              string  `json:"error"`
 	} `json:"kafka"`
 	exit int    // the exit code
@@ -203,6 +207,78 @@ func TestKafkaStatusStoppedApply(t *testing.T) {
 		ap.alive()
 		st = e.status(tgtDB, "--max-inactive", "2s")
 		return st.wait(st.caughtUp() && st.exit == 0 && st.Health == "ok")
+	})
+	ap.stop()
+	capt.stop()
+}
+
+// TestKafkaStatusStoppedCopy: an apply killed -9 during its initial copy
+// leaves a target that has applied nothing (its record says the copy
+// runs); `status --kafka --max-inactive` flags it once the copy's record
+// has not changed for that long, naming the target and saying how to go
+// on, while a copy under way (its apply connected, blocked on one table)
+// is not flagged however long it takes. Started again, the apply finishes
+// the copy and the target is healthy.
+func TestKafkaStatusStoppedCopy(t *testing.T) {
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	e.exec("CREATE TABLE big (id int PRIMARY KEY, v text); INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 1000) g")
+	tgtDB, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+
+	// The copy of big held up: a session holds the source table locked,
+	// so the copy's COPY of it waits.
+	lock, err := pgx.Connect(t.Context(), e.src.DSN(e.srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(context.Background())
+	if _, err := lock.Exec(t.Context(), "BEGIN; LOCK TABLE big IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ap := e.startApply("apply", tgtDB)
+	pgtest.WaitFor(t, "the initial copy under way, big not copied", 60*time.Second, func() (bool, error) {
+		ap.alive()
+		var n int
+		err := tgt.QueryRow(t.Context(), `SELECT CASE WHEN to_regclass('repstream.tables') IS NULL THEN 0 ELSE
+			(SELECT count(*) FROM repstream.progress p, repstream.tables b WHERE p.slot = $1 AND p.snapshot = 'running'
+			 AND b.slot = $1 AND b.table_name = 'big' AND b.state = 'copying') END`, e.slot).Scan(&n)
+		return n == 1, err
+	})
+	// Under way for longer than --max-inactive: not flagged.
+	time.Sleep(2500 * time.Millisecond)
+	ap.alive()
+	st := e.status(tgtDB, "--max-inactive", "1s")
+	if st.exit != 0 || st.Kafka == nil || !st.Kafka.Copying || !st.Kafka.ApplyConnected || st.Kafka.CopyAgeSeconds < 1 ||
+		!strings.Contains(st.text, "target's copy      under way") {
+		t.Fatalf("a copy under way for more than --max-inactive, its apply connected: want it healthy: %s", st)
+	}
+
+	// Killed during the copy: flagged once its record is 1 s old.
+	ap.kill()
+	if _, err := lock.Exec(t.Context(), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "status --max-inactive 1s to flag the stopped copy", 30*time.Second, func() (bool, error) {
+		capt.alive()
+		st = e.status(tgtDB, "--max-inactive", "1s")
+		return st.wait(st.exit == 2)
+	})
+	if st.Health != "fail" || !strings.Contains(st.Problem, "the initial copy of the target database \""+tgtDB+"\"") ||
+		!strings.Contains(st.Problem, "has not progressed for") || !strings.Contains(st.Problem, "start `repstream apply --slot "+e.slot+"` for this target again") ||
+		!strings.Contains(st.text, "target's copy      stopped") {
+		t.Fatalf("an apply killed during its initial copy: want status to flag it, naming the target: %s", st)
+	}
+	t.Logf("stopped copy: %s", st.Problem)
+
+	// Started again: it finishes the copy; healthy.
+	ap = e.startApply("apply again", tgtDB)
+	waitSame(t, e.s, tgt, append(kafkaTables, tableOrder{"big", "id"}), 60*time.Second, capt, ap)
+	pgtest.WaitFor(t, "status to say the target is healthy again", 30*time.Second, func() (bool, error) {
+		ap.alive()
+		st = e.status(tgtDB, "--max-inactive", "1s")
+		return st.wait(st.exit == 0 && st.Health == "ok" && !strings.Contains(st.text, "target's copy"))
 	})
 	ap.stop()
 	capt.stop()
