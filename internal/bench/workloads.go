@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -406,17 +407,30 @@ func flyWorkload() *Workload {
 				txns = max(1, int64(d.Seconds()*s*float64(rate)))
 			}
 			env.Total.Store(txns * flyChangesPerTxn)
+			// The clients connect first: the schedule starts once all are
+			// ready, or the transactions due while they connected would
+			// go at once, a burst no fixed rate has.
+			conns := make([]*pgx.Conn, flyClients)
+			defer func() {
+				for _, c := range conns {
+					if c != nil {
+						c.Close(context.Background())
+					}
+				}
+			}()
+			for w := range conns {
+				c, err := connect(ctx, env.DSN)
+				if err != nil {
+					return LoadStats{}, err
+				}
+				conns[w] = c
+			}
 			var next, done atomic.Int64
 			start := time.Now()
 			var once sync.Once
 			g, gctx := errgroup.WithContext(ctx)
-			for w := 0; w < flyClients; w++ {
+			for _, c := range conns {
 				g.Go(func() error {
-					c, err := connect(gctx, env.DSN)
-					if err != nil {
-						return err
-					}
-					defer c.Close(context.Background())
 					for {
 						k := next.Add(1)
 						if k > txns {
