@@ -213,10 +213,20 @@ func (e *Engine) run(ctx context.Context) (err error) {
 // knob the user sets for memory, the rest is a fixed overhead. The limit,
 // not GOGC, bounds the heap; a higher GOGC then saves collections. And it
 // runs Go code on Procs threads, unless GOMAXPROCS is set.
+//
+// Kafka mode's halves are tuned so too (runHalf): the apply as run is, its
+// queue being the same; the capture keeps a thread per CPU for its
+// reading, compressing and producing at once while it catches up, and
+// its heap's limit is what its producer buffers at most (the records in
+// flight to the brokers), not --memory, which it does not use.
 func tuneRuntime(cfg config.Config) {
-	debug.SetMemoryLimit(int64(cfg.Memory) + 48<<20)
+	budget := int64(cfg.Memory)
+	if cfg.Role == config.RoleCapture {
+		budget = 2*kafkalog.DefaultMaxInFlight + kafkalog.DefaultMaxRecord
+	}
+	debug.SetMemoryLimit(budget + 48<<20)
 	debug.SetGCPercent(400)
-	if os.Getenv("GOMAXPROCS") == "" {
+	if os.Getenv("GOMAXPROCS") == "" && cfg.Role != config.RoleCapture {
 		runtime.GOMAXPROCS(Procs(cfg.ApplyParallelism, runtime.NumCPU()))
 	}
 }

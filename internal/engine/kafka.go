@@ -56,6 +56,7 @@ func (e *Engine) runHalf(ctx context.Context) error {
 		return err // before anything is made
 	}
 	e.brokers = kc
+	tuneRuntime(e.cfg)
 	pctx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
 	go e.probeBrokers(pctx, kc)
