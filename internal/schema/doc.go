@@ -12,7 +12,7 @@
 //	schema.go   Table, LoadTable: a table as one catalog sees it; Incompatible (the target table against the source's)
 //	convert.go  SilentConversion: a source type a target column would store changed without an error
 //	names.go    TableName: a schema-qualified name, quoting and order
-//	types.go    UserType: the user-defined types a table's columns need, read, compared and made
+//	types.go    UserType: the user-defined types a table's columns need, read, compared (Structure: canonical text) and made
 //	typecheck.go TypeProblems: a target column whose user-defined type (of the source's name or another) differs inside from the source's (attributes, a domain's base, a range's subtype, an array of a domain); BaseType: a type through its domains and arrays
 //	ddl.go      CreateTableSQL and what --create-tables makes besides
 //	alter.go    AlterSQL, RelationAlterSQL: the statements that follow a schema change; TypesChanged

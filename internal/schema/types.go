@@ -278,6 +278,34 @@ func (u *UserType) CreateSQL() string {
 	return b.String()
 }
 
+// Structure is u's structure as one canonical text, what a value of it
+// depends on (its name, owner and a domain's constraints aside): a
+// composite's attributes in order, with their types ("composite ("x"
+// integer, "y" integer)"); an enum's labels in order; a range's subtype;
+// a domain's base type. Two types of the same structure take the same
+// text values alike (target.RecordTypes keeps it).
+func (u *UserType) Structure() string {
+	switch u.Kind {
+	case 'e':
+		labels := make([]string, len(u.Labels))
+		for i, l := range u.Labels {
+			labels[i] = QuoteLiteral(l)
+		}
+		return "enum (" + strings.Join(labels, ", ") + ")"
+	case 'c':
+		attrs := make([]string, len(u.Attrs))
+		for i, f := range u.Attrs {
+			attrs[i] = change.QuoteIdent(f.Name) + " " + f.Type
+		}
+		return "composite (" + strings.Join(attrs, ", ") + ")"
+	case 'd':
+		return "domain over " + u.Base
+	case 'r':
+		return "range of " + u.Subtype
+	}
+	return "type"
+}
+
 // DropSQL returns the statement that drops u (RESTRICT: not while a column
 // or another type uses it).
 func (u *UserType) DropSQL() string {
