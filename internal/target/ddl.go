@@ -38,8 +38,20 @@ import (
 // writer that applies the DDL also forgets its plans and COPY buffer of the
 // table (forget), so nothing of the old definition survives there either.
 
-// ddl applies one schema-change message.
+// ddl applies one schema-change message and records, in its target
+// transaction, the types it leaves on the target (recordTypesAfter).
 func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
+	if err := w.applyDDL(ctx, c); err != nil {
+		return err
+	}
+	if err := w.recordTypesAfter(ctx, c.DDL); err != nil {
+		return fmt.Errorf("apply schema change %q of %s at %s: %w", c.DDL.Tag, schema.NameFromDDL(&c.DDL.Table), c.LSN, err)
+	}
+	return nil
+}
+
+// applyDDL applies one schema-change message.
+func (w *Writer) applyDDL(ctx context.Context, c *change.Change) error {
 	msg := c.DDL // parsed once, by capture (change.NewDDL)
 	if msg == nil {
 		return fmt.Errorf("apply schema change at %s: the message was not parsed", c.LSN)
@@ -69,6 +81,11 @@ func (w *Writer) ddl(ctx context.Context, c *change.Change) error {
 	// for it are looked at again, each time (a superuser may have made
 	// one, or given its function away, since the last).
 	if err := CheckEventTriggers(ctx, w.conn, w.opts.TrustTableOwners); err != nil {
+		return fail(err)
+	}
+	// A type changed by hand on the target since repstream recorded it
+	// would be taken into the record by this change: stopped here.
+	if err := w.checkTypeRecords(ctx, tn); err != nil {
 		return fail(err)
 	}
 	if pc := msg.Partition; pc != nil {

@@ -162,6 +162,7 @@ func ensureStateOnce(ctx context.Context, conn *pgx.Conn, slot string) error {
 		{"table sync state", tablesSchema},
 		{"deferred DDL state", afterCopySchema},
 		{"replications", replicationsSchema},
+		{"type records", typesSchema},
 	} {
 		if _, err := tx.Exec(ctx, step.sql); err != nil {
 			return fmt.Errorf("create %s: %w", step.what, err)
@@ -183,7 +184,7 @@ func ensureStateOnce(ctx context.Context, conn *pgx.Conn, slot string) error {
 
 // stateTables are the tables of the target's state, each with a slot
 // column.
-var stateTables = []string{"errors", "skip_requests", "applied", "progress", "tables", "deferred_ddl", "unbuilt_indexes", "replications"}
+var stateTables = []string{"errors", "skip_requests", "applied", "progress", "tables", "deferred_ddl", "unbuilt_indexes", "replications", "types"}
 
 // Release removes slot's state from the target (DropState) and its
 // registration and, when no other replication has state or a registration
@@ -430,6 +431,7 @@ func DropState(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logge
 	b.Queue(`DELETE FROM repstream.deferred_ddl WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.unbuilt_indexes WHERE slot = $1`, slot)
 	b.Queue(`DELETE FROM repstream.replications WHERE slot = $1`, slot)
+	b.Queue(`DELETE FROM repstream.types WHERE slot = $1`, slot)
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("drop progress state of slot %q: %w", slot, err)
 	}
