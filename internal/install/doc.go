@@ -23,6 +23,7 @@
 //	partitions.go   the partitions' triggers' SQL (installed with the event trigger; partition_refresh records one command's tree, truncate_leaf a leaf's TRUNCATE), CheckUntrackedPartitions; dropTruncateTriggers (ReleaseDDL: one leaf per short transaction, waits bounded), lockHolders (who holds a lock, for the error)
 //	privileges.go   CheckReplicationAttribute, CheckTablePrivileges: least privilege, every missing GRANT named; CheckApplySourceReads: what an apply --kafka's source role reads in the schema repstream (its start, check --kafka)
 //	tables.go       PrepareTables (a start's target tables), CreateTables (--create-tables), CheckAddable (`tables add`)
+//	typerecords.go  startTypes: a start's check of the target's types against their records (repstream.types: a type changed by hand stops a resume), and their recording; recordAddedTypes (CheckAddable, tables made)
 //	add.go          WidenPublication (a wider --tables), WidenCapturePublication (a capture --kafka's); ConnectBoth (`tables add` and `tables list`: package tablesync)
 //	slot.go         ConnectSource, CheckSource, LookupSlot, SlotMissing, WaitSlotInactive, CreateSlot
 //	setaside.go     SetAsideForCopy, RestoreSetAside: the user's empty tables' keys and indexes set aside for a copy, and made again

@@ -60,6 +60,7 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 	var missing []*schema.Table
 	var again []schema.TableName
 	var problems, lagging, keyless []string
+	var types startTypes // the target's user-defined types, for their records
 	// With a resumed initial copy: the tables copied already, and those a
 	// start made bare (--create-tables) whose copy did not complete.
 	ready, bare := map[schema.TableName]bool{}, map[schema.TableName]bool{}
@@ -118,6 +119,9 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 					problems = append(problems, t.String()+": "+p)
 				}
 			}
+			if err := types.add(ctx, tgt, tt, len(typeProblems) == 0); err != nil {
+				return "", nil, err
+			}
 			for _, p := range schema.Incompatible(st, tt) {
 				if o.SchemaMayLag || o.CopyResumed && ready[t] && o.FollowsDDL {
 					lagging = append(lagging, t.String()+": "+p)
@@ -159,6 +163,12 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 				"table", t.String())
 		}
 	}
+	// A type changed by hand since repstream recorded it is no schema
+	// change still in the stream: stopped here, before anything is
+	// applied. What was found the source's is recorded.
+	if err := types.checkTypeRecords(ctx, src, tgt, o.Slot, o.SchemaMayLag && o.TypesFollowed, log); err != nil {
+		return "", nil, err
+	}
 	if len(lagging) > 0 {
 		// Apply stops at the change that cannot be applied, if any.
 		log.Warn("the target's tables differ from the source's; schema changes still in the stream may account for it",
@@ -170,10 +180,16 @@ func PrepareTables(ctx context.Context, src, tgt *pgx.Conn, tables []schema.Tabl
 			return "", nil, err
 		}
 		undo.CreatedTables(tgt, o.Slot, made)
+		var names []schema.TableName
 		for _, st := range missing {
-			if t := (schema.TableName{Schema: st.Schema, Name: st.Name}); !slices.Contains(again, t) {
+			t := schema.TableName{Schema: st.Schema, Name: st.Name}
+			names = append(names, t)
+			if !slices.Contains(again, t) {
 				created = append(created, t)
 			}
+		}
+		if err := recordAddedTypes(ctx, tgt, o.Slot, names); err != nil {
+			return "", nil, err
 		}
 	}
 	return noBinary, created, nil
@@ -516,5 +532,10 @@ func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables [
 			}
 		}
 	}
-	return snapshot.CheckTargets(ctx, tgt, tables, truncate)
+	if err := snapshot.CheckTargets(ctx, tgt, tables, truncate); err != nil {
+		return err
+	}
+	// Checked the source's (or made from it): the types its columns
+	// hold are recorded where absent (repstream.types).
+	return recordAddedTypes(ctx, tgt, slot, tables)
 }
