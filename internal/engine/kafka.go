@@ -165,13 +165,13 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	// another database or server): this one would skip its own
 	// transactions below that stream's LSNs, and its records would reach
 	// the other source's targets.
-	sameSource := func(ctx context.Context, sysid, db string) error {
-		if err := kafkalog.CheckSource(ctx, adm, brokers, topic, "capture", sysid, db); err != nil {
+	sameSource := func(ctx context.Context, src kafkalog.Source) error {
+		if err := kafkalog.CheckSource(ctx, adm, brokers, topic, "capture", src); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
 		return nil
 	}
-	slot, sysid, db, proto, err := e.provisionCapture(ctx, firstStartCheck, sameSource)
+	slot, source, proto, err := e.provisionCapture(ctx, firstStartCheck, sameSource)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
-		ep := kafkalog.Epoch{Start: start, SystemID: sysid, Database: db, Slot: cfg.Slot,
+		ep := kafkalog.Epoch{Start: start, SystemID: source.SystemID, DatabaseOID: source.DatabaseOID, Database: source.Database, Slot: cfg.Slot,
 			Publication: cfg.Publication, DDLMessages: e.ddl == ddlTrigger}
 		if err := w.Start(ctx, held, ep); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
@@ -280,39 +280,40 @@ func (e *Engine) dropTopic(ctx context.Context, adm *kadm.Client, topic string) 
 // pgoutput protocol it speaks. sourceCheck is given the identifier and
 // the database before anything is made; on a first start (no slot yet),
 // so is firstCheck.
-func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error, sourceCheck func(ctx context.Context, sysid, db string) error) (slot install.Slot, sysid, db string, proto int, err error) {
+func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.Context) error, sourceCheck func(context.Context, kafkalog.Source) error) (slot install.Slot, source kafkalog.Source, proto int, err error) {
 	cfg := e.cfg
 	src, err := install.ConnectSource(ctx, cfg.Source)
 	if err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	defer src.Close(context.Background())
 	if err := install.CheckSource(ctx, src); err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	if err := install.CheckReplicationAttribute(ctx, src, cfg.Source); err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	var version int
-	if err := src.QueryRow(ctx, "SELECT system_identifier::text, current_setting('server_version_num')::int, current_database() FROM pg_control_system()").Scan(&sysid, &version, &db); err != nil {
-		return slot, "", "", 0, fmt.Errorf("read the source's identity: %w", err)
+	if err := src.QueryRow(ctx, `SELECT s.system_identifier::text, current_setting('server_version_num')::int, d.oid, d.datname::text
+FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()`).Scan(&source.SystemID, &version, &source.DatabaseOID, &source.Database); err != nil {
+		return slot, source, 0, fmt.Errorf("read the source's identity: %w", err)
 	}
 	e.reachedOnce = true // from here on, brokers or a source away are waited for
-	if err := sourceCheck(ctx, sysid, db); err != nil {
-		return slot, "", "", 0, err
+	if err := sourceCheck(ctx, source); err != nil {
+		return slot, source, 0, err
 	}
 	// Another capture streaming from the slot makes it active (so does, for
 	// a moment, the walsender of one that just died): refuse, not retry.
 	if err := install.WaitSlotInactive(ctx, src, cfg.Slot, 10*time.Second, e.log); err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
 	if err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	if firstStart {
 		if err := firstCheck(ctx); err != nil {
-			return slot, "", "", 0, err
+			return slot, source, 0, err
 		}
 	}
 	var undo install.Undo
@@ -324,48 +325,53 @@ func (e *Engine) provisionCapture(ctx context.Context, firstCheck func(context.C
 	}()
 	createdPub, err := install.EnsurePublication(ctx, src, cfg.Publication, cfg.Tables, cfg.DDL == "true", e.log)
 	if err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	if createdPub {
 		undo.Publication(src, cfg.Publication)
 	} else if len(cfg.Tables) > 0 {
 		if err := install.WidenCapturePublication(ctx, src, cfg.Publication, cfg.Tables, e.log); err != nil {
-			return slot, "", "", 0, err
+			return slot, source, 0, err
 		}
 	}
 	tables, err := e.publishedTables(ctx, src, &undo, nil)
 	if err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	if e.ddl == ddlTrigger {
 		if err := e.publishTopicKey(ctx, src); err != nil {
-			return slot, "", "", 0, err
+			return slot, source, 0, err
 		}
 	}
 	slot, err = install.LookupSlot(ctx, src, cfg.Slot)
 	if err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
 	if !slot.Exists {
 		res, closeSlot, err := install.CreateSlot(ctx, cfg.Source, cfg.Slot, false)
 		if err != nil {
-			return slot, "", "", 0, err
+			return slot, source, 0, err
 		}
 		closeSlot()
 		e.slotCreated = true
 		if slot.Confirmed, err = change.ParseLSN(res.ConsistentPoint); err != nil {
-			return slot, "", "", 0, err
+			return slot, source, 0, err
 		}
 		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
 	} else if slot.WALStatus == "lost" {
-		return slot, "", "", 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --kafka %s --slot %s --source ...` (the slot, the publication if repstream made it, the topic) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+		return slot, source, 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --kafka %s --slot %s --source ...` (the slot, the publication if repstream made it, the topic) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
 			cfg.Slot, cfg.Kafka, cfg.Slot, cfg.Slot)
 	}
 	proto = capture.ProtoVersionFor(version / 10000)
 	if err := e.chooseCaptureBinary(ctx, src, tables, proto); err != nil {
-		return slot, "", "", 0, err
+		return slot, source, 0, err
 	}
-	return slot, sysid, db, proto, nil
+	return slot, source, proto, nil
+}
+
+// srcSource is the apply's source as the topic's epoch markers name it.
+func (e *Engine) srcSource() kafkalog.Source {
+	return kafkalog.Source{SystemID: e.srcID.SystemID, DatabaseOID: e.srcID.DatabaseOID, Database: e.srcID.Database}
 }
 
 // chooseCaptureBinary decides whether this capture session streams values
@@ -486,7 +492,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	if ep, err := kafkalog.LastEpoch(ctx, adm, brokers, topic); err != nil {
 		return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 	} else if ep != nil {
-		if err := ep.SameSource(topic, "apply", e.srcID.SystemID, e.srcID.Database); err != nil {
+		if err := ep.SameSource(topic, "apply", e.srcSource()); err != nil {
 			return fmt.Errorf("kafka %s: %w", cfg.Kafka, err)
 		}
 		if err := ep.SamePublication(topic, cfg.Publication); err != nil {
@@ -789,7 +795,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	var dec atomic.Pointer[capture.Decoder] // the session's, for behind
 	rd := kafkalog.NewReader(kafkalog.ReaderOptions{
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
-		SystemID: e.srcID.SystemID, Database: e.srcID.Database,
+		Source:  e.srcSource(),
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,

@@ -88,7 +88,7 @@ func LastEpoch(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (
 	if h.Kind != KindEpoch {
 		return nil, nil
 	}
-	e, err := ParseEpoch(body)
+	e, err := ParseEpochRecord(body, r.Headers)
 	if err != nil {
 		return nil, fmt.Errorf("topic %s offset %d: %w", topic, r.Offset, err)
 	}
@@ -99,20 +99,56 @@ func LastEpoch(ctx context.Context, adm *kadm.Client, c Cluster, topic string) (
 // one a capture or an apply was given.
 var ErrOtherSource = errors.New("the topic holds the stream of another source")
 
+// Source names a source database: its server's system identifier, its
+// OID and its name ("" and 0: unknown).
+type Source struct {
+	SystemID    string
+	DatabaseOID uint32
+	Database    string
+}
+
+func (s Source) String() string {
+	oid := "unknown"
+	if s.DatabaseOID != 0 {
+		oid = fmt.Sprint(s.DatabaseOID)
+	}
+	return fmt.Sprintf("system identifier %s, database %q (OID %s)", orUnknown(s.SystemID), s.Database, oid)
+}
+
+// Source is the source database e's capture read.
+func (e Epoch) Source() Source {
+	return Source{SystemID: e.SystemID, DatabaseOID: e.DatabaseOID, Database: e.Database}
+}
+
 // SameSource checks that e was written by a capture of the source
-// database whose system identifier is sysid and whose name is db (either
-// "" when unknown: not compared). who says which half asks ("capture",
-// "apply"), for the error, which names both sources and the way out.
-func (e Epoch) SameSource(topic, who, sysid, db string) error {
-	if (sysid == "" || e.SystemID == "" || sysid == e.SystemID) && (db == "" || e.Database == "" || db == e.Database) {
+// database src. A database is its server's system identifier and its
+// OID: a database dropped and made again under the same name (from a
+// copy or a dump) has another OID and is another source, and one renamed
+// is the same. The name is compared only where one of those is unknown
+// on either side: a marker of a capture of an earlier version carries no
+// OID, and is checked as that version did (system identifier and name);
+// an apply whose role may not call pg_control_system() knows no system
+// identifier, and another server's database may have the same OID. who
+// says which half asks ("capture", "apply"), for the error, which names
+// both sources and the way out.
+func (e Epoch) SameSource(topic, who string, src Source) error {
+	sysid, oid, db := src.SystemID, src.DatabaseOID, src.Database
+	known := sysid != "" && e.SystemID != "" && oid != 0 && e.DatabaseOID != 0
+	if (sysid == "" || e.SystemID == "" || sysid == e.SystemID) &&
+		(oid == 0 || e.DatabaseOID == 0 || oid == e.DatabaseOID) &&
+		(known || db == "" || e.Database == "" || db == e.Database) {
 		return nil
+	}
+	why := ""
+	if sysid == e.SystemID && db == e.Database {
+		why = " (a database of that name was dropped and made again since that capture: another OID, another source)"
 	}
 	fix := "give this capture another --slot, or, if that stream is no longer wanted, delete the topic (every apply of it then copies again)"
 	if who == "apply" {
 		fix = "point --source at the database the capture of slot " + e.Slot + " reads"
 	}
-	return fmt.Errorf("%w: topic %s was written by a capture of system identifier %s, database %q; this %s's source is system identifier %s, database %q: %s",
-		ErrOtherSource, topic, orUnknown(e.SystemID), e.Database, who, orUnknown(sysid), db, fix)
+	return fmt.Errorf("%w: topic %s was written by a capture of %s; this %s's source is %s%s: %s",
+		ErrOtherSource, topic, e.Source(), who, src, why, fix)
 }
 
 // SamePublication checks that e's capture streamed publication pub (an
@@ -135,14 +171,14 @@ func orUnknown(s string) string {
 }
 
 // CheckSource returns ErrOtherSource when topic's last capture session
-// read another source database than the one identified by sysid and db
-// (nil as well when the topic has no epoch marker to tell).
-func CheckSource(ctx context.Context, adm *kadm.Client, c Cluster, topic, who, sysid, db string) error {
+// read another source database than src (nil as well when the topic has
+// no epoch marker to tell).
+func CheckSource(ctx context.Context, adm *kadm.Client, c Cluster, topic, who string, src Source) error {
 	e, err := LastEpoch(ctx, adm, c, topic)
 	if err != nil || e == nil {
 		return err
 	}
-	return e.SameSource(topic, who, sysid, db)
+	return e.SameSource(topic, who, src)
 }
 
 // lowerBound returns the least offset in [lo, hi) from which the first

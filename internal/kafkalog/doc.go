@@ -39,6 +39,14 @@
 //	8       ...   SystemID, Database, Slot, Publication: each a u16 length and that many bytes
 //	end-1   1     flags: bit 0 DDLMessages (repstream.ddl messages captured); other bits written 0, ignored
 //
+// and its record's Kafka header repstream.database_oid (DatabaseOIDHeader)
+// holds the source database's OID, 4 bytes: with SystemID it is the
+// source's identity (Epoch.SameSource), which the name is not (a database
+// dropped and made again under it). A header, not a field of the value:
+// an apply of an earlier version refuses a longer marker, and ignores
+// headers. A marker without it (an earlier capture's) has OID 0, checked
+// by system identifier and name.
+//
 // A capture session's records all have its value format: one of the same
 // epoch in another is refused (ErrCorrupt).
 //
@@ -119,10 +127,10 @@
 // Files:
 //
 //	doc.go      this overview: the record format, its invariants, resuming
-//	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; Assembler (fragments put back together)
+//	record.go   the format: Header, Frame, Fragment, Epoch, their Append* encoders and Parse*/Frames decoders, ErrCorrupt; EpochHeaders, ParseEpochRecord (the marker's database OID header); Assembler (fragments put back together)
 //	writer.go   Writer (capture --kafka's raw sink): Fence, then the epoch marker (Start) and Kafka transactions committed every CommitEvery; messages batched into records up to each transaction boundary (larger while catching up: SourceWAL), fragments, Relation messages re-sent, Acked once the brokers hold a commit, flow control, its stats; Producer
 //	reader.go   Reader (apply --kafka): records to a Decoder (a schema-change message it finds not signed: ErrCorrupt), epochs, transactions whose start was not read dropped, ResumeOffset, Position, its stats; CheckStart
-//	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Epoch.SameSource, CheckSource: the topic's last session read this source; Epoch.SamePublication: an apply's --publication is its
+//	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Source, Epoch.SameSource, CheckSource: the topic's last session read this source (system identifier and database OID); Epoch.SamePublication: an apply's --publication is its
 //	lag.go      FirstMissingCommit: the oldest commit of the topic a target lacks, from its offset (status --kafka's lag)
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch

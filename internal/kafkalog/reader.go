@@ -37,10 +37,10 @@ type ReaderOptions struct {
 	From    int64 // the offset to read from (ResumeOffset of the last run, or the topic's start)
 	// Slot and Publication are what the EPOCH markers must name.
 	Slot, Publication string
-	// SystemID and Database identify the apply's source: an EPOCH marker
-	// of another source stops the Reader (Epoch.SameSource; "": not
+	// Source identifies the apply's source: an EPOCH marker of another
+	// source stops the Reader (Epoch.SameSource; what is unknown is not
 	// compared).
-	SystemID, Database string
+	Source Source
 	// Applied reports whether the transaction ending at end is applied on
 	// the target: a transaction whose first records the Reader did not
 	// read (it starts after them) must be.
@@ -266,7 +266,7 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 	}
 	var ep *Epoch
 	if h.Kind == KindEpoch {
-		e, err := ParseEpoch(body)
+		e, err := ParseEpochRecord(body, rec.Headers)
 		if err != nil {
 			return fmt.Errorf("topic %s offset %d: %w", r.o.Topic, rec.Offset, err)
 		}
@@ -274,7 +274,7 @@ func (r *Reader) record(ctx context.Context, rec *kgo.Record) error {
 			return fmt.Errorf("topic %s offset %d: written by a capture of slot %q, publication %q; this apply is of slot %q, publication %q",
 				r.o.Topic, rec.Offset, e.Slot, e.Publication, r.o.Slot, r.o.Publication)
 		}
-		if err := e.SameSource(r.o.Topic, "apply", r.o.SystemID, r.o.Database); err != nil {
+		if err := e.SameSource(r.o.Topic, "apply", r.o.Source); err != nil {
 			return fmt.Errorf("offset %d: %w", rec.Offset, err)
 		}
 		ep = &e

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/repstream/repstream/internal/change"
 )
 
@@ -57,12 +59,52 @@ type Frame struct {
 // at Start (every transaction ending after Start follows the marker), with
 // the source's identity and what its consumers must decode with.
 type Epoch struct {
-	Start       change.LSN
-	SystemID    string // the source's system identifier
-	Database    string // the source database
+	Start    change.LSN
+	SystemID string // the source's system identifier
+	Database string // the source database's name
+	// DatabaseOID is the source database's OID, carried in the marker
+	// record's Kafka header DatabaseOIDHeader, not in its value (an apply
+	// of an earlier version refuses a value longer than it knows and would
+	// stop at the first marker of an upgraded capture; it ignores
+	// headers). 0: unknown (a marker of an earlier capture).
+	DatabaseOID uint32
 	Slot        string
 	Publication string
 	DDLMessages bool // repstream.ddl messages are captured (the event trigger)
+}
+
+// DatabaseOIDHeader is the Kafka record header of an EPOCH marker that
+// holds Epoch.DatabaseOID: 4 bytes, big-endian. With the system
+// identifier it names the source database as its name cannot: a database
+// dropped and made again under the same name (from a copy, a dump) is
+// another source.
+const DatabaseOIDHeader = "repstream.database_oid"
+
+// EpochHeaders returns the Kafka record headers of e's marker.
+func EpochHeaders(e Epoch) []kgo.RecordHeader {
+	if e.DatabaseOID == 0 {
+		return nil
+	}
+	return []kgo.RecordHeader{{Key: DatabaseOIDHeader, Value: binary.BigEndian.AppendUint32(nil, e.DatabaseOID)}}
+}
+
+// ParseEpochRecord reads an EPOCH marker: its body (ParseEpoch) and its
+// record's headers (EpochHeaders; other headers are ignored).
+func ParseEpochRecord(body []byte, headers []kgo.RecordHeader) (Epoch, error) {
+	e, err := ParseEpoch(body)
+	if err != nil {
+		return e, err
+	}
+	for _, h := range headers {
+		if h.Key != DatabaseOIDHeader {
+			continue
+		}
+		if len(h.Value) != 4 || binary.BigEndian.Uint32(h.Value) == 0 {
+			return e, fmt.Errorf("%w: epoch marker header %s of %d bytes (%x)", ErrCorrupt, h.Key, len(h.Value), h.Value)
+		}
+		e.DatabaseOID = binary.BigEndian.Uint32(h.Value)
+	}
+	return e, nil
 }
 
 // AppendHeader appends h, encoded, to dst.

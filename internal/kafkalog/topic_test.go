@@ -43,23 +43,35 @@ func TestTopicFits(t *testing.T) {
 }
 
 // TestEpochSameSource: an epoch marker of another system or another
-// database is refused, naming both and the way out for the half that
-// asks; what is unknown on either side is not compared.
+// database (another OID: dropped and made again under the same name) is
+// refused, naming both and the way out for the half that asks; what is
+// unknown on either side is not compared, and the name only where the
+// system identifier or the OID is unknown (a database renamed is the
+// same; a marker of an earlier capture has no OID).
 func TestEpochSameSource(t *testing.T) {
-	e := Epoch{SystemID: "7300000000000000001", Database: "shop", Slot: "s"}
+	e := Epoch{SystemID: "7300000000000000001", DatabaseOID: 16384, Database: "shop", Slot: "s"}
+	old := Epoch{SystemID: "7300000000000000001", Database: "shop", Slot: "s"} // an earlier capture's
 	for _, c := range []struct {
-		name, who, sysid, db string
-		want                 string // "" = the same source
+		name, who string
+		e         Epoch
+		src       Source
+		want      string // "" = the same source
 	}{
-		{"same", "capture", "7300000000000000001", "shop", ""},
-		{"system unknown here", "apply", "", "shop", ""},
-		{"nothing known", "apply", "", "", ""},
-		{"other database", "capture", "7300000000000000001", "hr", `database "shop"; this capture's source is system identifier 7300000000000000001, database "hr": give this capture another --slot`},
-		{"other system", "apply", "7399999999999999999", "shop", "point --source at the database the capture of slot s reads"},
-		{"other database, system unknown", "apply", "", "hr", "this apply's source is system identifier (unknown)"},
+		{"same", "capture", e, Source{"7300000000000000001", 16384, "shop"}, ""},
+		{"renamed", "apply", e, Source{"7300000000000000001", 16384, "boutique"}, ""},
+		{"system unknown here", "apply", e, Source{"", 16384, "shop"}, ""},
+		{"nothing known", "apply", e, Source{}, ""},
+		{"made again", "capture", e, Source{"7300000000000000001", 16999, "shop"},
+			`database "shop" (OID 16384); this capture's source is system identifier 7300000000000000001, database "shop" (OID 16999) (a database of that name was dropped and made again`},
+		{"other database", "capture", e, Source{"7300000000000000001", 16999, "hr"}, `this capture's source is system identifier 7300000000000000001, database "hr" (OID 16999): give this capture another --slot`},
+		{"other system", "apply", e, Source{"7399999999999999999", 16384, "shop"}, "point --source at the database the capture of slot s reads"},
+		{"other database, system unknown", "apply", e, Source{"", 16384, "hr"}, "this apply's source is system identifier (unknown)"},
+		{"earlier capture, same", "apply", old, Source{"7300000000000000001", 16999, "shop"}, ""},
+		{"earlier capture, other database", "apply", old, Source{"7300000000000000001", 16999, "hr"}, `database "shop" (OID unknown)`},
+		{"earlier capture, other system", "capture", old, Source{"7399999999999999999", 16384, "shop"}, "give this capture another --slot"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := e.SameSource("repstream.s", c.who, c.sysid, c.db)
+			err := c.e.SameSource("repstream.s", c.who, c.src)
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -68,8 +80,32 @@ func TestEpochSameSource(t *testing.T) {
 			}
 		})
 	}
-	if err := (Epoch{Database: "shop"}).SameSource("t", "capture", "1", "shop"); err != nil {
+	if err := (Epoch{Database: "shop"}).SameSource("t", "capture", Source{"1", 5, "shop"}); err != nil {
 		t.Errorf("a marker without a system identifier: %v", err)
+	}
+}
+
+// TestEpochRecordHeaders: the database's OID travels in the marker
+// record's header (the value an earlier apply reads is unchanged); a
+// marker without it (an earlier capture's) reads as OID 0; a damaged one
+// is refused.
+func TestEpochRecordHeaders(t *testing.T) {
+	e := Epoch{Start: 9, SystemID: "1", DatabaseOID: 16384, Database: "shop", Slot: "s", Publication: "p"}
+	body := AppendEpoch(nil, e)
+	got, err := ParseEpochRecord(body, append([]kgo.RecordHeader{{Key: "other", Value: []byte("x")}}, EpochHeaders(e)...))
+	if err != nil || got != e {
+		t.Fatalf("got %+v, %v; want %+v", got, err, e)
+	}
+	if got, err := ParseEpochRecord(body, nil); err != nil || got.DatabaseOID != 0 || got.Database != "shop" {
+		t.Fatalf("without the header: %+v, %v", got, err)
+	}
+	if len(EpochHeaders(Epoch{})) != 0 {
+		t.Errorf("headers for an unknown OID: %v", EpochHeaders(Epoch{}))
+	}
+	for _, v := range [][]byte{{0, 1}, {0, 0, 0, 0}, {0, 0, 0, 1, 2}} {
+		if _, err := ParseEpochRecord(body, []kgo.RecordHeader{{Key: DatabaseOIDHeader, Value: v}}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("header %x: %v, want ErrCorrupt", v, err)
+		}
 	}
 }
 

@@ -259,7 +259,7 @@ func (w *Writer) Start(ctx context.Context, tail TailInfo, e Epoch) error {
 	w.lastCommit = max(w.lastCommit, tail.LastCommit)
 	v := AppendHeader(nil, w.header(KindEpoch))
 	v = AppendEpoch(v, e)
-	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v}).FirstErr(); err != nil {
+	if err := w.o.Client.ProduceSync(ctx, &kgo.Record{Topic: w.o.Topic, Partition: 0, Value: v, Headers: EpochHeaders(e)}).FirstErr(); err != nil {
 		return fmt.Errorf("write the epoch marker to topic %s: %w", w.o.Topic, fenced(err))
 	}
 	if w.committer == nil {

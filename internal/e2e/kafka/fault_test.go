@@ -482,6 +482,8 @@ func TestKafkaTopicRefused(t *testing.T) {
 	k := kafkatest.Shared(t)
 	t.Run("settings", func(t *testing.T) { topicSettingsRefused(t, k) })
 	t.Run("another source", func(t *testing.T) { topicOfAnotherSource(t, k) })
+	t.Run("database made again", func(t *testing.T) { topicOfDatabaseMadeAgain(t, k) })
+	t.Run("later marker of another database", func(t *testing.T) { laterMarkerOfAnotherDatabase(t, k) })
 }
 
 func topicSettingsRefused(t *testing.T, k *kafkatest.Cluster) {
@@ -616,6 +618,169 @@ func topicOfAnotherSource(t *testing.T, k *kafkatest.Cluster) {
 	if err := tgt2.QueryRow(t.Context(), "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')").Scan(&made); err != nil || made != 0 {
 		t.Fatalf("the refused apply made %d relations on its target (%v)", made, err)
 	}
+}
+
+// topicOfDatabaseMadeAgain (TestKafkaTopicRefused/database_made_again):
+// the source database is dropped and made again under the same name on
+// the same server, from a copy made earlier (CREATE DATABASE ... TEMPLATE:
+// the same tables, OIDs, publication and event triggers, an older state),
+// and the slot is made again by hand. Same system identifier, same name,
+// another database OID. Its capture does not write into the slot's topic
+// (whose markers name the dropped database's OID), and an apply whose
+// --source is the new database does not take that topic, its target's
+// or a new one: the target, which holds rows the copy lacks, would go on
+// with the new database's stream and differ from its source without an
+// error. Each stops before it makes anything, naming both OIDs.
+func topicOfDatabaseMadeAgain(t *testing.T, k *kafkatest.Cluster) {
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	db, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+
+	var oldOID uint32
+	if err := e.s.QueryRow(t.Context(), "SELECT oid FROM pg_database WHERE datname = current_database()").Scan(&oldOID); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(t.Context(), e.src.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	adminExec := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := admin.Exec(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	// The copy, then rows the target takes and the copy lacks.
+	snap := e.srcDB + "_copy"
+	e.s.Close(context.Background())
+	adminExec("CREATE DATABASE " + snap + " TEMPLATE " + e.srcDB)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+snap+" WITH (FORCE)") })
+	if e.s, err = pgx.Connect(t.Context(), e.src.DSN(e.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	capt = e.startCapture("capture (2)")
+	ap = e.startApply("apply (2)", db)
+	e.exec("INSERT INTO events VALUES (2, 'not in the copy')")
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+
+	e.s.Close(context.Background())
+	adminExec("SELECT pg_drop_replication_slot('"+e.slot+"')",
+		"DROP DATABASE "+e.srcDB+" WITH (FORCE)",
+		"CREATE DATABASE "+e.srcDB+" TEMPLATE "+snap)
+	if e.s, err = pgx.Connect(t.Context(), e.src.DSN(e.srcDB)); err != nil {
+		t.Fatal(err)
+	}
+	var newOID uint32
+	if err := e.s.QueryRow(t.Context(), "SELECT oid FROM pg_database WHERE datname = current_database()").Scan(&newOID); err != nil || newOID == oldOID {
+		t.Fatalf("the database made again has OID %d, the dropped one %d (%v)", newOID, oldOID, err)
+	}
+	e.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", e.slot)
+
+	p := startProc(t, "capture of the database made again", e.captureArgs()...)
+	logTails(t, p)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(30 * time.Second):
+		// It took the topic: the dropped database's target reads this
+		// one's changes on top of rows this one lacks.
+		ap := e.startApply("apply (restarted)", db)
+		e.exec("INSERT INTO events VALUES (1, 'written in the database made again')")
+		time.Sleep(10 * time.Second)
+		var took, lacks int
+		_ = tgt.QueryRow(t.Context(), "SELECT count(*) FILTER (WHERE at = 1), count(*) FILTER (WHERE at = 2) FROM events").Scan(&took, &lacks)
+		ap.kill()
+		p.kill()
+		t.Fatalf("the capture of the database made again (OID %d) wrote into the topic of the dropped one (OID %d): its target took %d of the new database's changes and keeps %d row(s) the new database lacks:\n%s",
+			newOID, oldOID, took, lacks, p.out.tail(20))
+	}
+	err = exitOf(t, p, time.Second)
+	out := p.out.tail(20)
+	want := []string{"holds the stream of another source", fmt.Sprintf("OID %d", oldOID), fmt.Sprintf("OID %d", newOID)}
+	if err == nil || lineWith(out, want...) == "" {
+		t.Fatalf("capture of the database made again: %v, want a stop naming %q\n%s", err, want, out)
+	}
+	t.Logf("capture: %s", lineWith(out, want...))
+
+	want = append(want, "point --source at the database the capture of slot "+e.slot+" reads")
+	db2, tgt2 := e.newTarget()
+	for _, c := range []struct {
+		name, db string
+		tgt      *pgx.Conn
+	}{{"apply (restarted) from the database made again", db, tgt}, {"apply (new target) from the database made again", db2, tgt2}} {
+		var before int
+		if err := c.tgt.QueryRow(t.Context(), "SELECT count(*) FROM pg_class").Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		p = startProc(t, c.name, e.applyArgs(c.db)...)
+		err = exitOf(t, p, 60*time.Second)
+		out = p.out.tail(20)
+		if err == nil || lineWith(out, want...) == "" {
+			t.Fatalf("%s: %v, want a stop naming %q\n%s", c.name, err, want, out)
+		}
+		t.Logf("%s: %s", c.name, lineWith(out, want...))
+		var after int
+		if err := c.tgt.QueryRow(t.Context(), "SELECT count(*) FROM pg_class").Scan(&after); err != nil || after != before {
+			t.Fatalf("%s made relations on its target: %d before, %d after (%v)", c.name, before, after, err)
+		}
+	}
+}
+
+// laterMarkerOfAnotherDatabase (TestKafkaTopicRefused/later_marker_of_another_database):
+// a running apply meets an epoch marker naming its source's system
+// identifier and database name but another database OID (the marker of
+// a capture of a database made again under that name): it stops at that
+// marker, naming both OIDs, as its start would.
+func laterMarkerOfAnotherDatabase(t *testing.T, k *kafkatest.Cluster) {
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	db, tgt := e.newTarget()
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+
+	var marker *kgo.Record
+	var last kafkalog.Header
+	eachRecord(t, k, e.topic(), func(r *kgo.Record) {
+		h, _, err := kafkalog.ParseHeader(r.Value)
+		if err != nil {
+			t.Fatalf("offset %d: %v", r.Offset, err)
+		}
+		if h.Kind == kafkalog.KindEpoch {
+			marker = r
+		}
+		last = h
+	})
+	if marker == nil {
+		t.Fatal("no epoch marker in the topic")
+	}
+	_, body, _ := kafkalog.ParseHeader(marker.Value)
+	ep, err := kafkalog.ParseEpochRecord(body, marker.Headers)
+	if err != nil || ep.DatabaseOID == 0 {
+		t.Fatalf("the capture's marker %+v names no database OID (%v)", ep, err)
+	}
+	other := ep
+	other.DatabaseOID++
+	v := kafkalog.AppendHeader(nil, kafkalog.Header{Kind: kafkalog.KindEpoch, Epoch: last.Epoch + 1, LastCommit: last.LastCommit, Proto: last.Proto, Binary: last.Binary})
+	rec := &kgo.Record{Value: kafkalog.AppendEpoch(v, other), Headers: kafkalog.EpochHeaders(other)}
+	if err := k.Client(t, kgo.DefaultProduceTopic(e.topic())).ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	err = exitOf(t, ap, 60*time.Second)
+	want := []string{fmt.Sprintf("offset %d", rec.Offset), "holds the stream of another source", fmt.Sprintf("OID %d", ep.DatabaseOID), fmt.Sprintf("OID %d", other.DatabaseOID)}
+	if out := ap.out.tail(20); err == nil || lineWith(out, want...) == "" {
+		t.Fatalf("an apply that meets a marker of another database OID: %v, want a stop naming %q\n%s", err, want, out)
+	}
+	t.Logf("apply: %s", lineWith(ap.out.tail(20), want...))
+	capt.stop()
 }
 
 // TestKafkaBrokerAwayPastTxnTimeout: the broker is away for longer than
