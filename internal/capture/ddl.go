@@ -261,7 +261,7 @@ func (c *Capture) notFromCapture(walStart change.LSN, xid uint32, signed bool, e
 		return fmt.Errorf("schema-change message of xid %d: %w: the capture writes no such message to the topic, so another producer wrote this record; %s",
 			xid, err, reseed)
 	default:
-		return fmt.Errorf("schema-change message of xid %d: %w: another producer wrote this record, or it was signed with a key the source had before this apply started (repstream.ddl_key made again since: repstream's event trigger installed anew after its last drop, the source restored from a dump), which cannot be checked any more; %s",
+		return fmt.Errorf("schema-change message of xid %d: %w: another producer wrote this record, or it was signed with a key the source had before this apply started (repstream.ddl_key made again or replaced since: repstream's event trigger installed anew after its last drop, the source restored from a dump, a REFRESH with its guard off; a capture's start removes the public keys of replaced ones), which cannot be checked any more; %s",
 			xid, err, reseed)
 	}
 }

@@ -104,8 +104,13 @@ func topicKeysNow(dsn string) func(context.Context) (map[string]ed25519.PublicKe
 func (e *Engine) publishTopicKey(ctx context.Context, src *pgx.Conn) error {
 	e.topicKey = ddlmsg.TopicKey(e.ddlKey)
 	pub := e.topicKey.Public().(ed25519.PublicKey)
-	if err := install.PublishTopicKey(ctx, src, pub); err != nil {
+	removed, err := install.PublishTopicKey(ctx, src, pub)
+	if err != nil {
 		return err
+	}
+	if len(removed) > 0 {
+		e.log.Warn("the source's key that signs schema-change messages was replaced: the public keys of the earlier ones are no longer published, and what they signed is no longer taken (an apply still behind such a message stops at it: re-seed that target)",
+			"removed", strings.Join(removed, ", "), "fingerprint", ddlmsg.KeyFingerprint(pub))
 	}
 	e.log.Info("the topic's schema-change messages are signed with the key published on the source", "fingerprint", ddlmsg.KeyFingerprint(pub))
 	return nil

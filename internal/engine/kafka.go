@@ -798,9 +798,15 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 		Source:  e.srcSource(),
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
 		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
+			// The public keys read at start serve the first session; a
+			// later one reads them again at its first schema-change
+			// message: its capture published its key and removed those of
+			// replaced ones (install.PublishTopicKey) before its marker.
+			keys := e.topicKeys
+			e.topicKeys = nil
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
 				DDLMessages: e.ddl == ddlTrigger, DDLSignedFrom: e.ddlSignedFrom, DDLKeySince: e.ddlKeySince,
-				TopicKeys: e.topicKeys, TopicKeysNow: topicKeysNow(cfg.Source),
+				TopicKeys: keys, TopicKeysNow: topicKeysNow(cfg.Source),
 				Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
 			if len(e.ddlKey) > 0 {
 				// A source role that may read the HMAC key: the records an

@@ -70,12 +70,13 @@ import (
 //     while an earlier version's trigger emitted them unsigned, where the
 //     install that made the key committed (DDLSigning).
 //
-//   - repstream.ddl_pubkey: the public keys (one row per key, by its
-//     fingerprint) of the Ed25519 keys a capture --kafka derives from
-//     ddl_key to sign anew the messages it writes to a topic
-//     (ddlmsg/topicsign.go; PublishTopicKey at the capture's start): an
-//     apply's source role reads them (TopicKeys) to check the topic's
-//     messages without being able to sign any. Only its owner writes it.
+//   - repstream.ddl_pubkey: the public key (one row, by its fingerprint)
+//     of the Ed25519 key a capture --kafka derives from ddl_key to sign
+//     anew the messages it writes to a topic (ddlmsg/topicsign.go;
+//     PublishTopicKey at the capture's start, which removes the keys of
+//     replaced ddl_keys): an apply's source role reads it (TopicKeys) to
+//     check the topic's messages without being able to sign any. Only
+//     its owner writes it.
 //
 //   - the event trigger repstream_ddl_types (ALTER TYPE): for an enum or
 //     a composite, a message per published table with a column of it,
@@ -793,16 +794,40 @@ func DDLSignedFrom(ctx context.Context, src *pgx.Conn, slot string) (change.LSN,
 
 // PublishTopicKey records on the source the public key that checks the
 // schema-change messages a capture signs for a Kafka topic
-// (ddlmsg.TopicKey of the source's ddl_key), if it is not there yet.
-// Keys published before stay: an apply behind may still read messages
-// they signed (a new ddl_key comes only with the trigger installed anew,
-// which drops the table, or with a restored dump).
-func PublishTopicKey(ctx context.Context, src *pgx.Conn, pub ed25519.PublicKey) error {
-	if _, err := src.Exec(ctx, `INSERT INTO repstream.ddl_pubkey (fingerprint, key) VALUES ($1, $2) ON CONFLICT (fingerprint) DO NOTHING`,
-		ddlmsg.KeyFingerprint(pub), []byte(pub)); err != nil {
-		return fmt.Errorf("--ddl: publish the key that checks the topic's schema-change messages (repstream.ddl_pubkey) on the source: %w", err)
+// (ddlmsg.TopicKey of the source's ddl_key), if it is not there yet, and
+// removes every other key, in one transaction; it returns the
+// fingerprints it removed.
+//
+// The table holds the key of the database's ddl_key alone, so that a key
+// replaced signs nothing an apply takes from the next capture's start on
+// (what an apply trusts is what the source publishes: an epoch marker
+// naming a key would not do, any topic writer can write one). Every
+// capture of the database signs with the same key (one ddl_key), and a
+// key is replaced only while no slot of the database's replications
+// exists (the guard repstream_ddl_key refuses a REFRESH otherwise; a
+// database restored from a dump has its own key and the rows of the
+// dumped one, whose topics its captures and applies refuse:
+// kafkalog.Epoch.SameSource), or by a superuser who turned the guard
+// off: then an apply still reading records signed with the old key
+// stops at the first, and is re-seeded (its messages cannot be told from
+// forged ones).
+func PublishTopicKey(ctx context.Context, src *pgx.Conn, pub ed25519.PublicKey) (removed []string, err error) {
+	fp := ddlmsg.KeyFingerprint(pub)
+	err = pgx.BeginFunc(ctx, src, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `DELETE FROM repstream.ddl_pubkey WHERE fingerprint <> $1 RETURNING fingerprint`, fp)
+		if err != nil {
+			return err
+		}
+		if removed, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO repstream.ddl_pubkey (fingerprint, key) VALUES ($1, $2) ON CONFLICT (fingerprint) DO NOTHING`, fp, []byte(pub))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--ddl: publish the key that checks the topic's schema-change messages (repstream.ddl_pubkey) on the source: %w", err)
 	}
-	return nil
+	return removed, nil
 }
 
 // TopicKeys reads the public keys the captures published on the source

@@ -27,7 +27,7 @@
 //	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply
 //	fault_test.go         brokers down, lost, the leader killed; a topic refused (its settings, another source's stream, a database dropped and made again under its name); a 50 MB value; a foreign record; two captures; an apply killed inside a group
 //	ddl_test.go           schema changes through the topic; --on-error park
-//	forged_test.go        a forged schema change written to the topic (reusing the real Ed25519 signature, HMAC-signed, signed with another key) stops the apply, whose source role cannot read the HMAC key; one that cannot read the public keys is refused at start
+//	forged_test.go        a forged schema change written to the topic (reusing the real Ed25519 signature, HMAC-signed, signed with another key) stops the apply, whose source role cannot read the HMAC key; one that cannot read the public keys is refused at start; one signed with the key the source replaced stops it too (the source publishes the new key alone)
 //	acceptance_test.go    the check as one run on three brokers (a broker left down, kills, a target stopped while 300,000 rows come)
 //	fidelity_test.go      the shapes PostgreSQL's logical-replication tests use (generated columns, TRUNCATE CASCADE, prepared and streamed transactions, partitions, a table dropped and made again); a user publication's row filter and column list, a table added to it
 //	late_test.go          a target started late reads the topic from CopyStart
