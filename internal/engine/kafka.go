@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -369,6 +370,21 @@ FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d WHERE d.datname 
 	return slot, source, proto, nil
 }
 
+// identifySystem reads the system identifier of the server dsn reaches
+// with the replication protocol's IDENTIFY_SYSTEM.
+func identifySystem(ctx context.Context, dsn string) (string, error) {
+	repl, err := capture.Connect(ctx, dsn, "")
+	if err != nil {
+		return "", err
+	}
+	defer repl.Close(context.WithoutCancel(ctx))
+	id, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return "", fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+	}
+	return id.SystemID, nil
+}
+
 // srcSource is the apply's source as the topic's epoch markers name it.
 func (e *Engine) srcSource() kafkalog.Source {
 	return kafkalog.Source{SystemID: e.srcID.SystemID, DatabaseOID: e.srcID.DatabaseOID, Database: e.srcID.Database}
@@ -487,6 +503,18 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	// database and the stream of the other.
 	if e.srcID, err = provision.Identify(ctx, src); err != nil {
 		return fmt.Errorf("source: %w", err)
+	}
+	if e.srcID.SystemID == "" {
+		// A role that may not call pg_control_system(): without the
+		// system identifier, another server's database of the same name
+		// and OID (the first one made on a server has OID 16384) would
+		// pass for the capture's. IDENTIFY_SYSTEM tells it on a
+		// replication connection, which the copy needs anyway.
+		sysid, ierr := identifySystem(ctx, cfg.Source)
+		if ierr != nil {
+			e.log.Warn("cannot read the source's system identifier: the topic's source is checked by database OID and name alone", "err", ierr)
+		}
+		e.srcID.SystemID = sysid
 	}
 	// And of another publication than --publication.
 	if ep, err := kafkalog.LastEpoch(ctx, adm, brokers, topic); err != nil {

@@ -121,22 +121,20 @@ func (e Epoch) Source() Source {
 }
 
 // SameSource checks that e was written by a capture of the source
-// database src. A database is its server's system identifier and its
-// OID: a database dropped and made again under the same name (from a
-// copy or a dump) has another OID and is another source, and one renamed
-// is the same. The name is compared only where one of those is unknown
-// on either side: a marker of a capture of an earlier version carries no
-// OID, and is checked as that version did (system identifier and name);
-// an apply whose role may not call pg_control_system() knows no system
-// identifier, and another server's database may have the same OID. who
-// says which half asks ("capture", "apply"), for the error, which names
-// both sources and the way out.
+// database src: the same system identifier, database OID and name, each
+// compared where both sides know it. The name alone does not tell a
+// database dropped and made again under it (from a copy or a dump: another
+// OID), nor the system identifier alone servers cloned from one base
+// backup (their databases made since may share an OID under other names).
+// A marker of a capture of an earlier version carries no OID, and is
+// checked as that version did (system identifier and name). who says
+// which half asks ("capture", "apply"), for the error, which names both
+// sources and the way out.
 func (e Epoch) SameSource(topic, who string, src Source) error {
 	sysid, oid, db := src.SystemID, src.DatabaseOID, src.Database
-	known := sysid != "" && e.SystemID != "" && oid != 0 && e.DatabaseOID != 0
 	if (sysid == "" || e.SystemID == "" || sysid == e.SystemID) &&
 		(oid == 0 || e.DatabaseOID == 0 || oid == e.DatabaseOID) &&
-		(known || db == "" || e.Database == "" || db == e.Database) {
+		(db == "" || e.Database == "" || db == e.Database) {
 		return nil
 	}
 	why := ""

@@ -40,9 +40,9 @@
 //	end-1   1     flags: bit 0 DDLMessages (repstream.ddl messages captured); other bits written 0, ignored
 //
 // and its record's Kafka header repstream.database_oid (DatabaseOIDHeader)
-// holds the source database's OID, 4 bytes: with SystemID it is the
-// source's identity (Epoch.SameSource), which the name is not (a database
-// dropped and made again under it). A header, not a field of the value:
+// holds the source database's OID, 4 bytes: with SystemID and the name
+// it names the source (Epoch.SameSource), which the name does not alone
+// (a database dropped and made again under it). A header, not a field of the value:
 // an apply of an earlier version refuses a longer marker, and ignores
 // headers. A marker without it (an earlier capture's) has OID 0, checked
 // by system identifier and name.

@@ -75,9 +75,9 @@ type Epoch struct {
 
 // DatabaseOIDHeader is the Kafka record header of an EPOCH marker that
 // holds Epoch.DatabaseOID: 4 bytes, big-endian. With the system
-// identifier it names the source database as its name cannot: a database
-// dropped and made again under the same name (from a copy, a dump) is
-// another source.
+// identifier and the name it names the source database as the name
+// cannot alone: a database dropped and made again under the same name
+// (from a copy, a dump) is another source.
 const DatabaseOIDHeader = "repstream.database_oid"
 
 // EpochHeaders returns the Kafka record headers of e's marker.

@@ -43,11 +43,11 @@ func TestTopicFits(t *testing.T) {
 }
 
 // TestEpochSameSource: an epoch marker of another system or another
-// database (another OID: dropped and made again under the same name) is
-// refused, naming both and the way out for the half that asks; what is
-// unknown on either side is not compared, and the name only where the
-// system identifier or the OID is unknown (a database renamed is the
-// same; a marker of an earlier capture has no OID).
+// database (another OID: dropped and made again under the same name;
+// another name: a server cloned from the same base backup) is refused,
+// naming both and the way out for the half that asks; what is unknown on
+// either side is not compared (a marker of an earlier capture has no
+// OID).
 func TestEpochSameSource(t *testing.T) {
 	e := Epoch{SystemID: "7300000000000000001", DatabaseOID: 16384, Database: "shop", Slot: "s"}
 	old := Epoch{SystemID: "7300000000000000001", Database: "shop", Slot: "s"} // an earlier capture's
@@ -58,7 +58,7 @@ func TestEpochSameSource(t *testing.T) {
 		want      string // "" = the same source
 	}{
 		{"same", "capture", e, Source{"7300000000000000001", 16384, "shop"}, ""},
-		{"renamed", "apply", e, Source{"7300000000000000001", 16384, "boutique"}, ""},
+		{"same OID, another name (a clone's database)", "apply", e, Source{"7300000000000000001", 16384, "boutique"}, `this apply's source is system identifier 7300000000000000001, database "boutique" (OID 16384)`},
 		{"system unknown here", "apply", e, Source{"", 16384, "shop"}, ""},
 		{"nothing known", "apply", e, Source{}, ""},
 		{"made again", "capture", e, Source{"7300000000000000001", 16999, "shop"},

@@ -783,6 +783,95 @@ func laterMarkerOfAnotherDatabase(t *testing.T, k *kafkatest.Cluster) {
 	capt.stop()
 }
 
+// TestKafkaApplySourceOnAnotherServer: an apply whose --source is a
+// database of the same name and OID as the capture's on another server
+// (the first database made on a server has OID 16384), whose role may
+// not call pg_control_system() (revoked from PUBLIC there), is refused
+// before it makes anything, naming both system identifiers: it reads its
+// server's with IDENTIFY_SYSTEM. It would have copied that server's
+// tables and applied the topic's stream of the capture's on top. Serial:
+// t.Setenv (a server of its own initdb, not a copy of the shared
+// template, has a system identifier of its own).
+func TestKafkaApplySourceOnAnotherServer(t *testing.T) {
+	k := kafkatest.Shared(t)
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	capt := e.startCapture("capture")
+	var oid uint32
+	var sysid string
+	if err := e.s.QueryRow(t.Context(), "SELECT d.oid, s.system_identifier::text FROM pg_database d, pg_control_system() s WHERE d.datname = current_database()").Scan(&oid, &sysid); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv(pgcluster.EnvNoTemplate, "1")
+	other := pgtest.Cluster(t, pgcluster.Options{Fast: true})
+	admin, err := pgx.Connect(t.Context(), other.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var otherID string
+	if err := admin.QueryRow(t.Context(), "SELECT system_identifier::text FROM pg_control_system()").Scan(&otherID); err != nil || otherID == sysid {
+		t.Fatalf("the other server's system identifier %s, the source's %s (%v)", otherID, sysid, err)
+	}
+	role := "applysrc_" + e.slot
+	for _, q := range []string{
+		fmt.Sprintf("CREATE DATABASE %s OID %d", e.srcDB, oid),
+		"CREATE ROLE " + role + " LOGIN REPLICATION",
+	} {
+		if _, err := admin.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	oc, err := pgx.Connect(t.Context(), other.DSN(e.srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close(context.Background())
+	// As the capture of a slot of that name there would have made them.
+	for _, q := range []string{`CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		CREATE TABLE ledger (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE events (at bigint NOT NULL, what text);
+		INSERT INTO acct VALUES (1, 1, 'the other server');
+		GRANT SELECT ON ALL TABLES IN SCHEMA public TO ` + role + `;
+		CREATE PUBLICATION ` + e.slot + ` FOR TABLE acct, ledger, events;
+		REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC`,
+		"SELECT pg_create_logical_replication_slot('" + e.slot + "', 'pgoutput')",
+	} {
+		if _, err := oc.Exec(t.Context(), q); err != nil {
+			t.Fatalf("other server: %s: %v", firstLine(q), err)
+		}
+	}
+	defer func() { _, _ = oc.Exec(context.Background(), "SELECT pg_drop_replication_slot('"+e.slot+"')") }()
+
+	args := e.applyArgs("")
+	db, tgt := e.newTarget()
+	i := slices.Index(args, "--source")
+	args[i+1] = strings.Replace(other.DSN(e.srcDB), "user="+pgcluster.Superuser+" ", "user="+role+" ", 1)
+	args[slices.Index(args, "--target")+1] = e.tgtC.DSN(db)
+	p := startProc(t, "apply from another server", args...)
+	logTails(t, p)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(30 * time.Second):
+		var n int
+		_ = tgt.QueryRow(t.Context(), "SELECT count(*) FROM acct").Scan(&n)
+		t.Fatalf("the apply from the other server (system identifier %s) took the topic of the capture of system identifier %s: its target has %d row(s) in acct, copied from the other server\n%s",
+			otherID, sysid, n, p.out.tail(20))
+	}
+	err = exitOf(t, p, time.Second)
+	want := []string{"holds the stream of another source", "system identifier " + sysid, "system identifier " + otherID, "point --source at the database"}
+	if out := p.out.tail(20); err == nil || lineWith(out, want...) == "" {
+		t.Fatalf("apply from another server: %v, want a stop naming %q\n%s", err, want, out)
+	}
+	t.Logf("apply: %s", lineWith(p.out.tail(20), want...))
+	var made int
+	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')").Scan(&made); err != nil || made != 0 {
+		t.Fatalf("the refused apply made %d relations on its target (%v)", made, err)
+	}
+	capt.stop()
+}
+
 // TestKafkaBrokerAwayPastTxnTimeout: the broker is away for longer than
 // the capture's Kafka transaction timeout (here 6 s), so that, back, it
 // aborts the capture's open transaction and refuses its producer: the
