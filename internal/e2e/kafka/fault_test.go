@@ -1379,3 +1379,62 @@ func TestKafkaFrozenCapture(t *testing.T) {
 		t.Fatalf("tail %+v of a topic of %d records and their transactions' markers, the last session's epoch %d", tail, n, top)
 	}
 }
+
+// TestKafkaDropKeepsPublications: `drop --kafka` drops the publication
+// only when repstream made it (its comment, PublicationMark) and no other
+// pgoutput slot of the database may stream it. A publication the user
+// made and gave the capture (--publication) is kept, as is one repstream
+// made while another slot exists; once that slot is gone, a second drop
+// removes it. The slot and the topic go each time.
+func TestKafkaDropKeepsPublications(t *testing.T) {
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	userPub := "user_" + e.slot
+	e.exec("CREATE PUBLICATION " + userPub + " FOR TABLE acct, ledger, events")
+	drop := func(pub string, want string) {
+		t.Helper()
+		args := []string{"drop", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--slot", e.slot}
+		if pub != "" {
+			args = append(args, "--publication", pub)
+		}
+		out, err := exec.Command(repstreamBinary(t), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("drop --kafka (publication %q): %v, want %q:\n%s", pub, err, want, out)
+		}
+		t.Logf("drop --kafka: %s", lineWith(string(out), want))
+		var slots int
+		if err := e.s.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&slots); err != nil || slots != 0 {
+			t.Fatalf("the slot after drop --kafka: %d, %v", slots, err)
+		}
+	}
+	pubs := func() string {
+		t.Helper()
+		var names string
+		if err := e.s.QueryRow(t.Context(), "SELECT coalesce(string_agg(pubname, ',' ORDER BY pubname), '') FROM pg_publication").Scan(&names); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+
+	capt := e.startCapture("capture (the user's publication)", "--publication", userPub)
+	capt.stop()
+	drop(userPub, "kept the publication: not marked as made by repstream")
+	if got := pubs(); got != userPub {
+		t.Fatalf("publications after drop --kafka: %q, want the user's %q kept", got, userPub)
+	}
+
+	capt = e.startCapture("capture (its own publication)")
+	capt.stop()
+	other := "other_" + e.slot
+	e.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other)
+	drop("", "kept the publication: other logical replication slots of the database may use it")
+	if got := pubs(); got != e.slot+","+userPub {
+		t.Fatalf("publications after drop --kafka with another slot: %q, want %q", got, e.slot+","+userPub)
+	}
+	e.exec("SELECT pg_drop_replication_slot($1)", other)
+	drop("", "dropped publication")
+	if got := pubs(); got != userPub {
+		t.Fatalf("publications after the last drop --kafka: %q, want %q", got, userPub)
+	}
+}
