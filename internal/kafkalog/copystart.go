@@ -138,7 +138,7 @@ func (e Epoch) SameSource(topic, who string, src Source) error {
 		return nil
 	}
 	why := ""
-	if sysid == e.SystemID && db == e.Database {
+	if sysid != "" && sysid == e.SystemID && db == e.Database {
 		why = " (a database of that name was dropped and made again since that capture: another OID, another source)"
 	}
 	fix := "give this capture another --slot, or, if that stream is no longer wanted, delete the topic (every apply of it then copies again)"
