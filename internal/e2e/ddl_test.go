@@ -672,6 +672,10 @@ func TestDDLEnumRenamed(t *testing.T) {
 	e.tgtExec(`ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`)
 	e.catchUp(cfg)
 	e.assertSame("m", "id")
+	// The last run's walsender gone first: waitStreaming must see this
+	// run's, or the trigger is dropped before this run's start, which
+	// then copies anew (and stops at the label) instead of stopping.
+	e.waitSlotReleased(cfg.Slot)
 	cfg.PublicationPoll = time.Second
 	done, cancel := e.runInBackground(cfg)
 	defer cancel()
