@@ -153,8 +153,14 @@ type Options struct {
 	Started func(ctx context.Context) error
 	Acker   Acker
 	Eager   Eager // optional
-	Stats   *stats.Registry
-	Logger  *slog.Logger
+	// LastCommit is the end LSN of the last transaction committed before
+	// the first message (NewDecoder: an earlier capture session's in the
+	// topic, which the target may not have yet): a transaction Eager
+	// takes waits until apply has made it visible, as it waits for the
+	// transactions committed before it in its own session.
+	LastCommit change.LSN
+	Stats      *stats.Registry
+	Logger     *slog.Logger
 }
 
 // Capture is the receive loop. One goroutine (the one calling Run) owns the
@@ -281,6 +287,7 @@ func New(opts Options) (*Capture, error) {
 		queuedXid:     map[uint32]bool{},
 		redecode:      map[uint32]bool{},
 		sentFlush:     opts.InitialFlush,
+		lastCommit:    opts.LastCommit,
 	}
 	c.cMessages = c.stats.Counter("messages")
 	c.cChanges = c.stats.Counter("changes")

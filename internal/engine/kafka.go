@@ -825,7 +825,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 		Brokers: brokers, Topic: topic, From: from, Slot: cfg.Slot, Publication: cfg.Publication,
 		Source:  e.srcSource(),
 		Applied: prog.IsApplied, AppliedBelow: prog.Low,
-		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch) (kafkalog.Decoder, error) {
+		NewDecoder: func(proto int, binary bool, ep *kafkalog.Epoch, after change.LSN) (kafkalog.Decoder, error) {
 			// The public keys read at start serve the first session; a
 			// later one reads them again at its first schema-change
 			// message: its capture published its key and removed those of
@@ -833,7 +833,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 			keys := e.topicKeys
 			e.topicKeys = nil
 			o := capture.Options{Slot: cfg.Slot, Publication: cfg.Publication, Binary: binary,
-				DDLMessages: e.ddl == ddlTrigger, DDLSignedFrom: e.ddlSignedFrom, DDLKeySince: e.ddlKeySince,
+				DDLMessages: e.ddl == ddlTrigger, DDLSignedFrom: e.ddlSignedFrom, DDLKeySince: e.ddlKeySince, LastCommit: after,
 				TopicKeys: keys, TopicKeysNow: topicKeysNow(cfg.Source),
 				Queue: q, Acker: wm, Stats: e.stats, Logger: e.log}
 			if len(e.ddlKey) > 0 {
@@ -881,7 +881,7 @@ func (e *Engine) streamKafka(ctx context.Context, brokers kafkalog.Cluster, topi
 	e.logSummary()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
 		e.log.Info("stopped", "applied_up_to", wm.Flush(), "topic_offset", pr.offset)
-		return nil
+		return e.syncSequencesAtEnd() // --sync-sequences, as run's stop
 	}
 	return errors.Join(e.reseedAdvice(err), perr)
 }

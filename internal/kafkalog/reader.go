@@ -53,8 +53,12 @@ type ReaderOptions struct {
 	// than its copy. 0: none.
 	AppliedBelow change.LSN
 	// NewDecoder makes the decoder of a capture session's messages.
-	// binary: the values are in pgoutput's binary format (Header.Binary).
-	NewDecoder func(proto int, binary bool, e *Epoch) (Decoder, error)
+	// binary: the values are in pgoutput's binary format (Header.Binary);
+	// after: the end LSN of the last transaction committed before the
+	// session's first message (earlier sessions', as far as known), which
+	// a transaction applied eagerly in this session must wait for
+	// (capture.Options.LastCommit).
+	NewDecoder func(proto int, binary bool, e *Epoch, after change.LSN) (Decoder, error)
 	// AbortInProgress drops what the queue holds of transactions not
 	// committed: a new capture session sends them again from their start.
 	AbortInProgress func() (int, error)
@@ -98,7 +102,10 @@ type Reader struct {
 	// skipXid: the transaction being dropped (its start was not read), or 0.
 	skipXid uint32
 	curXid  uint32 // open non-streamed transaction
-	inTxn   bool
+	// lastCommit is the end LSN of the last commit read, in any session
+	// (NewDecoder's after).
+	lastCommit change.LSN
+	inTxn      bool
 	// rels holds, per relation OID, the last Relation message outside a
 	// stream that the decoder took (reset with the decoder, and when a
 	// streamed transaction commits: its relations become the decoder's).
@@ -352,7 +359,13 @@ func (r *Reader) newSession(h Header, ep *Epoch, offset int64) error {
 	if r.dec != nil {
 		r.dec.Close()
 	}
-	dec, err := r.o.NewDecoder(int(h.Proto), h.Binary, ep)
+	after := r.lastCommit
+	if ep != nil {
+		// The marker's header: the last commit the topic held before
+		// this session, read or not.
+		after = max(after, h.LastCommit)
+	}
+	dec, err := r.o.NewDecoder(int(h.Proto), h.Binary, ep, after)
 	if err != nil {
 		return err
 	}
@@ -391,6 +404,7 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 			r.inTxn, r.curXid = true, m.Xid
 			r.pts.begin(m.Xid, offset)
 		case pgoutput.MsgCommit:
+			r.lastCommit = max(r.lastCommit, m.EndLSN)
 			if !r.inTxn {
 				// Its Begin came before the first record read.
 				return r.unseen(m.Xid, m.EndLSN)
@@ -412,6 +426,7 @@ func (r *Reader) frame(ctx context.Context, offset int64, f Frame) error {
 				return nil
 			}
 		case pgoutput.MsgStreamCommit:
+			r.lastCommit = max(r.lastCommit, m.EndLSN)
 			if !r.pts.isOpen(m.Xid) {
 				return r.unseen(m.Xid, m.EndLSN)
 			}

@@ -189,7 +189,7 @@ func (rvAcker) Pending() int        { return 0 }
 func newRVReader(from int64, applied func(change.LSN) bool, q *rvQueue) *Reader {
 	return NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", From: from,
 		Applied: applied,
-		NewDecoder: func(proto int, bin bool, _ *Epoch) (Decoder, error) {
+		NewDecoder: func(proto int, bin bool, _ *Epoch, _ change.LSN) (Decoder, error) {
 			return capture.NewDecoder(capture.Options{Publication: "p", Binary: bin, DDLMessages: true, TopicKeys: rvKeys, Queue: q, Acker: rvAcker{}}, proto)
 		},
 		AbortInProgress: func() (int, error) { return 0, nil }})

@@ -327,7 +327,7 @@ func TestReaderValueFormat(t *testing.T) {
 	var sessions []string
 	msgs := 0
 	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p",
-		NewDecoder: func(proto int, binary bool, e *Epoch) (Decoder, error) {
+		NewDecoder: func(proto int, binary bool, e *Epoch, _ change.LSN) (Decoder, error) {
 			sessions = append(sessions, fmt.Sprintf("proto %d binary %v marker %v", proto, binary, e != nil))
 			return formatDecoder{&sessions, &msgs}, nil
 		},
@@ -430,7 +430,7 @@ func TestReaderRelationOfAnAppliedTransaction(t *testing.T) {
 	dec := &relDecoder{known: map[uint32]bool{}}
 	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", From: 1,
 		Applied:         func(end change.LSN) bool { return end <= tEnd },
-		NewDecoder:      func(int, bool, *Epoch) (Decoder, error) { return dec, nil },
+		NewDecoder:      func(int, bool, *Epoch, change.LSN) (Decoder, error) { return dec, nil },
 		AbortInProgress: func() (int, error) { return 0, nil }})
 	if err := r.record(context.Background(), &kgo.Record{Value: recs[1], Offset: 1}); err != nil {
 		t.Fatal(err)
@@ -458,7 +458,7 @@ func TestReaderAppliedBelow(t *testing.T) {
 	st := stats.NewRegistry().Component("kafka")
 	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p", AppliedBelow: below, Stats: st,
 		Applied:         func(end change.LSN) bool { return end <= below },
-		NewDecoder:      func(int, bool, *Epoch) (Decoder, error) { return dec, nil },
+		NewDecoder:      func(int, bool, *Epoch, change.LSN) (Decoder, error) { return dec, nil },
 		AbortInProgress: func() (int, error) { return 0, nil }})
 	for i, v := range recs {
 		if err := r.record(context.Background(), &kgo.Record{Value: v, Offset: int64(i)}); err != nil {
@@ -548,5 +548,47 @@ func TestWriterMessageWhileCommitWaits(t *testing.T) {
 	tw.w.Close()
 	if err := tw.w.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReaderSessionAfter: each capture session's decoder is told the last
+// commit before the session (capture.Options.LastCommit, which a
+// transaction applied eagerly in it waits for): its marker's, or the last
+// commit read in an earlier session, whichever is later. Before, a new
+// session's decoder started from none, and eager apply took its first
+// streamed transaction ahead of earlier sessions' transactions the target
+// did not have yet: one updating a row it held waited for it for ever.
+func TestReaderSessionAfter(t *testing.T) {
+	marker := func(epoch uint32, last change.LSN) []byte {
+		v := AppendHeader(nil, Header{Kind: KindEpoch, Epoch: epoch, LastCommit: last, Proto: 1})
+		return AppendEpoch(v, Epoch{Slot: "s", Publication: "p"})
+	}
+	p := &fakeProducer{}
+	tw := newTestWriter(t, p, time.Hour)
+	tw.w.o.Epoch = 1
+	for range 3 {
+		tw.txn()
+	}
+	tw.w.Close()
+	lastRead := tw.at // the third transaction's end
+	recs := append([][]byte{marker(1, 0)}, p.records()...)
+	recs = append(recs, marker(2, lastRead+4096), marker(3, 0))
+	var afters []change.LSN
+	dec := &relDecoder{known: map[uint32]bool{}}
+	r := NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p",
+		Applied: func(change.LSN) bool { return false },
+		NewDecoder: func(_ int, _ bool, _ *Epoch, after change.LSN) (Decoder, error) {
+			afters = append(afters, after)
+			return dec, nil
+		},
+		AbortInProgress: func() (int, error) { return 0, nil }})
+	for i, v := range recs {
+		if err := r.record(context.Background(), &kgo.Record{Value: v, Offset: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []change.LSN{0, lastRead + 4096, lastRead}
+	if !slices.Equal(afters, want) {
+		t.Errorf("the sessions' decoders were told %v, want %v", afters, want)
 	}
 }

@@ -688,3 +688,110 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 		ap.stop()
 	}
 }
+
+// TestKafkaEagerAfterNewSession: an apply stopped while the source commits
+// a backlog of small transactions, a capture restarted (a new session in
+// the topic), then a large transaction streamed in progress that updates
+// a row the backlog updates too; the apply started again. Before, the new
+// session's decoder knew no commit before it: eager apply took the large
+// transaction at once, ahead of the backlog, wrote its row and held it in
+// an open target transaction, while the backlog's update of that row
+// waited for it and it waited for the backlog (a wait PostgreSQL cannot
+// see): the apply hung for ever, silent, the target half applied. Now the
+// large transaction waits for the earlier sessions' commits first, and
+// the target ends equal to the source. And apply --sync-sequences sets the
+// target's sequences at its stop.
+func TestKafkaEagerAfterNewSession(t *testing.T) {
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
+	src := pgtest.Shared(t, "source")
+	tgtC := pgtest.Shared(t, "target")
+	srcDB, tgtDB := pgtest.NewDB(t, src), pgtest.NewDB(t, tgtC)
+	ctx := t.Context()
+	s, err := pgx.Connect(ctx, src.DSN(srcDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	exec1 := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("source: %s: %v", firstLine(sql), err)
+		}
+	}
+	exec1(`CREATE TABLE kv (id int PRIMARY KEY, v int NOT NULL);
+		INSERT INTO kv SELECT g, 0 FROM generate_series(1, 10) g;
+		CREATE TABLE big (id serial PRIMARY KEY, t text)`)
+	slot := "k_" + strings.TrimPrefix(srcDB, "t_")
+	if len(slot) > 40 {
+		slot = slot[:40]
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), src.DSN(srcDB))
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
+			c.Close(context.Background())
+		}
+	})
+	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", strings.Join(k.Addrs(), ","), "--log-level", "info"}
+	captureArgs := append([]string{"capture", "--tables", "public.*", "--decoding-work-mem", "64kB"}, common...)
+	applyArgs := append([]string{"apply", "--target", tgtC.DSN(tgtDB), "--create-tables", "--sync-sequences",
+		"--spill-dir", filepath.Join(t.TempDir(), "spill")}, common...)
+
+	capt := startProc(t, "capture", captureArgs...)
+	capt.waitLogged("capture session started", 60*time.Second)
+	ap := startProc(t, "apply", applyArgs...)
+	logTails(t, capt, ap)
+	ap.waitLogged("initial copy done", 60*time.Second)
+	exec1("UPDATE kv SET v = 1")
+	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "kv")
+	ap.stop()
+
+	// The backlog: every row of kv updated again and again.
+	for i := 1; i <= 1500; i++ {
+		exec1("UPDATE kv SET v = $1 WHERE id = $2", i, i%10+1)
+	}
+	// A new capture session once the topic holds the backlog (the slot
+	// confirms what the brokers acknowledged).
+	var end string
+	if err := s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the backlog in the topic", 60*time.Second, func() (bool, error) {
+		capt.alive()
+		var ok bool
+		err := s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", slot, end).Scan(&ok)
+		return ok, err
+	})
+	capt.stop()
+	capt = startProc(t, "capture (restarted)", captureArgs...)
+	capt.waitLogged("capture session started", 60*time.Second)
+	logTails(t, capt)
+	// The large transaction, streamed in progress, updating row 1.
+	exec1(`BEGIN; UPDATE kv SET v = 200 WHERE id = 1;
+		INSERT INTO big (t) SELECT md5(g::text) FROM generate_series(1, 20000) g; COMMIT`)
+	time.Sleep(2 * time.Second)
+	ap = startProc(t, "apply (restarted)", applyArgs...)
+	logTails(t, ap)
+	sameTables(t, s, tgtC.DSN(tgtDB), 90*time.Second, []*proc{capt, ap}, "kv", "big")
+
+	// --sync-sequences: the apply's stop sets the target's sequences to
+	// the source's, as run's does (before, apply took the flag and did
+	// nothing).
+	ap.stop()
+	var want, got int64
+	if err := s.QueryRow(ctx, "SELECT last_value FROM big_id_seq").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pgx.Connect(ctx, tgtC.DSN(tgtDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close(context.Background())
+	if err := tc.QueryRow(ctx, "SELECT last_value FROM big_id_seq").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("big_id_seq after apply --sync-sequences stopped: target %d, source %d", got, want)
+	}
+}

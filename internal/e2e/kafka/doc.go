@@ -25,7 +25,7 @@
 //
 //	doc.go                this overview
 //	main_test.go          TestMain; the helpers (the binary, process handles, checksums)
-//	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply
+//	capture_apply_test.go one capture, two applies, kills and restarts; a trimmed offset; tables add; eager apply (also of a new capture session's first large transaction behind an earlier session's backlog); apply --sync-sequences
 //	fault_test.go         brokers down, lost, the leader killed; drop --kafka keeps the publications repstream did not make; a topic refused (its settings, another source's stream, a database dropped and made again under its name, an apply's source on another server whose role cannot read its system identifier); a 50 MB value; a foreign record; two captures; an apply killed inside a group
 //	ddl_test.go           schema changes through the topic; --on-error park
 //	forged_test.go        a forged schema change written to the topic (reusing the real Ed25519 signature, HMAC-signed, signed with another key) stops the apply, whose source role cannot read the HMAC key; one that cannot read the public keys is refused at start; one signed with the key the source replaced stops it too (the source publishes the new key alone)
