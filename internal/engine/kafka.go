@@ -82,6 +82,17 @@ func (e *Engine) runHalf(ctx context.Context) error {
 			}
 			continue
 		}
+		if ctx.Err() == nil && !e.reachedOnce && kafkaRetriable(err) {
+			// Not reached once yet, but the brokers answered: with an
+			// error they say passes (a partition without a leader right
+			// after a broker's restart or the topic's creation), not a
+			// wrong address. Brokers that do not answer at all still
+			// stop this first start at once, below.
+			if !e.waitToReconnect(ctx, bo, onKafkaSide(err), attempt, "the Kafka brokers answered with an error that passes: waiting, then starting again") {
+				return nil
+			}
+			continue
+		}
 		if err == nil || ctx.Err() != nil || !e.reachedOnce || !transient(err) && !kafkaRetriable(err) {
 			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || pgerr.ConnectionLost(err)) {
 				e.log.Info("stopped")
@@ -89,7 +100,7 @@ func (e *Engine) runHalf(ctx context.Context) error {
 			}
 			return explainLocal(err, e.cfg.SpillDir)
 		}
-		if !e.waitToReconnect(ctx, bo, err, attempt, "connection lost: starting over from the recorded positions") {
+		if !e.waitToReconnect(ctx, bo, onKafkaSide(err), attempt, "connection lost: starting over from the recorded positions") {
 			return nil
 		}
 	}
@@ -421,10 +432,15 @@ func (e *Engine) chooseCaptureBinary(ctx context.Context, src *pgx.Conn, tables 
 
 // topicFormat reads whether the topic's last record has binary values;
 // a topic still empty (a capture starting writes its epoch marker once
-// it holds the slot) is read again for up to markerWait. Not known: false.
+// it holds the slot) is read again for up to markerWait, a passing error
+// of the brokers waited out (kafkaRetry). Not known: false.
 func (e *Engine) topicFormat(ctx context.Context, adm *kadm.Client, brokers kafkalog.Cluster, topic string) bool {
 	for waited := time.Duration(0); ; waited += 200 * time.Millisecond {
-		tail, err := kafkalog.Tail(ctx, adm, brokers, topic)
+		var tail kafkalog.TailInfo
+		err := e.kafkaRetry(ctx, "the last record of topic "+topic, func() (err error) {
+			tail, err = kafkalog.Tail(ctx, adm, brokers, topic)
+			return err
+		})
 		if err != nil {
 			e.log.Debug("the topic's last record not read: its values' format is not known yet", "err", err)
 			return false
@@ -616,7 +632,11 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		}
 		firstStart = false
 		startAt := func(ctx context.Context, restart change.LSN) int64 {
-			o, err := kafkalog.CopyStart(ctx, adm, brokers, topic, restart, topicStart)
+			var o int64
+			err := e.kafkaRetry(ctx, "where in topic "+topic+" this copy's transactions begin", func() (err error) {
+				o, err = kafkalog.CopyStart(ctx, adm, brokers, topic, restart, topicStart)
+				return err
+			})
 			if err != nil {
 				e.log.Warn("cannot find where in the topic this copy's transactions begin: reading it from its start", "topic", topic, "err", err)
 				return topicStart
@@ -1053,8 +1073,45 @@ func (p *kafkaPersister) loop(ctx context.Context) error {
 // kafkaRetriable reports whether err is an error the Kafka protocol says
 // a later attempt may not meet (a leader election under way, an offset not
 // available yet, a broker not the leader any more): the half starts over,
-// as for a lost connection.
+// as for a lost connection, also before it has reached its servers once
+// (the brokers answered). Not one a start check has already waited out
+// (kafkalog.WaitedOut: it names a setting to look at).
 func kafkaRetriable(err error) bool {
 	var ke *kerr.Error
-	return errors.As(err, &ke) && ke.Retriable
+	return errors.As(err, &ke) && ke.Retriable && !kafkalog.WaitedOut(err)
+}
+
+// kafkaRetry calls f until it returns nil or an error that is not a
+// passing one of the brokers (kafkaRetriable), waiting the engine's
+// backoff between attempts and logging what it waits for; it returns f's
+// last error, or ctx's once ctx ends. For the start's reads whose error
+// is not fatal (topicFormat, the copy's place in the topic), where an
+// error would be taken for "not known" although asking again answers.
+func (e *Engine) kafkaRetry(ctx context.Context, what string, f func() error) error {
+	bo := reconnectBackoff(250*time.Millisecond, e.cfg.ReconnectMaxWait)
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || ctx.Err() != nil || !kafkaRetriable(err) {
+			return err
+		}
+		wait := bo.NextBackOff()
+		e.log.Warn("the Kafka brokers answered with an error that passes: waiting, then asking again",
+			"side", stats.CompKafka, "for", what, "attempt", attempt, "in", wait.Round(time.Millisecond), "cause", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// onKafkaSide puts a Kafka error that names no side on the brokers' (the
+// "kafka" component counts its reconnects); other errors are returned as
+// they are.
+func onKafkaSide(err error) error {
+	var se *sideError
+	if errors.As(err, &se) || !kafkaRetriable(err) {
+		return err
+	}
+	return onSide(stats.CompKafka, err)
 }

@@ -133,7 +133,7 @@
 //	copystart.go CopyStart: where a new target's first run reads from (binary searches on the records' last commit); LastEpoch, Source, Epoch.SameSource, CheckSource: the topic's last session read this source (system identifier and database OID); Epoch.SamePublication: an apply's --publication is its
 //	lag.go      FirstMissingCommit: the oldest commit of the topic a target lacks, from its offset (status --kafka's lag)
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
-//	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch
+//	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch; CheckTransactions (WaitedOut: the coordinator searched for 30 s, not waited for again)
 //	access.go   what each half needs of the brokers' ACLs, checked before anything is made: CheckTopicAccess (the Metadata request's authorized operations), CheckTransactionalID (a producer with the capture's transactional id), ErrAccess
 //	cluster.go  Cluster (the brokers and how to reach them: every client is made from one), Security (TLS, SASL), NewCluster, EnvPassword
 package kafkalog

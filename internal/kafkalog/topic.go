@@ -326,6 +326,20 @@ func TopicID(ctx context.Context, adm *kadm.Client, topic string) (string, error
 	return td.ID.String(), nil
 }
 
+// waitedOut is an error the brokers said passes, which a start check
+// waited for (CheckTransactions: 30 s) and then returned, explained.
+type waitedOut struct{ error }
+
+func (w waitedOut) Unwrap() error { return w.error }
+
+// WaitedOut reports whether err is an error the brokers said passes but
+// a start check has waited out already: it names a setting to look at,
+// and the half stops on it rather than wait again.
+func WaitedOut(err error) bool {
+	var w waitedOut
+	return errors.As(err, &w)
+}
+
 // ErrNoTopic: the slot's topic does not exist.
 var ErrNoTopic = errors.New("no such topic")
 
@@ -500,8 +514,11 @@ func CheckTransactions(ctx context.Context, adm *kadm.Client, txnID string, txnT
 			err = errors.New("no answer")
 		}
 		var ke *kerr.Error
-		if time.Now().After(deadline) || errors.As(err, &ke) && !ke.Retriable {
+		if errors.As(err, &ke) && !ke.Retriable {
 			return TxnError(txnID, fmt.Errorf("finding its coordinator: %w", err))
+		}
+		if time.Now().After(deadline) {
+			return waitedOut{TxnError(txnID, fmt.Errorf("finding its coordinator for 30 s: %w", err))}
 		}
 		select {
 		case <-ctx.Done():
