@@ -783,10 +783,20 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 			"table", tn, "command", msg.Tag, "lsn", lsn)
 		return nil
 	}
+	if msg.Tag == "ALTER PUBLICATION" {
+		w.log.Warn(addedToPublication, "table", tn, "publication", w.opts.Publication, "command", msg.Tag, "lsn", lsn)
+		return nil
+	}
 	w.log.Warn("a table enters the publication with rows the stream does not carry (SET LOGGED, SET SCHEMA into a published schema): created on the target, it is copied from a new snapshot, then streamed",
 		"table", tn, "command", msg.Tag, "lsn", lsn)
 	return nil
 }
+
+// addedToPublication is takeUp's warning for a table added to the
+// publication (ALTER PUBLICATION ... ADD TABLE or ADD TABLES IN SCHEMA,
+// which `repstream tables add` and a capture started with a wider
+// --tables run too).
+const addedToPublication = "a table was added to the publication (ALTER PUBLICATION ... ADD TABLE, ADD TABLES IN SCHEMA, `repstream tables add`, or a capture started with a wider --tables): its rows before were never in the stream, so it is copied from a new snapshot (created on the target if it lacks it), then streamed"
 
 // forget drops the cached plans and COPY buffer of a table (nothing of it
 // may be buffered).

@@ -657,6 +657,15 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 	for _, db := range []string{tgt1, tgt2} {
 		sameTables(t, s, tgtC.DSN(db), 60*time.Second, append([]*proc{capt}, aps...), "first", "later")
 	}
+	if ddl == "trigger" {
+		// The second target learnt of the table from the ALTER
+		// PUBLICATION in the topic: its warning says so, not that the
+		// table was set LOGGED or moved into a published schema.
+		out := aps[1].out.tail(1 << 20)
+		if l := lineWith(out, "a table was added to the publication", "public.later"); l == "" || strings.Contains(out, "SET LOGGED, SET SCHEMA") {
+			t.Errorf("%s: want the warning that a table was added to the publication, and none naming SET LOGGED or SET SCHEMA:\n%s", aps[1].name, out)
+		}
+	}
 	for i := range 200 {
 		if _, err := s.Exec(ctx, "UPDATE later SET v = 'after' WHERE id = $1", i+1); err != nil {
 			t.Fatal(err)
