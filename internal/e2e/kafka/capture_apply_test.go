@@ -712,48 +712,18 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 // target's sequences at its stop.
 func TestKafkaEagerAfterNewSession(t *testing.T) {
 	t.Parallel() // see doc.go
-	k := kafkatest.Shared(t)
-	src := pgtest.Shared(t, "source")
-	tgtC := pgtest.Shared(t, "target")
-	srcDB, tgtDB := pgtest.NewDB(t, src), pgtest.NewDB(t, tgtC)
-	ctx := t.Context()
-	s, err := pgx.Connect(ctx, src.DSN(srcDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	exec1 := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := s.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("source: %s: %v", firstLine(sql), err)
-		}
-	}
-	exec1(`CREATE TABLE kv (id int PRIMARY KEY, v int NOT NULL);
+	e := newKafkaEnv(t, strings.Join(kafkatest.Shared(t).Addrs(), ","))
+	e.exec(`CREATE TABLE kv (id int PRIMARY KEY, v int NOT NULL);
 		INSERT INTO kv SELECT g, 0 FROM generate_series(1, 10) g;
 		CREATE TABLE big (id serial PRIMARY KEY, t text)`)
-	slot := "k_" + strings.TrimPrefix(srcDB, "t_")
-	if len(slot) > 40 {
-		slot = slot[:40]
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), src.DSN(srcDB))
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database() AND NOT active")
-			c.Close(context.Background())
-		}
-	})
-	common := []string{"--source", src.DSN(srcDB), "--slot", slot, "--kafka", strings.Join(k.Addrs(), ","), "--log-level", "info"}
-	captureArgs := append([]string{"capture", "--tables", "public.*", "--decoding-work-mem", "64kB"}, common...)
-	applyArgs := append([]string{"apply", "--target", tgtC.DSN(tgtDB), "--create-tables", "--sync-sequences",
-		"--spill-dir", filepath.Join(t.TempDir(), "spill")}, common...)
-
-	capt := startProc(t, "capture", captureArgs...)
-	capt.waitLogged("capture session started", 60*time.Second)
-	ap := startProc(t, "apply", applyArgs...)
-	logTails(t, capt, ap)
+	ctx, s, slot, exec1 := t.Context(), e.s, e.slot, e.exec
+	tgtDB, tc := e.newTarget()
+	tgtDSN := e.tgtC.DSN(tgtDB)
+	capt := e.startCapture("capture", "--decoding-work-mem", "64kB")
+	ap := e.startApply("apply", tgtDB, "--sync-sequences")
 	ap.waitLogged("initial copy done", 60*time.Second)
 	exec1("UPDATE kv SET v = 1")
-	sameTables(t, s, tgtC.DSN(tgtDB), 60*time.Second, []*proc{capt, ap}, "kv")
+	sameTables(t, s, tgtDSN, 60*time.Second, []*proc{capt, ap}, "kv")
 	ap.stop()
 
 	// The backlog: every row of kv updated again and again.
@@ -773,16 +743,18 @@ func TestKafkaEagerAfterNewSession(t *testing.T) {
 		return ok, err
 	})
 	capt.stop()
-	capt = startProc(t, "capture (restarted)", captureArgs...)
-	capt.waitLogged("capture session started", 60*time.Second)
-	logTails(t, capt)
+	pgtest.WaitFor(t, "the slot released", 30*time.Second, func() (bool, error) {
+		var n int
+		err := s.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", slot).Scan(&n)
+		return n == 1, err
+	})
+	capt = e.startCapture("capture (restarted)", "--decoding-work-mem", "64kB")
 	// The large transaction, streamed in progress, updating row 1.
 	exec1(`BEGIN; UPDATE kv SET v = 200 WHERE id = 1;
 		INSERT INTO big (t) SELECT md5(g::text) FROM generate_series(1, 20000) g; COMMIT`)
 	time.Sleep(2 * time.Second)
-	ap = startProc(t, "apply (restarted)", applyArgs...)
-	logTails(t, ap)
-	sameTables(t, s, tgtC.DSN(tgtDB), 90*time.Second, []*proc{capt, ap}, "kv", "big")
+	ap = e.startApply("apply (restarted)", tgtDB, "--sync-sequences")
+	sameTables(t, s, tgtDSN, 90*time.Second, []*proc{capt, ap}, "kv", "big")
 
 	// --sync-sequences: the apply's stop sets the target's sequences to
 	// the source's, as run's does (before, apply took the flag and did
@@ -792,11 +764,6 @@ func TestKafkaEagerAfterNewSession(t *testing.T) {
 	if err := s.QueryRow(ctx, "SELECT last_value FROM big_id_seq").Scan(&want); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := pgx.Connect(ctx, tgtC.DSN(tgtDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close(context.Background())
 	if err := tc.QueryRow(ctx, "SELECT last_value FROM big_id_seq").Scan(&got); err != nil {
 		t.Fatal(err)
 	}
