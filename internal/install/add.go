@@ -33,7 +33,7 @@ func WidenPublication(ctx context.Context, src, tgt *pgx.Conn, cfg config.Config
 		log.Info("--tables matches tables the publication lacks: adding them", "component", "tablesync", "tables", tableNames(add))
 		return Publish(ctx, src, cfg.Publication, add, published)
 	}
-	if err := CheckAddable(ctx, src, tgt, cfg.Slot, add, cfg.CreateTables, cfg.Truncate, cfg.TrustTableOwners, log); err != nil {
+	if err := CheckAddable(ctx, src, tgt, cfg.Slot, cfg.Publication, add, cfg.CreateTables, cfg.Truncate, cfg.TrustTableOwners, log); err != nil {
 		return fmt.Errorf("--tables matches tables the publication lacks: %w", err)
 	}
 	for _, n := range add {

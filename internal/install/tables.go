@@ -480,13 +480,22 @@ func binaryProblem(st, tt *schema.Table) string {
 // CheckAddable checks the tables to add: a key or replica identity on the
 // source, a compatible target table (created with create; trust:
 // --trust-table-owners, for the types it makes), empty unless truncate.
-func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot string, tables []schema.TableName, create, truncate, trust bool, log *slog.Logger) error {
+// A column publication's column list leaves out is neither looked for on
+// the target nor made there, as at a start (PrepareTables).
+func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot, publication string, tables []schema.TableName, create, truncate, trust bool, log *slog.Logger) error {
 	var missing []*schema.Table
 	var problems []string
 	for _, n := range tables {
 		st, err := schema.LoadTable(ctx, src, n.Schema, n.Name)
 		if err != nil {
 			return fmt.Errorf("source table %s: %w", n, err)
+		}
+		cols, err := snapshot.PublishedColumns(ctx, src, publication, n)
+		if err != nil {
+			return err
+		}
+		if cols != nil {
+			st.Columns = slices.DeleteFunc(st.Columns, func(c schema.Column) bool { return !cols[c.Name] })
 		}
 		if st.ReplicaIdentity == change.IdentityNothing || st.ReplicaIdentity == change.IdentityDefault && len(st.PrimaryKey) == 0 {
 			problems = append(problems, n.String()+": no primary key and no replica identity on the source (ALTER TABLE ... REPLICA IDENTITY FULL)")

@@ -120,7 +120,7 @@ func AddTables(ctx context.Context, cfg config.Config, opts AddOptions, log *slo
 	if len(todo) == 0 {
 		return res, nil
 	}
-	if err := install.CheckAddable(ctx, src, tgt, cfg.Slot, todo, opts.CreateTables, opts.Truncate, cfg.TrustTableOwners, log); err != nil {
+	if err := install.CheckAddable(ctx, src, tgt, cfg.Slot, cfg.Publication, todo, opts.CreateTables, opts.Truncate, cfg.TrustTableOwners, log); err != nil {
 		return res, err
 	}
 	if !slot.Exists {

@@ -371,5 +371,5 @@ func (ts *Syncer) checkAdded(ctx context.Context, tgt *pgx.Conn, tables []schema
 		return err
 	}
 	defer src.Close(context.Background())
-	return install.CheckAddable(ctx, src, tgt, ts.cfg.Slot, tables, ts.cfg.CreateTables, true, ts.cfg.TrustTableOwners, ts.log)
+	return install.CheckAddable(ctx, src, tgt, ts.cfg.Slot, ts.cfg.Publication, tables, ts.cfg.CreateTables, true, ts.cfg.TrustTableOwners, ts.log)
 }
