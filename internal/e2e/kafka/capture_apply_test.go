@@ -730,18 +730,8 @@ func TestKafkaEagerAfterNewSession(t *testing.T) {
 	for i := 1; i <= 1500; i++ {
 		exec1("UPDATE kv SET v = $1 WHERE id = $2", i, i%10+1)
 	}
-	// A new capture session once the topic holds the backlog (the slot
-	// confirms what the brokers acknowledged).
-	var end string
-	if err := s.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.WaitFor(t, "the backlog in the topic", 60*time.Second, func() (bool, error) {
-		capt.alive()
-		var ok bool
-		err := s.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", slot, end).Scan(&ok)
-		return ok, err
-	})
+	// A new capture session once the topic holds the backlog.
+	e.waitCaptured(capt)
 	capt.stop()
 	pgtest.WaitFor(t, "the slot released", 30*time.Second, func() (bool, error) {
 		var n int

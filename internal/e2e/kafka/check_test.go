@@ -158,16 +158,7 @@ func TestKafkaCheckTargetPlace(t *testing.T) {
 	for i := 21; i <= 40; i++ {
 		e.exec("INSERT INTO ledger (id) VALUES ($1)", i)
 	}
-	var wal string
-	if err := e.s.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.WaitFor(t, "the capture to write the new rows", 30*time.Second, func() (bool, error) {
-		capt.alive()
-		var ok bool
-		err := e.s.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, wal).Scan(&ok)
-		return ok, err
-	})
+	e.waitCaptured(capt)
 	line, _, _, _ = placeLine()
 	if !strings.Contains(line, ": behind the topic by ") || !strings.Contains(line, "of WAL, since a commit of ") {
 		t.Fatalf("check --kafka, the target's apply stopped and rows written since: want it behind the topic by WAL: %s", line)

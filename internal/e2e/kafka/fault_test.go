@@ -124,6 +124,23 @@ func (e *kafkaEnv) exec(sql string, args ...any) {
 
 func (e *kafkaEnv) topic() string { return kafkalog.Topic(e.slot) }
 
+// waitCaptured waits until the capture has written everything the source
+// has committed so far to the topic (the slot confirms what the brokers
+// acknowledged), failing the test if capt exits meanwhile.
+func (e *kafkaEnv) waitCaptured(capt *proc) {
+	e.t.Helper()
+	var wal string
+	if err := e.s.QueryRow(e.t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
+		e.t.Fatal(err)
+	}
+	pgtest.WaitFor(e.t, "the capture to write what the source committed", 60*time.Second, func() (bool, error) {
+		capt.alive()
+		var ok bool
+		err := e.s.QueryRow(e.t.Context(), "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, wal).Scan(&ok)
+		return ok, err
+	})
+}
+
 func (e *kafkaEnv) common() []string {
 	return []string{"--source", e.src.DSN(e.srcDB), "--slot", e.slot, "--kafka", e.brokers, "--log-level", "info"}
 }

@@ -172,16 +172,7 @@ func TestKafkaStatusStoppedApply(t *testing.T) {
 
 	// The source written to: behind, and stale after --max-inactive.
 	insert(21, 40)
-	var wal string
-	if err := e.s.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.WaitFor(t, "the capture to write the new rows", 30*time.Second, func() (bool, error) {
-		capt.alive()
-		var ok bool
-		err := e.s.QueryRow(t.Context(), "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", e.slot, wal).Scan(&ok)
-		return ok, err
-	})
+	e.waitCaptured(capt)
 	st = e.status(tgtDB, "--max-inactive", "1h")
 	if st.exit != 0 || st.caughtUp() || st.Kafka == nil || st.Kafka.BehindBytes <= 0 || !strings.Contains(st.text, "behind the topic by") {
 		t.Fatalf("a stopped target, rows written since: want it behind the topic, healthy under --max-inactive 1h: %s", st)
