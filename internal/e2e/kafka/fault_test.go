@@ -1434,7 +1434,10 @@ func TestKafkaDropKeepsPublications(t *testing.T) {
 		return names
 	}
 
+	// Each capture stopped once its start is over: a start stopped
+	// midway removes what it made (the publication too).
 	capt := e.startCapture("capture (the user's publication)", "--publication", userPub)
+	capt.waitLogged("capture session started", 60*time.Second)
 	capt.stop()
 	drop(userPub, "kept the publication: not marked as made by repstream")
 	if got := pubs(); got != userPub {
@@ -1442,6 +1445,7 @@ func TestKafkaDropKeepsPublications(t *testing.T) {
 	}
 
 	capt = e.startCapture("capture (its own publication)")
+	capt.waitLogged("capture session started", 60*time.Second)
 	capt.stop()
 	other := "other_" + e.slot
 	e.exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", other)
