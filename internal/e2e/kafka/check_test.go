@@ -1,15 +1,12 @@
 package kafka
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster"
@@ -49,15 +46,7 @@ func TestKafkaCheckApplySourceRole(t *testing.T) {
 		err := e.s.QueryRow(t.Context(), "SELECT CASE WHEN to_regclass('repstream.ddl_pubkey') IS NULL THEN 0 ELSE (SELECT count(*) FROM repstream.ddl_pubkey) END").Scan(&n)
 		return n > 0, err
 	})
-	role := "checksrc_" + e.slot
-	e.exec("CREATE ROLE " + role + " LOGIN REPLICATION")
-	e.exec("GRANT SELECT ON ALL TABLES IN SCHEMA public TO " + role)
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), e.src.DSN(e.srcDB)); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
-			c.Close(context.Background())
-		}
-	})
+	role := e.sourceRole("checksrc_")
 	roleDSN := strings.Replace(e.src.DSN(e.srcDB), "user="+pgcluster.Superuser+" ", "user="+role+" ", 1)
 	db, _ := e.newTarget()
 

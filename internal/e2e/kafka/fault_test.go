@@ -124,6 +124,23 @@ func (e *kafkaEnv) exec(sql string, args ...any) {
 
 func (e *kafkaEnv) topic() string { return kafkalog.Topic(e.slot) }
 
+// sourceRole makes a login role with REPLICATION and SELECT on the source's
+// public tables (what an apply's source role has before repstream's own
+// grants), named prefix + the slot, dropped at the end.
+func (e *kafkaEnv) sourceRole(prefix string) string {
+	e.t.Helper()
+	role := prefix + e.slot
+	e.exec("CREATE ROLE " + role + " LOGIN REPLICATION")
+	e.exec("GRANT SELECT ON ALL TABLES IN SCHEMA public TO " + role)
+	e.t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), e.src.DSN(e.srcDB)); err == nil {
+			_, _ = c.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
+			c.Close(context.Background())
+		}
+	})
+	return role
+}
+
 // waitCaptured waits until the capture has written everything the source
 // has committed so far to the topic (the slot confirms what the brokers
 // acknowledged), failing the test if capt exits meanwhile.

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"encoding/binary"
 	"fmt"
@@ -50,15 +49,7 @@ func TestKafkaForgedSchemaChange(t *testing.T) {
 
 	// The applies' source role: SELECT on the published tables, and what
 	// its start's error names.
-	role := "applysrc_" + e.slot
-	e.exec("CREATE ROLE " + role + " LOGIN REPLICATION")
-	e.exec("GRANT SELECT ON ALL TABLES IN SCHEMA public TO " + role)
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(context.Background(), e.src.DSN(e.srcDB)); err == nil {
-			_, _ = c.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role)
-			c.Close(context.Background())
-		}
-	})
+	role := e.sourceRole("applysrc_")
 	startApply := func(name, db string) *proc {
 		args := e.applyArgs(db)
 		for i, a := range args {
