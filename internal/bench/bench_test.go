@@ -62,7 +62,7 @@ func TestWorkloads(t *testing.T) {
 		{"batch", "backlog", Params{Rows: 2000}, nil, "apply-parallelism=1,2"},
 		{"single-row", "backlog", Params{Rows: 300}, nil, ""},
 		{"unrelated", "live", Params{Rows: 500}, nil, ""},
-		{"fly", "live", Params{Rows: 7 * 200, Rate: 400}, nil, ""},
+		{"fly", "live", Params{Rows: 7 * 200, Rate: 400, WarmUp: 250 * time.Millisecond}, nil, ""},
 		{"dbl", "live", Params{Rows: 40, Jobs: 2}, nil, ""},
 	}
 	for _, tc := range cases {
@@ -98,6 +98,10 @@ func TestWorkloads(t *testing.T) {
 				}
 				if r.WAL.SourceBytes <= 0 || r.WAL.TargetBytes <= 0 {
 					t.Errorf("%s: WAL source %d target %d", r.Label, r.WAL.SourceBytes, r.WAL.TargetBytes)
+				}
+				if tc.params.WarmUp > 0 && r.Load.Txns != 200 {
+					// The warm-up's 100 transactions come first, unmeasured.
+					t.Errorf("%s: measured %d transactions, want 200 (after the warm-up's)", r.Label, r.Load.Txns)
 				}
 				if tc.mode == "live" && r.Latency.Seen == 0 {
 					t.Errorf("%s: no probe seen", r.Label)

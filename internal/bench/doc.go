@@ -15,6 +15,12 @@
 //
 //   - live: replication runs while the workload loads; replication time is
 //     from the first source commit to the last change visible on the target.
+//     The measured interval begins once a probe committed after the
+//     system's start is visible on the target, and fly's, after a warm-up
+//     of the workload at its rate (--warm-up, 5 s): a start's first change
+//     to each table reads the target's catalog on each apply connection, a
+//     transient reported apart (start → first change visible), not in the
+//     steady state's latency.
 //   - backlog: the slot exists (repstream: a first `run --until-caught-up`
 //     creates it; kafka: capture until its slot exists and apply until its
 //     initial copy is done, both stopped; native: the subscription is created

@@ -285,12 +285,31 @@ func (s *systemRun) replicate() error {
 		if err := s.warmUp(); err != nil {
 			return err
 		}
-		if err := s.beginMeasure(time.Now()); err != nil {
-			return err
-		}
-		s.probe.SetTicking(true)
-		if err := s.load(); err != nil {
-			return err
+		if s.r.wl.WarmsUp && s.r.o.Params.WarmUp > 0 {
+			// The load begins the interval after its warm-up.
+			var measureErr error
+			s.loadEnv.measure = func() {
+				at := time.Now()
+				s.m.loadStart = at
+				if s.m.srcWAL0, measureErr = currentLSN(s.ctx, s.srcDSN); measureErr == nil {
+					measureErr = s.beginMeasure(at)
+				}
+				s.probe.SetTicking(true)
+			}
+			if err := s.load(); err != nil {
+				return err
+			}
+			if measureErr != nil {
+				return measureErr
+			}
+		} else {
+			if err := s.beginMeasure(time.Now()); err != nil {
+				return err
+			}
+			s.probe.SetTicking(true)
+			if err := s.load(); err != nil {
+				return err
+			}
 		}
 		s.smp.setPhase("catch-up")
 		if s.markID, s.markAt, err = s.probe.Mark(s.ctx); err != nil {

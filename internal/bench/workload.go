@@ -37,6 +37,13 @@ type Params struct {
 	// pg_dump --schema-only would (repstream without --create-tables,
 	// pgcopydb clone with --drop-if-exists).
 	PreMade bool
+	// WarmUp (fly, live mode) is how long the workload runs at its rate
+	// before the measured interval begins (LoadEnv.measure): a start's
+	// first change to each table costs each apply connection its reads
+	// of the target's catalog, a transient the steady state does not
+	// have. What the start took is reported apart (start → first change
+	// visible).
+	WarmUp time.Duration
 }
 
 // rows returns the row count for a workload whose seed size is seed rows.
@@ -78,6 +85,9 @@ func (p Params) Map() map[string]string {
 	if p.PreMade {
 		m["pre_made"] = "true"
 	}
+	if p.WarmUp > 0 {
+		m["warm_up"] = p.WarmUp.String()
+	}
 	return m
 }
 
@@ -97,6 +107,9 @@ type Workload struct {
 	// Copy marks a workload that measures an initial copy (doCopyRun):
 	// the rows exist before the system starts.
 	Copy bool
+	// WarmsUp marks a live workload that runs Params.WarmUp first and
+	// then calls LoadEnv.beginMeasure (fly).
+	WarmsUp bool
 	// Load generates the workload on the source database.
 	Load func(ctx context.Context, env *LoadEnv) (LoadStats, error)
 }
@@ -115,6 +128,20 @@ type LoadEnv struct {
 	firstCommit time.Time
 	// dbl collects the dbl workload's per-test results (nil otherwise).
 	dbl *dblSink
+	// measure, when set, begins the measured interval; a workload that
+	// warms up (Params.WarmUp) calls it once, when its first measured
+	// transaction is due. Without it the interval began before Load.
+	measure func()
+}
+
+// beginMeasure marks the load's first measured transaction: it begins the
+// measured interval if the runner asked for that (measure), and records
+// firstCommit.
+func (e *LoadEnv) beginMeasure() {
+	if e.measure != nil {
+		e.measure()
+	}
+	e.markFirst()
 }
 
 func (e *LoadEnv) markFirst() {

@@ -378,8 +378,9 @@ func flyWorkload() *Workload {
 		Name: "fly",
 		Description: "fixed-rate OLTP: 1,000 transactions/s of 7 row changes (4 tables) for 60 s, " +
 			"from 4 client connections; latency focus",
-		Tables: []string{"fly_accounts", "fly_orders", "fly_order_items", "fly_audit"},
-		DDL:    flyDDL,
+		Tables:  []string{"fly_accounts", "fly_orders", "fly_order_items", "fly_audit"},
+		DDL:     flyDDL,
+		WarmsUp: true,
 		Load: func(ctx context.Context, env *LoadEnv) (LoadStats, error) {
 			rate := env.Params.Rate
 			if rate <= 0 {
@@ -392,7 +393,7 @@ func flyWorkload() *Workload {
 			if accounts > flyAccounts {
 				return LoadStats{}, fmt.Errorf("fly: --accounts %d: at most %d", accounts, flyAccounts)
 			}
-			var txns int64
+			var txns, warm int64
 			if env.Params.Rows > 0 {
 				txns = max(1, env.Params.Rows/flyChangesPerTxn)
 			} else {
@@ -406,6 +407,10 @@ func flyWorkload() *Workload {
 				}
 				txns = max(1, int64(d.Seconds()*s*float64(rate)))
 			}
+			if env.measure != nil {
+				warm = int64(env.Params.WarmUp.Seconds() * float64(rate))
+			}
+			txns += warm
 			env.Total.Store(txns * flyChangesPerTxn)
 			// The clients connect first: the schedule starts once all are
 			// ready, or the transactions due while they connected would
@@ -444,7 +449,9 @@ func flyWorkload() *Workload {
 							case <-time.After(d):
 							}
 						}
-						once.Do(env.markFirst)
+						if k > warm {
+							once.Do(env.beginMeasure)
+						}
 						acct := 1 + k%int64(accounts)
 						sql := fmt.Sprintf(flyTxn, k, acct, k%500, k%10000)
 						if _, err := c.Exec(gctx, sql); err != nil {
@@ -455,7 +462,7 @@ func flyWorkload() *Workload {
 				})
 			}
 			err := g.Wait()
-			n := done.Load()
+			n := max(0, done.Load()-warm) // the warm-up's are not measured
 			return LoadStats{Rows: n * flyChangesPerTxn, SourceRows: n * flyChangesPerTxn, Txns: n}, err
 		},
 	}

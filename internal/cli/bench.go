@@ -115,6 +115,7 @@ the jars make kafka caches; without them it is skipped.`,
 	fs.IntVar(&o.Params.Accounts, "accounts", 0, "fly: accounts the transactions update in turn, at most 1000 (default 1000; fewer: hot rows)")
 	fs.BoolVar(&o.Params.PreMade, "pre-made", false, "initial-copy: make the target's tables (keys and indexes included) before every system starts, as pg_dump --schema-only would (repstream without --create-tables; pgcopydb clone --drop-if-exists)")
 	fs.DurationVar(&o.Params.Duration, "duration", 0, "fly: duration at --scale 1 (default 60s)")
+	fs.DurationVar(&o.Params.WarmUp, "warm-up", 5*time.Second, "fly, live mode: the workload runs this long at its rate before the measured interval (the --duration) begins, so that a start's first change to each table is not measured; the start is reported apart (start → first change visible); 0: measure from the first transaction")
 	fs.IntVar(&o.Params.Jobs, "jobs", 0, "dbl: most parallel jobs (default 2×CPUs)")
 	fs.IntVar(&o.KafkaBrokers, "kafka-brokers", 1, "kafka: brokers in the throwaway Kafka cluster, 1 to 3 (3: replication factor 3)")
 	fs.IntVar(&o.KafkaHeapMB, "kafka-heap", bench.DefaultKafkaHeapMB, "kafka: each broker's JVM heap in MiB (its young collections come less often with more)")
