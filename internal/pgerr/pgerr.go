@@ -43,6 +43,7 @@ const (
 	AdminShutdown             Code = "57P01"
 	CrashShutdown             Code = "57P02"
 	TooManyConnections        Code = "53300"
+	ConfigurationLimit        Code = "53400" // e.g. no free replication origin state
 	InsufficientPrivilege     Code = "42501"
 	InvalidPassword           Code = "28P01"
 	InvalidAuthorization      Code = "28000"

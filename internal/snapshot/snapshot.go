@@ -51,8 +51,11 @@ type Options struct {
 	// ends the copy.
 	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
 	Truncate  bool // empty non-empty target tables instead of failing
-	Stats     *stats.Registry
-	Logger    *slog.Logger
+	// Slot: the target connections write with one of the slot's
+	// replication origins (target.UseOrigin); "": none.
+	Slot   string
+	Stats  *stats.Registry
+	Logger *slog.Logger
 	// OnTable, if set, is called once a table's copy is complete (from the
 	// copying workers: calls may be concurrent). Its error ends the copy.
 	OnTable func(ctx context.Context, t schema.TableName, rows, bytes int64) error
@@ -163,7 +166,7 @@ func Copy(ctx context.Context, opts Options) (Result, error) {
 					if src, err = openSnapshot(gctx, opts.SourceDSN, opts.SnapshotName); err != nil {
 						return err
 					}
-					if dst, err = target.Connect(gctx, opts.TargetDSN, "repstream-snapshot"); err != nil {
+					if dst, err = connectTarget(gctx, opts, log); err != nil {
 						return err
 					}
 				}
@@ -270,6 +273,20 @@ type piece struct {
 	rng   tidRange
 }
 
+// connectTarget opens a copy's target connection, which writes with one
+// of the slot's replication origins: the copy's rows are replicated ones.
+func connectTarget(ctx context.Context, opts Options, log *slog.Logger) (*pgx.Conn, error) {
+	dst, err := target.Connect(ctx, opts.TargetDSN, "repstream-snapshot")
+	if err != nil || opts.Slot == "" {
+		return dst, err
+	}
+	if _, err := target.UseOrigin(ctx, dst, opts.Slot, log); err != nil {
+		dst.Close(context.Background())
+		return nil, err
+	}
+	return dst, nil
+}
+
 // planCopy orders the tables, plans each in turn (in the snapshot, on
 // connections of its own) and sends its pieces to work.
 func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *piece) error {
@@ -278,7 +295,7 @@ func planCopy(ctx context.Context, opts Options, log *slog.Logger, work chan<- *
 		return err
 	}
 	defer src.Close(context.Background())
-	dst, err := target.Connect(ctx, opts.TargetDSN, "repstream-snapshot")
+	dst, err := connectTarget(ctx, opts, log)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,10 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 		return 0, err
 	}
 	defer tgt.Close(context.Background())
+	// It empties the tables: a replicated change (target.UseOrigin).
+	if _, err := target.UseOrigin(ctx, tgt, cfg.Slot, log); err != nil {
+		return 0, err
+	}
 	if !atStart {
 		// Added while running: `tables add` made a missing target table,
 		// but one that entered the publication otherwise (ALTER
@@ -130,7 +134,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log, Slot: cfg.Slot,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: ts.afterCopy,
 		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 			mu.Lock()

@@ -121,14 +121,18 @@ func Register(ctx context.Context, conn *pgx.Conn, slot string) error {
 // start followed schema changes without them; NULL: never recorded), and
 // whether repstream.tables records the tables the schema-change messages
 // made (made_recorded: false for a replication an earlier version
-// registered, until a start records them: MadeRecorded).
+// registered, until a start records them: MadeRecorded), and the source
+// database it replicates from (source_system_id, source_database_oid:
+// SetSource; NULL: not recorded, as by earlier versions).
 const replicationsSchema = `
 CREATE TABLE IF NOT EXISTS repstream.replications (
 	slot text PRIMARY KEY,
 	registered_at timestamptz NOT NULL DEFAULT now()
 );
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS ddl_triggers text;
-ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS made_recorded bool NOT NULL DEFAULT false;`
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS made_recorded bool NOT NULL DEFAULT false;
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS source_system_id text;
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS source_database_oid oid;`
 
 func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// The transaction is idempotent: one that a running apply's own

@@ -89,3 +89,45 @@ func SetMadeRecorded(ctx context.Context, conn *pgx.Conn, slot string) error {
 	}
 	return nil
 }
+
+// SetSource records, in the target's registry, the source database slot
+// replicates from (its system identifier and database OID): a start with
+// --origin any of a replication out of this database into that one is a
+// loop (ReplicationsFrom). A source whose system identifier the roles may
+// not read is not recorded.
+func SetSource(ctx context.Context, conn *pgx.Conn, slot, systemID string, databaseOID uint32) error {
+	if systemID == "" {
+		return nil
+	}
+	_, err := conn.Exec(ctx, `UPDATE repstream.replications SET source_system_id = $2, source_database_oid = $3
+WHERE slot = $1 AND (source_system_id, source_database_oid) IS DISTINCT FROM ($2, $3)`, slot, systemID, databaseOID)
+	if err != nil {
+		return fmt.Errorf("record the source of slot %q on the target: %w", slot, err)
+	}
+	return nil
+}
+
+// ReplicationsFrom lists the slots of the replications into the database
+// of conn whose recorded source is the database systemID and databaseOID
+// name (SetSource), sorted. No registry, one without the record (earlier
+// versions), or a role that may not read it: none.
+func ReplicationsFrom(ctx context.Context, conn *pgx.Conn, systemID string, databaseOID uint32) ([]string, error) {
+	if systemID == "" {
+		return nil, nil
+	}
+	var readable bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('repstream.replications') IS NOT NULL
+	AND pg_catalog.has_table_privilege('repstream.replications', 'SELECT')`).Scan(&readable); err != nil {
+		return nil, fmt.Errorf("look up the replications into this database: %w", err)
+	}
+	if !readable {
+		return nil, nil
+	}
+	var slots []string
+	err := conn.QueryRow(ctx, `SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM repstream.replications r
+WHERE to_jsonb(r)->>'source_system_id' = $1 AND (to_jsonb(r)->>'source_database_oid')::oid = $2`, systemID, databaseOID).Scan(&slots)
+	if err != nil {
+		return nil, fmt.Errorf("look up the replications into this database: %w", err)
+	}
+	return slots, nil
+}

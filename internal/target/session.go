@@ -18,7 +18,8 @@ type SessionOptions struct {
 // replica role, ISO dates), committing with synchronous_commit = off — the
 // watermark counts a transaction done only once the target's WAL is flushed
 // past its commit (apply/durable.go) — and holding the slot's shared apply
-// lock for its whole life (lock.go), with a Writer on it. Every session that
+// lock for its whole life (lock.go) and one of the slot's replication
+// origins (UseOrigin), with a Writer on it. Every session that
 // writes applied transactions — apply workers and eager apply — opens here.
 //
 // closeFn closes the connection, waiting at most 2 s for the server.
@@ -37,6 +38,11 @@ func OpenSession(ctx context.Context, o SessionOptions) (w *Writer, closeFn func
 		return nil, nil, fmt.Errorf("open apply session %s: %w", o.AppName, err)
 	}
 	if err := HoldApplyLock(ctx, conn, o.Writer.Slot); err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	// Its transactions are replicated ones (origin.go).
+	if _, err := UseOrigin(ctx, conn, o.Writer.Slot, o.Writer.Logger); err != nil {
 		closeFn()
 		return nil, nil, err
 	}
