@@ -136,6 +136,10 @@ type Options struct {
 	// the apply could read it, else are an error (notFromCapture).
 	TopicKeys    map[string]ed25519.PublicKey
 	TopicKeysNow func(ctx context.Context) (map[string]ed25519.PublicKey, error)
+	// SkipOrigins (--origin none) leaves out the transactions that carry
+	// a replication origin (a replication's writes into the source):
+	// pgoutput's origin option on PostgreSQL 16+, originFilter before.
+	SkipOrigins bool
 	// GatherWait: while transactions come less than this apart, a read
 	// that has caught up with the stream waits up to this long for more
 	// before it wakes (lowat.go); 0: never.
@@ -208,6 +212,9 @@ type Capture struct {
 	// ends with ErrRedecode (ddl.go).
 	major    int
 	redecode map[uint32]bool
+	// origins leaves out the transactions with an origin on a source
+	// without pgoutput's origin option (origin.go).
+	origins originFilter
 
 	cMessages, cChanges, cKeepalives, cFlowWaitNs, cReads *atomic.Int64
 	cForgedDDL                                            *atomic.Int64                // repstream.ddl messages not signed by the trigger (ddl.go)
@@ -429,7 +436,18 @@ func (c *Capture) start(ctx context.Context) error {
 		fmt.Sprintf("proto_version '%d'", c.proto),
 		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdentList(c.opts.Publication), "'", "''")),
 	}
-	if c.proto >= 2 {
+	c.origins = originFilter{}
+	switch {
+	case c.opts.SkipOrigins && c.major >= 16:
+		args = append(args, "origin 'none'")
+	case c.opts.SkipOrigins:
+		// Not streamed: a streamed transaction's origin is known only at
+		// its commit (origin.go).
+		c.origins.on = true
+		c.log.Info("--origin none on PostgreSQL before 16: transactions with a replication origin are left out by capture, and transactions are read whole at their commit (not streamed while in progress)",
+			"slot", c.opts.Slot, "server_major", c.major)
+	}
+	if c.proto >= 2 && !c.origins.on {
 		args = append(args, "streaming 'true'")
 	}
 	if c.opts.Binary {
@@ -749,10 +767,16 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 		if err := pgoutput.ParseHead(data, c.inStream, c.proto, m); err != nil {
 			return fmt.Errorf("decode message at %s: %w", walStart, err)
 		}
+		if c.origins.observe(m, c.inStream, c.streamXid) {
+			return nil
+		}
 		return c.handleRaw(ctx, walStart, data, m)
 	}
 	if err := pgoutput.Parse(data, c.inStream, c.proto, m); err != nil {
 		return fmt.Errorf("decode message at %s: %w", walStart, err)
+	}
+	if c.origins.observe(m, c.inStream, c.streamXid) {
+		return nil
 	}
 	switch m.Type {
 	case pgoutput.MsgBegin:
@@ -782,8 +806,8 @@ func (c *Capture) handle(ctx context.Context, walStart change.LSN, data []byte) 
 	case pgoutput.MsgMessage:
 		return c.message(ctx, walStart, m)
 	}
-	// Origin and Type need no action: values travel as text, and
-	// repstream's own transactions never reach a source slot of its own.
+	// Origin (see origins) and Type need no action: values travel as
+	// text.
 	return nil
 }
 

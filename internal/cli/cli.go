@@ -139,6 +139,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Eager, "eager", c.Eager, "apply a large transaction while the source streams it, before it commits")
 	fs.BoolVar(&c.Collapse, "collapse", c.Collapse, "fold repeated changes to one key within a target transaction where the target table allows it")
 	fs.BoolVar(&c.Binary, "binary", c.Binary, "transfer values in binary (pgoutput binary, binary COPY) when every column has the same built-in type on both sides")
+	fs.StringVar(&c.Origin, "origin", c.Origin, "any: capture every source transaction; none: leave out those a replication wrote into the source (repstream's apply, a native subscription: they carry a replication origin), as PostgreSQL's subscription option origin; two replications in opposite directions need none on both")
 	fs.StringVar(&c.DDL, "ddl", c.DDL, "schema changes: true (event trigger on the source; relation without superuser), relation (from pgoutput's Relation messages), false")
 	fs.DurationVar(&c.PublicationPoll, "publication-poll", c.PublicationPoll, "how often a running engine checks that the publication still publishes every kind of change and, without the event trigger (--ddl=relation or false), compares it with the tables it replicates (a table added, taken out, set UNLOGGED)")
 	fs.BoolVar(&c.UntilCaughtUp, "until-caught-up", false, "exit 0 once everything committed on the source before the start is applied and acknowledged")

@@ -100,6 +100,13 @@ type Config struct {
 	// same built-in type on both sides; otherwise the run uses text (logged).
 	Binary bool `yaml:"binary"`
 
+	// Origin (run, capture): "any" captures every transaction of the
+	// source; "none" leaves out those that carry a replication origin —
+	// written by a replication into the source (repstream's apply, a
+	// native subscription) — as PostgreSQL 16's subscription option of
+	// that name. Two replications in opposite directions need "none".
+	Origin string `yaml:"origin"`
+
 	// DDL: how schema changes on the source reach the target: "true" (an
 	// event trigger on the source reports them, falling back to "relation"
 	// when the source role may not create it), "relation" (followed from
@@ -192,6 +199,7 @@ func Default() Config {
 		Eager:            true,
 		Collapse:         true,
 		Binary:           true,
+		Origin:           OriginAny,
 		DDL:              "true",
 		PublicationPoll:  5 * time.Second,
 		StatusInterval:   10 * time.Second,
@@ -204,6 +212,12 @@ func Default() Config {
 		ReconnectMaxWait: 30 * time.Second,
 	}
 }
+
+// Values of Config.Origin (PostgreSQL's names).
+const (
+	OriginAny  = "any"
+	OriginNone = "none"
+)
 
 // DefaultParallelism is the number of CPUs, at most 8.
 func DefaultParallelism() int { return min(runtime.NumCPU(), 8) }
@@ -277,6 +291,9 @@ func (c *Config) EnsureDefaults() {
 			c.SpillDir = queue.DefaultSpillDir(fmt.Sprintf("%s-apply-%08x", c.Slot, crc32.ChecksumIEEE([]byte(c.Target))))
 		}
 	}
+	if c.Origin == "" {
+		c.Origin = OriginAny
+	}
 	c.GroupMaxTxns = max(c.GroupMaxTxns, 1)
 	c.GroupMaxBytes = max(c.GroupMaxBytes, 1)
 	c.SnapshotWorkers = max(c.SnapshotWorkers, 1)
@@ -312,6 +329,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Slot == "" || !validSlotName(c.Slot) {
 		errs = append(errs, fmt.Errorf("--slot %q: use lower-case letters, digits and underscores (at most 63)", c.Slot))
+	}
+	switch c.Origin {
+	case OriginAny, OriginNone:
+	default:
+		errs = append(errs, fmt.Errorf("--origin %q: want any or none", c.Origin))
 	}
 	switch c.DDL {
 	case "true", "false", "relation":

@@ -151,6 +151,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	}
 	defer src.Close(context.Background())
 	defer tgt.Close(context.Background())
+	if err := e.refuseLoop(ctx, src, tgt); err != nil {
+		return err
+	}
 	// A first start that fails before its slot exists leaves nothing
 	// behind: what it created is removed again (newest first).
 	firstStart, err := install.SlotMissing(ctx, src, cfg.Slot)
@@ -166,6 +169,9 @@ func (e *Engine) run(ctx context.Context) (err error) {
 	}()
 	prog, err := e.loadRecord(ctx, src, tgt, &undo)
 	if err != nil {
+		return err
+	}
+	if err := e.prepareOrigins(ctx, src, tgt); err != nil {
 		return err
 	}
 	createdPub, err := e.ensurePublication(ctx, src, tgt, &undo, &prog)
@@ -564,7 +570,7 @@ func (e *Engine) pipeline(ctx context.Context, tgt *pgx.Conn, q *queue.Queue, ac
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: prog.Low, InitialFlush: initialFlush,
 		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, StopAt: e.stopAt, Binary: e.binary,
-		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait,
+		Timeout: cfg.SourceTimeout, GatherWait: cfg.GroupWait, SkipOrigins: cfg.Origin == config.OriginNone,
 		Queue: q, Acker: acker, Stats: e.stats, Logger: e.log,
 	}
 	capOpts.DDLMessages, capOpts.DDLKey, capOpts.DDLSignedFrom = e.ddl == ddlTrigger, e.ddlKey, e.ddlSignedFrom
@@ -777,7 +783,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents),
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents), Slot: cfg.Slot,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {

@@ -234,7 +234,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 	capt, err := capture.New(capture.Options{
 		DSN: cfg.Source, Slot: cfg.Slot, Publication: cfg.Publication,
 		StartLSN: start, InitialFlush: slot.Confirmed, ProtoVersion: proto, Binary: e.binary,
-		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout,
+		DecodingWorkMem: cfg.DecodingWorkMem, StatusInterval: cfg.StatusInterval, Timeout: cfg.SourceTimeout, SkipOrigins: cfg.Origin == config.OriginNone,
 		DDLMessages: e.ddl == ddlTrigger, DDLKey: e.ddlKey, DDLSignedFrom: e.ddlSignedFrom, DDLKeyNow: ddlKeyNow(cfg.Source, cfg.Slot), TopicKey: e.topicKey, Raw: w, Started: started, Acker: wm, Stats: e.stats, Logger: e.log,
 	})
 	if err != nil {
@@ -557,6 +557,9 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 	}
 	if err := target.Register(ctx, tgt, cfg.Slot); err != nil {
 		return fmt.Errorf("prepare repstream state on the target: %w", pgerr.CreateSchemaPrivilege(tgt.Config().Database, tgt.Config().User).Explain(err))
+	}
+	if err := e.prepareOrigins(ctx, src, tgt); err != nil {
+		return err
 	}
 	if err := target.WaitForPreviousApply(ctx, tgt, cfg.Slot, 30*time.Second, e.log); err != nil {
 		return err

@@ -459,6 +459,8 @@ func (c *checker) targetSettings(ctx context.Context) {
 		}
 	}
 
+	c.origins(ctx)
+
 	maxConn, ok1 := c.intSetting(ctx, c.tgt, side, "max_connections")
 	reserved, ok2 := c.intSetting(ctx, c.tgt, side, "superuser_reserved_connections")
 	if ok1 && ok2 {
@@ -475,6 +477,36 @@ func (c *checker) targetSettings(ctx context.Context) {
 			c.r.add(OK, side, "max_connections", "", "%d, %d free; a run with --apply-parallelism %d needs about %d", maxConn, free, c.opts.ApplyParallelism, need)
 		}
 	}
+}
+
+// origins checks that the target role may mark apply's writes with
+// replication origins (target.UseOrigin), and that the server has origin
+// state for each session that writes: without, a capture of the target
+// with --origin none passes those writes on.
+func (c *checker) origins(ctx context.Context) {
+	const side = "target"
+	ok, err := target.OriginsAllowed(ctx, c.tgt)
+	switch {
+	case err != nil:
+		c.r.add(Fail, side, "replication origins", "", "%v", err)
+		return
+	case !ok:
+		c.r.add(Warn, side, "replication origins", "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_session_setup(text), pg_replication_origin_drop(text) TO "+c.tgtRole+" (or make it a superuser)",
+			"%s", strings.TrimPrefix(target.OriginsWithout, "the target role may not use replication origins: "))
+		return
+	}
+	setting := "max_replication_slots"
+	if c.tgtVer >= 180000 {
+		setting = "max_active_replication_origins"
+	}
+	// The apply workers, the eager session and the start's.
+	need := int64(c.opts.ApplyParallelism) + 2
+	if n, ok := c.intSetting(ctx, c.tgt, side, setting); ok && n < need {
+		c.r.add(Warn, side, "replication origins", fmt.Sprintf("raise %s on the target (restart) to at least %d", setting, need),
+			"%s is %d: a run with --apply-parallelism %d writes in about %d sessions, each with a replication origin of its own; the sessions beyond it write without one (a capture of this target passes their writes on)", setting, n, c.opts.ApplyParallelism, need)
+		return
+	}
+	c.r.add(OK, side, "replication origins", "", "apply's writes carry a replication origin (repstream_%s_<n>): a capture of this target with --origin none leaves them out", c.opts.Slot)
 }
 
 // targetTables checks each source table's counterpart on the target.

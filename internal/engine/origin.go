@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/provision"
+	"github.com/repstream/repstream/internal/target"
+)
+
+// identity reads the identity of the database conn reaches; the source's
+// system identifier, where its role may not read pg_control_system(),
+// through IDENTIFY_SYSTEM (dsn: the source, else "").
+func identity(ctx context.Context, conn *pgx.Conn, dsn string) (provision.Identity, error) {
+	id, err := provision.Identify(ctx, conn)
+	if err != nil || id.SystemID != "" || dsn == "" {
+		return id, err
+	}
+	id.SystemID, _ = identifySystem(ctx, dsn) // unknown: not recorded
+	return id, nil
+}
+
+// refuseLoop stops a run with --origin any whose target replicates into
+// its source (a repstream replication into the source records the target
+// as its source: target.SetSource): every change would go back and forth
+// for ever. A cascade (A -> B -> C) passes; so does a loop that the
+// records do not show (recorded by earlier versions, or not readable).
+func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
+	if e.cfg.Origin != config.OriginAny {
+		return nil
+	}
+	tid, err := identity(ctx, tgt, "")
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	back, err := target.ReplicationsFrom(ctx, src, tid.SystemID, tid.DatabaseOID)
+	if err != nil || len(back) == 0 {
+		if err != nil {
+			e.log.Debug("cannot tell whether the target replicates into the source", "component", "engine", "err", err)
+		}
+		return nil
+	}
+	sid, err := provision.Identify(ctx, src)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	return fmt.Errorf("a replication loop: the target (database %q, system identifier %s) replicates into the source (database %q, port %s) through slot %s, "+
+		"and this run (slot %q) would send it back with --origin any: every change would go back and forth for ever; "+
+		"run both replications with --origin none (each leaves out what the other applied)",
+		tid.Database, tid.SystemID, sid.Database, sid.Port, quoteList(back), e.cfg.Slot)
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// prepareOrigins, at a start (run, apply --kafka), once the slot is
+// registered on the target: records the source there (target.SetSource,
+// src's identity or srcID if known), says once what a target role that may
+// not use replication origins means, and marks the start's own target
+// connection (its --truncate, the tables it makes) with one of the slot's
+// origins.
+func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
+	sid := e.srcID
+	if sid.SystemID == "" {
+		var err error
+		if sid, err = identity(ctx, src, e.cfg.Source); err != nil {
+			return fmt.Errorf("source: %w", err)
+		}
+	}
+	if err := target.SetSource(ctx, tgt, e.cfg.Slot, sid.SystemID, sid.DatabaseOID); err != nil {
+		return err
+	}
+	ok, err := target.OriginsAllowed(ctx, tgt)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		e.log.Warn(target.OriginsWithout, "component", "engine", "role", tgt.Config().User)
+		return nil
+	}
+	_, err = target.UseOrigin(ctx, tgt, e.cfg.Slot, e.log)
+	return err
+}
