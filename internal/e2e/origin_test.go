@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+)
+
+// TestBidirectionalOrigins: A -> B and B -> A at once, both with --origin
+// none. Apply marks its target transactions with a replication origin
+// (repstream_<slot>_<n>), and each capture leaves out the transactions
+// that carry one (pgoutput's origin option on PostgreSQL 16+, capture's
+// own filter before, reading whole transactions): rows written on either
+// side, also a large transaction (which would stream), reach the other
+// once and both end equal; each side applies each of the other's changes
+// exactly once (an ENABLE ALWAYS trigger counts the rows apply writes:
+// before, each change went back and forth for ever, or stopped on a
+// duplicate key), and each slot confirms past what it left out. Then a
+// start with --origin any of either direction is refused, naming the
+// loop. (A cascade A -> B -> C with --origin any: TestCascadeWithTriggers.)
+func TestBidirectionalOrigins(t *testing.T) {
+	t.Parallel() // own databases and slots; no server restarts
+	ab := newEnv(t)
+	ba := envOn(t, ab.tgt, ab.tgtDB, ab.src, ab.srcDB)
+	// applied counts the rows apply wrote on this side (replica sessions).
+	ab.both(`CREATE TABLE t (id int PRIMARY KEY, v text);
+CREATE TABLE applied (n bigint NOT NULL);
+INSERT INTO applied VALUES (0);
+CREATE FUNCTION count_applied() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('session_replication_role') = 'replica' THEN
+    UPDATE public.applied SET n = n + 1;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER count_applied AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW EXECUTE FUNCTION count_applied();
+ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
+	cfgAB, cfgBA := ab.config("public.t"), ba.config("public.t")
+	for _, c := range []*config.Config{&cfgAB, &cfgBA} {
+		c.DecodingWorkMem = "64kB" // the large transaction streams (16+)
+	}
+	cfgBA.Slot = "b_" + cfgBA.Slot[:min(len(cfgBA.Slot), 60)]
+	cfgBA.Publication = cfgBA.Slot
+
+	t.Run("none both ways", func(t *testing.T) {
+		cfgAB.Origin, cfgBA.Origin = config.OriginNone, config.OriginNone
+		stopAB := ab.start(cfgAB)
+		stopBA := ba.start(cfgBA)
+		defer func() {
+			if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("A -> B: %v", err)
+			}
+			if err := stopBA(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("B -> A: %v", err)
+			}
+		}()
+		// Streaming, after the initial copies (of empty tables): a slot
+		// is active while it is made, before its consistent point.
+		ab.waitStreaming(cfgAB.Slot)
+		ba.waitStreaming(cfgBA.Slot)
+		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
+		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
+		ab.srcExec(`INSERT INTO t SELECT g, 'a' FROM generate_series(1, 3) g`)
+		ab.tgtExec(`INSERT INTO t SELECT g, 'b' FROM generate_series(11, 13) g`)
+		ab.srcExec(`UPDATE t SET v = 'a2' WHERE id = 1`)
+		ab.tgtExec(`UPDATE t SET v = 'b2' WHERE id = 11`)
+		ab.srcExec(`INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1000, 2999) g`)
+		ab.tgtExec(`DELETE FROM t WHERE id = 12`)
+		// A's changes: 3 + 1 + 2000 rows; B's: 3 + 1 + 1.
+		const fromA, fromB = 2004, 5
+		pgtest.WaitFor(t, "both sides to apply the other's changes", time.Minute, func() (bool, error) {
+			return ab.count(ab.Tgt, "SELECT n FROM applied") >= fromA && ab.count(ab.Src, "SELECT n FROM applied") >= fromB, nil
+		})
+		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
+		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
+		time.Sleep(time.Second) // a loop would go on applying
+		ab.assertSame("t", "id")
+		if a, b := ab.count(ab.Src, "SELECT n FROM applied"), ab.count(ab.Tgt, "SELECT n FROM applied"); a != fromB || b != fromA {
+			t.Errorf("rows applied: on A %d, on B %d; want %d and %d (each change once)", a, b, fromB, fromA)
+		}
+		if n := ab.count(ab.Tgt, "SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'repstream\\_"+cfgAB.Slot+"\\_%'"); n == 0 {
+			t.Errorf("B has no replication origin of slot %s", cfgAB.Slot)
+		}
+	})
+
+	t.Run("any refused", func(t *testing.T) {
+		for _, x := range []struct {
+			e         *env
+			cfg       config.Config
+			otherSlot string
+		}{{ab, cfgAB, cfgBA.Slot}, {ba, cfgBA, cfgAB.Slot}} {
+			x.cfg.Origin = config.OriginAny
+			_, err := x.e.tryCatchUp(x.cfg)
+			if err == nil || !strings.Contains(err.Error(), "replication loop") || !strings.Contains(err.Error(), x.otherSlot) ||
+				!strings.Contains(err.Error(), "--origin none") || !strings.Contains(err.Error(), x.e.srcDB) || !strings.Contains(err.Error(), x.e.tgtDB) {
+				t.Errorf("slot %s with --origin any: %v; want the loop refused, naming both databases, slot %s and --origin none", x.cfg.Slot, err, x.otherSlot)
+			}
+		}
+	})
+}
