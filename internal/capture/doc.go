@@ -9,5 +9,6 @@
 //	ddl.go        schema-change messages: checked (signed by repstream's trigger: ddlContent; read from a topic, checked with the published Ed25519 keys: topicContent, and one that does not verify is an error: notFromCapture, beforeTopicSigning), queued as OpDDL; Relation versions and renames
 //	lowat.go      the socket's receive low-water mark while the stream is busy or gathering
 //	reader.go     coalescingReader: larger reads after a large one
+//	origin.go     originFilter: --origin none (Options.SkipOrigins) before PostgreSQL 16: the transactions an Origin message marks are left out, their commits kept (16+: pgoutput's origin option)
 //	monitoring.go the reader's busy and idle states for the stage statistics
 package capture

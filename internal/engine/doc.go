@@ -23,6 +23,7 @@
 //	indexes.go    noteUnbuiltIndexes
 //	monitor.go    Run: the monitor (HTTP, progress, probes: package probe, lag) around run, or around runHalf
 //	kafka.go      runHalf: the halves of Kafka mode (package kafkalog): runCapture (capture --kafka: provisionCapture, then the slot into the topic, acknowledged as the brokers hold it, the source's WAL position read beside it: probe.WALLoop), runApply (apply --kafka: waitCaptureSlot, copyForKafka, its own initial copy; streamKafka, the topic into the target, eager apply included; kafkaPersister, the offset recorded with the low watermark); probeBrokers; reseedAdvice; kafkaStatus; kafkaRetriable, kafkaRetry: a passing error of the brokers waited out, also before the first start has reached its servers
+//	origin.go     prepareOrigins: at a start, the source recorded on the target (target.SetSource), the target role's rights on replication origins said once, the start's connection marked; refuseLoop: --origin any into a database that replicates into the source is refused
 //	progress.go   the progress line and the initial copy's progress
 //	series.go     declareSeries: every labelled counter at 0 from the start
 //	status.go     Engine.Status, Flushed, ProgressLine: the running engine's positions; Drop (install.Drop)

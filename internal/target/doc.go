@@ -14,11 +14,12 @@
 // Files:
 //
 //	connect.go    Connect: an apply connection (replica role, text conventions)
-//	session.go    OpenSession: an apply session (async commit, apply lock) and its Writer
+//	session.go    OpenSession: an apply session (async commit, apply lock, replication origin) and its Writer
+//	origin.go     replication origins: UseOrigin (a session's writes marked with one of the slot's, repstream_<slot>_<n>), OriginsAllowed, DropOrigins
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
 //	progress_age.go ProgressAge (since the progress record last changed), CopyAge (since the record of the slot's copies last changed): for status
-//	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working; MadeRecorded, SetMadeRecorded: whether repstream.tables records the tables schema-change messages made (false: registered by an earlier version)
+//	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working; MadeRecorded, SetMadeRecorded: whether repstream.tables records the tables schema-change messages made (false: registered by an earlier version); SetSource, ReplicationsFrom: each slot's source database, for the loop check
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)
 //	txn.go        txnState: where the transaction stands, BEGIN's placement
 //	copybuf.go    inserts buffered as COPY rows per table, sent by COPY or as INSERTs
