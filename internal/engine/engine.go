@@ -783,7 +783,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents), Slot: cfg.Slot,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents), Origins: true,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {

@@ -66,8 +66,8 @@ func quoteList(ss []string) string {
 // registered on the target: records the source there (target.SetSource,
 // src's identity or srcID if known), says once what a target role that may
 // not use replication origins means, and marks the start's own target
-// connection (its --truncate, the tables it makes) with one of the slot's
-// origins.
+// connection (its --truncate, the tables it makes) with a replication
+// origin.
 func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 	sid := e.srcID
 	if sid.SystemID == "" {
@@ -84,9 +84,9 @@ func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 		return err
 	}
 	if !ok {
-		e.log.Warn(target.OriginsWithout, "component", "engine", "role", tgt.Config().User)
+		e.log.Warn(target.OriginsWithout+"; "+target.OriginsGrant+"it, or make it a superuser", "component", "engine", "role", tgt.Config().User)
 		return nil
 	}
-	_, err = target.UseOrigin(ctx, tgt, e.cfg.Slot, e.log)
+	_, err = target.UseOrigin(ctx, tgt, e.log)
 	return err
 }

@@ -491,7 +491,7 @@ func (c *checker) origins(ctx context.Context) {
 		c.r.add(Fail, side, "replication origins", "", "%v", err)
 		return
 	case !ok:
-		c.r.add(Warn, side, "replication origins", "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_session_setup(text), pg_replication_origin_drop(text) TO "+c.tgtRole+" (or make it a superuser)",
+		c.r.add(Warn, side, "replication origins", target.OriginsGrant+c.tgtRole+" (or make it a superuser)",
 			"%s", strings.TrimPrefix(target.OriginsWithout, "the target role may not use replication origins: "))
 		return
 	}
@@ -506,7 +506,7 @@ func (c *checker) origins(ctx context.Context) {
 			"%s is %d: a run with --apply-parallelism %d writes in about %d sessions, each with a replication origin of its own; the sessions beyond it write without one (a capture of this target passes their writes on)", setting, n, c.opts.ApplyParallelism, need)
 		return
 	}
-	c.r.add(OK, side, "replication origins", "", "apply's writes carry a replication origin (repstream_%s_<n>): a capture of this target with --origin none leaves them out", c.opts.Slot)
+	c.r.add(OK, side, "replication origins", "", "apply's writes carry a replication origin (%s<n>): a capture of this target with --origin none leaves them out", target.OriginPrefix)
 }
 
 // targetTables checks each source table's counterpart on the target.

@@ -72,12 +72,11 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 	if err != nil {
 		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
 	}
-	// The slot's replication origins (target.UseOrigin): its apply is
-	// stopped (the slot was not in use).
-	if n, err := target.DropOrigins(ctx, tgt, slot); err != nil {
+	// The replication origins no session uses (target.UseOrigin: a pool
+	// the replications into the server share; those running make again
+	// the ones they need).
+	if err := target.DropIdleOrigins(ctx, tgt); err != nil {
 		return err
-	} else if n > 0 {
-		log.Info("dropped the slot's replication origins on the target", "slot", slot, "origins", n)
 	}
 	if len(kept) > 0 {
 		log.Info("dropped the slot's state on the target; kept the schema repstream: other replications use it", "slot", slot, "slots", kept)

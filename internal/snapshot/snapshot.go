@@ -51,11 +51,11 @@ type Options struct {
 	// ends the copy.
 	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
 	Truncate  bool // empty non-empty target tables instead of failing
-	// Slot: the target connections write with one of the slot's
-	// replication origins (target.UseOrigin); "": none.
-	Slot   string
-	Stats  *stats.Registry
-	Logger *slog.Logger
+	// Origins: the target connections write with replication origins
+	// (target.UseOrigin): the copy's rows are replicated ones.
+	Origins bool
+	Stats   *stats.Registry
+	Logger  *slog.Logger
 	// OnTable, if set, is called once a table's copy is complete (from the
 	// copying workers: calls may be concurrent). Its error ends the copy.
 	OnTable func(ctx context.Context, t schema.TableName, rows, bytes int64) error
@@ -273,14 +273,14 @@ type piece struct {
 	rng   tidRange
 }
 
-// connectTarget opens a copy's target connection, which writes with one
-// of the slot's replication origins: the copy's rows are replicated ones.
+// connectTarget opens a copy's target connection, with a replication
+// origin (Options.Origins).
 func connectTarget(ctx context.Context, opts Options, log *slog.Logger) (*pgx.Conn, error) {
 	dst, err := target.Connect(ctx, opts.TargetDSN, "repstream-snapshot")
-	if err != nil || opts.Slot == "" {
+	if err != nil || !opts.Origins {
 		return dst, err
 	}
-	if _, err := target.UseOrigin(ctx, dst, opts.Slot, log); err != nil {
+	if _, err := target.UseOrigin(ctx, dst, log); err != nil {
 		dst.Close(context.Background())
 		return nil, err
 	}

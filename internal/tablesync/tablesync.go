@@ -73,7 +73,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 	}
 	defer tgt.Close(context.Background())
 	// It empties the tables: a replicated change (target.UseOrigin).
-	if _, err := target.UseOrigin(ctx, tgt, cfg.Slot, log); err != nil {
+	if _, err := target.UseOrigin(ctx, tgt, log); err != nil {
 		return 0, err
 	}
 	if !atStart {
@@ -134,7 +134,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log, Slot: cfg.Slot,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log, Origins: true,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: ts.afterCopy,
 		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 			mu.Lock()

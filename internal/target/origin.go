@@ -13,29 +13,79 @@ import (
 // Replication origins mark the target transactions that carry replicated
 // changes, as native subscriptions mark theirs: a capture of the target
 // with --origin none (pgoutput's origin option, or capture's own filter)
-// passes them over, so that two replications in opposite directions do not
+// leaves them out, so that two replications in opposite directions do not
 // send each change back and forth for ever.
 //
 // On PostgreSQL 14 to 18 an origin is active in one session at a time
 // (pg_replication_origin_session_setup fails with "already active" in
-// another), so each session that writes replicated rows takes one of its
-// slot's origins, repstream_<slot>_<n>: the first not in use, made when
-// there is none. Their progress (pg_replication_origin_xact_setup) is not
-// kept: what the target has is what repstream.applied and
-// repstream.progress say, in the same transaction as the data, and a slot's
-// transactions are spread over several origins. `repstream drop` removes
-// them (DropOrigins).
+// another), so each session that writes replicated rows takes one of a
+// pool the replications into the server share, repstream_<n>: the first
+// not in use, made when there is none. The pool is the server's, not a
+// slot's: an origin holds the server's origin state (max_replication_slots
+// of them before PostgreSQL 18, max_active_replication_origins since)
+// until it is dropped, so the pool grows only to the most sessions that
+// wrote at once, and a target database dropped without `repstream drop`
+// leaves nothing behind that the next replication does not use again.
+// Their progress (pg_replication_origin_xact_setup) is not kept: what the
+// target has is what repstream.applied and repstream.progress say, in the
+// same transaction as the data, and one slot's transactions are spread
+// over several origins. `repstream drop` removes the origins no session
+// uses (DropIdleOrigins).
 
 // OriginPrefix begins the name of every replication origin repstream makes
-// on a target.
+// on a target: repstream_0, repstream_1, ...
 const OriginPrefix = "repstream_"
 
-// maxOrigins bounds a slot's origins: more sessions than this write
-// without one.
-const maxOrigins = 256
+// useOriginSQL sets up the first origin of the pool that no other session
+// has, made if missing (undefined_object; unique_violation: another
+// session just made it). Errors caught in a block are not logged by the
+// server. Others (insufficient_privilege, configuration_limit_exceeded:
+// no free origin state) end it.
+const useOriginSQL = `DO $use$
+DECLARE
+  n int := 0;
+  name text;
+BEGIN
+  WHILE n < 256 LOOP
+    name := 'repstream_' || n;
+    BEGIN
+      PERFORM pg_catalog.pg_replication_origin_session_setup(name);
+      RETURN;
+    EXCEPTION
+      WHEN object_in_use THEN
+        n := n + 1;
+      WHEN undefined_object THEN
+        BEGIN
+          PERFORM pg_catalog.pg_replication_origin_create(name);
+        EXCEPTION WHEN unique_violation THEN
+          NULL;
+        END;
+    END;
+  END LOOP;
+  RAISE EXCEPTION USING ERRCODE = 'configuration_limit_exceeded', MESSAGE = 'repstream: 256 replication origins in use';
+END
+$use$`
 
-// OriginName is the name of a slot's n-th origin.
-func OriginName(slot string, n int) string { return fmt.Sprintf("%s%s_%d", OriginPrefix, slot, n) }
+// dropIdleOriginsSQL drops the pool's origins no session has (it stops
+// after 16 names in a row that do not exist).
+const dropIdleOriginsSQL = `DO $drop$
+DECLARE
+  missing int := 0;
+BEGIN
+  FOR n IN 0..255 LOOP
+    BEGIN
+      PERFORM pg_catalog.pg_replication_origin_drop('repstream_' || n);
+      missing := 0;
+    EXCEPTION
+      WHEN object_in_use THEN
+        missing := 0;
+      WHEN undefined_object THEN
+        missing := missing + 1;
+    END;
+    EXIT WHEN missing >= 16;
+  END LOOP;
+END
+$drop$`
 
 // OriginsAllowed reports whether the role of q may mark its sessions with
 // replication origins (a superuser, or EXECUTE granted on
@@ -52,75 +102,48 @@ func OriginsAllowed(ctx context.Context, q interface {
 	return ok, nil
 }
 
+// OriginsGrant is what gives a target role that is not a superuser the use
+// of replication origins.
+const OriginsGrant = "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_session_setup(text), pg_replication_origin_drop(text) TO "
+
 // OriginsWithout says what a target role that may not use replication
 // origins means (OriginsAllowed false): logged at start, reported by check.
-const OriginsWithout = "the target role may not use replication origins: repstream's writes on the target are not marked as replicated, and a capture of this target passes them on, also with --origin none (two replications in opposite directions would loop); make it a superuser or GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), pg_replication_origin_session_setup(text), pg_replication_origin_drop(text) TO it"
+const OriginsWithout = "the target role may not use replication origins: repstream's writes on the target are not marked as replicated, and a capture of this target passes them on, also with --origin none (two replications in opposite directions would loop)"
 
 // capacityWarned: the warning that sessions write without an origin for
 // want of origin state was logged once.
 var capacityWarned atomic.Bool
 
-// UseOrigin marks every later transaction of conn with one of slot's
-// replication origins, making it if it does not exist, and returns its
-// name. It returns "" without an error when the role may not use origins
-// (the start said so: OriginsWithout) or when the server has no free
-// origin state (warned once: max_replication_slots before PostgreSQL 18,
-// max_active_replication_origins since).
-func UseOrigin(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger) (string, error) {
-	for n := 0; n < maxOrigins; n++ {
-		name := OriginName(slot, n)
-		for made := false; ; made = true {
-			_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_session_setup($1)`, name)
-			switch {
-			case err == nil:
-				return name, nil
-			case pgerr.PermissionDenied(err):
-				return "", nil
-			case pgerr.Is(err, pgerr.ObjectInUse):
-				// Active in another session: the next one.
-			case pgerr.Is(err, pgerr.UndefinedObject) && !made:
-				if err := createOrigin(ctx, conn, name); err != nil {
-					return "", err
-				}
-				continue
-			case pgerr.Is(err, pgerr.ConfigurationLimit):
-				if log != nil && !capacityWarned.Swap(true) {
-					log.Warn("no free replication origin state on the target: this session's writes are not marked as replicated, and a capture of this target passes them on, also with --origin none; raise max_replication_slots (PostgreSQL 14-17) or max_active_replication_origins (18+) on the target",
-						"component", "target", "origin", name, "err", err)
-				}
-				return "", nil
-			default:
-				return "", fmt.Errorf("set up replication origin %q on the target: %w", name, err)
-			}
-			break
+// UseOrigin marks every later transaction of conn with a replication
+// origin of the pool (repstream_<n>) that no other session has, making it
+// if it does not exist; it reports whether it did. A role that may not use
+// origins (the start said so: OriginsWithout) is no error, nor is a server
+// without free origin state (warned once: max_replication_slots before
+// PostgreSQL 18, max_active_replication_origins since).
+func UseOrigin(ctx context.Context, conn *pgx.Conn, log *slog.Logger) (bool, error) {
+	_, err := conn.Exec(ctx, useOriginSQL)
+	switch {
+	case err == nil:
+		return true, nil
+	case pgerr.PermissionDenied(err):
+		return false, nil
+	case pgerr.Is(err, pgerr.ConfigurationLimit):
+		if log != nil && !capacityWarned.Swap(true) {
+			log.Warn("no free replication origin state on the target: sessions beyond it write without an origin, and a capture of this target passes their writes on, also with --origin none; raise max_replication_slots (PostgreSQL 14-17) or max_active_replication_origins (18+) on the target, or lower --apply-parallelism",
+				"component", "target", "err", err)
 		}
+		return false, nil
+	default:
+		return false, fmt.Errorf("set up a replication origin on the target: %w", err)
 	}
-	return "", nil
 }
 
-// createOrigin makes origin name, unless another session just did.
-func createOrigin(ctx context.Context, conn *pgx.Conn, name string) error {
-	_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_create($1)`, name)
-	if err != nil && !pgerr.UniqueConflict(err) {
-		return fmt.Errorf("create replication origin %q on the target: %w", name, err)
+// DropIdleOrigins removes the pool's replication origins that no session
+// uses (repstream drop; a running replication makes again those it
+// needs). A role that may not is no error.
+func DropIdleOrigins(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, dropIdleOriginsSQL); err != nil && !pgerr.PermissionDenied(err) {
+		return fmt.Errorf("drop the idle replication origins on the target: %w", err)
 	}
 	return nil
-}
-
-// DropOrigins removes slot's replication origins (repstream drop); none
-// made, or a role that may not, is no error: it returns how many it
-// dropped.
-func DropOrigins(ctx context.Context, conn *pgx.Conn, slot string) (int, error) {
-	for n := 0; n < maxOrigins; n++ {
-		name := OriginName(slot, n)
-		_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_drop($1)`, name)
-		switch {
-		case err == nil:
-		case pgerr.Is(err, pgerr.UndefinedObject) || pgerr.PermissionDenied(err):
-			return n, nil
-		default:
-			return n, fmt.Errorf("drop replication origin %q on the target: %w", name, err)
-		}
-	}
-	return maxOrigins, nil
 }

@@ -18,8 +18,8 @@ type SessionOptions struct {
 // replica role, ISO dates), committing with synchronous_commit = off — the
 // watermark counts a transaction done only once the target's WAL is flushed
 // past its commit (apply/durable.go) — and holding the slot's shared apply
-// lock for its whole life (lock.go) and one of the slot's replication
-// origins (UseOrigin), with a Writer on it. Every session that
+// lock for its whole life (lock.go) and a replication origin of its
+// own (UseOrigin), with a Writer on it. Every session that
 // writes applied transactions — apply workers and eager apply — opens here.
 //
 // closeFn closes the connection, waiting at most 2 s for the server.
@@ -42,7 +42,7 @@ func OpenSession(ctx context.Context, o SessionOptions) (w *Writer, closeFn func
 		return nil, nil, err
 	}
 	// Its transactions are replicated ones (origin.go).
-	if _, err := UseOrigin(ctx, conn, o.Writer.Slot, o.Writer.Logger); err != nil {
+	if _, err := UseOrigin(ctx, conn, o.Writer.Logger); err != nil {
 		closeFn()
 		return nil, nil, err
 	}
