@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/repstream/repstream/internal/change"
+	"github.com/repstream/repstream/internal/pgoutput"
 )
 
 func msgCommit(commit, end uint64) []byte {
@@ -114,6 +115,45 @@ func TestOriginFilter(t *testing.T) {
 				q.added[10], q.added[12], q.added[22]+eg.added[22], q.added[20]+eg.added[20])
 		}
 	})
+}
+
+type countingSink struct{ rows, commits int }
+
+func (s *countingSink) Message(_ context.Context, _ change.LSN, _ []byte, m *pgoutput.Message) error {
+	switch m.Type {
+	case pgoutput.MsgInsert, pgoutput.MsgUpdate, pgoutput.MsgDelete, pgoutput.MsgTruncate, pgoutput.MsgMessage:
+		s.rows++
+	case pgoutput.MsgCommit, pgoutput.MsgStreamCommit:
+		s.commits++
+	}
+	return nil
+}
+func (s *countingSink) Err() error { return nil }
+
+// TestOriginFilterRaw: capture --kafka with --origin none before
+// PostgreSQL 16 writes no row change of a transaction with an origin to
+// the topic, and its commit still.
+func TestOriginFilterRaw(t *testing.T) {
+	const rel = 16384
+	sink := &countingSink{}
+	c, err := New(Options{Raw: sink, Acker: fakeAcker{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proto = 3
+	c.origins.on = true
+	for _, m := range [][]byte{
+		msgBegin(10), msgOrigin("repstream_0"), msgRelationTop(rel), msgInsertTop(rel, "1"), msgCommit(100, 110),
+		msgBegin(11), msgInsertTop(rel, "2"), msgInsertTop(rel, "3"), msgCommit(200, 210),
+		msgStreamStart(20, true), msgOrigin("repstream_1"), msgRelation(20, rel), msgInsert(20, rel, "4"), msgStreamStop(), msgStreamCommit(20, 300, 310),
+	} {
+		if err := c.handle(context.Background(), 1, m); err != nil {
+			t.Fatalf("handle %q: %v", m[0], err)
+		}
+	}
+	if sink.rows != 2 || sink.commits != 3 {
+		t.Errorf("the topic got %d row changes and %d commits, want 2 (the local transaction's) and 3", sink.rows, sink.commits)
+	}
 }
 
 func equalXids(a, b []uint32) bool {
