@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/healthcheck"
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
@@ -87,6 +90,31 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		}
 		if n := ab.count(ab.Tgt, "SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'repstream\\_%'"); n == 0 {
 			t.Error("no replication origin repstream_<n> on the server")
+		}
+	})
+
+	t.Run("check", func(t *testing.T) {
+		origins := func(target string) (healthcheck.Level, string) {
+			rep, err := healthcheck.Run(t.Context(), healthcheck.Options{Source: cfgAB.Source, Target: target, Slot: cfgAB.Slot, Tables: cfgAB.Tables, ApplyParallelism: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range rep.Items {
+				if it.Side == "target" && it.Check == "replication origins" {
+					return it.Level, it.Detail + " " + it.Fix
+				}
+			}
+			return "", "no item"
+		}
+		if l, d := origins(cfgAB.Target); l != healthcheck.OK {
+			t.Errorf("check, a superuser target role: replication origins %s %s, want OK", l, d)
+		}
+		role := ab.uniqueName("no_origins_", 63)
+		ab.tgtExec("CREATE ROLE " + role + " LOGIN")
+		t.Cleanup(func() { _, _ = ab.Tgt.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+		dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", c.Port(), role, ab.tgtDB)
+		if l, d := origins(dsn); l != healthcheck.Warn || !strings.Contains(d, "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text)") {
+			t.Errorf("check, a target role without the grants: replication origins %s %s, want WARN naming the GRANT", l, d)
 		}
 	})
 
