@@ -332,6 +332,9 @@ func (c *Config) Validate() error {
 	}
 	switch c.Origin {
 	case OriginAny, OriginNone:
+		if c.Role == RoleApply && c.Origin != OriginAny {
+			errs = append(errs, errors.New("apply: --origin is the capture's (what it leaves out never reaches the topic): pass it to repstream capture"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("--origin %q: want any or none", c.Origin))
 	}

@@ -75,13 +75,30 @@ func TestValidate(t *testing.T) {
 	c.CommitOrder = "random"
 	c.DDL = "yes"
 	c.KafkaLinger = -time.Millisecond
+	c.Origin = "local"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"--source", "--target", "--slot", "--commit-order", "--ddl", "--kafka-linger"} {
+	for _, want := range []string{"--source", "--target", "--slot", "--commit-order", "--ddl", "--kafka-linger", "--origin \"local\": want any or none"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+// TestValidateOrigin: --origin none is a capture's (run, capture --kafka);
+// an apply --kafka's is refused, naming where it belongs.
+func TestValidateOrigin(t *testing.T) {
+	for _, x := range []struct {
+		role Role
+		ok   bool
+	}{{RoleRun, true}, {RoleCapture, true}, {RoleApply, false}} {
+		c := Default()
+		c.Role, c.Source, c.Target, c.Kafka, c.Origin = x.role, "host=a", "host=b", "k:9092", OriginNone
+		err := c.Validate()
+		if (err == nil) != x.ok || err != nil && !strings.Contains(err.Error(), "pass it to repstream capture") {
+			t.Errorf("%q with --origin none: %v", x.role, err)
 		}
 	}
 }
