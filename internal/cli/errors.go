@@ -73,6 +73,11 @@ func (s *errorsSettings) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("prepare repstream state on the target: %w", err)
 	}
+	// A retry applies replicated rows: marked as apply's are.
+	if _, err := target.UseOrigin(cmd.Context(), conn, nil); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
 	return conn, nil
 }
 
