@@ -74,7 +74,7 @@ func (s *errorsSettings) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("prepare repstream state on the target: %w", err)
 	}
 	// A retry applies replicated rows: marked as apply's are.
-	if _, err := target.UseOrigin(cmd.Context(), conn, nil); err != nil {
+	if _, err := (*target.Origins)(nil).Use(cmd.Context(), conn); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}

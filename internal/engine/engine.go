@@ -78,7 +78,10 @@ type Engine struct {
 	watch        *target.LinkWatch
 	walsenderPID uint32
 	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
-	slotCreated  bool // this run created the slot: what it made before is kept (install/undo.go)
+	// origins: how the target sessions mark their writes (prepareOrigins
+	// makes it required when the target replicates back into the source).
+	origins     *target.Origins
+	slotCreated bool // this run created the slot: what it made before is kept (install/undo.go)
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips; sync copies them and keeps their state (package
 	// tablesync).
@@ -127,7 +130,8 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 	}
 	cfg.EnsureDefaults()
 	e := &Engine{cfg: cfg, log: logger, stats: reg}
-	e.sync = tablesync.New(tablesync.Options{Config: cfg, Logger: logger, Stats: reg, AfterCopy: e.afterCopy})
+	e.origins = target.NewOrigins(logger)
+	e.sync = tablesync.New(tablesync.Options{Config: cfg, Logger: logger, Stats: reg, AfterCopy: e.afterCopy, Origins: e.origins})
 	return e
 }
 
@@ -698,6 +702,7 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		// is copied.
 		CopyUnrecorded:   true,
 		TrustTableOwners: e.cfg.TrustTableOwners,
+		Origins:          e.origins,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +
@@ -783,7 +788,7 @@ func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.
 	e.setPhase("copying")
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents), Origins: true,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: e.stats, Logger: e.log, OnTable: e.sync.RecordCopied(tgt, low, idents), Origins: e.origins,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: e.afterCopy,
 	})
 	if err != nil {

@@ -33,16 +33,13 @@ func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
 	if e.cfg.Origin != config.OriginAny {
 		return nil
 	}
+	back, err := e.replicatesBack(ctx, src, tgt)
+	if err != nil || len(back) == 0 {
+		return err
+	}
 	tid, err := identity(ctx, tgt, "")
 	if err != nil {
 		return fmt.Errorf("target: %w", err)
-	}
-	back, err := target.ReplicationsFrom(ctx, src, tid.SystemID, tid.DatabaseOID)
-	if err != nil || len(back) == 0 {
-		if err != nil {
-			e.log.Debug("cannot tell whether the target replicates into the source", "component", "engine", "err", err)
-		}
-		return nil
 	}
 	sid, err := provision.Identify(ctx, src)
 	if err != nil {
@@ -52,6 +49,22 @@ func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
 		"and this run (slot %q) would send it back with --origin any: every change would go back and forth for ever; "+
 		"run both replications with --origin none (each leaves out what the other applied)",
 		tid.Database, tid.SystemID, sid.Database, sid.Port, quoteList(back), e.cfg.Slot)
+}
+
+// replicatesBack returns the slots of the repstream replications into the
+// source whose recorded source is the target (none when the records do not
+// show it: recorded by earlier versions, or not readable).
+func (e *Engine) replicatesBack(ctx context.Context, src, tgt *pgx.Conn) ([]string, error) {
+	tid, err := identity(ctx, tgt, "")
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
+	back, err := target.ReplicationsFrom(ctx, src, tid.SystemID, tid.DatabaseOID)
+	if err != nil {
+		e.log.Debug("cannot tell whether the target replicates into the source", "component", "engine", "err", err)
+		return nil, nil
+	}
+	return back, nil
 }
 
 func quoteList(ss []string) string {
@@ -64,10 +77,13 @@ func quoteList(ss []string) string {
 
 // prepareOrigins, at a start (run, apply --kafka), once the slot is
 // registered on the target: records the source there (target.SetSource,
-// src's identity or srcID if known), says once what a target role that may
-// not use replication origins means, and marks the start's own target
-// connection (its --truncate, the tables it makes) with a replication
-// origin.
+// src's identity or srcID if known); makes marking required when the
+// target replicates back into the source (a replication into the source
+// records the target as its source: two in opposite directions, which
+// refuseLoop let pass with --origin none), where a write without an origin
+// would be sent back; says once what a target role that may not use
+// replication origins means; and marks the start's own target connection
+// (its --truncate, the tables it makes) with a replication origin.
 func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 	sid := e.srcID
 	if sid.SystemID == "" {
@@ -79,14 +95,19 @@ func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 	if err := target.SetSource(ctx, tgt, e.cfg.Slot, sid.SystemID, sid.DatabaseOID); err != nil {
 		return err
 	}
+	if back, err := e.replicatesBack(ctx, src, tgt); err != nil {
+		return err
+	} else if len(back) > 0 {
+		e.origins.Require()
+	}
 	ok, err := target.OriginsAllowed(ctx, tgt)
 	if err != nil {
 		return err
 	}
-	if !ok {
+	if !ok && !e.origins.Required() {
 		e.log.Warn(target.OriginsWithout+"; "+target.OriginsGrant+"it, or make it a superuser", "component", "engine", "role", tgt.Config().User)
 		return nil
 	}
-	_, err = target.UseOrigin(ctx, tgt, e.log)
+	_, err = e.origins.Use(ctx, tgt)
 	return err
 }

@@ -480,7 +480,7 @@ func (c *checker) targetSettings(ctx context.Context) {
 }
 
 // origins checks that the target role may mark apply's writes with
-// replication origins (target.UseOrigin), and that the server has origin
+// replication origins (target.Origins.Use), and that the server has origin
 // state for each session that writes: without, a capture of the target
 // with --origin none passes those writes on.
 func (c *checker) origins(ctx context.Context) {

@@ -72,7 +72,7 @@ func Drop(ctx context.Context, sourceDSN, targetDSN, slot, publication, spillDir
 	if err != nil {
 		return fmt.Errorf("drop repstream state of slot %q on the target: %w", slot, err)
 	}
-	// The replication origins no session uses (target.UseOrigin: a pool
+	// The replication origins no session uses (target.Origins.Use: a pool
 	// the replications into the server share; those running make again
 	// the ones they need).
 	if err := target.DropIdleOrigins(ctx, tgt); err != nil {

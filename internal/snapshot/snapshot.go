@@ -51,9 +51,10 @@ type Options struct {
 	// ends the copy.
 	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
 	Truncate  bool // empty non-empty target tables instead of failing
-	// Origins: the target connections write with replication origins
-	// (target.UseOrigin): the copy's rows are replicated ones.
-	Origins bool
+	// Origins, when set, marks the target connections' writes with
+	// replication origins (target.Origins.Use): the copy's rows are
+	// replicated ones.
+	Origins *target.Origins
 	Stats   *stats.Registry
 	Logger  *slog.Logger
 	// OnTable, if set, is called once a table's copy is complete (from the
@@ -277,10 +278,10 @@ type piece struct {
 // origin (Options.Origins).
 func connectTarget(ctx context.Context, opts Options, log *slog.Logger) (*pgx.Conn, error) {
 	dst, err := target.Connect(ctx, opts.TargetDSN, "repstream-snapshot")
-	if err != nil || !opts.Origins {
+	if err != nil || opts.Origins == nil {
 		return dst, err
 	}
-	if _, err := target.UseOrigin(ctx, dst, log); err != nil {
+	if _, err := opts.Origins.Use(ctx, dst); err != nil {
 		dst.Close(context.Background())
 		return nil, err
 	}

@@ -32,6 +32,9 @@ type Options struct {
 	// --create-tables left out) once its rows are in: the copy's
 	// snapshot.Options.AfterCopy.
 	AfterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
+	// Origins marks the copies' and the emptying's writes (nil: best
+	// effort, silent).
+	Origins *target.Origins
 }
 
 // Syncer copies tables at their own snapshot and keeps their sync state:
@@ -41,6 +44,7 @@ type Syncer struct {
 	log       *slog.Logger
 	stats     *stats.Registry
 	afterCopy func(ctx context.Context, dst *pgx.Conn, t schema.TableName) error
+	origins   *target.Origins
 }
 
 // New returns a Syncer with o's configuration, logger, registry and AfterCopy.
@@ -51,7 +55,7 @@ func New(o Options) *Syncer {
 	if o.Stats == nil {
 		o.Stats = stats.NewRegistry()
 	}
-	return &Syncer{cfg: o.Config, log: o.Logger, stats: o.Stats, afterCopy: o.AfterCopy}
+	return &Syncer{cfg: o.Config, log: o.Logger, stats: o.Stats, afterCopy: o.AfterCopy, origins: o.Origins}
 }
 
 // syncTables copies tables from a new snapshot at a known position: it
@@ -72,8 +76,8 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 		return 0, err
 	}
 	defer tgt.Close(context.Background())
-	// It empties the tables: a replicated change (target.UseOrigin).
-	if _, err := target.UseOrigin(ctx, tgt, log); err != nil {
+	// It empties the tables: a replicated change (target.Origins).
+	if _, err := ts.origins.Use(ctx, tgt); err != nil {
 		return 0, err
 	}
 	if !atStart {
@@ -134,7 +138,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 	var mu sync.Mutex // tgt is one connection; OnTable runs on the copy's workers
 	r, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: cfg.Source, TargetDSN: cfg.Target, SnapshotName: res.SnapshotName, Publication: cfg.Publication,
-		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log, Origins: true,
+		Tables: tables, Workers: cfg.SnapshotWorkers, Stats: ts.stats, Logger: ts.log, Origins: ts.origins,
 		RangeSize: int64(cfg.SnapshotRangeSize), Binary: cfg.Binary, AfterCopy: ts.afterCopy,
 		OnTable: func(ctx context.Context, t schema.TableName, rows, bytes int64) error {
 			mu.Lock()

@@ -15,7 +15,7 @@
 //
 //	connect.go    Connect: an apply connection (replica role, text conventions)
 //	session.go    OpenSession: an apply session (async commit, apply lock, replication origin) and its Writer
-//	origin.go     replication origins: UseOrigin (a session's writes marked with one of a pool the server's replications share, repstream_<n>), OriginsAllowed, DropIdleOrigins
+//	origin.go     replication origins: Origins.Use (a session's writes marked with one of a pool the server's replications share, repstream_<n>; required once the target replicates back into the source), OriginsAllowed, DropIdleOrigins
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
 //	progress_age.go ProgressAge (since the progress record last changed), CopyAge (since the record of the slot's copies last changed): for status

@@ -110,26 +110,51 @@ const OriginsGrant = "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(tex
 // origins means (OriginsAllowed false): logged at start, reported by check.
 const OriginsWithout = "the target role may not use replication origins: repstream's writes on the target are not marked as replicated, and a capture of this target passes them on, also with --origin none (two replications in opposite directions would loop)"
 
-// capacityWarned: the warning that sessions write without an origin for
-// want of origin state was logged once.
-var capacityWarned atomic.Bool
+// Origins is how one replication's target sessions mark their writes
+// (Use): one per engine, shared by its sessions, copies and table syncs.
+// Marking is best effort (a role that may not, or a server without free
+// origin state, writes unmarked, said once) until Require: a replication
+// from this target back into the source was seen at start (two in opposite
+// directions), so a session whose writes would go back must not write.
+type Origins struct {
+	log      *slog.Logger
+	required atomic.Bool
+	warned   atomic.Bool // the want of origin state was logged
+}
 
-// UseOrigin marks every later transaction of conn with a replication
-// origin of the pool (repstream_<n>) that no other session has, making it
-// if it does not exist; it reports whether it did. A role that may not use
-// origins (the start said so: OriginsWithout) is no error, nor is a server
-// without free origin state (warned once: max_replication_slots before
-// PostgreSQL 18, max_active_replication_origins since).
-func UseOrigin(ctx context.Context, conn *pgx.Conn, log *slog.Logger) (bool, error) {
+// NewOrigins returns a best-effort policy logging to log (nil: silent).
+func NewOrigins(log *slog.Logger) *Origins { return &Origins{log: log} }
+
+// Require makes every later session that cannot mark its writes an error.
+func (o *Origins) Require() { o.required.Store(true) }
+
+// Required reports whether Require was called.
+func (o *Origins) Required() bool { return o != nil && o.required.Load() }
+
+// Use marks every later transaction of conn with a replication origin of
+// the pool (repstream_<n>) that no other session has, making it if it does
+// not exist; it reports whether it did. A role that may not use origins
+// (the start said so: OriginsWithout), or a server without free origin
+// state (warned once: max_replication_slots before PostgreSQL 18,
+// max_active_replication_origins since), is no error unless Required. A nil
+// Origins is best effort and silent.
+func (o *Origins) Use(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	_, err := conn.Exec(ctx, useOriginSQL)
 	switch {
 	case err == nil:
 		return true, nil
 	case pgerr.PermissionDenied(err):
+		if o.Required() {
+			return false, fmt.Errorf("%s; %sit, or make it a superuser: %w", OriginsWithout, OriginsGrant, err)
+		}
 		return false, nil
 	case pgerr.Is(err, pgerr.ConfigurationLimit):
-		if log != nil && !capacityWarned.Swap(true) {
-			log.Warn("no free replication origin state on the target: sessions beyond it write without an origin, and a capture of this target passes their writes on, also with --origin none; raise max_replication_slots (PostgreSQL 14-17) or max_active_replication_origins (18+) on the target, or lower --apply-parallelism",
+		const limit = "no free replication origin state on the target: raise max_replication_slots (PostgreSQL 14-17) or max_active_replication_origins (18+) on the target, or lower --apply-parallelism and --snapshot-workers"
+		if o.Required() {
+			return false, fmt.Errorf("%s; this replication's target replicates back into its source, and a session writing without an origin would send its writes back: %w", limit, err)
+		}
+		if o != nil && o.log != nil && !o.warned.Swap(true) {
+			o.log.Warn(limit+"; sessions beyond it write without an origin, and a capture of this target passes their writes on, also with --origin none",
 				"component", "target", "err", err)
 		}
 		return false, nil

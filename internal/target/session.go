@@ -19,7 +19,7 @@ type SessionOptions struct {
 // watermark counts a transaction done only once the target's WAL is flushed
 // past its commit (apply/durable.go) — and holding the slot's shared apply
 // lock for its whole life (lock.go) and a replication origin of its
-// own (UseOrigin), with a Writer on it. Every session that
+// own (Origins.Use), with a Writer on it. Every session that
 // writes applied transactions — apply workers and eager apply — opens here.
 //
 // closeFn closes the connection, waiting at most 2 s for the server.
@@ -42,7 +42,7 @@ func OpenSession(ctx context.Context, o SessionOptions) (w *Writer, closeFn func
 		return nil, nil, err
 	}
 	// Its transactions are replicated ones (origin.go).
-	if _, err := UseOrigin(ctx, conn, o.Writer.Logger); err != nil {
+	if _, err := o.Writer.Origins.Use(ctx, conn); err != nil {
 		closeFn()
 		return nil, nil, err
 	}

@@ -33,11 +33,14 @@ const (
 
 // WriterOptions configures a Writer.
 type WriterOptions struct {
-	Slot            string           // the progress state's slot, for Commit's applied rows
-	Stats           *stats.Component // nil: counted nowhere
-	Logger          *slog.Logger     // nil: discard
-	CopyFlushBytes  int              // flush a table's COPY rows past this size; default 4 MiB
-	BatchStatements int              // pipeline at most this many statements; default 1000
+	Slot   string           // the progress state's slot, for Commit's applied rows
+	Stats  *stats.Component // nil: counted nowhere
+	Logger *slog.Logger     // nil: discard
+	// Origins marks the session's writes with a replication origin
+	// (OpenSession; nil: best effort, silent).
+	Origins         *Origins
+	CopyFlushBytes  int // flush a table's COPY rows past this size; default 4 MiB
+	BatchStatements int // pipeline at most this many statements; default 1000
 	// InsertRowsMax: at commit, a table with at most this many buffered rows
 	// gets them as INSERT statements in the commit's pipeline instead of a
 	// COPY; default DefaultInsertRowsMax, negative: always COPY.
