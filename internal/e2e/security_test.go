@@ -466,6 +466,75 @@ CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab(
 	}
 }
 
+// TestSuperuserMemberTrap: a target role that is not a superuser but a
+// member of a role that is one (a DBA group role) has a superuser's
+// rights: it, and any code it runs, may SET ROLE to that role. Taken for
+// "not a superuser", it skipped the table-owner checks, and a table
+// owner's ENABLE ALWAYS trigger, run by its initial copy, did so and made
+// its owner a superuser. Such a role is refused another role's table as a
+// superuser is, naming the membership; its own tables are written.
+func TestSuperuserMemberTrap(t *testing.T) {
+	t.Parallel() // own databases, roles and slot; no server restarts
+	e := newEnv(t)
+	if v := e.tgt.Version(); v < 15 {
+		t.Skipf("a non-superuser target role needs GRANT SET ON PARAMETER (PostgreSQL 15+); the target is %d", v)
+	}
+	e.srcExec(`CREATE TABLE m (id int PRIMARY KEY, v text); INSERT INTO m SELECT g, 'm' FROM generate_series(1, 5) g;
+		CREATE TABLE own (id int PRIMARY KEY, v text); INSERT INTO own SELECT g, 'o' FROM generate_series(1, 5) g`)
+	dba, app := e.uniqueName("dba_", 63), e.uniqueName("app_", 63)
+	e.tgtExec(`CREATE ROLE ` + dba + ` SUPERUSER NOLOGIN; CREATE ROLE ` + app + ` LOGIN NOSUPERUSER; GRANT ` + dba + ` TO ` + app)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		paramACL.Lock()
+		defer paramACL.Unlock()
+		for _, q := range []string{"DROP OWNED BY " + app, "DROP ROLE " + app, "DROP ROLE " + dba} {
+			if _, err := e.Tgt.Exec(ctx, q); err != nil {
+				t.Logf("cleanup: target: %s: %v", q, err)
+			}
+		}
+	})
+	e.tgtParamACL(`GRANT SET ON PARAMETER session_replication_role TO ` + app)
+	e.tgtExec(fmt.Sprintf(`GRANT CREATE ON DATABASE %s TO %s; GRANT USAGE, CREATE ON SCHEMA public TO %s`, e.tgtDB, app, app))
+	role, conn := e.hostileRole("target")
+	if _, err := conn.Exec(context.Background(), `
+CREATE FUNCTION public.grab() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF pg_has_role(current_user, '`+dba+`', 'MEMBER') THEN
+		EXECUTE 'SET LOCAL ROLE `+dba+`';
+		EXECUTE 'ALTER ROLE `+role+` SUPERUSER';
+	END IF;
+	RETURN NEW;
+END$f$;
+CREATE TABLE public.m (id int PRIMARY KEY, v text);
+CREATE TRIGGER grab BEFORE INSERT ON public.m FOR EACH ROW EXECUTE FUNCTION public.grab();
+ALTER TABLE public.m ENABLE ALWAYS TRIGGER grab;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public.m TO `+app); err != nil {
+		t.Fatal(err)
+	}
+	e.tgtExec(`CREATE TABLE public.own (id int PRIMARY KEY, v text); ALTER TABLE public.own OWNER TO ` + app)
+	// A superuser owns the target database (public's owner, PostgreSQL 15+).
+	e.srcExec(`CREATE PUBLICATION pub_member FOR TABLE m; CREATE PUBLICATION pub_own FOR TABLE own`)
+	cfg := e.config()
+	cfg.Publication = "pub_member"
+	cfg.Target = fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", e.tgt.Port(), app, e.tgtDB)
+	e.mustFail(cfg, "the target role "+app+" is a member of the superuser role "+dba, "public.m is owned by "+role,
+		"trigger grab of public.m calls public.grab(), owned by "+role, "ALTER TABLE public.m OWNER TO "+dba, "--trust-table-owners")
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser through a trigger the member of a superuser role ran", role)
+	}
+	if n := e.count(e.Tgt, "SELECT count(*) FROM public.m"); n != 0 {
+		t.Errorf("target m has %d rows, want none written", n)
+	}
+	// The role's own table is its own code: written.
+	cfg2 := e.config()
+	cfg2.Publication = "pub_own"
+	cfg2.Target = cfg.Target
+	e.catchUp(cfg2)
+	if n := e.count(e.Tgt, "SELECT count(*) FROM public.own"); n != 5 {
+		t.Errorf("target own has %d rows, want 5", n)
+	}
+}
+
 // TestForgedDDLMessageIgnored: pg_logical_emit_message is open to every
 // role, so a role that may only connect to the source can put a message
 // with repstream's schema-change prefix into the WAL. None of its forged

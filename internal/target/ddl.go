@@ -635,7 +635,7 @@ func (w *Writer) probeColumnCode(ctx context.Context, cols, actions []string) er
 		return nil
 	}
 	var super bool
-	if err := w.conn.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+	if err := w.conn.QueryRow(ctx, "SELECT "+superuserSQL).Scan(&super); err != nil || !super {
 		return err
 	}
 	if err := w.exec(ctx, "SAVEPOINT repstream_probe"); err != nil {
@@ -685,19 +685,19 @@ const untrustedTypesSQL = `
 WITH RECURSIVE d AS (
 	SELECT t.oid FROM unnest($1::text[]) AS u(name)
 	JOIN pg_catalog.pg_type t ON t.oid = pg_catalog.to_regtype(u.name)
-	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+	WHERE ` + superuserSQL + `
 	UNION
 	SELECT x.next FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid
 	` + typeTreeSQL + `
 )
 SELECT DISTINCT ` + typeKindSQL + ` || ' ' || y.oid::regtype::text || ' is owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_type y ON y.oid = d.oid JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
-WHERE NOT r.rolsuper
+WHERE NOT (r.rolsuper OR r.rolname = current_user)
 UNION ALL
 SELECT DISTINCT 'cast (' || k.castsource::regtype::text || ' AS ' || k.casttarget::regtype::text || ') calls ' || p.oid::regprocedure::text || ', owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_cast k ON (k.castsource = d.oid OR k.casttarget = d.oid) AND d.oid >= 16384
 JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
-WHERE NOT r.rolsuper
+WHERE NOT (r.rolsuper OR r.rolname = current_user)
 UNION ALL
 SELECT DISTINCT 'constraint ' || quote_ident(k.conname) || ' of domain ' || k.contypid::regtype::text || ' calls ' || f.fn || ', owned by ' || quote_ident(r.rolname)
 FROM d JOIN pg_catalog.pg_constraint k ON k.contypid = d.oid

@@ -360,7 +360,7 @@ func (b *afterCopyBuild) probeIndex(ctx context.Context, i int) (failed, err err
 	}
 	if b.super == nil {
 		var super bool
-		if err := b.tx.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user").Scan(&super); err != nil {
+		if err := b.tx.QueryRow(ctx, "SELECT "+superuserSQL).Scan(&super); err != nil {
 			return nil, err
 		}
 		b.super = &super

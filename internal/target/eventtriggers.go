@@ -34,13 +34,13 @@ import (
 const untrustedEventTriggerSQL = `
 SELECT quote_ident(e.evtname::text), e.evtevent::text,
 	CASE e.evtenabled WHEN 'A' THEN 'ENABLE ALWAYS' WHEN 'R' THEN 'ENABLE REPLICA' WHEN 'D' THEN 'DISABLE' ELSE 'ENABLE' END,
-	quote_ident(eo.rolname), eo.rolsuper, e.evtfoid::regprocedure::text, quote_ident(fo.rolname)
+	quote_ident(eo.rolname), eo.rolsuper OR eo.rolname = current_user, e.evtfoid::regprocedure::text, quote_ident(fo.rolname)
 FROM pg_catalog.pg_event_trigger e
 JOIN pg_catalog.pg_roles eo ON eo.oid = e.evtowner
 JOIN pg_catalog.pg_proc p ON p.oid = e.evtfoid
 JOIN pg_catalog.pg_roles fo ON fo.oid = p.proowner
-WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
-	AND NOT fo.rolsuper AND (e.evtenabled IN ('A', 'R') OR NOT eo.rolsuper)
+WHERE ` + superuserSQL + `
+	AND NOT (fo.rolsuper OR fo.rolname = current_user) AND (e.evtenabled IN ('A', 'R') OR NOT (eo.rolsuper OR eo.rolname = current_user))
 ORDER BY 1`
 
 // CheckEventTriggers returns ErrUntrustedOwner, naming each event trigger
@@ -59,7 +59,6 @@ func CheckEventTriggers(ctx context.Context, conn *pgx.Conn, trust bool) error {
 		return fmt.Errorf("look up the target's event triggers: %w", err)
 	}
 	var found []string
-	var me string
 	for rows.Next() {
 		var name, event, enabled, owner, fn, fnOwner string
 		var ownerSuper bool
@@ -79,13 +78,14 @@ func CheckEventTriggers(ctx context.Context, conn *pgx.Conn, trust bool) error {
 	if len(found) == 0 {
 		return nil
 	}
-	if err := conn.QueryRow(ctx, "SELECT quote_ident(current_user::text)").Scan(&me); err != nil {
-		return fmt.Errorf("look up the target role: %w", err)
+	me, how, su, err := superuserRights(ctx, conn)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: the target role %s is a superuser, and an event trigger runs its function as the role whose DDL fires it "+
+	return fmt.Errorf("%w: the target role %s %s, and an event trigger runs its function as the role whose DDL fires it "+
 		"(repstream's schema, the tables it creates, the source's schema changes it applies): %s; that code could make its owner a superuser. "+
 		"Apply as a target role that is not a superuser (docs/security.md: least privilege), or have a superuser own the function and the trigger once you have checked what it runs "+
 		"(ALTER FUNCTION ... OWNER TO %s; ALTER EVENT TRIGGER ... OWNER TO %s), or drop or disable the trigger (ALTER EVENT TRIGGER ... DISABLE), "+
 		"or pass --trust-table-owners if those roles may have a superuser's rights",
-		ErrUntrustedOwner, me, strings.Join(found, "; "), me, me)
+		ErrUntrustedOwner, me, how, strings.Join(found, "; "), su, su)
 }

@@ -41,7 +41,7 @@ WITH d AS (
 SELECT DISTINCT d.what, p.oid::regprocedure::text, CASE p.provolatile WHEN 's' THEN 'stable' ELSE 'volatile' END
 FROM d CROSS JOIN LATERAL pg_catalog.regexp_matches(d.expr, ':(?:funcid|opfuncid) ([0-9]+)', 'g') AS m(id)
 JOIN pg_catalog.pg_proc p ON p.oid = m.id[1]::oid
-WHERE p.provolatile <> 'i' AND (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+WHERE p.provolatile <> 'i' AND ` + superuserSQL + `
 ORDER BY 1, 2`
 
 // CheckMadeType returns ErrUntrustedOwner when u, just made on the target
@@ -73,16 +73,16 @@ func CheckMadeType(ctx context.Context, q schema.Querier, u *schema.UserType, tr
 	if len(found) == 0 {
 		return nil
 	}
-	var me string
-	if err := q.QueryRow(ctx, "SELECT pg_catalog.quote_ident(current_user::text)").Scan(&me); err != nil {
-		return fmt.Errorf("look up the target role: %w", err)
+	me, how, _, err := superuserRights(ctx, q)
+	if err != nil {
+		return err
 	}
 	owner := u.Owner
 	if owner == "" {
 		owner = "a role"
 	}
-	return fmt.Errorf("%w: the target role %s is a superuser, and domain %s, made on the target from the source's definition, is owned on the source by %s, which is not a superuser: %s; "+
+	return fmt.Errorf("%w: the target role %s %s, and domain %s, made on the target from the source's definition, is owned on the source by %s, which is not a superuser: %s; "+
 		"every value written to a column of it would run that code as the superuser. Make the domain on the target yourself, once you have checked what it runs, "+
 		"or apply as a target role that is not a superuser (docs/security.md: least privilege), or pass --trust-table-owners if the source's roles may have a superuser's rights",
-		ErrUntrustedOwner, me, u, owner, strings.Join(found, "; "))
+		ErrUntrustedOwner, me, how, u, owner, strings.Join(found, "; "))
 }

@@ -35,13 +35,49 @@ import (
 // at a table's first change or schema change in a writer (once per table
 // in its life: what a superuser adds to a table later is trusted) —
 // unless told that those roles are trusted (--trust-table-owners). A
-// target role that is not a superuser (docs/security.md, least
+// role that is a member of a superuser role counts as a superuser here
+// (superuserSQL: it may SET ROLE to it), and what it owns itself is
+// trusted as a superuser's is. A target role that is neither (docs/security.md, least
 // privilege) gives away nothing but its own grants. Not followed: what a
 // trusted function calls in turn.
 
 // ErrUntrustedOwner: a superuser target role would write a table whose
 // code a role that is not a superuser controls (CheckOwners).
 var ErrUntrustedOwner = errors.New("a role that is not a superuser could run its code as the superuser repstream writes the target as")
+
+// superuserSQL is true when the session's role has a superuser's rights:
+// it is a superuser, or a member, at any depth, of a role that is one. A
+// member is not a superuser itself, but it may SET ROLE to that role at
+// any time, and so may any code it runs: a table owner's trigger or
+// default, run by such a target role, made its owner a superuser so
+// (TestSuperuserMemberTrap). Every check of a superuser target role here
+// takes such a role for one. ('MEMBER' also counts a PostgreSQL 16+
+// membership granted WITH SET FALSE, which cannot SET ROLE: a refusal
+// too many, never one too few.)
+const superuserSQL = `COALESCE((SELECT pg_catalog.bool_or(s.rolsuper) FROM pg_catalog.pg_roles s
+	WHERE pg_catalog.pg_has_role(current_user, s.oid, 'MEMBER')), false)`
+
+// superuserRights says how the session's role, me, has a superuser's
+// rights (superuserSQL), for an error naming it: how is "is a superuser",
+// or "is a member of the superuser role R (...)"; su is the superuser
+// role an error suggests giving objects to (me, or R: me itself is not
+// one).
+func superuserRights(ctx context.Context, q schema.Querier) (me, how, su string, err error) {
+	var role string
+	var self bool
+	err = q.QueryRow(ctx, `SELECT pg_catalog.quote_ident(current_user::text), COALESCE(pg_catalog.quote_ident(s.rolname::text), ''), COALESCE(s.rolname = current_user, false)
+FROM (SELECT 1) AS one LEFT JOIN pg_catalog.pg_roles s ON s.rolsuper AND pg_catalog.pg_has_role(current_user, s.oid, 'MEMBER')
+ORDER BY 3 DESC, 2 LIMIT 1`).Scan(&me, &role, &self)
+	switch {
+	case err != nil:
+		return "", "", "", fmt.Errorf("look up the target role: %w", err)
+	case self:
+		return me, "is a superuser", me, nil
+	case role != "":
+		return me, fmt.Sprintf("is a member of the superuser role %s (it may SET ROLE to it: a superuser's rights)", role), role, nil
+	}
+	return me, "is not a superuser", me, nil
+}
 
 // untrustedCallSQL joins each pg_depend row dep of the objects looked at to
 // the function it names (or an operator's function, or the support
@@ -68,7 +104,7 @@ const untrustedCallSQL = `JOIN LATERAL (
 	WHERE dep.refclassid = 'pg_catalog.pg_opclass'::regclass AND oc.oid = dep.refobjid
 ) f ON true
 JOIN pg_catalog.pg_roles r ON r.oid = f.proowner
-WHERE NOT r.rolsuper`
+WHERE NOT (r.rolsuper OR r.rolname = current_user)`
 
 // typeTreeSQL is the recursive step from a type (column oid) to the
 // types writing a value of it writes too: a domain's base type, an
@@ -103,7 +139,7 @@ const untrustedSQL = `
 WITH RECURSIVE t AS (
 	SELECT c.oid, c.relowner, true AS named FROM unnest($1::text[]) AS u(name)
 	JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(u.name)
-	WHERE (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user)
+	WHERE ` + superuserSQL + `
 	UNION
 	SELECT c.oid, c.relowner, false FROM t JOIN pg_catalog.pg_inherits h ON h.inhparent = t.oid
 	JOIN pg_catalog.pg_class c ON c.oid = h.inhrelid AND c.relispartition
@@ -131,24 +167,24 @@ WITH RECURSIVE t AS (
 	UNION ALL SELECT t.oid, 'pg_catalog.pg_class'::regclass, t.oid, 'the partition key' FROM t
 ), found AS (
 	SELECT t.oid AS rel, 'the table' AS what, '' AS fn, quote_ident(r.rolname) AS owner
-	FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT r.rolsuper
+	FROM t JOIN pg_catalog.pg_roles r ON r.oid = t.relowner WHERE NOT (r.rolsuper OR r.rolname = current_user)
 	UNION ALL
 	SELECT t.oid, 'the schema', quote_ident(n.nspname),
 		quote_ident(r.rolname) || CASE WHEN n.nspowner <> r.oid THEN ' (the database''s owner, through pg_database_owner)' ELSE '' END
 	FROM t JOIN pg_catalog.pg_class c ON c.oid = t.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	JOIN pg_catalog.pg_roles r ON r.oid = CASE WHEN n.nspowner = (SELECT o.oid FROM pg_catalog.pg_roles o WHERE o.rolname = 'pg_database_owner')
 		THEN (SELECT d.datdba FROM pg_catalog.pg_database d WHERE d.datname = current_database()) ELSE n.nspowner END
-	WHERE t.named AND NOT r.rolsuper
+	WHERE t.named AND NOT (r.rolsuper OR r.rolname = current_user)
 	UNION ALL
 	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), ` + typeKindSQL + ` || ' ' || y.oid::regtype::text, quote_ident(r.rolname)
 	FROM types JOIN pg_catalog.pg_type y ON y.oid = types.oid
 	JOIN pg_catalog.pg_roles r ON r.oid = y.typowner
-	WHERE NOT r.rolsuper
+	WHERE NOT (r.rolsuper OR r.rolname = current_user)
 	UNION ALL
 	SELECT DISTINCT types.rel, 'column ' || quote_ident(types.attname), 'cast (' || k.castsource::regtype::text || ' AS ' || k.casttarget::regtype::text || '): ' || p.oid::regprocedure::text, quote_ident(r.rolname)
 	FROM types JOIN pg_catalog.pg_cast k ON (k.castsource = types.oid OR k.casttarget = types.oid) AND types.oid >= 16384
 	JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
-	WHERE NOT r.rolsuper
+	WHERE NOT (r.rolsuper OR r.rolname = current_user)
 	UNION ALL
 	SELECT DISTINCT o.rel, o.what, f.fn, quote_ident(r.rolname)
 	FROM objs o
@@ -172,9 +208,9 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 	for i, t := range tables {
 		quoted[i] = t.Quoted()
 	}
-	var me string
-	if err := conn.QueryRow(ctx, "SELECT quote_ident(current_user::text)").Scan(&me); err != nil {
-		return fmt.Errorf("look up the target role: %w", err)
+	me, how, su, err := superuserRights(ctx, conn)
+	if err != nil {
+		return err
 	}
 	rows, err := conn.Query(ctx, untrustedSQL, quoted)
 	if err != nil {
@@ -190,14 +226,14 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 		}
 		if fn == "" {
 			found = append(found, fmt.Sprintf("%s is owned by %s (ALTER TABLE %s OWNER TO %s, once you have checked what it runs)", t, owner,
-				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), me))
+				pgerr.QuoteName(t.Schema)+"."+pgerr.QuoteName(t.Name), su))
 			continue
 		}
 		if what == "the schema" {
 			// Its owner may drop the table (a schema's owner may drop
 			// what is in it) and make another of its name, of its own.
 			found = append(found, fmt.Sprintf("%s is in schema %s, owned by %s, who may drop it and make another of its name with code of its own (ALTER SCHEMA %s OWNER TO %s, or move the table to a schema a superuser owns)",
-				t, fn, owner, fn, me))
+				t, fn, owner, fn, su))
 			continue
 		}
 		if ownedType(fn) {
@@ -217,10 +253,10 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 	if len(found) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: the target role %s is a superuser, and roles that are not control code it would run writing these tables: %s; "+
+	return fmt.Errorf("%w: the target role %s %s, and roles that are not control code it would run writing these tables: %s; "+
 		"that code could make its owner a superuser. Apply as a target role that is not a superuser (docs/security.md: least privilege), "+
 		"or have a superuser own those tables and that code (or drop it), or pass --trust-table-owners if those roles may have a superuser's rights",
-		ErrUntrustedOwner, me, strings.Join(found, "; "))
+		ErrUntrustedOwner, me, how, strings.Join(found, "; "))
 }
 
 // checkOwner is CheckOwners of one table, once per table in the writer's
