@@ -26,6 +26,7 @@ import (
 	"github.com/repstream/repstream/internal/provision"
 	"github.com/repstream/repstream/internal/queue"
 	"github.com/repstream/repstream/internal/schema"
+	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/target"
 )
@@ -165,7 +166,7 @@ func (e *Engine) runCapture(ctx context.Context) (err error) {
 				held = fmt.Sprintf("offsets up to %d, removed since by retention", tail.End-1)
 			}
 			return fmt.Errorf("replication slot %q does not exist on the source, but a capture of it wrote to topic %s (%s): the slot was dropped since, and what the source wrote after its last acknowledged position reached no target; a new slot would go on after that gap. "+
-				"To start this replication over, delete the topic (`repstream drop --kafka %s --slot %s --source ...`, or kafka-topics.sh --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+				"To start this replication over, delete the topic (`repstream drop --kafka %s --slot %s --source ...`, or kafka-topics.sh --delete --topic %s), start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply --truncate`)",
 				cfg.Slot, topic, held, cfg.Kafka, cfg.Slot, topic, cfg.Slot)
 		}
 		if err := kafkalog.CheckTransactionalID(ctx, brokers, topic, cfg.KafkaTxnTimeout); err != nil {
@@ -371,7 +372,7 @@ FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d WHERE d.datname 
 		}
 		e.log.Info("replication slot created", "slot", cfg.Slot, "consistent_point", slot.Confirmed)
 	} else if slot.WALStatus == "lost" {
-		return slot, source, 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --kafka %s --slot %s --source ...` (the slot, the publication if repstream made it, the topic) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply`)",
+		return slot, source, 0, fmt.Errorf("replication slot %q is invalidated (wal_status lost): the WAL it needed is gone; run `repstream drop --kafka %s --slot %s --source ...` (the slot, the publication if repstream made it, the topic) and start this capture again, then re-seed each target (`repstream drop --target-only --slot %s`, then `repstream apply --truncate`)",
 			cfg.Slot, cfg.Kafka, cfg.Slot, cfg.Slot)
 	}
 	proto = capture.ProtoVersionFor(version / 10000)
@@ -627,6 +628,16 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 		return err
 	}
 	if prog.Snapshot != target.SnapshotDone {
+		if !prog.Exists {
+			// A first copy goes into tables that hold nothing of this
+			// replication: rows already there are the user's, refused
+			// as run refuses them, unless --truncate says to empty them
+			// (a target re-seeded after drop --target-only passes it).
+			// A copy resumed later empties what it began itself.
+			if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
+				return err
+			}
+		}
 		// From here this target's start is committed, as a run's is once
 		// its slot exists (install.Undo): a copy stopped or failed halfway
 		// keeps what it did, and the next start finishes it.
@@ -916,7 +927,7 @@ func (e *Engine) reseedAdvice(err error) error {
 	if !errors.Is(err, kafkalog.ErrTrimmed) {
 		return err
 	}
-	return fmt.Errorf("target %s: %w: the transactions it still needs are gone from the topic; re-seed this target: `repstream drop --target-only --slot %s --source ... --target ...`, then start `repstream apply` again (a new initial copy)",
+	return fmt.Errorf("target %s: %w: the transactions it still needs are gone from the topic; re-seed this target: `repstream drop --target-only --slot %s --source ... --target ...`, then start `repstream apply --truncate` again (a new initial copy, emptying the tables first)",
 		pgDatabase(e.cfg.Target), err, e.cfg.Slot)
 }
 

@@ -149,7 +149,7 @@ func (c *checker) kafkaOffset(ctx context.Context) {
 			c.r.add(Warn, "kafka", "target's copy", fmt.Sprintf("start `repstream apply --slot %s` for this target again: it goes on with the copy", c.opts.Slot), "%s", k.CopyState())
 		}
 	}
-	reseed := fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply`", c.opts.Slot)
+	reseed := fmt.Sprintf("re-seed this target: `repstream drop --target-only --slot %s`, then `repstream apply --truncate`", c.opts.Slot)
 	switch {
 	case k == nil || k.Offset < 0:
 		c.r.add(OK, "kafka", check, "", "none recorded: no apply has streamed to this target yet")

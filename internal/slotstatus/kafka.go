@@ -263,9 +263,9 @@ func (k *KafkaStatus) check(slot string, maxInactive time.Duration, v *Verdict) 
 	case k.Error != "":
 		v.Problem = "the slot's topic cannot be read: " + k.Error
 	case k.remade():
-		v.Problem = fmt.Sprintf("topic %s was deleted and made again since this target read it: what it had not applied went with the old one; re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply`", k.Topic, slot)
+		v.Problem = fmt.Sprintf("topic %s was deleted and made again since this target read it: what it had not applied went with the old one; re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply --truncate`", k.Topic, slot)
 	case k.Offset >= 0 && k.Offset < k.Start:
-		v.Problem = fmt.Sprintf("the target's offset %d of topic %s is gone (the topic starts at %d: retention): re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply`", k.Offset, k.Topic, k.Start, slot)
+		v.Problem = fmt.Sprintf("the target's offset %d of topic %s is gone (the topic starts at %d: retention): re-seed it with `repstream drop --target-only --slot %s`, then `repstream apply --truncate`", k.Offset, k.Topic, k.Start, slot)
 	case k.copyStopped(maxInactive):
 		v.Problem = fmt.Sprintf("%s of the target %s (slot %q) has not progressed for %s (more than --max-inactive %s), and no repstream apply of the slot is connected to it: "+
 			"its apply stopped; start `repstream apply --slot %s` for this target again: it goes on with the copy, keeping the tables it finished",

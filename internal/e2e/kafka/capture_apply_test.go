@@ -289,6 +289,37 @@ func logTails(t *testing.T, procs ...*proc) {
 	})
 }
 
+// TestKafkaApplyNonEmptyTarget: an apply's first copy into a target table
+// that already holds rows is refused, as run's is, naming the table and
+// --truncate, and leaves the rows as they were; with --truncate it
+// empties it and copies. It used to empty every such table without a
+// word (and --truncate did nothing): an apply pointed at the wrong
+// database wiped its tables of those names.
+func TestKafkaApplyNonEmptyTarget(t *testing.T) {
+	t.Parallel() // see doc.go
+	k := kafkatest.Shared(t)
+	e := newKafkaEnv(t, strings.Join(k.Addrs(), ","))
+	db, tgt := e.newTarget()
+	if _, err := tgt.Exec(t.Context(), `CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
+		INSERT INTO acct VALUES (5000, 1, 'the target''s own')`); err != nil {
+		t.Fatal(err)
+	}
+	capt := e.startCapture("capture")
+	ap := e.startApply("apply", db)
+	err := exitOf(t, ap, 90*time.Second)
+	if out := ap.out.tail(1000); err == nil || lineWith(out, "public.acct has rows", "--truncate") == "" {
+		t.Fatalf("apply: %v, want a refusal naming public.acct and --truncate:\n%s", err, ap.out.tail(30))
+	}
+	var n int
+	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM acct WHERE id = 5000").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the target's own row after the refused apply: %d, %v; want it kept", n, err)
+	}
+	ap = e.startApply("apply --truncate", db, "--truncate")
+	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	capt.stop()
+	ap.stop()
+}
+
 // TestKafkaTrimmedOffset (issue 30): an apply whose next offset is gone
 // from the topic (retention; here DeleteRecords) stops with an error that
 // names the target and the way out, never a silent reset; `drop
@@ -429,7 +460,8 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		if err := s.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active); err != nil || !active {
 			t.Fatalf("the capture's slot after drop --target-only: active %v, %v", active, err)
 		}
-		ap = startProc(t, "apply (re-seeded after "+why+")", applyArgs...)
+		// The tables hold the earlier seed's rows: emptied on request.
+		ap = startProc(t, "apply (re-seeded after "+why+")", append(applyArgs, "--truncate")...)
 		logTails(t, ap)
 		return ap
 	}
