@@ -472,7 +472,9 @@ CREATE TABLE public.p (id int PRIMARY KEY, v text, trap int DEFAULT public.grab(
 // "not a superuser", it skipped the table-owner checks, and a table
 // owner's ENABLE ALWAYS trigger, run by its initial copy, did so and made
 // its owner a superuser. Such a role is refused another role's table as a
-// superuser is, naming the membership; its own tables are written.
+// superuser is, naming the membership; so is a member of
+// pg_execute_server_program, and a role with CREATEROLE before PostgreSQL
+// 16. Its own tables are written.
 func TestSuperuserMemberTrap(t *testing.T) {
 	t.Parallel() // own databases, roles and slot; no server restarts
 	e := newEnv(t)
@@ -524,6 +526,25 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public.m TO `+app); err != nil
 	}
 	if n := e.count(e.Tgt, "SELECT count(*) FROM public.m"); n != 0 {
 		t.Errorf("target m has %d rows, want none written", n)
+	}
+	// Other roles that give a superuser's rights: pg_execute_server_program
+	// (a program it runs connects as a superuser), and CREATEROLE before
+	// PostgreSQL 16 (it may grant itself that role).
+	e.tgtExec(`REVOKE ` + dba + ` FROM ` + app + `; GRANT pg_execute_server_program TO ` + app)
+	e.mustFail(cfg, "the target role "+app+" is a member of pg_execute_server_program", "public.m is owned by "+role)
+	e.tgtExec(`REVOKE pg_execute_server_program FROM ` + app)
+	if e.tgt.Version() < 16 {
+		e.tgtExec(`ALTER ROLE ` + app + ` CREATEROLE`)
+		e.mustFail(cfg, "the target role "+app+" has CREATEROLE", "public.m is owned by "+role)
+		e.tgtExec(`ALTER ROLE ` + app + ` NOCREATEROLE`)
+	}
+	// Without them, app writes m with no more than its grants.
+	e.catchUp(cfg)
+	if n := e.count(e.Tgt, "SELECT count(*) FROM public.m"); n != 5 {
+		t.Errorf("target m has %d rows, want 5", n)
+	}
+	if superuser(t, e.Tgt, role) {
+		t.Fatalf("%s became a superuser", role)
 	}
 	// The role's own table is its own code: written.
 	cfg2 := e.config()

@@ -35,9 +35,9 @@ import (
 // at a table's first change or schema change in a writer (once per table
 // in its life: what a superuser adds to a table later is trusted) —
 // unless told that those roles are trusted (--trust-table-owners). A
-// role that is a member of a superuser role counts as a superuser here
-// (superuserSQL: it may SET ROLE to it), and what it owns itself is
-// trusted as a superuser's is. A target role that is neither (docs/security.md, least
+// role that has a superuser's rights otherwise (a member of a superuser
+// role, of pg_execute_server_program: superuserHowSQL) counts as one
+// here, and what it owns itself is trusted as a superuser's is. A target role that is neither (docs/security.md, least
 // privilege) gives away nothing but its own grants. Not followed: what a
 // trusted function calls in turn.
 
@@ -45,38 +45,54 @@ import (
 // code a role that is not a superuser controls (CheckOwners).
 var ErrUntrustedOwner = errors.New("a role that is not a superuser could run its code as the superuser repstream writes the target as")
 
-// superuserSQL is true when the session's role has a superuser's rights:
-// it is a superuser, or a member, at any depth, of a role that is one. A
-// member is not a superuser itself, but it may SET ROLE to that role at
-// any time, and so may any code it runs: a table owner's trigger or
-// default, run by such a target role, made its owner a superuser so
-// (TestSuperuserMemberTrap). Every check of a superuser target role here
-// takes such a role for one. ('MEMBER' also counts a PostgreSQL 16+
-// membership granted WITH SET FALSE, which cannot SET ROLE: a refusal
-// too many, never one too few.)
-const superuserSQL = `COALESCE((SELECT pg_catalog.bool_or(s.rolsuper) FROM pg_catalog.pg_roles s
-	WHERE pg_catalog.pg_has_role(current_user, s.oid, 'MEMBER')), false)`
+// superuserHowSQL says how the session's role has a superuser's rights,
+// or an empty string when it has not: it is a superuser; or a member, at any depth, of
+// a role that is one, to which it — and any code it runs, a table
+// owner's trigger or default — may SET ROLE at any time
+// (TestSuperuserMemberTrap: such a trigger made its owner a superuser);
+// or a member of pg_execute_server_program (a program it runs, as the
+// server's operating-system user, connects as any role) or of
+// pg_write_server_files (it may rewrite the server's configuration); or,
+// before PostgreSQL 16, a role with CREATEROLE, which may grant itself
+// those. Every check of a superuser target role here takes such a role
+// for one. ('MEMBER' also counts a PostgreSQL 16+ membership granted WITH
+// SET FALSE, which cannot SET ROLE: a refusal too many, never one too
+// few.) The third column is the superuser role of a membership, empty for
+// the others.
+const superuserHowSQL = `SELECT pg_catalog.quote_ident(r.rolname::text), CASE
+	WHEN r.rolsuper THEN 'is a superuser'
+	WHEN m.name IS NOT NULL THEN 'is a member of the superuser role ' || m.name || ' (it may SET ROLE to it: a superuser''s rights)'
+	WHEN pg_catalog.pg_has_role(r.oid, 'pg_execute_server_program', 'MEMBER')
+		THEN 'is a member of pg_execute_server_program (a program it runs, as the server''s operating-system user, may connect as a superuser)'
+	WHEN pg_catalog.pg_has_role(r.oid, 'pg_write_server_files', 'MEMBER')
+		THEN 'is a member of pg_write_server_files (it may rewrite the server''s configuration: a superuser''s rights)'
+	WHEN r.rolcreaterole AND pg_catalog.current_setting('server_version_num')::int < 160000
+		THEN 'has CREATEROLE (before PostgreSQL 16 it may grant itself pg_execute_server_program: a superuser''s rights)'
+	ELSE '' END, COALESCE(m.name, '')
+FROM pg_catalog.pg_roles r
+LEFT JOIN LATERAL (SELECT pg_catalog.quote_ident(x.rolname::text) AS name FROM pg_catalog.pg_roles x
+	WHERE x.rolsuper AND pg_catalog.pg_has_role(r.oid, x.oid, 'MEMBER') ORDER BY 1 LIMIT 1) m ON NOT r.rolsuper
+WHERE r.rolname = current_user`
+
+// superuserSQL is true when the session's role has a superuser's rights
+// (superuserHowSQL).
+const superuserSQL = `COALESCE((SELECT h.how <> '' FROM (` + superuserHowSQL + `) AS h(me, how, su)), false)`
 
 // superuserRights says how the session's role, me, has a superuser's
-// rights (superuserSQL), for an error naming it: how is "is a superuser",
-// or "is a member of the superuser role R (...)"; su is the superuser
-// role an error suggests giving objects to (me, or R: me itself is not
-// one).
+// rights (superuserHowSQL), for an error naming it ("is a superuser", "is
+// a member of the superuser role R (...)", ...); su is the role an error
+// suggests giving objects to: R, or me (whose own objects are trusted).
 func superuserRights(ctx context.Context, q schema.Querier) (me, how, su string, err error) {
-	var role string
-	var self bool
-	err = q.QueryRow(ctx, `SELECT pg_catalog.quote_ident(current_user::text), COALESCE(pg_catalog.quote_ident(s.rolname::text), ''), COALESCE(s.rolname = current_user, false)
-FROM (SELECT 1) AS one LEFT JOIN pg_catalog.pg_roles s ON s.rolsuper AND pg_catalog.pg_has_role(current_user, s.oid, 'MEMBER')
-ORDER BY 3 DESC, 2 LIMIT 1`).Scan(&me, &role, &self)
-	switch {
-	case err != nil:
+	if err = q.QueryRow(ctx, superuserHowSQL).Scan(&me, &how, &su); err != nil {
 		return "", "", "", fmt.Errorf("look up the target role: %w", err)
-	case self:
-		return me, "is a superuser", me, nil
-	case role != "":
-		return me, fmt.Sprintf("is a member of the superuser role %s (it may SET ROLE to it: a superuser's rights)", role), role, nil
 	}
-	return me, "is not a superuser", me, nil
+	if how == "" {
+		how = "is not a superuser"
+	}
+	if su == "" {
+		su = me
+	}
+	return me, how, su, nil
 }
 
 // untrustedCallSQL joins each pg_depend row dep of the objects looked at to
