@@ -17,7 +17,8 @@ import (
 // "publication" of relation "replications" does not exist. Now the source
 // adds its columns (as a database that was a source first, then a target,
 // already worked); B's admin commands as a target see A -> B only, and
-// dropping B -> C removes its trigger on B while A -> B goes on.
+// dropping B -> C removes its trigger on B while A -> B goes on, its
+// registration on B kept (the drop removed the shared table).
 func TestCascadeWithTriggers(t *testing.T) {
 	t.Parallel() // own databases and slots; no server restarts
 	ctx := context.Background()
@@ -51,6 +52,14 @@ func TestCascadeWithTriggers(t *testing.T) {
 	}
 	if n := a.count(a.Tgt, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'repstream%'"); n != 0 {
 		t.Errorf("B keeps %d event triggers of repstream after B -> C was dropped", n)
+	}
+	// The registry's table is shared with A -> B's (its row as a target:
+	// its source's identity, what it saw of A's triggers): kept.
+	if n := a.count(a.Tgt, "SELECT count(*) FROM pg_class WHERE oid = to_regclass('repstream.replications')"); n != 1 {
+		t.Fatalf("B's registry (repstream.replications) went with B -> C's drop: A -> B's row as a target with it")
+	}
+	if n := a.count(a.Tgt, "SELECT count(*) FROM repstream.replications WHERE slot = '"+cfgAB.Slot+"' AND source_system_id IS NOT NULL"); n != 1 {
+		t.Errorf("A -> B's registration on B after B -> C was dropped: %d rows, want 1 (with its source)", n)
 	}
 	a.srcExec(`INSERT INTO t VALUES (23, 'd', 7)`)
 	a.catchUp(cfgAB)

@@ -88,6 +88,23 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		if a, b := ab.count(ab.Src, "SELECT n FROM applied"), ab.count(ab.Tgt, "SELECT n FROM applied"); a != fromB || b != fromA {
 			t.Errorf("rows applied: on A %d, on B %d; want %d and %d (each change once)", a, b, fromB, fromA)
 		}
+		// A schema change on A reaches B once: B's capture leaves out the
+		// apply's transaction, its schema-change message with it.
+		ab.srcExec(`ALTER TABLE t ADD COLUMN w int`)
+		ab.srcExec(`INSERT INTO t VALUES (5000, 'a', 1)`)
+		pgtest.WaitFor(t, "A's new column and row on B", time.Minute, func() (bool, error) {
+			return ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id = 5000") == 1, nil
+		})
+		ab.tgtExec(`INSERT INTO t VALUES (5001, 'b', 2)`)
+		pgtest.WaitFor(t, "B's row on A", time.Minute, func() (bool, error) {
+			return ab.count(ab.Src, "SELECT count(*) FROM t WHERE id = 5001 AND w = 2") == 1, nil
+		})
+		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
+		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
+		ab.assertSame("t", "id")
+		if a, b := ab.count(ab.Src, "SELECT n FROM applied"), ab.count(ab.Tgt, "SELECT n FROM applied"); a != fromB+1 || b != fromA+1 {
+			t.Errorf("rows applied after the schema change: on A %d, on B %d; want %d and %d", a, b, fromB+1, fromA+1)
+		}
 		if n := ab.count(ab.Tgt, "SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'repstream\\_%'"); n == 0 {
 			t.Error("no replication origin repstream_<n> on the server")
 		}

@@ -138,6 +138,25 @@ func TestSetAsideUserTables(t *testing.T) {
 		}
 		e.assertSame("app.big", "id")
 	})
+
+	// A target table that a publication of the target publishes (the
+	// target is a source too, as in two replications in opposite
+	// directions) keeps its key: without it its UPDATEs and DELETEs there
+	// would fail during the copy.
+	t.Run("published on the target", func(t *testing.T) {
+		e := newEnv(t)
+		loadUserSchema(e, 100)
+		e.tgtExec(`CREATE PUBLICATION target_pub FOR TABLE app.big`)
+		big, child := indexOIDs(t, e, "app.big"), indexOIDs(t, e, "app.child")
+		e.catchUp(e.config("app.parent", "app.child", "app.big"))
+		if got := indexOIDs(t, e, "app.big"); got != big {
+			t.Errorf("app.big, published on the target, had its keys and indexes set aside: %s, were %s", got, big)
+		}
+		if got := indexOIDs(t, e, "app.child"); got == child {
+			t.Errorf("app.child, not published on the target, kept its indexes (%s): not set aside", got)
+		}
+		e.assertSame("app.big", "id")
+	})
 }
 
 // startKilledInCopy starts the binary and kills it (SIGKILL) while the

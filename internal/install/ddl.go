@@ -637,9 +637,21 @@ DROP MATERIALIZED VIEW IF EXISTS repstream.ddl_key;
 DROP TABLE IF EXISTS repstream.ddl_state;
 DROP TABLE IF EXISTS repstream.self_ddl;
 DROP TABLE IF EXISTS repstream.ident_full;
-DROP TABLE IF EXISTS repstream.replications;
 DROP TABLE IF EXISTS repstream.ddl_pubkey;
 `
+
+// dropRegistrySQL drops repstream.replications once no row is left: a
+// database that is the target of another replication as well keeps it
+// (its registry's rows, registrySQL), whose start may have made it first.
+const dropRegistrySQL = `DO $drop$
+BEGIN
+  IF pg_catalog.to_regclass('repstream.replications') IS NOT NULL THEN
+    IF NOT EXISTS (SELECT FROM repstream.replications) THEN
+      DROP TABLE repstream.replications;
+    END IF;
+  END IF;
+END
+$drop$`
 
 // SourceRole reads what the event trigger needs of the source: whether
 // its role is a superuser (CREATE EVENT TRIGGER), and its
@@ -998,7 +1010,7 @@ WHERE c.relreplident = 'f' AND c.oid IN (SELECT relid FROM repstream.ident_full)
 			return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", asBusy(err, leaf.name, leaf.rel))
 		}
 	}
-	if _, err := tx.Exec(ctx, dropDDLTriggerSQL); err != nil {
+	if _, err := tx.Exec(ctx, dropDDLTriggerSQL+";"+dropRegistrySQL); err != nil {
 		return false, nil, fmt.Errorf("drop repstream's event trigger on the source: %w", asBusy(err, "", 0))
 	}
 	left, err := provision.DropSchemaIfEmpty(ctx, tx)

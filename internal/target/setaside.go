@@ -82,6 +82,9 @@ SELECT CASE
   WHEN c.relkind <> 'r' THEN 'not an ordinary table'
   WHEN c.relispartition THEN 'a partition'
   WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_inherits h WHERE h.inhparent = c.oid) THEN 'it has inheritance children'
+  WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables p JOIN pg_catalog.pg_namespace n ON n.nspname = p.schemaname
+               WHERE n.oid = c.relnamespace AND p.tablename = c.relname)
+    THEN 'a publication of the target database publishes it (the target is a source too: without its key its UPDATEs and DELETEs would fail there, or a replication read would not find its rows)'
   WHEN NOT pg_catalog.pg_has_role(c.relowner, 'USAGE') THEN 'the target role does not own it'
   WHEN NOT pg_catalog.has_schema_privilege(c.relnamespace, 'CREATE')
     THEN 'the target role may not create in its schema (its indexes could not be made again)'
