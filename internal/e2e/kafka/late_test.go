@@ -125,7 +125,9 @@ func TestKafkaLateTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Close(context.Background())
-	if _, err := lock.Exec(ctx, `BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE`); err != nil {
+	// SHARE: the start's check that the tables are empty reads them, and
+	// the copy's COPY into events waits.
+	if _, err := lock.Exec(ctx, `BEGIN; LOCK TABLE events IN SHARE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	apC := e.startApply("apply C (copy stopped)", dbC)
