@@ -135,5 +135,5 @@
 //	offsets.go  resumePoints: the offset a later run reads from for an applied low watermark
 //	topic.go    Topic, Brokers, NewProducer (transactional: TxnTimeout, CommitEvery; Compression), NewAdmin, EnsureTopic (TopicInfo.Fits: one partition, not compacted, max.message.bytes ≥ MaxBatchBytes), Offsets, TopicID (a topic made again has another), Tail (past control records), NextEpoch; CheckTransactions (WaitedOut: the coordinator searched for 30 s, not waited for again)
 //	access.go   what each half needs of the brokers' ACLs, checked before anything is made: CheckTopicAccess (the Metadata request's authorized operations), CheckTransactionalID (a producer with the capture's transactional id), ErrAccess
-//	cluster.go  Cluster (the brokers and how to reach them: every client is made from one), Security (TLS, SASL), NewCluster, EnvPassword
+//	cluster.go  Cluster (the brokers and how to reach them: every client is made from one; its dialer reads and writes through raw system calls, rawsock), Security (TLS, SASL), NewCluster, EnvPassword
 package kafkalog

@@ -1,5 +1,6 @@
-// Package rawsock reads and writes the engine's database sockets without
-// telling the Go scheduler that a system call is under way.
+// Package rawsock reads and writes the engine's database sockets, and
+// Kafka mode's connections to the brokers (kafkalog), without telling
+// the Go scheduler that a system call is under way.
 //
 // Why: every read or write through package net enters a "blocking" system
 // call (runtime.entersyscall), and when the whole process was idle the
