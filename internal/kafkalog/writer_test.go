@@ -110,7 +110,7 @@ func (p *fakeProducer) records() [][]byte {
 // txnWriter feeds w one-row transactions (protocol 1, relation 16384),
 // each about 120 bytes of WAL apart, from WAL position at.
 type txnWriter struct {
-	t    *testing.T
+	t    testing.TB
 	w    *Writer
 	at   change.LSN
 	xid  uint32
@@ -160,7 +160,7 @@ func (tw *txnWriter) txn() {
 // relation id, with one key column id integer.
 func relationMsg(id uint32, name string) []byte { return rvRelation(0, id, "public", name) }
 
-func newTestWriter(t *testing.T, p *fakeProducer, linger time.Duration) *txnWriter {
+func newTestWriter(t testing.TB, p *fakeProducer, linger time.Duration) *txnWriter {
 	tw := &txnWriter{t: t, at: 0x1000000}
 	tw.w = NewWriter(WriterOptions{Client: p, Topic: "repstream.s", Proto: 1, Linger: linger, CatchUpLinger: linger,
 		Acked: func(end change.LSN) { tw.acks = append(tw.acks, end) }})
@@ -590,5 +590,64 @@ func TestReaderSessionAfter(t *testing.T) {
 	want := []change.LSN{0, lastRead + 4096, lastRead}
 	if !slices.Equal(afters, want) {
 		t.Errorf("the sessions' decoders were told %v, want %v", afters, want)
+	}
+}
+
+// flushTxns feeds n transactions to tw and produces the record holding
+// them, as the linger timer does.
+func (tw *txnWriter) flushTxns(n int) {
+	for range n {
+		tw.txn()
+	}
+	tw.w.bmu.Lock()
+	tw.w.flush()
+	tw.w.bmu.Unlock()
+}
+
+// BenchmarkWriterRecord: the capture's side of a record at fly's 1,000
+// transactions a second (about 6 one-row transactions a record, the
+// brokers acknowledging each at once): per record.
+func BenchmarkWriterRecord(b *testing.B) {
+	p := &fakeProducer{}
+	tw := newTestWriter(b, p, time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		tw.flushTxns(6)
+		if len(p.recs) > 1000 {
+			p.recs = p.recs[:0]
+			tw.acks = tw.acks[:0]
+		}
+	}
+}
+
+// BenchmarkReaderRecord: the apply's side of such a record (the Reader,
+// its decoder counting messages): per record.
+func BenchmarkReaderRecord(b *testing.B) {
+	p := &fakeProducer{}
+	tw := newTestWriter(b, p, time.Hour)
+	for range 200 {
+		tw.flushTxns(6)
+	}
+	recs := p.records()
+	var r *Reader
+	msgs := 0
+	i := 0
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if i%len(recs) == 0 {
+			r = NewReader(ReaderOptions{Topic: "repstream.s", Slot: "s", Publication: "p",
+				NewDecoder: func(int, bool, *Epoch, change.LSN) (Decoder, error) {
+					return formatDecoder{msgs: &msgs}, nil
+				},
+				AbortInProgress: func() (int, error) { return 0, nil },
+			})
+		}
+		rec := &kgo.Record{Value: recs[i%len(recs)], Offset: int64(i % len(recs))}
+		if err := r.record(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+		r.consumed(rec)
+		i++
 	}
 }
