@@ -236,7 +236,9 @@ func (k *kafkaSys) halfOn(role, name, tgtDSN string) *repstreamSys {
 	h.half = name
 	h.argv = []string{role, "--source", k.env.srcDSN}
 	if role == "apply" {
-		h.argv = append(h.argv, "--target", tgtDSN)
+		// The workload's DDL filled the target's tables as the
+		// source's: the apply's initial copy replaces them.
+		h.argv = append(h.argv, "--target", tgtDSN, "--truncate")
 	}
 	h.argv = append(h.argv, "--slot", k.env.slot, "--publication", k.env.pub, "--kafka", k.broker.addrs, "--log-level", "info")
 	return h
