@@ -296,9 +296,9 @@ func (p *Probe) Lag(now time.Time) time.Duration {
 	return lag
 }
 
-// Results returns every probe (in id order, T relative to epoch) and the
+// Results returns the probes (in id order, T relative to epoch) and the
 // latency summary of the probes whose commit time is in [from, to] (zero
-// times: unbounded).
+// times: unbounded); the points leave out those committed before from.
 func (p *Probe) Results(epoch, from, to time.Time) ([]ProbePoint, LatencyFigure) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -310,8 +310,11 @@ func (p *Probe) Results(epoch, from, to time.Time) ([]ProbePoint, LatencyFigure)
 		if !ok {
 			continue
 		}
+		if !from.IsZero() && at.Before(from) {
+			continue // a warm-up's
+		}
 		pt := ProbePoint{T: at.Sub(epoch).Seconds(), LatencyMs: -1}
-		inWindow := (from.IsZero() || !at.Before(from)) && (to.IsZero() || !at.After(to))
+		inWindow := to.IsZero() || !at.After(to)
 		if inWindow {
 			fig.Probes++
 		}

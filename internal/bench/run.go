@@ -286,7 +286,10 @@ func (s *systemRun) replicate() error {
 			return err
 		}
 		if s.r.wl.WarmsUp && s.r.o.Params.WarmUp > 0 {
-			// The load begins the interval after its warm-up.
+			// The load begins the interval after its warm-up. The probes
+			// tick through the warm-up too (each apply connection's first
+			// change to the probe table is a start's as well); only those
+			// committed in the interval are counted.
 			var measureErr error
 			s.loadEnv.measure = func() {
 				at := time.Now()
@@ -294,8 +297,8 @@ func (s *systemRun) replicate() error {
 				if s.m.srcWAL0, measureErr = currentLSN(s.ctx, s.srcDSN); measureErr == nil {
 					measureErr = s.beginMeasure(at)
 				}
-				s.probe.SetTicking(true)
 			}
+			s.probe.SetTicking(true)
 			if err := s.load(); err != nil {
 				return err
 			}
