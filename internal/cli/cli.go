@@ -120,7 +120,7 @@ func (s *settings) bindRun(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.Snapshot, "snapshot", c.Snapshot, "copy existing rows when the slot is first created")
 	fs.IntVar(&c.SnapshotWorkers, "snapshot-workers", c.SnapshotWorkers, "tables, or ranges of a large table, copied at once by the initial copy")
 	fs.Var(&c.SnapshotRangeSize, "snapshot-range-size", "the initial copy splits tables larger than this into ranges of this size copied in parallel (0: the total size / (2 × --snapshot-workers), at least 32MiB)")
-	fs.BoolVar(&c.Truncate, "truncate", false, "empty non-empty target tables before the initial copy")
+	fs.BoolVar(&c.Truncate, "truncate", false, "empty non-empty target tables before the initial copy, and before the copy of a table that enters the replication otherwise than by tables add (ALTER PUBLICATION ... ADD TABLE)")
 	fs.BoolVar(&c.CreateTables, "create-tables", false, "create missing target tables from the source's definition")
 	fs.BoolVar(&c.KeepIndexes, "keep-indexes", false, "copy into existing target tables with their keys and indexes in place (default: an empty table's keys, indexes and the foreign keys referencing it are set aside for the initial copy and rebuilt after it, as they were)")
 	fs.BoolVar(&c.AdoptSlot, "adopt-slot", false, "use an existing slot the target has no state for, or whose position is ahead of the target's record (a restored target), from the slot's confirmed position, without an initial copy (the target must already hold the data up to there)")

@@ -11,7 +11,8 @@ import (
 // decoded); the run stopped at it ("not found on the target"). Now the
 // table is created on the target and copied at a snapshot as `tables add`
 // does, then streamed. The same for a table moved into the published
-// schema by SET SCHEMA.
+// schema by SET SCHEMA; a table of the target's own moved with it,
+// holding rows, is emptied for its copy only with --truncate (here given).
 func TestDDLSetLoggedTakesTableUp(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -31,6 +32,7 @@ func TestDDLSetLoggedTakesTableUp(t *testing.T) {
 	e.tgtExec(`CREATE SCHEMA outside; CREATE TABLE outside.moved2 (id int PRIMARY KEY, v text); INSERT INTO outside.moved2 VALUES (1, 'the target''s own'), (1000, 'x')`)
 	cfg := e.config("public.*")
 	cfg.CreateTables = true
+	cfg.Truncate = true
 	e.catchUp(cfg)
 	stop := e.startOnce(cfg)
 	defer func() {
@@ -62,7 +64,9 @@ func TestDDLSetLoggedTakesTableUp(t *testing.T) {
 // TestDDLSetLoggedTargetHasTable: SET LOGGED of an unlogged table whose
 // name the target already has (made by hand, or kept from before it was set
 // UNLOGGED): the target's rows are not the source's, so it is copied anew,
-// not left with different rows that then receive the stream.
+// not left with different rows that then receive the stream — but they
+// are not the replication's either: without --truncate the run stops,
+// naming it, its rows kept, as for a table added to the publication.
 func TestDDLSetLoggedTargetHasTable(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	e := newEnv(t)
@@ -78,6 +82,11 @@ func TestDDLSetLoggedTargetHasTable(t *testing.T) {
 	e.catchUp(cfg)
 	e.srcExec(`ALTER TABLE ul2 SET LOGGED`)
 	e.srcExec(`UPDATE ul2 SET v = 'after' WHERE id <= 5`)
+	e.mustFail(cfg, "target table is not empty", "public.ul2", "--truncate")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM ul2"); n != 2 {
+		t.Errorf("target ul2: %d rows, want its 2 kept", n)
+	}
+	cfg.Truncate = true
 	e.catchUp(cfg)
 	e.assertSameTable("public.ul2", "id")
 }

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/tablesync"
 )
 
 // TestPublicationAddTable: a table the user adds to the run's publication
@@ -107,7 +109,8 @@ func TestPublicationAddTable(t *testing.T) {
 // tables the slot records every few seconds (tablesync's publication
 // poll, and a run that ends once caught up before it ends): a table added
 // that nobody writes afterwards is copied; a table
-// taken out, changed outside and added back is copied anew; a table set
+// taken out, changed outside and added back is copied anew (its target
+// table, no longer recorded, emptied only with --truncate); a table set
 // UNLOGGED stops the run, naming it. Pgoutput reports none of these.
 func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 	t.Parallel() // own databases and slot, mostly waiting for the poll
@@ -151,8 +154,20 @@ func TestPublicationFollowedWithoutTrigger(t *testing.T) {
 		_, ok := e.tableSync("b")
 		return !ok
 	})
+	// No longer recorded, the target's table is not the replication's:
+	// back, its copy does not empty it without --truncate (the run stops,
+	// naming it, its rows kept); with it, it is copied anew.
 	e.srcExec(`UPDATE b SET v = 'while out' WHERE id <= 10; DELETE FROM b WHERE id = 50`)
 	e.srcExec(`ALTER PUBLICATION pub_r ADD TABLE b`)
+	stopsWith(t, done, "a forgotten table came back with rows on the target", "target table is not empty", "public.b", "--truncate")
+	if n := e.count(e.Tgt, "SELECT count(*) FROM b"); n != 50 {
+		t.Errorf("target b: %d rows, want its 50 kept", n)
+	}
+	e.waitSlotReleased(cfg.Slot)
+	tr := cfg
+	tr.Truncate = true
+	done, cancel = e.runInBackground(tr)
+	defer cancel()
 	waitFor(t, "b to be copied anew", time.Minute, same("b"))
 
 	// SET UNLOGGED (of a table a schema publishes: PostgreSQL refuses it
@@ -606,4 +621,129 @@ func TestPublicationAddTableColumnList(t *testing.T) {
 	if n := e.count(e.Tgt, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'tab2' AND column_name = 'c'"); n != 0 {
 		t.Errorf("tab2's unpublished column c was made on the target")
 	}
+}
+
+// TestPublicationAddTableNonEmptyTarget: a table that enters the
+// replication by ALTER PUBLICATION ... ADD TABLE (not `repstream tables
+// add`, which checks it) is copied into a target table that holds rows
+// of the user's: its copy does not empty it without --truncate, as a
+// first start and `tables add` refuse such a table. The run stops, naming
+// the tables, the slot and the ways out; the target's rows are kept and
+// the tables wait, pending (not copying), for their copy. A start refuses
+// them again (naming only the table that still holds rows), and one after
+// the user emptied the table or with --truncate copies them, equal to
+// the source. Before, the copy emptied the target's table with a warning
+// that did not say so.
+func TestPublicationAddTableNonEmptyTarget(t *testing.T) {
+	t.Parallel() // own databases and slot; no server restarts
+	e := newEnv(t)
+	e.both(`CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text); CREATE TABLE c (id int PRIMARY KEY, v text);
+		CREATE TABLE d (id int PRIMARY KEY, v text)`)
+	e.srcExec(`INSERT INTO a SELECT g, 'a' FROM generate_series(1, 10) g;
+		INSERT INTO b SELECT g, 'src' FROM generate_series(1, 50) g;
+		INSERT INTO c SELECT g, 'src' FROM generate_series(1, 20) g;
+		CREATE PUBLICATION pub_x FOR TABLE a`)
+	e.tgtExec(`INSERT INTO b VALUES (1, 'tgt-only'), (1000, 'tgt-only'); INSERT INTO c VALUES (7, 'tgt-only')`)
+	cfg := e.config()
+	cfg.Publication = "pub_x"
+	e.catchUp(cfg)
+	e.assertSame("a", "id")
+	targetRows := func(table string) string {
+		t.Helper()
+		var s string
+		if err := e.Tgt.QueryRow(t.Context(), "SELECT coalesce(string_agg(id || ':' || v, ',' ORDER BY id), '') FROM "+table).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	states := func() string {
+		t.Helper()
+		var s string
+		if err := e.Tgt.QueryRow(t.Context(), `SELECT coalesce(string_agg(table_name || ':' || state, ',' ORDER BY table_name), '')
+			FROM repstream.tables WHERE slot = $1 AND table_name IN ('b', 'c')`, cfg.Slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	kept := func() {
+		t.Helper()
+		if got := targetRows("b"); got != "1:tgt-only,1000:tgt-only" {
+			t.Errorf("target b: %q, want its own rows kept", got)
+		}
+		if got := targetRows("c"); got != "7:tgt-only" {
+			t.Errorf("target c: %q, want its own rows kept", got)
+		}
+	}
+
+	t.Run("added while running", func(t *testing.T) {
+		done, cancel := e.runInBackground(cfg)
+		defer cancel()
+		e.waitStreaming(cfg.Slot)
+		e.srcExec(`ALTER PUBLICATION pub_x ADD TABLE b, c`)
+		e.srcExec(`INSERT INTO b VALUES (51, 'new'); UPDATE c SET v = 'upd' WHERE id <= 3; INSERT INTO a VALUES (11, 'a')`)
+		stopsWith(t, done, "ALTER PUBLICATION ... ADD TABLE of tables whose target tables hold rows",
+			"target table is not empty", "public.b, public.c", cfg.Slot, "tables add --truncate public.b public.c", "--truncate", "ALTER PUBLICATION")
+		kept()
+		if got := states(); got != "b:pending,c:pending" {
+			t.Errorf("repstream.tables: %q, want both pending (nothing recorded copying)", got)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("start refuses again", func(t *testing.T) {
+		e.waitSlotReleased(cfg.Slot)
+		e.tgtExec(`TRUNCATE b`) // emptied by hand: only c holds rows
+		_, err := e.tryCatchUp(cfg)
+		if err == nil {
+			t.Fatal("a start copied c into a target table holding rows of its own")
+		}
+		wantInError(t, err, "target table is not empty", "public.c", "tables add --truncate public.c")
+		if strings.Contains(err.Error(), "public.b") {
+			t.Errorf("the error names b, emptied: %v", err)
+		}
+		if got := targetRows("c"); got != "7:tgt-only" {
+			t.Errorf("target c: %q, want its own rows kept", got)
+		}
+		if got := states(); got != "b:pending,c:pending" {
+			t.Errorf("repstream.tables: %q, want both pending", got)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("emptied, or tables add --truncate: copied", func(t *testing.T) {
+		e.waitSlotReleased(cfg.Slot)
+		res, err := tablesync.AddTables(t.Context(), cfg, tablesync.AddOptions{Tables: []string{"public.c"}, Truncate: true}, testLogger(t))
+		if err != nil {
+			t.Fatalf("tables add --truncate public.c: %v", err)
+		}
+		t.Logf("tables add: %v", res)
+		e.catchUp(cfg) // without --truncate: b emptied by hand, c by tables add
+		for _, tb := range []string{"a", "b", "c"} {
+			e.assertSame(tb, "id")
+		}
+		e.srcExec(`UPDATE b SET v = 'later' WHERE id <= 5; DELETE FROM c WHERE id = 20`)
+		e.catchUp(cfg)
+		for _, tb := range []string{"a", "b", "c"} {
+			e.assertSame(tb, "id")
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("added while stopped, run --truncate: copied", func(t *testing.T) {
+		e.srcExec(`INSERT INTO d SELECT g, 'src' FROM generate_series(1, 30) g; ALTER PUBLICATION pub_x ADD TABLE d`)
+		e.tgtExec(`INSERT INTO d VALUES (2, 'tgt-only'), (99, 'tgt-only')`)
+		e.waitSlotReleased(cfg.Slot)
+		tr := cfg
+		tr.Truncate = true
+		e.catchUp(tr)
+		for _, tb := range []string{"a", "b", "c", "d"} {
+			e.assertSame(tb, "id")
+		}
+	})
 }

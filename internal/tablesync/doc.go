@@ -15,7 +15,7 @@
 // Files:
 //
 //	doc.go        this overview
-//	tablesync.go  Syncer, New, Options: the tables copied at their own snapshot (syncTables; one added while running checked as `tables add` checks it: checkAdded), ResumeCopy, SyncPending, GivePendingUp (a pending table the source no longer has), LoadFilter, MarkCopying, RecordCopied
+//	tablesync.go  Syncer, New, Options: the tables copied at their own snapshot (syncTables; one added while running checked as `tables add` checks it: checkAdded; one entering the replication otherwise, whose target table holds rows, refused without --truncate: checkEntering), ResumeCopy, SyncPending, GivePendingUp (a pending table the source no longer has), LoadFilter, MarkCopying, RecordCopied
 //	watch.go      Pause, Watch: the tables `tables add` records, copied while the engine runs (apply paused)
 //	publication.go the publication poll (config.PublicationPoll): what it publishes (every mode); without the event trigger, its tables against the recorded ones and their source identities (FollowIdents), PendUnrecorded; CopyMade (a table a resumed start made: dropped on the target since, or new to it); with it, CheckDDLTriggers (each poll) and TriggersAtStart (each start): the triggers off, or touched since the target last saw them working, and pendUnseen (a published table not recorded once apply has passed where the poll first saw it: added in a session with the trigger off), recordMadeByEarlier (a replication an earlier version ran)
 //	usertypes.go  followTypes, FollowTypes: without the event trigger, an enum or composite type a table holds altered on the source (each poll against the poll before; the first and the end of a run against the target's): the run stops, the table recorded pending

@@ -231,7 +231,7 @@ func (ts *Syncer) forgetOut(ctx context.Context, src, tgt *pgx.Conn, t schema.Ta
 	case !exists && !untracked:
 		log.Info("a table dropped on the source is no longer recorded", "table", t.String(), "source_position", since)
 	default:
-		log.Warn("a table is no longer in the publication: it is no longer replicated, and the target keeps it as it is; if it comes back, it is copied anew",
+		log.Warn("a table is no longer in the publication: it is no longer replicated, and the target keeps it as it is; if it comes back, it is copied anew, its target table emptied for that only with --truncate",
 			"table", t.String(), "publication", ts.cfg.Publication, "source_position", since)
 	}
 	return nil
@@ -626,8 +626,10 @@ func (ts *Syncer) PendUnrecorded(ctx context.Context, tgt *pgx.Conn, filter *app
 	return nil
 }
 
-// recopy records t pending and filters it: Watch copies it.
+// recopy records t pending and filters it: Watch copies it. A table the
+// slot does not record enters its replication (target.PendEntering: its
+// copy empties a target table holding rows only with --truncate).
 func (ts *Syncer) recopy(ctx context.Context, tgt *pgx.Conn, filter *apply.TableFilter, t schema.TableName) error {
 	filter.Put(t, apply.TableState{})
-	return target.SetTableState(ctx, tgt, ts.cfg.Slot, t.Schema, t.Name, target.TablePending)
+	return target.PendEntering(ctx, tgt, ts.cfg.Slot, t)
 }

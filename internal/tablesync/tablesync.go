@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,8 +60,10 @@ func New(o Options) *Syncer {
 }
 
 // syncTables copies tables from a new snapshot at a known position: it
-// records them as copying, empties them on the target (they belong to this
-// copy), creates a temporary slot exporting its snapshot, copies, and
+// refuses, before it changes anything, a table entering the slot's
+// replication whose target table holds rows, unless --truncate
+// (checkEntering); it records them as copying, empties them on the
+// target (they belong to this copy), creates a temporary slot exporting its snapshot, copies, and
 // records each table ready at the slot's consistent point L once its copy is
 // complete. ready (if set) is called with each table copied. The temporary
 // slot goes away with its connection.
@@ -78,6 +81,9 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 	defer tgt.Close(context.Background())
 	// It empties the tables: a replicated change (target.Origins).
 	if _, err := ts.origins.Use(ctx, tgt); err != nil {
+		return 0, err
+	}
+	if err := ts.checkEntering(ctx, tgt, tables); err != nil {
 		return 0, err
 	}
 	if !atStart {
@@ -380,4 +386,57 @@ func (ts *Syncer) checkAdded(ctx context.Context, tgt *pgx.Conn, tables []schema
 	}
 	defer src.Close(context.Background())
 	return install.CheckAddable(ctx, src, tgt, ts.cfg.Slot, ts.cfg.Publication, tables, ts.cfg.CreateTables, true, ts.cfg.TrustTableOwners, ts.log)
+}
+
+// checkEntering refuses, unless the run has --truncate, a table of
+// tables that enters the slot's replication (TableSync.Entering: it was
+// not recorded when the stream, a start or the publication poll found it
+// published, as ALTER PUBLICATION ... ADD TABLE makes it) whose target
+// table holds rows: those are the user's, not a copy's, and the copy
+// would delete them. So a start refuses a table that holds rows, and
+// `tables add` (which records a table it checked, with its own
+// --truncate). The run stops naming the tables and the ways out; nothing
+// is changed before (the table stays pending, and the next start checks
+// again). A table the target lacks is checkAdded's.
+func (ts *Syncer) checkEntering(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName) error {
+	if ts.cfg.Truncate {
+		return nil
+	}
+	syncs, err := target.LoadTableSyncs(ctx, tgt, ts.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	var held []string
+	for _, s := range syncs {
+		t := schema.TableName{Schema: s.Schema, Name: s.Name}
+		if !s.Entering || s.State != target.TablePending || !slices.Contains(tables, t) {
+			continue
+		}
+		var exists bool
+		if err := tgt.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", t.Quoted()).Scan(&exists); err != nil {
+			return fmt.Errorf("check target table %s: %w", t, err)
+		}
+		if !exists {
+			continue
+		}
+		only, err := target.Only(ctx, tgt, t)
+		if err != nil {
+			return fmt.Errorf("check target table %s: %w", t, err)
+		}
+		var rows bool
+		if err := tgt.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&rows); err != nil {
+			return fmt.Errorf("check target table %s: %w", t, err)
+		}
+		if rows {
+			held = append(held, t.String())
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s entered the replication of slot %q otherwise than by `repstream tables add` (ALTER PUBLICATION ... ADD TABLE, ADD TABLES IN SCHEMA, ...), "+
+		"and its target table holds rows this replication did not write, which its copy would delete: repstream empties such a table only when told to. "+
+		"Empty it on the target yourself, or run `repstream tables add --truncate %s` (it empties it), or start again with --truncate; "+
+		"meanwhile it waits, pending, for its copy",
+		snapshot.ErrTargetNotEmpty, strings.Join(held, ", "), ts.cfg.Slot, strings.Join(held, " "))
 }

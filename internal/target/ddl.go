@@ -754,7 +754,19 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 	} else if err != nil {
 		return fail(err)
 	}
-	if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
+	// A table the slot does not record yet enters its replication: the
+	// target's table of that name, if it has rows, is the user's, and
+	// its copy empties it only with --truncate (PendEntering). One a
+	// CREATE TABLE made on the source is not: its target twin, made by
+	// a start's --create-tables or by hand before the CREATE TABLE that
+	// is still to come, is copied anew.
+	pend := PendEntering
+	if msg.Creates() {
+		pend = func(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName) error {
+			return SetTableState(ctx, conn, slot, t.Schema, t.Name, TablePending)
+		}
+	}
+	if err := pend(ctx, w.conn, w.opts.Slot, tn); err != nil {
 		return fail(err)
 	}
 	w.markTakenUp(tn)
@@ -796,7 +808,8 @@ func (w *Writer) takeUp(ctx context.Context, msg *ddlmsg.Message, lsn change.LSN
 // publication (ALTER PUBLICATION ... ADD TABLE or ADD TABLES IN SCHEMA,
 // which `repstream tables add` and a capture started with a wider
 // --tables run too).
-const addedToPublication = "a table was added to the publication (ALTER PUBLICATION ... ADD TABLE, ADD TABLES IN SCHEMA, `repstream tables add`, or a capture started with a wider --tables): its rows before were never in the stream, so it is copied from a new snapshot (created on the target if it lacks it), then streamed"
+const addedToPublication = "a table was added to the publication (ALTER PUBLICATION ... ADD TABLE, ADD TABLES IN SCHEMA, `repstream tables add`, or a capture started with a wider --tables): its rows before were never in the stream, so it is copied from a new snapshot (created on the target if it lacks it), then streamed; " +
+	"a target table of that name holding rows of its own (one this replication did not record) is emptied for the copy only with --truncate, else the copy stops the run, naming it"
 
 // forget drops the cached plans and COPY buffer of a table (nothing of it
 // may be buffered).

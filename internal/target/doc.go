@@ -18,6 +18,7 @@
 //	origin.go     replication origins: Origins.Use (a session's writes marked with one of a pool the server's replications share, repstream_<n>; required once the target replicates back into the source), OriginsAllowed, DropIdleOrigins
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
+//	tables.go     repstream.tables: each table's sync state per slot (LoadTableSyncs, SetTableState, PendEntering: one not recorded enters the replication, its target rows the user's; PendAll, SetTableReady, SetTableMade, RenameTableRecord)
 //	progress_age.go ProgressAge (since the progress record last changed), CopyAge (since the record of the slot's copies last changed): for status
 //	replications.go Replications (the slots the target holds state for); TriggerDigest, SetTriggerDigest: the source's schema-change triggers as a slot last saw them working; MadeRecorded, SetMadeRecorded: whether repstream.tables records the tables schema-change messages made (false: registered by an earlier version); SetSource, ReplicationsFrom: each slot's source database, for the loop check
 //	writer.go     Writer: options, the transaction's life (Begin, Write, Commit, Rollback)

@@ -32,6 +32,14 @@ import (
 //     from the slot's start (--snapshot=false, --adopt-slot:
 //     SetTablesStreamed), or made on the source by the schema-change
 //     message at L (SetTableMade; RenameTableRecord follows its renames).
+//   - entering (pending): the table had no row here when it was
+//     recorded — it enters this slot's replication for the first time
+//     (ALTER PUBLICATION ... ADD TABLE, seen in the stream or by the
+//     publication poll: PendEntering, PendAll): the target table's rows,
+//     if any, are the user's, not a copy's, so its copy refuses a target
+//     table that holds rows unless the run has --truncate (tablesync's
+//     checkEntering), as `tables add` and a first start refuse one. It
+//     stays while the table is pending; copying or ready clears it.
 //   - A table without a row entered the publication without this
 //     replication seeing it (ALTER PUBLICATION ... ADD TABLE without the
 //     event trigger, or with it off: PostgreSQL 17's event_triggers =
@@ -63,7 +71,8 @@ CREATE TABLE IF NOT EXISTS repstream.tables (
 	PRIMARY KEY (slot, schema_name, table_name)
 );
 ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_ident text;
-ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_types text;`
+ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS source_types text;
+ALTER TABLE repstream.tables ADD COLUMN IF NOT EXISTS entering bool NOT NULL DEFAULT false;`
 
 // Table sync states (repstream.tables.state).
 const (
@@ -87,6 +96,7 @@ type TableSync struct {
 	CopiedAt     time.Time  // when the copy ended (zero before)
 	Noticed      bool       // a running engine filters the pending table
 	SourceIdent  string     // ready, without the event trigger: the source's identity of the table as a poll last saw it ("": not yet)
+	Entering     bool       // pending: it enters the slot's replication for the first time (PendEntering): the target's rows are the user's
 }
 
 // String returns schema.table.
@@ -95,9 +105,10 @@ func (t TableSync) String() string { return t.Schema + "." + t.Name }
 // LoadTableSyncs returns the slot's table states, ordered by name. Without
 // the state table (an older target) it returns none.
 func LoadTableSyncs(ctx context.Context, conn *pgx.Conn, slot string) ([]TableSync, error) {
-	var exists, ident bool // ident: a target a version before source_ident made, not started since
+	var exists, ident, entering bool // ident, entering: a target a version before that column made, not started since
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('repstream.tables') IS NOT NULL,
-	EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('repstream.tables') AND attname = 'source_ident' AND NOT attisdropped)`).Scan(&exists, &ident); err != nil {
+	EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('repstream.tables') AND attname = 'source_ident' AND NOT attisdropped),
+	EXISTS (SELECT FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('repstream.tables') AND attname = 'entering' AND NOT attisdropped)`).Scan(&exists, &ident, &entering); err != nil {
 		return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
 	}
 	if !exists {
@@ -107,7 +118,11 @@ func LoadTableSyncs(ctx context.Context, conn *pgx.Conn, slot string) ([]TableSy
 	if ident {
 		identCol = "coalesce(source_ident, '')"
 	}
-	rows, err := conn.Query(ctx, `SELECT schema_name, table_name, state, coalesce(sync_lsn, '0/0')::text, rows, bytes, copied_at, noticed, `+identCol+`
+	enteringCol := "false"
+	if entering {
+		enteringCol = "entering"
+	}
+	rows, err := conn.Query(ctx, `SELECT schema_name, table_name, state, coalesce(sync_lsn, '0/0')::text, rows, bytes, copied_at, noticed, `+identCol+`, `+enteringCol+`
 FROM repstream.tables WHERE slot = $1 ORDER BY 1, 2`, slot)
 	if err != nil {
 		return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
@@ -118,7 +133,7 @@ FROM repstream.tables WHERE slot = $1 ORDER BY 1, 2`, slot)
 		var t TableSync
 		var lsn string
 		var at *time.Time
-		if err := rows.Scan(&t.Schema, &t.Name, &t.State, &lsn, &t.Rows, &t.Bytes, &at, &t.Noticed, &t.SourceIdent); err != nil {
+		if err := rows.Scan(&t.Schema, &t.Name, &t.State, &lsn, &t.Rows, &t.Bytes, &at, &t.Noticed, &t.SourceIdent, &t.Entering); err != nil {
 			return nil, fmt.Errorf("load table states of slot %q: %w", slot, err)
 		}
 		if t.SyncLSN, err = change.ParseLSN(lsn); err != nil {
@@ -137,30 +152,49 @@ FROM repstream.tables WHERE slot = $1 ORDER BY 1, 2`, slot)
 
 // SetTableState records a table's state without a copy result (pending,
 // copying): its sync LSN and copy figures are cleared. A table that is
-// already pending keeps its noticed flag.
+// already pending keeps its noticed and entering flags.
 func SetTableState(ctx context.Context, conn *pgx.Conn, slot, schemaName, name, state string) error {
-	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state)
-VALUES ($1, $2, $3, $4)
+	return setTableState(ctx, conn, slot, schemaName, name, state, false)
+}
+
+// PendEntering records t pending (SetTableState) as a table entering
+// the slot's replication when the slot has no record of it
+// (TableSync.Entering: its copy empties the target's rows only with
+// --truncate); a table recorded is pended as SetTableState does.
+func PendEntering(ctx context.Context, conn *pgx.Conn, slot string, t schema.TableName) error {
+	return setTableState(ctx, conn, slot, t.Schema, t.Name, TablePending, true)
+}
+
+func setTableState(ctx context.Context, conn *pgx.Conn, slot, schemaName, name, state string, entering bool) error {
+	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, entering)
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state, sync_lsn = NULL,
 	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL,
-	noticed = repstream.tables.noticed AND repstream.tables.state = 'pending' AND excluded.state = 'pending'`,
-		slot, schemaName, name, state)
+	noticed = repstream.tables.noticed AND repstream.tables.state = 'pending' AND excluded.state = 'pending',
+	entering = `+keepEntering,
+		slot, schemaName, name, state, entering)
 	if err != nil {
 		return fmt.Errorf("record %s.%s as %s for slot %q: %w", schemaName, name, state, slot, err)
 	}
 	return nil
 }
 
+// keepEntering is the entering flag of a recorded table pended again:
+// kept while it stays pending, cleared by its copy.
+const keepEntering = `repstream.tables.entering AND repstream.tables.state = 'pending' AND excluded.state = 'pending'`
+
 // PendAll records tables pending in one transaction (SetTableState):
-// each is copied anew before its changes are applied again. Tables
+// each is copied anew before its changes are applied again. One the slot
+// does not record yet enters its replication (PendEntering). Tables
 // recorded for the slot that tables does not name are left as they are.
 func PendAll(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName) error {
 	b := &pgx.Batch{}
 	for _, t := range tables {
-		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state)
-VALUES ($1, $2, $3, 'pending')
+		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, entering)
+VALUES ($1, $2, $3, 'pending', true)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'pending', sync_lsn = NULL,
-	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL, noticed = false`, slot, t.Schema, t.Name)
+	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL, noticed = false,
+	entering = `+keepEntering, slot, t.Schema, t.Name)
 	}
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("record the tables of slot %q for a new copy: %w", slot, err)
@@ -197,7 +231,7 @@ func SetTableReady(ctx context.Context, conn *pgx.Conn, slot, schemaName, name s
 VALUES ($1, $2, $3, 'ready', $4::pg_lsn, $5, $6, now(), nullif($7, ''), nullif($8, ''))
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'ready', sync_lsn = excluded.sync_lsn,
 	rows = excluded.rows, bytes = excluded.bytes, copied_at = excluded.copied_at, noticed = false, updated_at = now(), source_ident = excluded.source_ident,
-	source_types = excluded.source_types`,
+	source_types = excluded.source_types, entering = false`,
 		slot, schemaName, name, syncLSN.String(), rows, bytes, src.Ident, src.Types)
 	if err != nil {
 		return fmt.Errorf("record %s.%s as copied at %s for slot %q: %w", schemaName, name, syncLSN, slot, err)

@@ -135,7 +135,9 @@ func (w *Writer) checkRecorded(ctx context.Context, rel *change.Relation) error 
 	if err := w.ensureBegun(ctx); err != nil {
 		return err
 	}
-	if err := SetTableState(ctx, w.conn, w.opts.Slot, tn.Schema, tn.Name, TablePending); err != nil {
+	// Not recorded: it enters the slot's replication (PendEntering); one
+	// replaced keeps its record, and is copied anew.
+	if err := PendEntering(ctx, w.conn, w.opts.Slot, tn); err != nil {
 		return err
 	}
 	w.markTakenUp(tn)
