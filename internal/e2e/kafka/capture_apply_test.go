@@ -294,7 +294,9 @@ func logTails(t *testing.T, procs ...*proc) {
 // --truncate, and leaves the rows as they were; with --truncate it
 // empties it and copies. It used to empty every such table without a
 // word (and --truncate did nothing): an apply pointed at the wrong
-// database wiped its tables of those names.
+// database wiped its tables of those names. A table added to the
+// publication later (ALTER PUBLICATION ... ADD TABLE) whose target table
+// holds rows of its own is refused the same way, as run refuses it.
 func TestKafkaApplyNonEmptyTarget(t *testing.T) {
 	t.Parallel() // see doc.go
 	k := kafkatest.Shared(t)
@@ -302,6 +304,12 @@ func TestKafkaApplyNonEmptyTarget(t *testing.T) {
 	db, tgt := e.newTarget()
 	if _, err := tgt.Exec(t.Context(), `CREATE TABLE acct (id int PRIMARY KEY, v int NOT NULL, note text);
 		INSERT INTO acct VALUES (5000, 1, 'the target''s own')`); err != nil {
+		t.Fatal(err)
+	}
+	// A table the publication does not publish yet (outside --tables
+	// public.*), that the target has with rows of its own.
+	e.exec(`CREATE SCHEMA side; CREATE TABLE side.extra (id int PRIMARY KEY, v text); INSERT INTO side.extra SELECT g, 'src' FROM generate_series(1, 40) g`)
+	if _, err := tgt.Exec(t.Context(), `CREATE SCHEMA side; CREATE TABLE side.extra (id int PRIMARY KEY, v text); INSERT INTO side.extra VALUES (1, 'tgt-only'), (999, 'tgt-only')`); err != nil {
 		t.Fatal(err)
 	}
 	capt := e.startCapture("capture")
@@ -316,6 +324,22 @@ func TestKafkaApplyNonEmptyTarget(t *testing.T) {
 	}
 	ap = e.startApply("apply --truncate", db, "--truncate")
 	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
+	ap.stop()
+
+	// Added to the publication later (ALTER PUBLICATION ... ADD TABLE):
+	// its copy, run's, does not empty the target's table without
+	// --truncate either; the apply stops naming it, its rows kept.
+	ap = e.startApply("apply (table added)", db)
+	e.exec(`ALTER PUBLICATION ` + e.slot + ` ADD TABLE side.extra`)
+	err = exitOf(t, ap, 90*time.Second)
+	if out := ap.out.tail(1000); err == nil || lineWith(out, "side.extra", "tables add --truncate side.extra") == "" {
+		t.Fatalf("apply: %v, want a refusal naming side.extra and tables add --truncate:\n%s", err, ap.out.tail(30))
+	}
+	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM side.extra WHERE v = 'tgt-only'").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the target's own rows of extra after the refused copy: %d, %v; want them kept", n, err)
+	}
+	ap = e.startApply("apply --truncate (table added)", db, "--truncate")
+	waitSame(t, e.s, tgt, append(kafkaTables[:3:3], tableOrder{"side.extra", "id"}), 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
 }
