@@ -251,7 +251,7 @@ func (ts *Syncer) CheckPublishing(ctx context.Context, src, tgt *pgx.Conn) error
 	if !errors.Is(err, install.ErrPartialPublication) {
 		return err
 	}
-	at, n, perr := ts.pendAll(ctx, src, tgt)
+	at, n, perr := ts.pendAll(ctx, src, tgt, true)
 	if perr != nil {
 		return fmt.Errorf("the publication changed while the engine ran (seen at source WAL position %s): the changes it left out since then never reached the target, "+
 			"and recording its tables for a new copy failed (%v): once it publishes them again, copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
@@ -279,7 +279,7 @@ func (ts *Syncer) CheckDDLTriggers(ctx context.Context, src, tgt *pgx.Conn) erro
 	if !errors.Is(err, install.ErrDDLTriggerOff) {
 		return err
 	}
-	at, n, perr := ts.pendAll(ctx, src, tgt)
+	at, n, perr := ts.pendAll(ctx, src, tgt, true)
 	if perr != nil {
 		return fmt.Errorf("the source's schema-change triggers were turned off while the engine ran (seen at source WAL position %s): what they would have carried since never reached the target, "+
 			"and recording the tables for a new copy failed (%v): copy them anew with `repstream tables add --truncate` after taking them out of the publication: %w", at, perr, err)
@@ -359,7 +359,15 @@ func (ts *Syncer) TriggersAtStart(ctx context.Context, src, tgt *pgx.Conn, resum
 		why = off.Error()
 	}
 	if why != "" {
-		at, n, err := ts.pendAll(ctx, src, tgt)
+		// A replication an earlier version ran did not record the
+		// tables schema-change messages made (recordMadeByEarlier): one
+		// it does not record may hold rows it streamed, so none is taken
+		// for a table entering it.
+		made, err := target.MadeRecorded(ctx, tgt, ts.cfg.Slot)
+		if err != nil {
+			return err
+		}
+		at, n, err := ts.pendAll(ctx, src, tgt, made)
 		if err != nil {
 			return fmt.Errorf("the source's schema-change triggers were off while no engine of this replication ran (%s): recording its tables for a new copy failed: %w", why, err)
 		}
@@ -499,7 +507,7 @@ func (ts *Syncer) CopyMade(ctx context.Context, tgt *pgx.Conn, created []schema.
 			ts.log.Info("a published table new to the target (made or published on the source while no engine ran): made from the source's definition as it is now, it is copied from a new snapshot, then streamed", "component", "tablesync", "table", t.String())
 		}
 	}
-	return target.PendAll(ctx, tgt, ts.cfg.Slot, created)
+	return target.PendAll(ctx, tgt, ts.cfg.Slot, created, false)
 }
 
 // pendUnrecordedAtFirstUse records pending the published tables the slot
@@ -519,7 +527,7 @@ func (ts *Syncer) pendUnrecordedAtFirstUse(ctx context.Context, src, tgt *pgx.Co
 	if len(unrecorded) == 0 {
 		return nil
 	}
-	return target.PendAll(ctx, tgt, ts.cfg.Slot, unrecorded)
+	return target.PendAll(ctx, tgt, ts.cfg.Slot, unrecorded, true)
 }
 
 // unrecordedPublished returns the tables the publication publishes that
@@ -543,10 +551,11 @@ func (ts *Syncer) unrecordedPublished(ctx context.Context, src, tgt *pgx.Conn) (
 }
 
 // pendAll records every table the publication publishes pending
-// (target.PendAll), for a run about to stop because the stream lacked
-// changes since the source's WAL position at (returned for the error;
-// "unknown" if it could not be read); n is how many.
-func (ts *Syncer) pendAll(ctx context.Context, src, tgt *pgx.Conn) (at string, n int, err error) {
+// (target.PendAll; entering: one not recorded enters the replication),
+// for a run about to stop because the stream lacked changes since the
+// source's WAL position at (returned for the error; "unknown" if it
+// could not be read); n is how many.
+func (ts *Syncer) pendAll(ctx context.Context, src, tgt *pgx.Conn, entering bool) (at string, n int, err error) {
 	at = "unknown"
 	var lsn string
 	if src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn) == nil {
@@ -554,7 +563,7 @@ func (ts *Syncer) pendAll(ctx context.Context, src, tgt *pgx.Conn) (at string, n
 	}
 	published, err := install.PublicationTables(ctx, src, ts.cfg.Publication)
 	if err == nil {
-		err = target.PendAll(ctx, tgt, ts.cfg.Slot, published)
+		err = target.PendAll(ctx, tgt, ts.cfg.Slot, published, entering)
 	}
 	return at, len(published), err
 }

@@ -184,17 +184,19 @@ ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state
 const keepEntering = `repstream.tables.entering AND repstream.tables.state = 'pending' AND excluded.state = 'pending'`
 
 // PendAll records tables pending in one transaction (SetTableState):
-// each is copied anew before its changes are applied again. One the slot
-// does not record yet enters its replication (PendEntering). Tables
-// recorded for the slot that tables does not name are left as they are.
-func PendAll(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName) error {
+// each is copied anew before its changes are applied again. With
+// entering, one the slot does not record yet enters its replication
+// (PendEntering); without, the caller knows its target rows to be the
+// replication's, or none. Tables recorded for the slot that tables does
+// not name are left as they are.
+func PendAll(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.TableName, entering bool) error {
 	b := &pgx.Batch{}
 	for _, t := range tables {
 		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, entering)
-VALUES ($1, $2, $3, 'pending', true)
+VALUES ($1, $2, $3, 'pending', $4)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'pending', sync_lsn = NULL,
 	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL, noticed = false,
-	entering = `+keepEntering, slot, t.Schema, t.Name)
+	entering = `+keepEntering, slot, t.Schema, t.Name, entering)
 	}
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("record the tables of slot %q for a new copy: %w", slot, err)
