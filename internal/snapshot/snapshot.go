@@ -74,16 +74,9 @@ type Result struct {
 // empty (or truncates it with truncate).
 func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, truncate bool) error {
 	for _, t := range tables {
-		// A partitioned target table holds its rows in its partitions: look
-		// (and truncate) through it; an ordinary one without its
-		// inheritance children.
-		only, err := target.Only(ctx, conn, t)
+		only, nonEmpty, err := HasRows(ctx, conn, t)
 		if err != nil {
-			return fmt.Errorf("check target table %s: %w", t, err)
-		}
-		var nonEmpty bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&nonEmpty); err != nil {
-			return fmt.Errorf("check target table %s: %w", t, err)
+			return err
 		}
 		if !nonEmpty {
 			continue
@@ -96,6 +89,20 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 		}
 	}
 	return nil
+}
+
+// HasRows reports whether target table t holds rows, and the ONLY it is
+// read and emptied with: a partitioned target table holds its rows in its
+// partitions (looked at through it, ""), an ordinary one without its
+// inheritance children ("ONLY ").
+func HasRows(ctx context.Context, conn *pgx.Conn, t schema.TableName) (only string, rows bool, err error) {
+	if only, err = target.Only(ctx, conn, t); err != nil {
+		return "", false, fmt.Errorf("check target table %s: %w", t, err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&rows); err != nil {
+		return "", false, fmt.Errorf("check target table %s: %w", t, err)
+	}
+	return only, rows, nil
 }
 
 // Copy copies every table from the exported snapshot to the target, Workers

@@ -419,13 +419,9 @@ func (ts *Syncer) checkEntering(ctx context.Context, tgt *pgx.Conn, tables []sch
 		if !exists {
 			continue
 		}
-		only, err := target.Only(ctx, tgt, t)
+		_, rows, err := snapshot.HasRows(ctx, tgt, t)
 		if err != nil {
-			return fmt.Errorf("check target table %s: %w", t, err)
-		}
-		var rows bool
-		if err := tgt.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&rows); err != nil {
-			return fmt.Errorf("check target table %s: %w", t, err)
+			return err
 		}
 		if rows {
 			held = append(held, t.String())
