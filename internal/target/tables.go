@@ -167,7 +167,7 @@ func PendEntering(ctx context.Context, conn *pgx.Conn, slot string, t schema.Tab
 
 func setTableState(ctx context.Context, conn *pgx.Conn, slot, schemaName, name, state string, entering bool) error {
 	_, err := conn.Exec(ctx, `INSERT INTO repstream.tables (slot, schema_name, table_name, state, entering)
-VALUES ($1, $2, $3, $4, $5)
+VALUES ($1, $2, $3, $4, `+enteringSQL+`)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state, sync_lsn = NULL,
 	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL,
 	noticed = repstream.tables.noticed AND repstream.tables.state = 'pending' AND excluded.state = 'pending',
@@ -183,6 +183,18 @@ ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = excluded.state
 // kept while it stays pending, cleared by its copy.
 const keepEntering = `repstream.tables.entering AND repstream.tables.state = 'pending' AND excluded.state = 'pending'`
 
+// enteringSQL is the entering flag of a table the slot does not record,
+// pended with $5: not when the slot records another table of its
+// partition tree on the target (publish_via_partition_root switched, a
+// root or its leaves published instead of the other): its rows came
+// through that one, the replication's own. ($1 the slot, $2 and $3 the
+// table's schema and name.)
+const enteringSQL = `$5 AND NOT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_partition_tree(pg_catalog.pg_partition_root(pg_catalog.to_regclass(pg_catalog.quote_ident($2) || '.' || pg_catalog.quote_ident($3)))) p
+  JOIN pg_catalog.pg_class c ON c.oid = p.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  JOIN repstream.tables r ON r.slot = $1 AND r.schema_name = n.nspname::text AND r.table_name = c.relname::text
+  WHERE NOT (n.nspname = $2 AND c.relname = $3))`
+
 // PendAll records tables pending in one transaction (SetTableState):
 // each is copied anew before its changes are applied again. With
 // entering, one the slot does not record yet enters its replication
@@ -193,10 +205,10 @@ func PendAll(ctx context.Context, conn *pgx.Conn, slot string, tables []schema.T
 	b := &pgx.Batch{}
 	for _, t := range tables {
 		b.Queue(`INSERT INTO repstream.tables (slot, schema_name, table_name, state, entering)
-VALUES ($1, $2, $3, 'pending', $4)
+VALUES ($1, $2, $3, $4, `+enteringSQL+`)
 ON CONFLICT (slot, schema_name, table_name) DO UPDATE SET state = 'pending', sync_lsn = NULL,
 	rows = 0, bytes = 0, copied_at = NULL, updated_at = now(), source_ident = NULL, noticed = false,
-	entering = `+keepEntering, slot, t.Schema, t.Name, entering)
+	entering = `+keepEntering, slot, t.Schema, t.Name, TablePending, entering)
 	}
 	if err := sendTx(ctx, conn, b); err != nil {
 		return fmt.Errorf("record the tables of slot %q for a new copy: %w", slot, err)
