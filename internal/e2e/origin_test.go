@@ -136,6 +136,7 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 	})
 
 	t.Run("any refused", func(t *testing.T) {
+		cfgAB.Origin, cfgBA.Origin = config.OriginNone, config.OriginNone
 		for _, x := range []struct {
 			e         *env
 			cfg       config.Config
@@ -148,5 +149,15 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 				t.Errorf("slot %s with --origin any: %v; want the loop refused, naming both databases, slot %s and --origin none", x.cfg.Slot, err, x.otherSlot)
 			}
 		}
+		// B -> A recorded as started with --origin any (before A -> B
+		// existed, its start saw no loop): A -> B with none is refused
+		// too, since B -> A would send A's changes back once, over
+		// what A wrote since.
+		ab.srcExec(`UPDATE repstream.replications SET origin = 'any' WHERE slot = '` + cfgBA.Slot + `'`)
+		_, err := ab.tryCatchUp(cfgAB)
+		if err == nil || !strings.Contains(err.Error(), "replication loop") || !strings.Contains(err.Error(), cfgBA.Slot+`" with --origin any`) {
+			t.Errorf("A -> B with --origin none, B -> A recorded with --origin any: %v; want the loop refused, naming B -> A's slot", err)
+		}
+		ab.srcExec(`UPDATE repstream.replications SET origin = 'none' WHERE slot = '` + cfgBA.Slot + `'`)
 	})
 }

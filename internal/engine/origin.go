@@ -24,18 +24,29 @@ func identity(ctx context.Context, conn *pgx.Conn, dsn string) (provision.Identi
 	return id, nil
 }
 
-// refuseLoop stops a run with --origin any whose target replicates into
-// its source (a repstream replication into the source records the target
-// as its source: target.SetSource): every change would go back and forth
-// for ever. A cascade (A -> B -> C) passes; so does a loop that the
-// records do not show (recorded by earlier versions, or not readable).
+// refuseLoop stops a run whose target replicates into its source (a
+// repstream replication into the source records the target as its
+// source: target.SetSource) when either leaves in what the other applied:
+// this run with --origin any, or the one back recorded with it. Every
+// change would go back, for ever or once (a write echoed back over a later
+// one). A cascade (A -> B -> C) passes; so does a loop that the records do
+// not show (recorded by earlier versions, or not readable), and one whose
+// way back is an apply --kafka, whose capture's --origin the target does
+// not know.
 func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
-	if e.cfg.Origin != config.OriginAny {
-		return nil
-	}
 	back, err := e.replicatesBack(ctx, src, tgt)
 	if err != nil || len(back) == 0 {
 		return err
+	}
+	var slots, anyBack []string
+	for _, b := range back {
+		slots = append(slots, b.Slot)
+		if b.Origin == config.OriginAny {
+			anyBack = append(anyBack, b.Slot)
+		}
+	}
+	if e.cfg.Origin != config.OriginAny && len(anyBack) == 0 {
+		return nil
 	}
 	tid, err := identity(ctx, tgt, "")
 	if err != nil {
@@ -45,16 +56,22 @@ func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
-	return fmt.Errorf("a replication loop: the target (database %q, system identifier %s) replicates into the source (database %q, port %s) through slot %s, "+
-		"and this run (slot %q) would send it back with --origin any: every change would go back and forth for ever; "+
-		"run both replications with --origin none (each leaves out what the other applied)",
-		tid.Database, tid.SystemID, sid.Database, sid.Port, quoteList(back), e.cfg.Slot)
+	if e.cfg.Origin == config.OriginAny {
+		return fmt.Errorf("a replication loop: the target (database %q, system identifier %s) replicates into the source (database %q, port %s) through slot %s, "+
+			"and this run (slot %q) would send it back with --origin any: every change would go back and forth for ever; "+
+			"run both replications with --origin none (each leaves out what the other applied)",
+			tid.Database, tid.SystemID, sid.Database, sid.Port, quoteList(slots), e.cfg.Slot)
+	}
+	return fmt.Errorf("a replication loop: the target (database %q, system identifier %s) replicates into the source (database %q, port %s) through slot %s with --origin any, "+
+		"which sends what this run (slot %q) applies back into the source, over what the source wrote since; "+
+		"stop it and run it again with --origin none, then start this run",
+		tid.Database, tid.SystemID, sid.Database, sid.Port, quoteList(anyBack), e.cfg.Slot)
 }
 
-// replicatesBack returns the slots of the repstream replications into the
-// source whose recorded source is the target (none when the records do not
-// show it: recorded by earlier versions, or not readable).
-func (e *Engine) replicatesBack(ctx context.Context, src, tgt *pgx.Conn) ([]string, error) {
+// replicatesBack returns the repstream replications into the source
+// whose recorded source is the target (none when the records do not show
+// it: recorded by earlier versions, or not readable).
+func (e *Engine) replicatesBack(ctx context.Context, src, tgt *pgx.Conn) ([]target.Back, error) {
 	tid, err := identity(ctx, tgt, "")
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
@@ -92,7 +109,11 @@ func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 			return fmt.Errorf("source: %w", err)
 		}
 	}
-	if err := target.SetSource(ctx, tgt, e.cfg.Slot, sid.SystemID, sid.DatabaseOID); err != nil {
+	origin := e.cfg.Origin
+	if e.cfg.Role == config.RoleApply {
+		origin = "" // the capture's
+	}
+	if err := target.SetSource(ctx, tgt, e.cfg.Slot, sid.SystemID, sid.DatabaseOID, origin); err != nil {
 		return err
 	}
 	if back, err := e.replicatesBack(ctx, src, tgt); err != nil {

@@ -132,7 +132,8 @@ CREATE TABLE IF NOT EXISTS repstream.replications (
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS ddl_triggers text;
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS made_recorded bool NOT NULL DEFAULT false;
 ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS source_system_id text;
-ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS source_database_oid oid;`
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS source_database_oid oid;
+ALTER TABLE repstream.replications ADD COLUMN IF NOT EXISTS origin text;`
 
 func ensureState(ctx context.Context, conn *pgx.Conn, slot string) error {
 	// The transaction is idempotent: one that a running apply's own

@@ -91,27 +91,36 @@ func SetMadeRecorded(ctx context.Context, conn *pgx.Conn, slot string) error {
 }
 
 // SetSource records, in the target's registry, the source database slot
-// replicates from (its system identifier and database OID): a start with
-// --origin any of a replication out of this database into that one is a
-// loop (ReplicationsFrom). A source whose system identifier the roles may
-// not read is not recorded.
-func SetSource(ctx context.Context, conn *pgx.Conn, slot, systemID string, databaseOID uint32) error {
+// replicates from (its system identifier and database OID) and what its
+// capture leaves out (origin: --origin any or none; "": not known here, as
+// for apply --kafka, whose capture decides): a start of a replication out
+// of this database into that one is a loop (ReplicationsFrom) unless both
+// leave out what the other applied. A source whose system identifier the
+// roles may not read is not recorded.
+func SetSource(ctx context.Context, conn *pgx.Conn, slot, systemID string, databaseOID uint32, origin string) error {
 	if systemID == "" {
 		return nil
 	}
-	_, err := conn.Exec(ctx, `UPDATE repstream.replications SET source_system_id = $2, source_database_oid = $3
-WHERE slot = $1 AND (source_system_id, source_database_oid) IS DISTINCT FROM ($2, $3)`, slot, systemID, databaseOID)
+	_, err := conn.Exec(ctx, `UPDATE repstream.replications SET source_system_id = $2, source_database_oid = $3, origin = nullif($4, '')
+WHERE slot = $1 AND (source_system_id, source_database_oid, origin) IS DISTINCT FROM ($2, $3, nullif($4, ''))`, slot, systemID, databaseOID, origin)
 	if err != nil {
 		return fmt.Errorf("record the source of slot %q on the target: %w", slot, err)
 	}
 	return nil
 }
 
-// ReplicationsFrom lists the slots of the replications into the database
-// of conn whose recorded source is the database systemID and databaseOID
-// name (SetSource), sorted. No registry, one without the record (earlier
+// Back is a replication into a database from the one a start replicates
+// into (ReplicationsFrom): its slot, and what its capture leaves out as
+// recorded (SetSource; "": not known).
+type Back struct {
+	Slot, Origin string
+}
+
+// ReplicationsFrom lists the replications into the database of conn
+// whose recorded source is the database systemID and databaseOID name
+// (SetSource), by slot. No registry, one without the record (earlier
 // versions), or a role that may not read it: none.
-func ReplicationsFrom(ctx context.Context, conn *pgx.Conn, systemID string, databaseOID uint32) ([]string, error) {
+func ReplicationsFrom(ctx context.Context, conn *pgx.Conn, systemID string, databaseOID uint32) ([]Back, error) {
 	if systemID == "" {
 		return nil, nil
 	}
@@ -123,11 +132,14 @@ func ReplicationsFrom(ctx context.Context, conn *pgx.Conn, systemID string, data
 	if !readable {
 		return nil, nil
 	}
-	var slots []string
-	err := conn.QueryRow(ctx, `SELECT COALESCE(array_agg(slot ORDER BY slot), '{}') FROM repstream.replications r
-WHERE to_jsonb(r)->>'source_system_id' = $1 AND (to_jsonb(r)->>'source_database_oid')::oid = $2`, systemID, databaseOID).Scan(&slots)
+	rows, err := conn.Query(ctx, `SELECT slot, coalesce(to_jsonb(r)->>'origin', '') FROM repstream.replications r
+WHERE to_jsonb(r)->>'source_system_id' = $1 AND (to_jsonb(r)->>'source_database_oid')::oid = $2 ORDER BY slot`, systemID, databaseOID)
 	if err != nil {
 		return nil, fmt.Errorf("look up the replications into this database: %w", err)
 	}
-	return slots, nil
+	back, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Back])
+	if err != nil {
+		return nil, fmt.Errorf("look up the replications into this database: %w", err)
+	}
+	return back, nil
 }
