@@ -1,6 +1,3 @@
-// Package snapshot copies the rows that exist when a slot is created, from
-// the slot's exported snapshot, so that streaming from the slot's consistent
-// point continues exactly where the copy ends.
 package snapshot
 
 import (
