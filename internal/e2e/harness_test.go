@@ -131,11 +131,20 @@ func (e *env) uniqueName(prefix string, max int) string {
 	return n
 }
 
+// testLogger is the engine's logger in a test: to stderr with -v;
+// otherwise kept, and its last lines printed if the test fails (a run
+// that stopped or hung says why).
 func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	return slog.New(slog.DiscardHandler)
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("engine log (last lines):\n%s", buf.tail(60))
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // catchUp runs the engine with --until-caught-up and fails the test on error.

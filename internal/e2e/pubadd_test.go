@@ -404,6 +404,20 @@ func stopsWith(t *testing.T, done <-chan error, after string, want ...string) {
 	}
 }
 
+// waitRunning waits for cond as waitFor does, failing at once, with its
+// error, if the run in the background ends meanwhile.
+func waitRunning(t *testing.T, done <-chan error, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, timeout, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended while waiting for %s: %v", what, err)
+		default:
+		}
+		return cond()
+	})
+}
+
 // stillRunning fails the test if the run in the background has ended.
 func stillRunning(t *testing.T, done <-chan error) {
 	t.Helper()
@@ -439,8 +453,7 @@ func TestStreamedTableReplacedWithoutTrigger(t *testing.T) {
 	// The copy's temporary slot waits for the transactions open on the
 	// source server, which other tests share: once a wait of 30 s was
 	// not enough on a loaded CI machine.
-	waitFor(t, "s to be copied anew", 2*time.Minute, e.sameRows("s", "s"))
-	stillRunning(t, done)
+	waitRunning(t, done, "s to be copied anew", 2*time.Minute, e.sameRows("s", "s"))
 }
 
 // TestPublicationAddedTriggerOff: with the event trigger, a superuser
