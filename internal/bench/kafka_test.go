@@ -229,10 +229,12 @@ func TestKafkaBench(t *testing.T) {
 	}
 }
 
-// TestKafkaBenchStoppedTarget runs the kafka system through three brokers
+// TestKafkaBenchStoppedTarget runs the kafka system through one broker
 // into two targets, the second stopped while a tiny fly loads: both
 // targets verify, the second's catch-up and the source's retained WAL are
-// reported (the report's section too), and all three brokers' CPU counts.
+// reported (the report's section too). (One broker: --kafka-brokers 3 only
+// passes the count to kafkatest, whose own tests start three; two more
+// JVMs here cost the suite about 20 CPU-seconds.)
 func TestKafkaBenchStoppedTarget(t *testing.T) {
 	if err := kafkaAvailable(); err != nil {
 		if v := os.Getenv(kafkatest.EnvRequire); v != "" && v != "0" {
@@ -250,7 +252,7 @@ func TestKafkaBenchStoppedTarget(t *testing.T) {
 		Workload: "fly", Mode: ModeLive, Params: Params{Rows: 7 * 200, Rate: 400},
 		Systems:   []System{SystemKafka},
 		SourceDSN: src.DSN("postgres"), TargetDSN: tgt.DSN("postgres"),
-		KafkaBrokers: 3, KafkaTargets: 2,
+		KafkaBrokers: 1, KafkaTargets: 2,
 		Binary: repstreamBinary, Out: out, Timeout: 2 * time.Minute, Live: &live,
 		kafkaStarted: func(b *kafkaBroker) { pids = append(pids, b.pids...) },
 	})
@@ -279,10 +281,10 @@ func TestKafkaBenchStoppedTarget(t *testing.T) {
 	if r.WAL.SourceRetainedMaxBytes <= 0 {
 		t.Errorf("source retained WAL max %d", r.WAL.SourceRetainedMaxBytes)
 	}
-	if len(pids) != 3 {
-		t.Errorf("broker pids %v, want 3", pids)
+	if len(pids) != 1 {
+		t.Errorf("broker pids %v, want 1", pids)
 	}
-	if !strings.Contains(rep.Settings.Kafka, "3 brokers") || !strings.Contains(rep.Settings.Kafka, "second target") {
+	if !strings.Contains(rep.Settings.Kafka, "one throwaway Apache Kafka") || !strings.Contains(rep.Settings.Kafka, "second target") {
 		t.Errorf("settings.kafka %q", rep.Settings.Kafka)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "report.md"))
