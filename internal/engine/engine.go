@@ -80,7 +80,10 @@ type Engine struct {
 	reachedOnce  bool // both servers answered and passed the start checks once (runResilient)
 	// origins: how the target sessions mark their writes (prepareOrigins
 	// makes it required when the target replicates back into the source).
-	origins     *target.Origins
+	origins *target.Origins
+	// ownerChecks: the target tables whose owner check passed, shared by
+	// every writer of the process (target.OwnerChecks).
+	ownerChecks *target.OwnerChecks
 	slotCreated bool // this run created the slot: what it made before is kept (install/undo.go)
 	// tables says which changes of tables copied at their own snapshot
 	// apply skips; sync copies them and keeps their state (package
@@ -131,6 +134,7 @@ func New(cfg config.Config, logger *slog.Logger, reg *stats.Registry) *Engine {
 	cfg.EnsureDefaults()
 	e := &Engine{cfg: cfg, log: logger, stats: reg}
 	e.origins = target.NewOrigins(logger)
+	e.ownerChecks = &target.OwnerChecks{}
 	e.sync = tablesync.New(tablesync.Options{Config: cfg, Logger: logger, Stats: reg, AfterCopy: e.afterCopy, Origins: e.origins})
 	return e
 }
@@ -703,6 +707,7 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		CopyUnrecorded:   true,
 		TrustTableOwners: e.cfg.TrustTableOwners,
 		Origins:          e.origins,
+		OwnerChecks:      e.ownerChecks,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -275,14 +276,49 @@ func CheckOwners(ctx context.Context, conn *pgx.Conn, tables []schema.TableName,
 		ErrUntrustedOwner, me, how, strings.Join(found, "; "))
 }
 
+// OwnerChecks is the set of tables a checkOwner passed, shared by the
+// writers of one run (WriterOptions.OwnerChecks: its apply workers and
+// eager apply, in every stream session, reconnects included), so that
+// each table is checked once in the run, not once per session: the check costs a catalog query of 5-20 ms (untrustedSQL),
+// and a run of four workers made it four times per table. Once passed, a
+// table stays trusted as it does for one writer: a superuser's table and
+// code change only by a superuser. Safe for concurrent use; the zero
+// value is empty.
+type OwnerChecks struct {
+	mu     sync.Mutex
+	passed map[schema.TableName]bool
+}
+
+func (c *OwnerChecks) has(tn schema.TableName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.passed[tn]
+}
+
+func (c *OwnerChecks) add(tn schema.TableName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.passed == nil {
+		c.passed = map[schema.TableName]bool{}
+	}
+	c.passed[tn] = true
+}
+
 // checkOwner is CheckOwners of one table, once per table in the writer's
-// life (its owner changes only by its owner or a superuser).
+// life (its owner changes only by its owner or a superuser), and once in
+// the run's with WriterOptions.OwnerChecks.
 func (w *Writer) checkOwner(ctx context.Context, tn schema.TableName) error {
 	if w.opts.TrustTableOwners || w.ownerChecked[tn] {
 		return nil
 	}
-	if err := CheckOwners(ctx, w.conn, []schema.TableName{tn}, false); err != nil {
-		return err
+	shared := w.opts.OwnerChecks
+	if shared == nil || !shared.has(tn) {
+		if err := CheckOwners(ctx, w.conn, []schema.TableName{tn}, false); err != nil {
+			return err
+		}
+		if shared != nil {
+			shared.add(tn)
+		}
 	}
 	if w.ownerChecked == nil {
 		w.ownerChecked = map[schema.TableName]bool{}

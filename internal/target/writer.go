@@ -38,7 +38,10 @@ type WriterOptions struct {
 	Logger *slog.Logger     // nil: discard
 	// Origins marks the session's writes with a replication origin
 	// (OpenSession; nil: best effort, silent).
-	Origins         *Origins
+	Origins *Origins
+	// OwnerChecks, shared by a run's writers, makes each table's owner
+	// check once in the run (owners.go); nil: once per writer.
+	OwnerChecks     *OwnerChecks
 	CopyFlushBytes  int // flush a table's COPY rows past this size; default 4 MiB
 	BatchStatements int // pipeline at most this many statements; default 1000
 	// InsertRowsMax: at commit, a table with at most this many buffered rows
