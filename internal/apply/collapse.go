@@ -15,13 +15,12 @@ import (
 // one change, written at the position of the last of them:
 //
 //	insert + update  → insert of the updated row
-//	insert + delete  → nothing
 //	update + update  → one update (unchanged TOAST columns of the later one
 //	                   keep the earlier one's values)
 //	update + delete  → the delete
-//	nothing + X      → X   (after insert + delete)
 //
-// Any other pair (delete + insert, insert + insert, delete + update, …)
+// Any other pair (insert + delete, delete + insert, insert + insert,
+// delete + update, …)
 // closes the key's run: the earlier run is written as folded so far, and the
 // later change starts a new one. An update that changes its key is never
 // folded: it closes the runs of both keys and is written as it is.
@@ -36,9 +35,14 @@ import (
 // last change, before the next run of the same key starts.
 //
 // Outcomes differ from applying every change only where the target already
-// disagrees with the source: an insert + delete run on a key the target
-// already has leaves that row (the unfolded insert would have failed), and a
+// disagrees with the source, and then only in how often it is counted: a
 // run that finds no row is counted missing once rather than per change.
+// An insert + delete is not folded into nothing: on a key the target
+// already has (a row only the target has), the insert's duplicate key is
+// what tells the user (--on-error), where nothing would have left that row
+// in silence. So a key inserted, updated many times and deleted within a
+// group is written as two changes, the insert of its last state and the
+// delete.
 
 // collapsibleWriter is implemented by writers that can say whether a
 // relation's changes may be folded (target.Writer).
@@ -168,17 +172,12 @@ func (f *folder) release() {
 // they do not fold. A change collapse owns is reused.
 func foldPair(r run, b *change.Change) (*change.Change, bool, bool) {
 	a := r.c
-	if a == nil {
-		return b, false, true
-	}
 	var op change.Op
 	switch {
 	case a.Op == change.OpInsert && b.Op == change.OpUpdate:
 		op = change.OpInsert
 	case a.Op == change.OpUpdate && b.Op == change.OpUpdate:
 		op = change.OpUpdate
-	case a.Op == change.OpInsert && b.Op == change.OpDelete:
-		return nil, false, true
 	case a.Op == change.OpUpdate && b.Op == change.OpDelete:
 		return b, false, true
 	default:

@@ -107,10 +107,14 @@ func TestCollapseCases(t *testing.T) {
 	}{
 		{"insert+update", []*change.Change{ins(relKVT, "1", "a", "x"), upd(relKVT, "1", "b", "~")},
 			"insert(1,b,x)", 1},
-		{"insert+delete", []*change.Change{ins(relKVT, "1", "a", "x"), del(relKVT, "1")},
-			"", 2},
+		// Not into nothing: on a row only the target has, the insert's
+		// duplicate key is what the user sees.
+		{"insert+delete stay", []*change.Change{ins(relKVT, "1", "a", "x"), del(relKVT, "1")},
+			"insert(1,a,x) delete(1)", 0},
+		{"insert+updates+delete", []*change.Change{ins(relKVT, "1", "a", "x"), upd(relKVT, "1", "b", "~"), upd(relKVT, "1", "c", "~"), del(relKVT, "1")},
+			"insert(1,c,x) delete(1)", 2},
 		{"insert+delete+insert", []*change.Change{ins(relKVT, "1", "a", "x"), del(relKVT, "1"), ins(relKVT, "1", "c", "y")},
-			"insert(1,c,y)", 2},
+			"insert(1,a,x) delete(1) insert(1,c,y)", 0},
 		{"updates keep unchanged TOAST", []*change.Change{upd(relKVT, "1", "a", "~"), upd(relKVT, "1", "b", "~"), upd(relKVT, "1", "c", "z")},
 			"update(1,c,z)", 2},
 		{"update over unchanged", []*change.Change{upd(relKVT, "1", "a", "x"), upd(relKVT, "1", "b", "~")},
@@ -124,7 +128,7 @@ func TestCollapseCases(t *testing.T) {
 		{"key change closes both runs", []*change.Change{
 			ins(relKVT, "1", "a", "x"), ins(relKVT, "2", "a", "x"), del(relKVT, "2"),
 			updKey(relKVT, "1", "2", "b", "~"), upd(relKVT, "2", "c", "~")},
-			"insert(1,a,x) update(2,b,~) update(2,c,~)", 2},
+			"insert(1,a,x) insert(2,a,x) delete(2) update(2,b,~) update(2,c,~)", 0},
 		{"unfoldable table untouched", []*change.Change{ins(relKV, "1", "a"), upd(relKV, "1", "b")},
 			"kv:insert(1,a) kv:update(1,b)", 0},
 		{"key unknown: nothing folded", []*change.Change{ins(relKVT, "1", "a", "x"), upd(relKVT, "1", "b", "~"), upd(relKVT, "~", "c", "x")},

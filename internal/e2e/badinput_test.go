@@ -713,6 +713,12 @@ func TestBadInputConstraintViolation(t *testing.T) {
 		{"key conflict p4-full", 4, "full", "INSERT INTO acct VALUES (100, 0, 'target only')", "DELETE FROM acct WHERE id = 100",
 			"INSERT INTO acct VALUES (100, 5000)",
 			[]string{"insert", "duplicate key value violates unique constraint \"acct_pkey\""}, true},
+		// The same row, inserted and deleted in one transaction on the
+		// source: --collapse (the default) folded that into nothing, and
+		// the target kept its row in silence.
+		{"key conflict folded p1", 1, "full", "INSERT INTO acct VALUES (100, 0, 'target only')", "DELETE FROM acct WHERE id = 100",
+			"INSERT INTO acct VALUES (100, 5000); DELETE FROM acct WHERE id = 100",
+			[]string{"insert", "duplicate key value violates unique constraint \"acct_pkey\""}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
