@@ -15,7 +15,9 @@ import (
 func TestOwnerChecksShared(t *testing.T) {
 	e := newEnv(t, `CREATE TABLE public.o (id int PRIMARY KEY);
 		DROP ROLE IF EXISTS owners_shared_r; CREATE ROLE owners_shared_r`)
-	t.Cleanup(func() { _, _ = e.check.Exec(e.ctx, `DROP TABLE IF EXISTS public.o; DROP ROLE IF EXISTS owners_shared_r`) })
+	t.Cleanup(func() {
+		_, _ = e.check.Exec(e.ctx, `DROP TABLE IF EXISTS public.o; DROP ROLE IF EXISTS owners_shared_r`)
+	})
 	tn := schema.TableName{Schema: "public", Name: "o"}
 	shared := &OwnerChecks{}
 	first := NewWriter(e.conn, WriterOptions{OwnerChecks: shared})
