@@ -746,7 +746,7 @@ func (e *Engine) persist(ctx context.Context, tgt *pgx.Conn, persisted *change.L
 func (e *Engine) createSlot(ctx context.Context, tgt *pgx.Conn, tables []schema.TableName, createdPub bool) (_ change.LSN, err error) {
 	cfg := e.cfg
 	if cfg.Snapshot {
-		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
+		if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate, e.log); err != nil {
 			return 0, err
 		}
 		// Before the slot: no table state of an earlier copy survives.

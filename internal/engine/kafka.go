@@ -634,7 +634,7 @@ func (e *Engine) runApply(ctx context.Context) (err error) {
 			// as run refuses them, unless --truncate says to empty them
 			// (a target re-seeded after drop --target-only passes it).
 			// A copy resumed later empties what it began itself.
-			if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate); err != nil {
+			if err := snapshot.CheckTargets(ctx, tgt, tables, cfg.Truncate, e.log); err != nil {
 				return err
 			}
 		}

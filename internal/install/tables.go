@@ -541,7 +541,7 @@ func CheckAddable(ctx context.Context, src, tgt *pgx.Conn, slot, publication str
 			}
 		}
 	}
-	if err := snapshot.CheckTargets(ctx, tgt, tables, truncate); err != nil {
+	if err := snapshot.CheckTargets(ctx, tgt, tables, truncate, log); err != nil {
 		return err
 	}
 	// Checked the source's (or made from it): the types its columns

@@ -68,10 +68,11 @@ type Result struct {
 }
 
 // CheckTargets verifies, before the slot exists, that every target table is
-// empty (or truncates it with truncate).
-func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, truncate bool) error {
+// empty (or truncates it with truncate). A look or a TRUNCATE that waits
+// for another session's lock says so in log (target.NoteLockWait).
+func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName, truncate bool, log *slog.Logger) error {
 	for _, t := range tables {
-		only, nonEmpty, err := HasRows(ctx, conn, t)
+		only, nonEmpty, err := HasRows(ctx, conn, t, log)
 		if err != nil {
 			return err
 		}
@@ -81,8 +82,8 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 		if !truncate {
 			return fmt.Errorf("%w: %s has rows; empty it or pass --truncate to let repstream empty it before the initial copy", ErrTargetNotEmpty, t)
 		}
-		if _, err := conn.Exec(ctx, "TRUNCATE "+only+t.Quoted()); err != nil {
-			return fmt.Errorf("truncate target table %s: %w", t, err)
+		if err := target.ExecNoting(ctx, conn, "truncate target table "+t.String(), log, "TRUNCATE "+only+t.Quoted()); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -92,11 +93,14 @@ func CheckTargets(ctx context.Context, conn *pgx.Conn, tables []schema.TableName
 // read and emptied with: a partitioned target table holds its rows in its
 // partitions (looked at through it, ""), an ordinary one without its
 // inheritance children ("ONLY ").
-func HasRows(ctx context.Context, conn *pgx.Conn, t schema.TableName) (only string, rows bool, err error) {
+func HasRows(ctx context.Context, conn *pgx.Conn, t schema.TableName, log *slog.Logger) (only string, rows bool, err error) {
 	if only, err = target.Only(ctx, conn, t); err != nil {
 		return "", false, fmt.Errorf("check target table %s: %w", t, err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&rows); err != nil {
+	stop := target.NoteLockWait(ctx, conn, "the look at whether target table "+t.String()+" is empty", log)
+	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+only+t.Quoted()+")").Scan(&rows)
+	stop()
+	if err != nil {
 		return "", false, fmt.Errorf("check target table %s: %w", t, err)
 	}
 	return only, rows, nil

@@ -30,7 +30,7 @@ func (ts *Syncer) EmptyCopied(ctx context.Context, tgt *pgx.Conn, tables []schem
 	if len(owned) > 0 {
 		ts.log.Info("the slot of an interrupted initial copy is gone: copying every table again", "component", "tablesync", "emptied", tableNames(owned))
 	}
-	return snapshot.CheckTargets(ctx, tgt, owned, true)
+	return snapshot.CheckTargets(ctx, tgt, owned, true, ts.log)
 }
 
 // CheckReady fails when a table of the slot is not copied yet: a run

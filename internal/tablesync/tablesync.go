@@ -104,7 +104,7 @@ func (ts *Syncer) syncTables(ctx context.Context, tables []schema.TableName, atS
 			return 0, err
 		}
 	}
-	if err := snapshot.CheckTargets(ctx, tgt, tables, true); err != nil {
+	if err := snapshot.CheckTargets(ctx, tgt, tables, true, log); err != nil {
 		return 0, err
 	}
 	if atStart {
@@ -419,7 +419,7 @@ func (ts *Syncer) checkEntering(ctx context.Context, tgt *pgx.Conn, tables []sch
 		if !exists {
 			continue
 		}
-		_, rows, err := snapshot.HasRows(ctx, tgt, t)
+		_, rows, err := snapshot.HasRows(ctx, tgt, t, ts.log)
 		if err != nil {
 			return err
 		}
