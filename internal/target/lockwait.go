@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ FROM pg_catalog.pg_stat_activity a WHERE a.pid = ANY (pg_catalog.pg_blocking_pid
 // for the watcher to end: nothing is logged after it returns.
 func NoteLockWait(ctx context.Context, conn *pgx.Conn, what string, log *slog.Logger) (stop func()) {
 	cfg, pid := conn.Config(), conn.PgConn().PID()
+	// A plain socket: not one a LinkWatch of conn's counts as its own
+	// (an idle watcher is no silent link).
+	cfg.DialFunc = (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
