@@ -34,5 +34,6 @@
 //	late_test.go          a target started late reads the topic from CopyStart
 //	secure_test.go        TLS, SASL and ACLs
 //	status_test.go        status --kafka: a target caught up, its apply stopped (markers after it), behind and stale for --max-inactive, caught up again; an apply killed -9 during its initial copy (flagged), a copy under way (not)
+//	origin_test.go        capture --origin none: a transaction a replication-origin session wrote into the source stays out of the topic, those around it reach the target
 //	check_test.go         check --kafka: an apply's source role without the grants on the schema repstream (FAIL, the GRANTs), the target's place in the topic by LSNs (caught up with markers after its offset, behind)
 package kafka
