@@ -43,6 +43,9 @@ FROM pg_catalog.pg_stat_activity a WHERE a.pid = ANY (pg_catalog.pg_blocking_pid
 // a warning, again every lockWaitEvery, until stop is called. stop waits
 // for the watcher to end: nothing is logged after it returns.
 func NoteLockWait(ctx context.Context, conn *pgx.Conn, what string, log *slog.Logger) (stop func()) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	cfg, pid := conn.Config(), conn.PgConn().PID()
 	// A plain socket: not one a LinkWatch of conn's counts as its own
 	// (an idle watcher is no silent link).
