@@ -141,6 +141,18 @@ func (e *kafkaEnv) sourceRole(prefix string) string {
 	return role
 }
 
+// waitSlotReleased waits until no walsender holds the slot: a stopped
+// capture's walsender exits a moment after it, and dropping the slot in
+// between fails ("replication slot ... is active").
+func (e *kafkaEnv) waitSlotReleased(timeout time.Duration) {
+	e.t.Helper()
+	pgtest.WaitFor(e.t, "the slot released", timeout, func() (bool, error) {
+		var n int
+		err := e.s.QueryRow(e.t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", e.slot).Scan(&n)
+		return n == 1, err
+	})
+}
+
 // waitCaptured waits until the capture has written everything the source
 // has committed so far to the topic (the slot confirms what the brokers
 // acknowledged), failing the test if capt exits meanwhile.
@@ -705,6 +717,7 @@ func topicOfDatabaseMadeAgain(t *testing.T, k *kafkatest.Cluster) {
 	waitSame(t, e.s, tgt, kafkaTables, 60*time.Second, capt, ap)
 	capt.stop()
 	ap.stop()
+	e.waitSlotReleased(30 * time.Second)
 
 	e.s.Close(context.Background())
 	adminExec("SELECT pg_drop_replication_slot('"+e.slot+"')",
@@ -1365,11 +1378,7 @@ func TestKafkaFrozenCapture(t *testing.T) {
 		}
 	})
 	t0 := time.Now()
-	pgtest.WaitFor(t, "the frozen capture's slot released", 60*time.Second, func() (bool, error) {
-		var n int
-		err := e.s.QueryRow(t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", e.slot).Scan(&n)
-		return n == 1, err
-	})
+	e.waitSlotReleased(60 * time.Second)
 	t.Logf("slot released %s after the freeze", time.Since(t0).Round(time.Millisecond))
 	second := e.startCapture("capture 2")
 	pgtest.WaitFor(t, "the second capture's epoch marker", 30*time.Second, func() (bool, error) {
