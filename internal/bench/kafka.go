@@ -93,8 +93,12 @@ func (r *runner) kafka(ctx context.Context) (*kafkaBroker, error) {
 		b.pids = append(b.pids, pid)
 	}
 	r.log.Info("kafka started", "addrs", b.addrs, "pids", b.pids, "dir", c.Dir(), "seconds", time.Since(t0).Seconds())
-	fmt.Fprintf(r.out, "warming Kafka up for %s ...\n", kafkaWarmUp)
-	if err := b.warmUp(ctx, kafkaWarmUp); err != nil {
+	warm := kafkaWarmUp
+	if r.o.kafkaWarmUp != 0 {
+		warm = r.o.kafkaWarmUp
+	}
+	fmt.Fprintf(r.out, "warming Kafka up for %s ...\n", warm)
+	if err := b.warmUp(ctx, warm); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("warm the Kafka broker up: %w", err)
 	}

@@ -80,8 +80,11 @@ type Options struct {
 	KafkaHeapMB int
 
 	// Tests: kafkaStarted is called once the broker is started,
-	// kafkaAfterRun after each kafka run's cleanup.
+	// kafkaAfterRun after each kafka run's cleanup; kafkaWarmUp, if not
+	// 0, replaces the fresh cluster's warm-up (kafkaWarmUp): a test
+	// measures nothing, only that the figures are there.
 	kafkaStarted, kafkaAfterRun func(*kafkaBroker)
+	kafkaWarmUp                 time.Duration
 }
 
 // server is a PostgreSQL server the bench uses: a throwaway cluster or an

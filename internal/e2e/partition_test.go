@@ -104,6 +104,7 @@ func TestPublishViaRootSwitched(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	for _, ddl := range []string{"true", "relation"} {
 		t.Run("ddl="+ddl, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.both(partitionedSQL)
 			e.fillPartitions()

@@ -90,6 +90,7 @@ func TestLargeTransactionSpills(t *testing.T) {
 	}
 	for _, eager := range []bool{false, true} {
 		t.Run(fmt.Sprintf("eager=%v", eager), func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.both(`CREATE TABLE big1m (id bigint PRIMARY KEY, channel int, value float8, label text)`)
 			cfg := e.config("public.big1m")
@@ -138,6 +139,7 @@ func TestCrashRecovery(t *testing.T) {
 	}{{"p1", 1, "full"}, {"p4-dependent", 4, "dependent"}}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.both(`CREATE TABLE acct (id int PRIMARY KEY, balance bigint NOT NULL, note text);
 				CREATE TABLE ev (id bigserial PRIMARY KEY, acct int, amount int, payload text);

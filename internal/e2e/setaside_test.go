@@ -197,6 +197,7 @@ func TestSetAsideKilledMidCopy(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	for _, then := range []string{"run", "drop"} {
 		t.Run(then, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			loadUserSchema(e, 300000)
 			before := schemaDefs(t, e)

@@ -113,6 +113,7 @@ CREATE TABLE gen (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) S
 	tables := []string{`"My Schema".*`, "public.*"}
 	for _, mode := range []string{"binary", "text", "create-binary", "create-text"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.srcExec(src)
 			e.srcExec(wide)

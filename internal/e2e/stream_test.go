@@ -24,6 +24,7 @@ func TestStreamedTransactions(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
 	for _, mode := range applyModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.both(`CREATE TABLE s (id int PRIMARY KEY, v text, n int);
 				CREATE TABLE hot (k int PRIMARY KEY, v int)`)

@@ -144,8 +144,8 @@ func (e *env) waitLoadWrites(n int64) {
 // primary key and index, also those whose copy the first run left undone.
 func TestTableSyncResumeInitialCopy(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
-	t.Run("target tables made by hand", func(t *testing.T) { testResumeInitialCopy(t, false) })
-	t.Run("target tables made by --create-tables", func(t *testing.T) { testResumeInitialCopy(t, true) })
+	t.Run("target tables made by hand", func(t *testing.T) { t.Parallel(); testResumeInitialCopy(t, false) })
+	t.Run("target tables made by --create-tables", func(t *testing.T) { t.Parallel(); testResumeInitialCopy(t, true) })
 }
 
 func testResumeInitialCopy(t *testing.T, create bool) {

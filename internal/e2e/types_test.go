@@ -51,6 +51,7 @@ func TestReplicateTypesAndChanges(t *testing.T) {
 	}{"p4-dependent-text", 4, "dependent"})
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel() // own databases
 			e := newEnv(t)
 			e.both(schemaSQL)
 			wantFormat := "binary"
