@@ -17,7 +17,8 @@
 //	session.go    OpenSession: an apply session (async commit, apply lock, replication origin) and its Writer
 //	origin.go     replication origins: Origins.Use (a session's writes marked with one of a pool the server's replications share, repstream_<n>; required once the target replicates back into the source), OriginsAllowed, DropIdleOrigins
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
-//	lockwait.go   NoteLockWait, ExecNoting: a statement that waits for another session's lock on a target table (a start's emptiness look, a TRUNCATE before a copy) logs who holds it up, after 5 s and every 30 s
+//	lockwait.go   NoteLockWait, ExecNoting: a statement that waits for another session's lock on a target table (a start's emptiness look, a TRUNCATE before a copy) logs who holds it up, after 5 s and every 30 s; the link watch says the same for the apply's statements (linkwatch.go)
+//	linkwatch.go  LinkWatch: a call blocked with no byte moving for half --target-timeout makes the watch ask the server what its backend does: working (a lock wait names who holds it up, every 30 s) is left alone; idle, gone, or unreachable closes the connection (pgerr.ErrSilentLink)
 //	progress.go   repstream.progress / repstream.applied: the exactly-once record; repstream.replications (Register, Release)
 //	tables.go     repstream.tables: each table's sync state per slot (LoadTableSyncs, SetTableState, PendEntering: one not recorded enters the replication, its target rows the user's; PendAll, SetTableReady, SetTableMade, RenameTableRecord)
 //	progress_age.go ProgressAge (since the progress record last changed), CopyAge (since the record of the slot's copies last changed): for status

@@ -59,6 +59,7 @@ type LinkWatch struct {
 
 type backendState struct {
 	state, waitType, wait string
+	blockers              string // waiting for a lock: the sessions that hold it up (blockerSQL)
 }
 
 // busy: the backend is working on a request, not waiting for the client.
@@ -165,6 +166,13 @@ func (w *LinkWatch) check(ctx context.Context) {
 			why = "its backend is gone"
 		case st.busy():
 			w.log.Debug("target connection quiet but its backend is working", "pid", pid, "wait_event", st.wait)
+			if st.waitType == "Lock" && st.blockers != "" && now.Sub(time.Unix(0, c.lockSaid.Load())) >= lockWaitEvery {
+				// Not dead, held up: by whom, so that the user can end
+				// it (repstream waits, as for a lock of NoteLockWait's).
+				c.lockSaid.Store(now.UnixNano())
+				w.log.Warn("waiting for a lock another session holds on the target: repstream's statement goes on once that session ends its transaction or releases the lock",
+					"waiting_pid", pid, "wait_event", st.wait, "waiting", silent[i].Round(time.Second), "held_by", st.blockers)
+			}
 			continue
 		case st.state == "active" && silent[i] < w.timeout:
 			// Waiting for its client in the middle of a statement (a COPY):
@@ -189,8 +197,10 @@ func (w *LinkWatch) probeServer(ctx context.Context, pids []uint32) (map[uint32]
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, '')
-		FROM pg_catalog.pg_stat_activity WHERE pid = ANY($1)`, pids)
+	rows, err := conn.Query(ctx, `SELECT w.pid, coalesce(w.state, ''), coalesce(w.wait_event_type, ''), coalesce(w.wait_event, ''),
+		coalesce(CASE WHEN w.wait_event_type = 'Lock' THEN (SELECT pg_catalog.string_agg(`+blockerSQL+`, '; ' ORDER BY a.pid)
+			FROM pg_catalog.pg_stat_activity a WHERE a.pid = ANY (pg_catalog.pg_blocking_pids(w.pid))) END, '')
+		FROM pg_catalog.pg_stat_activity w WHERE w.pid = ANY($1)`, pids)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +208,7 @@ func (w *LinkWatch) probeServer(ctx context.Context, pids []uint32) (map[uint32]
 	for rows.Next() {
 		var pid int32
 		var st backendState
-		if err := rows.Scan(&pid, &st.state, &st.waitType, &st.wait); err != nil {
+		if err := rows.Scan(&pid, &st.state, &st.waitType, &st.wait, &st.blockers); err != nil {
 			return nil, err
 		}
 		out[uint32(pid)] = st
@@ -213,6 +223,7 @@ type watchedConn struct {
 	pid               atomic.Uint32
 	reading, writing  atomic.Int64 // Unix ns a blocked call began; 0: none
 	last              atomic.Int64 // Unix ns bytes last moved either way
+	lockSaid          atomic.Int64 // Unix ns Run last logged who holds a lock the backend waits for
 	killed            atomic.Bool
 	unregisterOnClose sync.Once
 }

@@ -3,7 +3,10 @@ package target
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -44,12 +47,12 @@ func TestLinkWatch(t *testing.T) {
 		killed bool
 		late   bool // killed only after a whole timeout
 	}{
-		{"backend waits for its client within a statement", map[uint32]backendState{7: {"active", "Client", "ClientRead"}}, nil, true, true},
-		{"backend idle in transaction", map[uint32]backendState{7: {"idle in transaction", "Client", "ClientRead"}}, nil, true, false},
+		{"backend waits for its client within a statement", map[uint32]backendState{7: {"active", "Client", "ClientRead", ""}}, nil, true, true},
+		{"backend idle in transaction", map[uint32]backendState{7: {"idle in transaction", "Client", "ClientRead", ""}}, nil, true, false},
 		{"backend gone", map[uint32]backendState{}, nil, true, false},
 		{"server unreachable", nil, errors.New("connect: i/o timeout"), true, false},
-		{"backend busy (long COPY, slow trigger)", map[uint32]backendState{7: {"active", "IO", "DataFileRead"}}, nil, false, false},
-		{"backend busy on a lock", map[uint32]backendState{7: {"active", "Lock", "transactionid"}}, nil, false, false},
+		{"backend busy (long COPY, slow trigger)", map[uint32]backendState{7: {"active", "IO", "DataFileRead", ""}}, nil, false, false},
+		{"backend busy on a lock", map[uint32]backendState{7: {"active", "Lock", "transactionid", ""}}, nil, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,4 +172,75 @@ func TestLinkWatchIdleAndMoving(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// TestLinkWatchSaysWhoHoldsALock: a backend waiting for a lock is working,
+// not dead (its connection stays open), but the watch says which sessions
+// hold it up, when it first looks and again every lockWaitEvery, not at
+// every look.
+func TestLinkWatchSaysWhoHoldsALock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 30 * time.Second
+		var logs syncLog
+		w := NewLinkWatch("", timeout, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		const who = "pid 99 (role app, application psql, idle in transaction, its transaction open for 40 s): UPDATE t SET v = 1"
+		w.probe = func(context.Context, []uint32) (map[uint32]backendState, error) {
+			return map[uint32]backendState{7: {"active", "Lock", "transactionid", who}}, nil
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { _ = w.Run(ctx); close(done) }()
+		peer, readErr := watchPipe(w, 7)
+
+		said := func() int { return strings.Count(logs.String(), "held_by=\"pid 99 (role app") }
+		start := time.Now()
+		at := func(d time.Duration) { // sleeps until d after the start
+			time.Sleep(d - time.Since(start))
+			synctest.Wait()
+		}
+		// The first look comes at half the timeout (15 s), the next every
+		// tenth of it (3 s); lockWaitEvery is 30 s.
+		at(timeout/2 + timeout/5)
+		if n := said(); n != 1 {
+			t.Errorf("said who holds the lock %d times after the first look, want 1:\n%s", n, logs.String())
+		}
+		if !strings.Contains(logs.String(), "waiting_pid=7") || !strings.Contains(logs.String(), "wait_event=transactionid") {
+			t.Errorf("the warning lacks the waiting backend:\n%s", logs.String())
+		}
+		at(timeout/2 + lockWaitEvery - timeout/5)
+		if n := said(); n != 1 {
+			t.Errorf("said it %d times before lockWaitEvery passed, want 1", n)
+		}
+		at(timeout/2 + lockWaitEvery + timeout/5)
+		if n := said(); n != 2 {
+			t.Errorf("said it %d times after lockWaitEvery, want 2", n)
+		}
+		select {
+		case err := <-readErr:
+			t.Errorf("closed a connection whose backend waits for a lock: %v", err)
+		default:
+		}
+		peer.Close()
+		cancel()
+		<-done
+	})
+}
+
+// syncLog is a log's output, written by the watch's goroutine and read by
+// the test's.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

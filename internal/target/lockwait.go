@@ -29,11 +29,15 @@ const (
 	lockWaitEvery = 30 * time.Second
 )
 
-// blockersSQL describes the sessions the backend $1 waits for a lock of.
-const blockersSQL = `SELECT pg_catalog.format('pid %s (role %s, application %s, %s%s): %s', a.pid,
+// blockerSQL describes the session a (a row of pg_stat_activity) that
+// another waits for.
+const blockerSQL = `pg_catalog.format('pid %s (role %s, application %s, %s%s): %s', a.pid,
 	coalesce(a.usename::text, '?'), coalesce(nullif(a.application_name, ''), '?'), coalesce(a.state, '?'),
 	coalesce(', its transaction open for ' || pg_catalog.round(extract(epoch FROM pg_catalog.now() - a.xact_start))::text || ' s', ''),
-	pg_catalog.left(coalesce(a.query, ''), 200))
+	pg_catalog.left(coalesce(a.query, ''), 200))`
+
+// blockersSQL describes the sessions the backend $1 waits for a lock of.
+const blockersSQL = `SELECT ` + blockerSQL + `
 FROM pg_catalog.pg_stat_activity a WHERE a.pid = ANY (pg_catalog.pg_blocking_pids($1)) ORDER BY a.pid`
 
 // NoteLockWait watches conn while the caller runs one statement on it
