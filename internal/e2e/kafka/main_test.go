@@ -30,6 +30,10 @@ var (
 func repstreamBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" { // make test's, built from this tree
+			builtBinary = b
+			return
+		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 		out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-kafka-e2e-%d", os.Getpid()))
