@@ -84,10 +84,18 @@ func (e *env) srcMajor() int {
 
 // waitStreaming waits until a walsender streams from the slot: the engine
 // has read the schemas (and decided binary or text).
+//
+// A slot is active also while it is being made (CREATE_REPLICATION_SLOT
+// holds it until its snapshot is consistent, which waits for the
+// transactions open on the shared source server): a test that wrote then,
+// run without a copy (--snapshot=false), wrote before the slot's
+// consistent point, and its rows were never in the stream. So the slot's
+// walsender must have started replication (catchup or streaming).
 func (e *env) waitStreaming(slot string) {
 	e.t.Helper()
 	waitFor(e.t, "the engine to stream from "+slot, 30*time.Second, func() bool {
-		return e.count(e.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+slot+"' AND active") == 1
+		return e.count(e.Src, `SELECT count(*) FROM pg_catalog.pg_replication_slots s JOIN pg_catalog.pg_stat_replication r ON r.pid = s.active_pid
+			WHERE s.slot_name = '`+slot+`' AND r.state IN ('catchup', 'streaming')`) == 1
 	})
 }
 

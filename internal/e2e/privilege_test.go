@@ -10,7 +10,6 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/engine"
-	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 )
 
 // paramACL serialises the GRANTs and REVOKEs of SET ON PARAMETER
@@ -224,9 +223,7 @@ func TestLeastPrivilegeRevokedWhileRunning(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- engine.New(cfg, testLogger(t), nil).Run(ctx) }()
-	pgtest.WaitFor(t, "the engine to stream", time.Minute, func() (bool, error) {
-		return e.count(e.Src, fmt.Sprintf(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' AND active`, cfg.Slot)) == 1, nil
-	})
+	e.waitStreaming(cfg.Slot)
 	// The owner revokes its own INSERT privilege.
 	e.tgtExec(`SET ROLE ` + r.tgt + `; REVOKE INSERT ON lpr FROM ` + r.tgt + `; RESET ROLE`)
 	e.srcExec(`INSERT INTO lpr VALUES (1, 'a')`)
