@@ -1,5 +1,3 @@
-// Command repstream replicates PostgreSQL changes from a source to a target
-// through logical decoding. See `repstream --help`.
 package main
 
 import (

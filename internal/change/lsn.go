@@ -1,6 +1,3 @@
-// Package change is the shared vocabulary of the pipeline: log positions,
-// relations, tuples, row changes and transactions. It is a leaf package: it
-// imports nothing from the rest of repstream, so every stage can depend on it.
 package change
 
 import (

@@ -1,5 +1,3 @@
-// Package cli defines repstream's commands. It only wires: parsing flags and
-// files into a config.Config and calling the packages that do the work.
 package cli
 
 import (

@@ -1,5 +1,3 @@
-// Package config holds repstream's run configuration: defaults, validation, and
-// loading from a YAML file with command-line flags taking precedence.
 package config
 
 import (

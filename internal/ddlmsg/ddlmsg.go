@@ -1,25 +1,3 @@
-// Package ddlmsg is the wire format of the schema-change messages that
-// repstream's triggers on the source emit: the event trigger (install/ddl.go)
-// and the partition triggers (install/partitions.go) send, inside the
-// transaction that changed a table, pg_logical_emit_message(true,
-// 'repstream.ddl', json) (change.DDLPrefix).
-//
-// A message is decoded in one place: change.NewDDL (capture) and a spill
-// file's read-back (queue) call Change.ParseDDL, the only caller of Parse,
-// and the change.OpDDL change carries the result (Change.DDL) next to the
-// JSON. Capture routes by it, apply (apply.TableFilter) and the target
-// (target/ddl.go, target/partition.go) read it; the statements it becomes
-// are schema's (schema.AlterSQL, schema.CreateSQL).
-//
-// It imports nothing of repstream: the source side and the target side
-// share it.
-//
-// Files:
-//
-//	ddlmsg.go    Message, Table, Column: the JSON of a message; Parse, Check
-//	partition.go PartitionChange: a partition's ATTACH, DETACH or TRUNCATE
-//	sign.go      Sign, Verify, Strip: the signature that tells the trigger's messages from forged ones
-//	topicsign.go TopicKey, SignTopic, VerifyTopic: a Kafka topic's messages signed anew by the capture with Ed25519, which applies check without the HMAC key
 package ddlmsg
 
 import (
@@ -179,7 +157,7 @@ func (m *Message) Retyped() bool {
 
 // Parse decodes the content of a repstream.ddl message; it fails only on
 // content that is not a message's JSON (Check tells whether it names its
-// table). Change.ParseDDL is its one caller.
+// table). Its callers: change.ParseDDL, and the Kafka capture following partition changes (capture.go).
 func Parse(b []byte) (*Message, error) {
 	var m Message
 	if err := json.Unmarshal(b, &m); err != nil {

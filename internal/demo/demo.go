@@ -1,6 +1,3 @@
-// Package demo runs repstream end to end on two throwaway clusters: a live
-// `conditions` workload on the source, replication to the target, a check
-// that both match, and a summary.
 package demo
 
 import (

@@ -1,6 +1,3 @@
-// Package e2e tests repstream end to end against real PostgreSQL clusters
-// started by the tests: a shared source and target cluster per test binary,
-// a fresh database pair per test.
 package e2e
 
 import (

@@ -1,5 +1,3 @@
-// Package golden compares test output with files under testdata/; run the
-// tests with -update to rewrite them.
 package golden
 
 import (

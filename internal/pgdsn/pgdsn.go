@@ -1,10 +1,3 @@
-// Package pgdsn is the one connection helper shared by the source and the
-// target side: it parses a user's connection string with repstream's
-// defaults (a connect timeout), turns parse errors into ones that never
-// repeat the string (it may hold a password), and names a server in messages
-// without its password. A key that is neither a libpq keyword nor an
-// accepted server parameter is an error naming the closest valid key
-// (keys.go).
 package pgdsn
 
 import (

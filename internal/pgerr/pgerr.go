@@ -1,13 +1,3 @@
-// Package pgerr is the one home of repstream's knowledge of PostgreSQL
-// errors: the SQLSTATE codes the engine acts on, by name; which errors a
-// retry can cure (a transaction conflict, a lost connection) and which are
-// fatal; and the parsing of an error's context (Where) line, which names the
-// COPY line and column or the statement parameter the server could not read.
-//
-// It is a leaf: it imports pgx's pgconn and nothing of repstream, so the
-// source side and the target side share it without importing each other.
-//
-// SQLSTATE codes: https://www.postgresql.org/docs/current/errcodes-appendix.html
 package pgerr
 
 import (

@@ -1,18 +1,3 @@
-// Package sequences copies sequence positions from the source to the target.
-//
-// Logical decoding does not carry sequences: a replicated table's serial or
-// identity column arrives with its values, but the sequence behind it stays
-// at its start on the target, and the first insert there after a cutover
-// collides. Sync sets each target sequence to the source's position, as
-// pgcopydb and PostgreSQL 18's REFRESH SEQUENCES do.
-//
-// Which sequences: those the replicated tables use — owned by one of their
-// columns (serial, identity) or named in one of their column defaults
-// (nextval('s')).
-//
-// A target sequence is never moved backwards: if the target is already
-// ahead (it handed out values itself), it is kept and reported, because
-// setting it back would hand out values that already exist there.
 package sequences
 
 import (

@@ -1,15 +1,3 @@
-// Package pgtest gives tests throwaway PostgreSQL clusters (see pgcluster).
-//
-//	func TestMain(m *testing.M) { pgtest.Main(m) } // needed for Shared
-//
-//	func TestX(t *testing.T) {
-//		c := pgtest.Shared(t, "src")     // one per test binary and name
-//		db := pgtest.NewDB(t, c)          // fresh database per test
-//		conn, _ := pgx.Connect(ctx, c.DSN(db))
-//	}
-//
-// Missing PostgreSQL binaries fail the test with a message telling to run
-// `make test` (which installs them); set REPSTREAM_SKIP_PG=1 to skip instead.
 package pgtest
 
 import (
