@@ -54,7 +54,12 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 
 	t.Run("none both ways", func(t *testing.T) {
 		cfgAB.Origin, cfgBA.Origin = config.OriginNone, config.OriginNone
+		// One after the other, as the README says: while A -> B copies
+		// into B, B's t is without its key (set aside for the copy), and
+		// B -> A started then refuses it (and its failed start's cleanup
+		// raced A -> B's rebuild of that key).
 		stopAB := ab.start(cfgAB)
+		ab.waitStreaming(cfgAB.Slot)
 		stopBA := ba.start(cfgBA)
 		defer func() {
 			if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
