@@ -496,6 +496,12 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	return c.Exec(ctx, "postgres", "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 }
 
+// DropDatabase drops database name if it exists, ending the sessions still
+// in it (WITH (FORCE)); a replication slot in it makes it fail.
+func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
+	return c.Exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
 // run executes a server binary as the server's OS user, in the cluster dir,
 // with PG* variables removed from the environment. The error carries the
 // program's combined output.

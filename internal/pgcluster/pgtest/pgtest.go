@@ -119,10 +119,15 @@ func Shared(t testing.TB, name string) *pgcluster.Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		e.cluster, e.err = pgcluster.Start(ctx, pgcluster.Options{
-			Name:   "shared-" + name,
-			Fast:   true,
-			Logger: slog.New(slog.DiscardHandler),
-			BinDir: SharedBinDir(name),
+			Name: "shared-" + name,
+			Fast: true,
+			// A shared server outlives hundreds of tests: WAL beyond
+			// 1 GB is checkpointed away (cheap with fsync off) rather
+			// than kept, as with the 4 GB a benchmark's server keeps
+			// (make test puts its servers on a tmpfs when it can).
+			Settings: map[string]string{"max_wal_size": "1GB"},
+			Logger:   slog.New(slog.DiscardHandler),
+			BinDir:   SharedBinDir(name),
 		})
 	})
 	if e.err != nil {
@@ -132,7 +137,11 @@ func Shared(t testing.TB, name string) *pgcluster.Cluster {
 }
 
 // NewDB creates a fresh, uniquely named database in c and returns its name.
-// The database is not dropped (the cluster goes away with the test or binary).
+// Once t and its subtests are over, a database of a test that passed is
+// dropped, with the replication slots in it (a shared cluster serves
+// hundreds of tests: their files and the WAL their slots hold add up to
+// gigabytes, in memory when the cluster is on a tmpfs); a failed test's
+// stays for a look until the cluster goes.
 func NewDB(t testing.TB, c *pgcluster.Cluster) string {
 	t.Helper()
 	name := dbName(t.Name(), dbSeq.Add(1))
@@ -141,7 +150,29 @@ func NewDB(t testing.TB, c *pgcluster.Cluster) string {
 	if err := c.CreateDatabase(ctx, name); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
+	t.Cleanup(func() {
+		if !t.Failed() && c.Running() {
+			dropDB(c, name)
+		}
+	})
 	return name
+}
+
+// dropDB drops database name of c and its replication slots, ending the
+// sessions still in it; what it cannot drop (a slot a session still
+// streams from) stays. Best effort: the cluster goes at the end anyway.
+func dropDB(c *pgcluster.Cluster, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := c.Connect(ctx, "postgres")
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// A walsender may outlive its client by a moment: end it first.
+	_, _ = conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(active_pid, 5000) FROM pg_catalog.pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name)
+	_, _ = conn.Exec(ctx, `SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots WHERE database = $1 AND NOT active`, name)
+	_ = c.DropDatabase(ctx, name)
 }
 
 // dbName builds a lower-case identifier of at most 63 bytes from a test name
