@@ -640,6 +640,83 @@ DROP TABLE IF EXISTS repstream.ident_full;
 DROP TABLE IF EXISTS repstream.ddl_pubkey;
 `
 
+// dropEventTriggersSQL removes repstream's event triggers (their functions
+// and tables stay: dropDDLTriggerSQL).
+const dropEventTriggersSQL = `
+DROP EVENT TRIGGER IF EXISTS repstream_ddl;
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_drop;
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_key;
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_types;
+DROP EVENT TRIGGER IF EXISTS repstream_ddl_partitions;
+`
+
+// olderWait bounds how long ReleaseDDL waits for the transactions that
+// began before it removed the event triggers (waitOlderTransactions).
+const olderWait = 30 * time.Second
+
+// waitOlderTransactions waits, at most max, for the transactions of the
+// source's database that began before the call to end, and returns those
+// still open then (pid, user, application, state, start), or nil.
+//
+// Why: a backend reads the event triggers into its cache, and sees their
+// removal only when it next takes a lock it does not hold yet. So a
+// statement that began before ReleaseDDL removed repstream's event
+// triggers still fires them when it ends (an application's long ALTER
+// TABLE), and fails ("cache lookup failed for function", "relation
+// repstream.self_ddl does not exist") if their functions and tables are
+// gone. A transaction that begins later reads the catalog anew. Not
+// waited for: autovacuum and walsenders (they fire no event trigger), and
+// prepared transactions (they run no statement any more).
+func waitOlderTransactions(ctx context.Context, src *pgx.Conn, max time.Duration, log *slog.Logger) ([]string, error) {
+	var pids []int32
+	var starts []time.Time
+	rows, err := src.Query(ctx, `SELECT a.pid, a.xact_start FROM pg_catalog.pg_stat_activity a
+WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()
+  AND a.xact_start < pg_catalog.clock_timestamp() AND a.backend_type NOT IN ('autovacuum worker', 'walsender')`)
+	if err != nil {
+		return nil, fmt.Errorf("look up the source's open transactions: %w", err)
+	}
+	for rows.Next() {
+		var pid int32
+		var start time.Time
+		if err := rows.Scan(&pid, &start); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("look up the source's open transactions: %w", err)
+		}
+		pids, starts = append(pids, pid), append(starts, start)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look up the source's open transactions: %w", err)
+	}
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	deadline := time.Now().Add(max)
+	said := false
+	for {
+		var open []string
+		err := src.QueryRow(ctx, `SELECT COALESCE(array_agg(pg_catalog.format('backend pid %s (user %s, application %L, %s; its transaction began at %s)',
+    a.pid, a.usename, a.application_name, a.state, date_trunc('second', a.xact_start)) ORDER BY a.pid), '{}')
+FROM pg_catalog.pg_stat_activity a JOIN unnest($1::int4[], $2::timestamptz[]) o(pid, xact_start) ON a.pid = o.pid AND a.xact_start = o.xact_start`,
+			pids, starts).Scan(&open)
+		if err != nil {
+			return nil, fmt.Errorf("look up the source's open transactions: %w", err)
+		}
+		if len(open) == 0 || !time.Now().Before(deadline) {
+			return open, nil
+		}
+		if !said {
+			log.Info("repstream's event triggers are removed; waiting for the transactions that began before to end before removing their functions", "transactions", open, "at_most", max)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // dropRegistrySQL drops repstream.replications once no row is left: a
 // database that is the target of another replication as well keeps it
 // (its registry's rows, registrySQL), whose start may have made it first.
@@ -898,6 +975,13 @@ func WALPosition(ctx context.Context, src *pgx.Conn) (change.LSN, error) {
 // that hold it. What it removed before is consistent (the leaves' triggers
 // of a database that no replication uses any more; a start that comes
 // meanwhile makes them again): it is simply run again.
+//
+// The event triggers are removed first, in a transaction of their own; the
+// functions they call and the tables those write only once the
+// transactions that began before have ended (waitOlderTransactions: an
+// application's statement running then may still fire them). After
+// olderWait, those are kept, with a warning naming the transactions, and
+// dropped is false: drop, run again, removes them.
 func ReleaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logger) (dropped bool, kept []string, err error) {
 	var busy *lockBusy
 	for attempt, pause := 1, time.Second; ; attempt, pause = attempt+1, 2*pause {
@@ -981,6 +1065,41 @@ func releaseDDL(ctx context.Context, src *pgx.Conn, slot string, log *slog.Logge
 	}
 	if len(kept) > 0 {
 		return false, kept, tx.Commit(ctx)
+	}
+	// The event triggers go first, on their own: their functions and the
+	// tables those write only once no transaction may call them any more
+	// (waitOlderTransactions).
+	if _, err := tx.Exec(ctx, dropEventTriggersSQL); err != nil {
+		return false, nil, fmt.Errorf("drop repstream's event triggers on the source: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, nil, fmt.Errorf("drop repstream's event triggers on the source: %w", err)
+	}
+	open, err := waitOlderTransactions(ctx, src, olderWait, log)
+	if err != nil {
+		return false, nil, err
+	}
+	if len(open) > 0 {
+		log.Warn("repstream's event triggers are removed from the source, but their functions and the schema repstream are kept: transactions that began before "+
+			"may still call them (a statement of theirs that had read the event triggers before their removal fires them when it ends, and would fail without them); "+
+			"run drop again once they are over", "transactions", open, "waited", olderWait)
+		return false, nil, nil
+	}
+	tx, err = src.Begin(ctx)
+	if err != nil {
+		return false, nil, fmt.Errorf("remove repstream's event trigger on the source: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := provision.Lock(ctx, tx); err != nil {
+		return false, nil, err
+	}
+	if exists, err := provision.CheckSchema(ctx, tx, "source"); err != nil || !exists {
+		return false, nil, err
+	}
+	// A replication that started meanwhile made the event triggers again
+	// and needs them.
+	if _, _, kept, err = ddlUsers(ctx, tx, slot); err != nil || len(kept) > 0 {
+		return false, kept, err
 	}
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+releaseLockTimeout+"'"); err != nil {
 		return false, nil, err
