@@ -139,6 +139,13 @@ type Writer interface {
 	Rollback(ctx context.Context) error
 }
 
+// SourceCommitter is a Writer told the commit time of the source
+// transaction whose changes it is given next (target.Writer: its
+// CheckLocalWrites compares it with the target row's own).
+type SourceCommitter interface {
+	SourceCommit(t time.Time)
+}
+
 // LockHolder is a Writer whose session can tell whether it holds a lock
 // that another session waits for (target.Writer). A worker that waits for
 // earlier groups before it commits asks so (waitEarlier): an earlier group
@@ -472,9 +479,15 @@ func (w *worker) waitEarlier(ctx context.Context, seq uint64) error {
 }
 
 // eachChange calls fn with every change of g in order, naming the
-// transaction in fn's errors.
-func eachChange(g *group, tables *TableFilter, fn func(c *change.Change) error) error {
+// transaction in fn's errors; a writer that checks the target's own writes
+// against the source's commit time (SourceCommitter) is told each
+// transaction's before its changes.
+func eachChange(g *group, tables *TableFilter, wr Writer, fn func(c *change.Change) error) error {
+	sc, _ := wr.(SourceCommitter)
 	for _, t := range g.txns {
+		if sc != nil {
+			sc.SourceCommit(t.Info.CommitTime)
+		}
 		for c, err := range t.Changes() {
 			if err != nil {
 				return fmt.Errorf("read transaction %d (end %s) from the queue: %w", t.Info.Xid, t.Info.EndLSN, err)
@@ -493,7 +506,7 @@ func eachChange(g *group, tables *TableFilter, fn func(c *change.Change) error) 
 
 // writeAll writes every change of g in order.
 func (w *worker) writeAll(ctx context.Context, g *group) error {
-	return eachChange(g, w.a.opts.Tables, func(c *change.Change) error { return w.w.Write(ctx, c) })
+	return eachChange(g, w.a.opts.Tables, w.w, func(c *change.Change) error { return w.w.Write(ctx, c) })
 }
 
 // writeFolded writes g's changes with repeated changes to one key folded
@@ -502,7 +515,7 @@ func (w *worker) writeAll(ctx context.Context, g *group) error {
 func (w *worker) writeFolded(ctx context.Context, g *group, cw collapsibleWriter) error {
 	defer w.folder.release()
 	all := w.folder.in[:0]
-	if err := eachChange(g, w.a.opts.Tables, func(c *change.Change) error { all = append(all, c); return nil }); err != nil {
+	if err := eachChange(g, w.a.opts.Tables, nil, func(c *change.Change) error { all = append(all, c); return nil }); err != nil {
 		return err
 	}
 	w.folder.in = all

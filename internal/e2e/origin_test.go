@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/healthcheck"
 	"github.com/repstream/repstream/internal/pgcluster"
@@ -29,7 +30,11 @@ func TestBidirectionalOrigins(t *testing.T) {
 	t.Parallel() // own databases and slots; no server restarts
 	// A cluster of its own, holding A and B: the shared ones' tests use up
 	// their origin state (its sessions would write without an origin).
-	c := pgtest.Cluster(t, pgcluster.Options{Name: "origins", Fast: true, BinDir: pgtest.SharedBinDir("source")})
+	// track_commit_timestamp: the two directions are refused without it
+	// (TestBidirectionalNeedsCommitTimestamps), and with it each apply
+	// finds a row the other side wrote later ("written on both sides").
+	c := pgtest.Cluster(t, pgcluster.Options{Name: "origins", Fast: true, BinDir: pgtest.SharedBinDir("source"),
+		Settings: map[string]string{"track_commit_timestamp": "on"}})
 	ab := envOn(t, c, pgtest.NewDB(t, c), c, pgtest.NewDB(t, c))
 	ba := envOn(t, c, ab.tgtDB, c, ab.srcDB)
 	// applied counts the rows apply wrote on this side (replica sessions).
@@ -115,6 +120,63 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		}
 	})
 
+	// A row written on both sides at once (A -> B stopped meanwhile), the
+	// later write on B: on B, A's older update and delete of it are
+	// conflicts (update_origin_differs, delete_origin_differs), parked,
+	// not applied over B's; on A, B's update is applied over A's older
+	// update, and is a conflict where A deleted the row (update_missing).
+	// So row 7000 ends as B wrote it on both sides, and every change not
+	// applied is in an error queue: nothing differs unsaid. Without the
+	// check, B would keep A's older 'a' and A B's 'b'.
+	t.Run("written on both sides", func(t *testing.T) {
+		cfgAB.Origin, cfgBA.Origin = config.OriginNone, config.OriginNone
+		cfgAB.OnError, cfgBA.OnError = config.OnErrorPark, config.OnErrorPark
+		stopBA := ba.start(cfgBA)
+		defer func() {
+			if err := stopBA(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("B -> A: %v", err)
+			}
+		}()
+		stopAB := ab.start(cfgAB)
+		ab.srcExec(`INSERT INTO t (id, v) VALUES (7000, 'x'), (7001, 'x')`)
+		pgtest.WaitFor(t, "A's rows on B", time.Minute, func() (bool, error) {
+			return ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id IN (7000, 7001)") == 2, nil
+		})
+		if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+			t.Fatalf("A -> B: %v", err)
+		}
+		ab.srcExec(`UPDATE t SET v = 'a' WHERE id = 7000`)
+		ab.srcExec(`DELETE FROM t WHERE id = 7001`)
+		ab.tgtExec(`UPDATE t SET v = 'b' WHERE id = 7000`)
+		ab.tgtExec(`UPDATE t SET v = 'b' WHERE id = 7001`)
+		stopAB = ab.start(cfgAB)
+		defer func() {
+			if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("A -> B: %v", err)
+			}
+		}()
+		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
+		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
+		pgtest.WaitFor(t, "row 7000 as B wrote it on both sides", time.Minute, func() (bool, error) {
+			return ab.count(ab.Src, "SELECT count(*) FROM t WHERE id = 7000 AND v = 'b'") == 1 && ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id = 7000 AND v = 'b'") == 1, nil
+		})
+		parked := func(conn *pgx.Conn, slot, kind string) int64 {
+			return ab.count(conn, "SELECT count(*) FROM repstream.errors WHERE slot = '"+slot+"' AND kind = '"+kind+"' AND state = 'parked'")
+		}
+		if n := parked(ab.Tgt, cfgAB.Slot, "update_origin_differs"); n != 1 {
+			t.Errorf("on B, %d parked update_origin_differs, want 1 (A's update of 7000, older than B's)", n)
+		}
+		if n := parked(ab.Tgt, cfgAB.Slot, "delete_origin_differs"); n != 1 {
+			t.Errorf("on B, %d parked delete_origin_differs, want 1 (A's delete of 7001, older than B's update)", n)
+		}
+		if n := parked(ab.Src, cfgBA.Slot, "update_missing"); n != 1 {
+			t.Errorf("on A, %d parked update_missing, want 1 (B's update of 7001, which A deleted)", n)
+		}
+		if n := ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id = 7001 AND v = 'b'"); n != 1 {
+			t.Errorf("on B, row 7001 is not as B wrote it")
+		}
+	})
+
 	t.Run("check", func(t *testing.T) {
 		origins := func(target string) (healthcheck.Level, string) {
 			rep, err := healthcheck.Run(t.Context(), healthcheck.Options{Source: cfgAB.Source, Target: target, Slot: cfgAB.Slot, Tables: cfgAB.Tables, ApplyParallelism: 2})
@@ -165,4 +227,31 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		}
 		ab.srcExec(`UPDATE repstream.replications SET origin = 'none' WHERE slot = '` + cfgBA.Slot + `'`)
 	})
+}
+
+// TestBidirectionalNeedsCommitTimestamps: the second of two replications
+// in opposite directions (both --origin none) is refused before it makes
+// anything when a server keeps no commit timestamps: apply could not tell
+// a row written on both sides at once, and the sides would differ unsaid.
+func TestBidirectionalNeedsCommitTimestamps(t *testing.T) {
+	t.Parallel()    // own databases and slots; no server restarts
+	ab := newEnv(t) // the shared clusters: track_commit_timestamp off
+	ba := envOn(t, ab.tgt, ab.tgtDB, ab.src, ab.srcDB)
+	ab.both(`CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	cfgAB, cfgBA := ab.config("public.t"), ba.config("public.t")
+	cfgAB.Origin, cfgBA.Origin = config.OriginNone, config.OriginNone
+	cfgBA.Slot = "b_" + cfgBA.Slot[:min(len(cfgBA.Slot), 60)]
+	cfgBA.Publication = cfgBA.Slot
+	ab.catchUp(cfgAB)
+	_, err := ba.tryCatchUp(cfgBA)
+	if err == nil || !strings.Contains(err.Error(), "track_commit_timestamp = on on both servers") || !strings.Contains(err.Error(), "off on the source and the target") ||
+		!strings.Contains(err.Error(), cfgAB.Slot) {
+		t.Fatalf("B -> A without commit timestamps: %v; want it refused, naming the setting, both servers and A -> B's slot", err)
+	}
+	if n := ba.count(ba.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfgBA.Slot+"'"); n != 0 {
+		t.Errorf("the refused start left its slot on B")
+	}
+	if n := ba.count(ba.Src, "SELECT count(*) FROM pg_publication WHERE pubname = '"+cfgBA.Slot+"'"); n != 0 {
+		t.Errorf("the refused start left its publication on B")
+	}
 }

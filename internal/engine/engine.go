@@ -81,6 +81,11 @@ type Engine struct {
 	// origins: how the target sessions mark their writes (prepareOrigins
 	// makes it required when the target replicates back into the source).
 	origins *target.Origins
+	// checkLocal: apply refuses, as a conflict, to change a target row the
+	// target's own transaction wrote after the source's (--origin none
+	// with track_commit_timestamp on the target: prepareOrigins); eager
+	// apply and folding are off then.
+	checkLocal bool
 	// ownerChecks: the target tables whose owner check passed, shared by
 	// every writer of the process (target.OwnerChecks).
 	ownerChecks *target.OwnerChecks
@@ -586,7 +591,7 @@ func (e *Engine) pipeline(ctx context.Context, tgt *pgx.Conn, q *queue.Queue, ac
 	apOpts := apply.Options{
 		TargetDSN: cfg.Target, Writer: e.writerOptions(false),
 		Parallelism: cfg.ApplyParallelism, CommitOrder: cfg.CommitOrder,
-		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse,
+		GroupMaxTxns: cfg.GroupMaxTxns, GroupMaxBytes: int64(cfg.GroupMaxBytes), Collapse: cfg.Collapse && !e.checkLocal,
 		Applied: prog.IsApplied, Watermark: e.wm, Stats: e.stats, Logger: e.log,
 		CatchUpWait: cfg.CatchUpWait, GroupWait: cfg.GroupWait,
 		// In a backlog, groups fill up to a quarter of the group limit, and
@@ -708,6 +713,7 @@ func (e *Engine) writerOptions(eager bool) target.WriterOptions {
 		TrustTableOwners: e.cfg.TrustTableOwners,
 		Origins:          e.origins,
 		OwnerChecks:      e.ownerChecks,
+		CheckLocalWrites: e.checkLocal,
 	}
 	if e.cfg.Role == config.RoleApply {
 		w.BinaryAdvice = "the topic carries this table's values in binary (repstream capture --binary, the default), which need the same built-in type on both sides: " +

@@ -46,7 +46,7 @@ func (e *Engine) refuseLoop(ctx context.Context, src, tgt *pgx.Conn) error {
 		}
 	}
 	if e.cfg.Origin != config.OriginAny && len(anyBack) == 0 {
-		return nil
+		return e.needCommitTimestamps(ctx, src, tgt, slots)
 	}
 	tid, err := identity(ctx, tgt, "")
 	if err != nil {
@@ -84,6 +84,60 @@ func (e *Engine) replicatesBack(ctx context.Context, src, tgt *pgx.Conn) ([]targ
 	return back, nil
 }
 
+// needCommitTimestamps stops a start of one of two replications in
+// opposite directions (the target replicates into the source through
+// slots back, both with --origin none) unless both servers keep commit
+// timestamps (track_commit_timestamp): without them apply cannot tell a
+// row written on both sides at once (prepareLocalChecks), which would end
+// as each side last applied it, different and unsaid. Checked before the
+// start makes anything.
+func (e *Engine) needCommitTimestamps(ctx context.Context, src, tgt *pgx.Conn, back []string) error {
+	if e.cfg.Role == config.RoleApply {
+		return nil // apply --kafka: the capture's --origin (not known here)
+	}
+	var off []string
+	for _, s := range []struct {
+		side string
+		conn *pgx.Conn
+	}{{"the source", src}, {"the target", tgt}} {
+		on, err := target.CommitTimestamps(ctx, s.conn)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.side, err)
+		}
+		if !on {
+			off = append(off, s.side)
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	return fmt.Errorf("two replications in opposite directions: the target replicates into the source through slot %s, and this run (slot %q) replicates back: "+
+		"a row written on both sides at once is found only with track_commit_timestamp = on on both servers, and it is off on %s: "+
+		"set it (ALTER SYSTEM SET track_commit_timestamp = on, then restart that server), then start both replications again",
+		quoteList(back), e.cfg.Slot, strings.Join(off, " and "))
+}
+
+// prepareLocalChecks decides whether apply checks each update and delete
+// against the target's own writes (checkLocal: target.WriterOptions'
+// CheckLocalWrites): with --origin none (a run's: an apply --kafka does
+// not know its capture's) and track_commit_timestamp on the target.
+func (e *Engine) prepareLocalChecks(ctx context.Context, tgt *pgx.Conn) error {
+	e.checkLocal = false
+	if e.cfg.Role == config.RoleApply || e.cfg.Origin != config.OriginNone {
+		return nil
+	}
+	on, err := target.CommitTimestamps(ctx, tgt)
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	e.checkLocal = on
+	if on {
+		e.log.Info("updates and deletes are checked against the target's own writes: a row that a transaction of the target's own committed after the source transaction is a conflict (update_origin_differs, delete_origin_differs)",
+			"component", "engine")
+	}
+	return nil
+}
+
 func quoteList(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
@@ -116,10 +170,15 @@ func (e *Engine) prepareOrigins(ctx context.Context, src, tgt *pgx.Conn) error {
 	if err := target.SetSource(ctx, tgt, e.cfg.Slot, sid.SystemID, sid.DatabaseOID, origin); err != nil {
 		return err
 	}
-	if back, err := e.replicatesBack(ctx, src, tgt); err != nil {
+	back, err := e.replicatesBack(ctx, src, tgt)
+	if err != nil {
 		return err
-	} else if len(back) > 0 {
+	}
+	if len(back) > 0 {
 		e.origins.Require()
+	}
+	if err := e.prepareLocalChecks(ctx, tgt); err != nil {
+		return err
 	}
 	ok, err := target.OriginsAllowed(ctx, tgt)
 	if err != nil {

@@ -17,6 +17,13 @@ const RowMissing Code = "RS001"
 // one row on the target (a key that is not unique there).
 const RowsMany Code = "RS002"
 
+// LocalNewer is the SQLSTATE repstream.local_older raises: an UPDATE or
+// DELETE that apply sends would change a target row that a transaction of
+// the target's own (no replication origin) committed after the source
+// transaction did — both sides wrote the row at once (two replications in
+// opposite directions, --origin none).
+const LocalNewer Code = "RS003"
+
 // DataClass is what a data error is about, for conflict handling: the
 // error is caused by the rows or values of the target or the change, not by
 // the connection, locks or the configuration. Applying the same change again
@@ -30,6 +37,7 @@ const (
 	Unique        DataClass = "unique"
 	RowNotFound   DataClass = "row_missing"
 	KeyNotUnique  DataClass = "key_not_unique"
+	OriginDiffers DataClass = "origin_differs" // the target's own write of the row is newer (LocalNewer)
 	Check         DataClass = "check_violation"
 	ForeignKey    DataClass = "foreign_key_violation"
 	NotNull       DataClass = "not_null_violation"
@@ -52,6 +60,8 @@ func ClassOf(c Code) DataClass {
 		return RowNotFound
 	case c == RowsMany:
 		return KeyNotUnique
+	case c == LocalNewer:
+		return OriginDiffers
 	case c == CheckViolation:
 		return Check
 	case c == ForeignKeyViolation:

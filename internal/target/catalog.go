@@ -70,6 +70,9 @@ func (w *Writer) plan(ctx context.Context, rel *change.Relation) (*relPlan, erro
 		}
 	}
 	p, err := newPlan(rel, tab, textEq, w.opts.Binary || rel.Binary)
+	if p != nil {
+		p.checkLocal = w.opts.CheckLocalWrites
+	}
 	if errors.Is(err, ErrBinaryIncompatible) {
 		advice := w.opts.BinaryAdvice
 		if advice == "" {
@@ -164,6 +167,12 @@ func (w *Writer) Collapsible(ctx context.Context, rel *change.Relation) (bool, e
 	}
 	if p.collapsible != 0 {
 		return p.collapsible > 0, nil
+	}
+	if p.checkLocal {
+		// A folded change would be checked against the last folded
+		// transaction's commit time, not its own.
+		p.collapsible = -1
+		return false, nil
 	}
 	ok, err := w.collapsible(ctx, p)
 	if err != nil {

@@ -25,6 +25,13 @@ const (
 	ForeignKeyViolation ConflictKind = "foreign_key_violation"
 	NotNullViolation    ConflictKind = "not_null_violation"
 	DataError           ConflictKind = "data_error" // a value the target's type or column refuses (SQLSTATE class 22)
+	// UpdateOriginDiffers, DeleteOriginDiffers (PostgreSQL 18's names):
+	// the row to update or delete was written on the target by the
+	// target's own transaction (no replication origin), committed after
+	// the source transaction: both sides wrote it at once (--origin none
+	// with track_commit_timestamp on the target: local_older).
+	UpdateOriginDiffers ConflictKind = "update_origin_differs"
+	DeleteOriginDiffers ConflictKind = "delete_origin_differs"
 	// MultipleRows: an update or delete matched more than one target row
 	// by its key (the target's key columns are not unique as the
 	// source's are: no unique index, or another collation).
@@ -37,7 +44,8 @@ const (
 // first one).
 func ConflictKinds() []ConflictKind {
 	return []ConflictKind{InsertExists, UpdateExists, UpdateMissing, DeleteMissing,
-		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError, MultipleRows}
+		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError, MultipleRows,
+		UpdateOriginDiffers, DeleteOriginDiffers}
 }
 
 // ConflictError is a change the target refused because of its data — a
@@ -162,6 +170,11 @@ func conflictKind(class pgerr.DataClass, op change.Op) (ConflictKind, bool) {
 		return UpdateMissing, true
 	case pgerr.KeyNotUnique:
 		return MultipleRows, true
+	case pgerr.OriginDiffers:
+		if op == change.OpDelete {
+			return DeleteOriginDiffers, true
+		}
+		return UpdateOriginDiffers, true
 	case pgerr.Check:
 		return CheckViolation, true
 	case pgerr.ForeignKey:

@@ -15,7 +15,7 @@
 //
 //	connect.go    Connect: an apply connection (replica role, text conventions)
 //	session.go    OpenSession: an apply session (async commit, apply lock, replication origin) and its Writer
-//	origin.go     replication origins: Origins.Use (a session's writes marked with one of a pool the server's replications share, repstream_<n>; required once the target replicates back into the source), OriginsAllowed, DropIdleOrigins
+//	origin.go     replication origins: Origins.Use (a session's writes marked with one of a pool the server's replications share, repstream_<n>; required once the target replicates back into the source), OriginsAllowed, DropIdleOrigins, CommitTimestamps
 //	lock.go       the per-slot apply lock that closes the crash window of exactly-once; the start lock of an apply --kafka's start and copy (HoldStartLock); ApplyRunning, ApplyConnected
 //	lockwait.go   NoteLockWait, ExecNoting: a statement that waits for another session's lock on a target table (a start's emptiness look, a TRUNCATE before a copy) logs who holds it up, after 5 s and every 30 s; the link watch says the same for the apply's statements (linkwatch.go)
 //	linkwatch.go  LinkWatch: a call blocked with no byte moving for half --target-timeout makes the watch ask the server what its backend does: working (a lock wait names who holds it up, every 30 s) is left alone; idle, gone, or unreachable closes the connection (pgerr.ErrSilentLink)
@@ -31,8 +31,8 @@
 //	copy.go       COPY row encoding (text and binary) and splitting
 //	pipeline.go   the statement pipeline: queued statements, one round trip
 //	conflict.go   ConflictError: a change refused for its data, by kind (insert_exists, update_missing, ...)
-//	park.go       the error queue's tables, Writer.Park (error queue + applied record), skip requests
-//	modify.go     updates, deletes and truncates as prepared statements
+//	park.go       the error queue's tables, Writer.Park (error queue + applied record), skip requests; repstream.expect_row and repstream.local_older
+//	modify.go     updates, deletes and truncates as prepared statements; Writer.SourceCommit (CheckLocalWrites)
 //	plan.go       relPlan: per relation, the target table's columns, keys and statements
 //	catalog.go    what the Writer reads from the catalog (plans, text-compared columns, folding safety)
 //	ddl.go        schema changes: a captured DDL message (its parsed form, change.Change.DDL), or a new Relation version (--ddl=relation); checkGenerated (a generated column's code looked at on an empty probe table before the change computes it for every row); recordMade records a table a message made (SetTableMade), a RENAME moves its record (RenameTableRecord)

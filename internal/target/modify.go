@@ -3,8 +3,10 @@ package target
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/repstream/repstream/internal/change"
 	"github.com/repstream/repstream/internal/pgerr"
@@ -86,7 +88,9 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	size := 0
 	for _, r := range s.params {
 		var v []byte
-		if r.old {
+		if r.commitTime {
+			v = w.commitTimeValue(p.binary)
+		} else if r.old {
 			v = w.oldVals[r.col]
 		} else {
 			v = w.newVals[r.col]
@@ -98,6 +102,32 @@ func (w *Writer) modify(ctx context.Context, c *change.Change) error {
 	w.queue(s, params, size, batchItem{op: c.Op, lsn: c.LSN, plan: p, s: s}, tb)
 	return w.batchFull(ctx)
 }
+
+// SourceCommit tells the Writer the commit time of the source transaction
+// whose changes come next (zero: unknown, not checked), for the
+// statements that check the target's own writes (CheckLocalWrites).
+func (w *Writer) SourceCommit(t time.Time) {
+	w.srcCommit = t
+}
+
+// commitTimeValue is the source commit time as a statement parameter, in
+// binary (microseconds since 2000-01-01, big-endian) or text; nil (NULL:
+// not checked) when unknown.
+func (w *Writer) commitTimeValue(bin bool) []byte {
+	if w.srcCommit.IsZero() {
+		return nil
+	}
+	if bin {
+		us := w.srcCommit.Sub(pgEpoch).Microseconds()
+		w.commitBuf = binary.BigEndian.AppendUint64(w.commitBuf[:0], uint64(us))
+		return w.commitBuf
+	}
+	w.commitBuf = w.srcCommit.UTC().AppendFormat(w.commitBuf[:0], "2006-01-02 15:04:05.999999+00")
+	return w.commitBuf
+}
+
+// pgEpoch is PostgreSQL's timestamp epoch.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // keepIdentityAlways leaves the target's GENERATED ALWAYS identity columns
 // out of an UPDATE's SET — PostgreSQL lets an UPDATE assign them only

@@ -172,3 +172,13 @@ func DropIdleOrigins(ctx context.Context, conn *pgx.Conn) error {
 	}
 	return nil
 }
+
+// CommitTimestamps reports whether conn's server keeps commit timestamps
+// (track_commit_timestamp), which repstream.local_older reads.
+func CommitTimestamps(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var on bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool").Scan(&on); err != nil {
+		return false, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	return on, nil
+}

@@ -82,6 +82,11 @@ type relPlan struct {
 	// value has (KindBinary or KindText).
 	binary    bool
 	valueKind byte
+
+	// checkLocal: UPDATEs and DELETEs pass the row's xmin and the source
+	// transaction's commit time to repstream.local_older, which refuses a
+	// row the target's own transaction wrote later (WriterOptions.CheckLocalWrites).
+	checkLocal bool
 }
 
 // stmt is one prepared UPDATE or DELETE shape.
@@ -109,6 +114,9 @@ type stmt struct {
 type paramRef struct {
 	old bool // old tuple (else new)
 	col int  // source column index
+	// commitTime: the source transaction's commit time (Writer.SourceCommit),
+	// not a column.
+	commitTime bool
 }
 
 // newPlan matches the source relation's columns to the target table by name.
@@ -232,6 +240,13 @@ func (p *relPlan) buildStmt(op change.Op, mode whereMode, newKinds, oldKinds []b
 	case whereFull:
 		w.fullWhere(oldKinds)
 	}
+	if p.checkLocal {
+		// Evaluated on the row the key matched (the cheaper key quals
+		// go first), and on its newest version after a lock wait.
+		w.b.WriteString(" AND repstream.local_older(xmin, ")
+		w.commitTimeParam()
+		w.b.WriteString(")")
+	}
 	// A row that is not there is a conflict (update_missing,
 	// delete_missing), and it must fail on the server: the COMMIT may be
 	// queued behind the statement in the same pipeline, and a command tag
@@ -268,6 +283,23 @@ func (w *stmtWriter) param(old bool, col int) {
 	w.b.WriteByte('$')
 	w.b.WriteString(strconv.Itoa(w.n))
 }
+
+// commitTimeParam writes the next parameter, the source transaction's
+// commit time (timestamptz).
+func (w *stmtWriter) commitTimeParam() {
+	w.n++
+	w.s.params = append(w.s.params, paramRef{commitTime: true})
+	if w.p.binary {
+		w.s.oids = append(w.s.oids, timestamptzOID)
+		w.s.formats = append(w.s.formats, 1)
+	}
+	w.b.WriteByte('$')
+	w.b.WriteString(strconv.Itoa(w.n))
+	w.b.WriteString("::pg_catalog.timestamptz")
+}
+
+// timestamptzOID is pg_type's oid of timestamptz.
+const timestamptzOID = 1184
 
 // updateSet writes UPDATE t SET col = $n, ... for the columns inSet; with
 // none, the statement is a no-op (s.noop), written all the same.

@@ -231,7 +231,7 @@ func Release(ctx context.Context, conn *pgx.Conn, slot string, log *slog.Logger)
 	if len(kept) > 0 {
 		return kept, tx.Commit(ctx)
 	}
-	drops := "DROP FUNCTION IF EXISTS repstream.expect_row(bigint); DROP TABLE IF EXISTS "
+	drops := "DROP FUNCTION IF EXISTS repstream.expect_row(bigint); DROP FUNCTION IF EXISTS repstream.local_older(xid, timestamptz); DROP TABLE IF EXISTS "
 	for i, t := range stateTables {
 		if i > 0 {
 			drops += ", "

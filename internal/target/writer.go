@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -124,6 +125,16 @@ type WriterOptions struct {
 	// DeferPosition: CommitLSN does not read the target's WAL position and
 	// returns UnreadPosition (position.go); the caller reads it later.
 	DeferPosition bool
+
+	// CheckLocalWrites: UPDATEs and DELETEs refuse, as a conflict
+	// (update_origin_differs, delete_origin_differs), a row that a
+	// transaction of the target's own — without a replication origin, so
+	// not one of a replication's — committed after the source transaction
+	// (SourceCommit): the two sides wrote it at once, and applying the
+	// older change over the newer would leave them different. Needs
+	// track_commit_timestamp on the target; the engine sets it with
+	// --origin none there. Changes are not folded then (Collapsible).
+	CheckLocalWrites bool
 }
 
 // Writer applies changes to the target in one target transaction at a time,
@@ -206,6 +217,11 @@ type Writer struct {
 	// singleRows: commits left before MultiRowInserts applies again after
 	// a multi-row INSERT failed (insertrows.go).
 	singleRows int
+
+	// srcCommit: the commit time of the source transaction being written
+	// (SourceCommit), zero when unknown; commitBuf its parameter value.
+	srcCommit time.Time
+	commitBuf []byte
 }
 
 // NewWriter returns a Writer on conn, a connection made by Connect.
