@@ -150,11 +150,6 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		ab.tgtExec(`UPDATE t SET v = 'b' WHERE id = 7000`)
 		ab.tgtExec(`UPDATE t SET v = 'b' WHERE id = 7001`)
 		stopAB = ab.start(cfgAB)
-		defer func() {
-			if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
-				t.Errorf("A -> B: %v", err)
-			}
-		}()
 		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
 		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
 		pgtest.WaitFor(t, "row 7000 as B wrote it on both sides", time.Minute, func() (bool, error) {
@@ -174,6 +169,32 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 		}
 		if n := ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id = 7001 AND v = 'b'"); n != 1 {
 			t.Errorf("on B, row 7001 is not as B wrote it")
+		}
+
+		// A TRUNCATE on A, and a row B wrote after it: on B the truncate
+		// would take that row away on B only (A gets it after its
+		// truncate): a conflict, truncate_origin_differs, parked.
+		if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+			t.Fatalf("A -> B: %v", err)
+		}
+		ab.srcExec(`TRUNCATE t`)
+		ab.tgtExec(`INSERT INTO t (id, v) VALUES (7100, 'b')`)
+		stopAB = ab.start(cfgAB)
+		defer func() {
+			if err := stopAB(); err != nil && !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("A -> B: %v", err)
+			}
+		}()
+		ab.waitCaughtUp(cfgAB.Slot, time.Minute)
+		ba.waitCaughtUp(cfgBA.Slot, time.Minute)
+		pgtest.WaitFor(t, "B's row on A", time.Minute, func() (bool, error) {
+			return ab.count(ab.Src, "SELECT count(*) FROM t WHERE id = 7100") == 1, nil
+		})
+		if n := parked(ab.Tgt, cfgAB.Slot, "truncate_origin_differs"); n != 1 {
+			t.Errorf("on B, %d parked truncate_origin_differs, want 1 (A's truncate, older than B's row 7100)", n)
+		}
+		if n := ab.count(ab.Tgt, "SELECT count(*) FROM t WHERE id IN (7000, 7100)"); n != 2 {
+			t.Errorf("on B, %d of rows 7000 and 7100, want both (the truncate parked)", n)
 		}
 	})
 

@@ -32,6 +32,8 @@ const (
 	// with track_commit_timestamp on the target: local_older).
 	UpdateOriginDiffers ConflictKind = "update_origin_differs"
 	DeleteOriginDiffers ConflictKind = "delete_origin_differs"
+	// TruncateOriginDiffers: a table to truncate holds such a row.
+	TruncateOriginDiffers ConflictKind = "truncate_origin_differs"
 	// MultipleRows: an update or delete matched more than one target row
 	// by its key (the target's key columns are not unique as the
 	// source's are: no unique index, or another collation).
@@ -45,7 +47,7 @@ const (
 func ConflictKinds() []ConflictKind {
 	return []ConflictKind{InsertExists, UpdateExists, UpdateMissing, DeleteMissing,
 		CheckViolation, ForeignKeyViolation, NotNullViolation, DataError, MultipleRows,
-		UpdateOriginDiffers, DeleteOriginDiffers}
+		UpdateOriginDiffers, DeleteOriginDiffers, TruncateOriginDiffers}
 }
 
 // ConflictError is a change the target refused because of its data — a
@@ -171,8 +173,11 @@ func conflictKind(class pgerr.DataClass, op change.Op) (ConflictKind, bool) {
 	case pgerr.KeyNotUnique:
 		return MultipleRows, true
 	case pgerr.OriginDiffers:
-		if op == change.OpDelete {
+		switch op {
+		case change.OpDelete:
 			return DeleteOriginDiffers, true
+		case change.OpTruncate:
+			return TruncateOriginDiffers, true
 		}
 		return UpdateOriginDiffers, true
 	case pgerr.Check:

@@ -239,6 +239,30 @@ func keyProblem(kind byte) string {
 	return kindProblem(kind)
 }
 
+// checkTruncate, with CheckLocalWrites, refuses a TRUNCATE of tables
+// holding a row that a transaction of the target's own committed at or
+// after the source transaction (truncate_origin_differs): the truncate
+// would take it away on this side only. Every row is read, through
+// repstream.local_older (a TRUNCATE between two databases that both
+// write is rare; its cost, a few microseconds a row, is paid only then).
+func (w *Writer) checkTruncate(ctx context.Context, c *change.Change, names []string) error {
+	if !w.opts.CheckLocalWrites || w.srcCommit.IsZero() {
+		return nil
+	}
+	ts := w.srcCommit.UTC().Format("2006-01-02 15:04:05.999999+00")
+	for i, name := range names {
+		err := w.txExec(ctx, "SELECT count(*) FROM "+name+" WHERE NOT repstream.local_older(xmin, '"+ts+"'::pg_catalog.timestamptz)")
+		if err == nil {
+			continue
+		}
+		if ce := asConflict(err, change.OpTruncate, c.TruncateRels[min(i, len(c.TruncateRels)-1)], c.LSN); ce != nil {
+			return ce
+		}
+		return fmt.Errorf("apply truncate at %s: read %s's rows for the target's own writes: %w", c.LSN, name, err)
+	}
+	return nil
+}
+
 // truncate flushes everything and truncates every listed table in one statement.
 func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 	if err := w.flushAll(ctx); err != nil {
@@ -264,6 +288,9 @@ func (w *Writer) truncate(ctx context.Context, c *change.Change) error {
 	}
 	if len(names) == 0 {
 		return nil
+	}
+	if err := w.checkTruncate(ctx, c, names); err != nil {
+		return err
 	}
 	if err := w.txExec(ctx, truncateSQL(names, c.TruncateOpts)); err != nil {
 		if d := pgerr.Detail(err); d != "" && pgerr.Is(err, pgerr.FeatureNotSupported) {
