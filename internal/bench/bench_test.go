@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,31 +14,19 @@ import (
 
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
-// repstreamBinary is built once by TestMain for the integration tests.
+// repstreamBinary is the binary the integration tests run (testbin).
 var repstreamBinary string
 
 func TestMain(m *testing.M) {
-	if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" { // make test's, built from this tree
-		repstreamBinary = b
-		pgtest.Main(m)
-		return
-	}
-	dir, err := os.MkdirTemp("", "repstream-bench-bin-")
-	if err != nil {
+	var err error
+	if repstreamBinary, err = testbin.Path(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	repstreamBinary = filepath.Join(dir, "repstream")
-	out, err := exec.Command("go", "build", "-o", repstreamBinary, "github.com/repstream/repstream/cmd/repstream").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build repstream: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	pgtest.Main(m, testbin.Remove)
 }
 
 func servers(t *testing.T) (src, tgt *pgcluster.Cluster) {

@@ -33,6 +33,7 @@ import (
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/target"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // failFast bounds how long a run that must fail may take: a bad input is an
@@ -847,7 +848,7 @@ func TestBadInputSlot(t *testing.T) {
 // the message on stderr, and a successful `run --until-caught-up` exits 0.
 func TestBadInputCLI(t *testing.T) {
 	t.Parallel() // own databases and slot; no server restarts
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	e := newEnv(t)
 	e.srcExec(acctSchema)
 	e.srcExec(`INSERT INTO acct SELECT g, g FROM generate_series(1, 20) g`)

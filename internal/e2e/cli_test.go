@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestStatusAndDrop: `repstream status` reports the slot's positions as JSON
@@ -24,7 +25,7 @@ func TestStatusAndDrop(t *testing.T) {
 	e.catchUp(cfg)
 	e.srcExec(`INSERT INTO s SELECT generate_series(1, 100)`)
 	e.catchUp(cfg)
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	conn := []string{"--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot}
 
 	out, err := exec.Command(bin, append([]string{"status", "--json"}, conn...)...).Output()

@@ -11,6 +11,7 @@ import (
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // TestCopySourceLinkCut: the source's connection lost in the middle of the
@@ -33,7 +34,7 @@ func TestCopySourceLinkCut(t *testing.T) {
 	cfg.ReconnectMaxWait = time.Second
 	cfg.UntilCaughtUp = true
 	reg := stats.NewRegistry()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)

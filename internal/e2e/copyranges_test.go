@@ -11,17 +11,13 @@ import (
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // String is everything logged so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // capturingLogger logs into buf, info and above.
-func capturingLogger(buf *syncBuffer) *slog.Logger {
+func capturingLogger(buf *syncbuf.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
@@ -74,7 +70,7 @@ func TestCopyRanges(t *testing.T) {
 	cfg.SnapshotRangeSize = 512 << 10 // every table but the partitioned one in several ranges
 
 	stopLoad := e.writeLoad([]string{"holes", "texty", "parted"}, 19000)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- engine.New(cfg, capturingLogger(&logs), stats.NewRegistry()).Run(ctx) }()
@@ -91,7 +87,7 @@ func TestCopyRanges(t *testing.T) {
 
 	for _, tb := range []string{"holes", "texty"} {
 		if !copiedInRanges(logs.String(), tb) {
-			t.Errorf("%s was not copied in ranges:\n%s", tb, logs.tail(40))
+			t.Errorf("%s was not copied in ranges:\n%s", tb, logs.Tail(40))
 		}
 	}
 	if !copiedInRanges(logs.String(), "filtered") {
@@ -137,7 +133,7 @@ func TestCopyRangesInterrupted(t *testing.T) {
 	cfg.SnapshotWorkers = 2
 	cfg.SnapshotRangeSize = 1 << 20
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- engine.New(cfg, capturingLogger(&logs), stats.NewRegistry()).Run(ctx) }()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestDropDuringSourceDDL: `repstream drop` while an application's ALTER
@@ -29,15 +30,7 @@ func TestDropDuringSourceDDL(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	app, err := e.srcConn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close(context.Background())
-	var pid int
-	if err := app.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	app, pid := e.appSession(ctx, false)
 	// The ALTER checks its constraint on the one row for 4 s: drop runs
 	// meanwhile.
 	done := make(chan error, 1)
@@ -46,9 +39,9 @@ func TestDropDuringSourceDDL(t *testing.T) {
 		done <- err
 	}()
 	pgtest.WaitFor(t, "the application's ALTER TABLE to check its row", 30*time.Second, func() (bool, error) {
-		return e.count(e.Src, "SELECT count(*) FROM pg_stat_activity WHERE pid = "+strconv.Itoa(pid)+" AND wait_event = 'PgSleep'") == 1, nil
+		return e.count(e.Src, "SELECT count(*) FROM pg_stat_activity WHERE pid = "+strconv.FormatUint(uint64(pid), 10)+" AND wait_event = 'PgSleep'") == 1, nil
 	})
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	if out, err := exec.Command(bin, "drop", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot).CombinedOutput(); err != nil {
 		t.Fatalf("drop: %v\n%s", err, out)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,8 @@ import (
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // load writes to the source without pause until stopped: one-row
@@ -112,11 +113,11 @@ func (l *load) halt() {
 // the target, and returns how long that took. If the engine exits
 // meanwhile (exited returns its error) it fails at once with that error
 // and the engine's last log lines.
-func (e *env) flowing(timeout time.Duration, exited func() error, log *syncBuffer) time.Duration {
+func (e *env) flowing(timeout time.Duration, exited func() error, log *syncbuf.Buffer) time.Duration {
 	e.t.Helper()
 	defer func() {
 		if e.t.Failed() && log != nil {
-			e.t.Logf("engine log (last lines):\n%s", log.tail(40))
+			e.t.Logf("engine log (last lines):\n%s", log.Tail(40))
 		}
 	}()
 	start := time.Now()
@@ -149,29 +150,10 @@ func (e *env) flowing(timeout time.Duration, exited func() error, log *syncBuffe
 	return time.Since(start)
 }
 
-// syncBuffer keeps what the engine logs, for a failing test to show.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(b.buf.String(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // runEngine starts the engine in the background, logging into log; stop
 // cancels it and returns its error; exited reports whether it ended on its
 // own.
-func (e *env) runEngine(cfg config.Config, reg *stats.Registry, log *syncBuffer) (stop func() error, exited func() error) {
+func (e *env) runEngine(cfg config.Config, reg *stats.Registry, log *syncbuf.Buffer) (stop func() error, exited func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var runErr error
@@ -220,7 +202,7 @@ type fault struct {
 // survive inflicts each fault in turn under the load and checks that rows
 // flow again after it (logging how long that took) without the engine
 // exiting.
-func (e *env) survive(faults []fault, l *load, exited func() error, log *syncBuffer) {
+func (e *env) survive(faults []fault, l *load, exited func() error, log *syncbuf.Buffer) {
 	e.t.Helper()
 	for _, f := range faults {
 		before := l.written.Load()
@@ -265,7 +247,7 @@ func TestFaultsServerRestarts(t *testing.T) {
 	cfg.ReconnectMaxWait = 2 * time.Second
 	reg := stats.NewRegistry()
 	l := startLoad(t, e.src.DSN(e.srcDB))
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	stop, exited := e.runEngine(cfg, reg, log)
 	e.flowing(time.Minute, exited, log)
 
@@ -326,7 +308,7 @@ func TestFaultsLinks(t *testing.T) {
 	cfg.StatusInterval = time.Second
 	reg := stats.NewRegistry()
 	l := startLoad(t, e.src.DSN(e.srcDB))
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	stop, exited := e.runEngine(cfg, reg, log)
 	e.flowing(time.Minute, exited, log)
 
@@ -376,9 +358,9 @@ func TestFaultsSIGTERM(t *testing.T) {
 	cfg := e.config("public.faults_a", "public.faults_b")
 	cfg.ReconnectMaxWait = 5 * time.Second
 	l := startLoad(t, e.src.DSN(e.srcDB))
-	bin := repstreamBinary(t)
-	start := func() (*exec.Cmd, *syncBuffer) {
-		var out syncBuffer
+	bin := testbin.Repstream(t)
+	start := func() (*exec.Cmd, *syncbuf.Buffer) {
+		var out syncbuf.Buffer
 		cmd := exec.Command(bin, args(cfg, "--progress", "0")...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -386,7 +368,7 @@ func TestFaultsSIGTERM(t *testing.T) {
 		}
 		return cmd, &out
 	}
-	term := func(cmd *exec.Cmd, out *syncBuffer, when string) {
+	term := func(cmd *exec.Cmd, out *syncbuf.Buffer, when string) {
 		t.Helper()
 		began := time.Now()
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -397,19 +379,19 @@ func TestFaultsSIGTERM(t *testing.T) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("%s: SIGTERM: the process exited with %v\n%s", when, err, out.tail(30))
+				t.Fatalf("%s: SIGTERM: the process exited with %v\n%s", when, err, out.Tail(30))
 			}
 			t.Logf("%s: exited 0 %s after SIGTERM", when, time.Since(began).Round(time.Millisecond))
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			t.Fatalf("%s: still running 15s after SIGTERM\n%s", when, out.tail(30))
+			t.Fatalf("%s: still running 15s after SIGTERM\n%s", when, out.Tail(30))
 		}
 	}
 
 	e.srcExec(`INSERT INTO faults_b SELECT 1000000 + g, repeat('x', 200) FROM generate_series(1, 200000) g`)
 	cmd, out := start()
 	pgtest.WaitFor(t, "the initial copy to start", time.Minute, func() (bool, error) {
-		return strings.Contains(out.tail(50), "initial copy"), nil
+		return strings.Contains(out.Tail(50), "initial copy"), nil
 	})
 	term(cmd, out, "initial copy")
 
@@ -417,7 +399,7 @@ func TestFaultsSIGTERM(t *testing.T) {
 	// is not enough after a stopped initial copy, whose next run copies the
 	// interrupted table again (its rows, the mark among them) before it
 	// streams.
-	streaming := func(out *syncBuffer) {
+	streaming := func(out *syncbuf.Buffer) {
 		t.Helper()
 		e.flowing(time.Minute, nil, out)
 		pgtest.WaitFor(t, "the engine to stream", time.Minute, func() (bool, error) {
@@ -437,11 +419,11 @@ func TestFaultsSIGTERM(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			t.Logf("engine log (last lines):\n%s", out.tail(40))
+			t.Logf("engine log (last lines):\n%s", out.Tail(40))
 		}
 	}()
 	pgtest.WaitFor(t, "the engine to wait for the target", time.Minute, func() (bool, error) {
-		return strings.Contains(out.tail(50), "reconnecting"), nil
+		return strings.Contains(out.Tail(50), "reconnecting"), nil
 	})
 	term(cmd, out, "waiting to reconnect")
 

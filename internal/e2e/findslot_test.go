@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestAdminCommandsFindTheirReplication: errors, status, tables and drop
@@ -27,7 +28,7 @@ func TestAdminCommandsFindTheirReplication(t *testing.T) {
 	e.srcExec(`INSERT INTO fs VALUES (1, 'parked')`)
 	e.srcExec(`INSERT INTO fs VALUES (2, 'fine')`)
 	e.catchUp(cfg)
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	out, err := exec.Command(bin, "errors", "list", "--target", cfg.Target).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "using slot "+cfg.Slot) || !strings.Contains(string(out), "public.fs") {
 		t.Fatalf("errors list without --slot: %v\n%s", err, out)

@@ -18,16 +18,18 @@ import (
 	"github.com/repstream/repstream/internal/schema"
 	"github.com/repstream/repstream/internal/snapshot"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // catchUpLogged is catchUp with the run's log (info and above) in logs.
-func (e *env) catchUpLogged(cfg config.Config, logs *syncBuffer) {
+func (e *env) catchUpLogged(cfg config.Config, logs *syncbuf.Buffer) {
 	e.t.Helper()
 	cfg.UntilCaughtUp = true
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := engine.New(cfg, capturingLogger(logs), stats.NewRegistry()).Run(ctx); err != nil {
-		e.t.Fatalf("run --until-caught-up: %v\n%s", err, logs.tail(40))
+		e.t.Fatalf("run --until-caught-up: %v\n%s", err, logs.Tail(40))
 	}
 }
 
@@ -133,13 +135,13 @@ func TestCopyFreeze(t *testing.T) {
 	cfg.SnapshotWorkers = 2
 	cfg.SnapshotRangeSize = 16 << 20 // big (~22 MB) in ranges; small (~10 MB) in one piece
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	e.catchUpLogged(cfg, &logs)
 	if !copiedInRanges(logs.String(), "big") || copiedInRanges(logs.String(), "small") {
-		t.Fatalf("want big in ranges and small in one piece:\n%s", logs.tail(40))
+		t.Fatalf("want big in ranges and small in one piece:\n%s", logs.Tail(40))
 	}
 	if f := copiedFrozen(logs.String(), "small"); f != "true" {
-		t.Errorf("small copied with frozen=%q, want true:\n%s", f, logs.tail(40))
+		t.Errorf("small copied with frozen=%q, want true:\n%s", f, logs.Tail(40))
 	}
 	if f := copiedFrozen(logs.String(), "big"); f != "false" {
 		t.Errorf("big (in ranges) copied with frozen=%q, want false", f)
@@ -200,16 +202,16 @@ func TestCopyFreezeFallback(t *testing.T) {
 	// The tables as the user made them: set aside for the copy (issue 31),
 	// referenced would lose the foreign key that keeps it from FREEZE.
 	cfg.KeepIndexes = true
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	e.catchUpLogged(cfg, &logs)
 	if _, err := reader.Exec(context.Background(), `COMMIT`); err != nil {
 		t.Fatal(err)
 	}
 	if r := noFreezeReason(logs.String(), "referenced"); !strings.Contains(r, "foreign key of public.referencing") {
-		t.Errorf("referenced: reason for no FREEZE %q:\n%s", r, logs.tail(40))
+		t.Errorf("referenced: reason for no FREEZE %q:\n%s", r, logs.Tail(40))
 	}
 	if r := noFreezeReason(logs.String(), "busy"); !strings.Contains(r, "lock on the target table not had") {
-		t.Errorf("busy: reason for no FREEZE %q:\n%s", r, logs.tail(40))
+		t.Errorf("busy: reason for no FREEZE %q:\n%s", r, logs.Tail(40))
 	}
 	if r := noFreezeReason(logs.String(), "triggered"); !strings.Contains(r, "trigger on_truncate") {
 		t.Errorf("triggered: reason for no FREEZE %q", r)
@@ -246,7 +248,7 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 
 	ctx := context.Background()
 	snap := e.exportSnapshot(ctx)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	res, err := snapshot.Copy(ctx, snapshot.Options{
 		SourceDSN: e.src.DSN(e.srcDB), SnapshotName: snap, Workers: 2, Binary: true,
 		TargetDSN: fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", e.tgt.Port(), r.tgt, e.tgtDB),
@@ -254,16 +256,16 @@ func TestCopyFreezeNoTruncatePrivilege(t *testing.T) {
 		Logger:    capturingLogger(&logs),
 	})
 	if err != nil {
-		t.Fatalf("copy: %v\n%s", err, logs.tail(20))
+		t.Fatalf("copy: %v\n%s", err, logs.Tail(20))
 	}
 	if res.Rows != 2*freezeRows {
 		t.Errorf("copied %d rows, want %d", res.Rows, 2*freezeRows)
 	}
 	if r := noFreezeReason(logs.String(), "notrunc"); !strings.Contains(r, "lacks the TRUNCATE privilege") {
-		t.Errorf("notrunc: reason for no FREEZE %q:\n%s", r, logs.tail(20))
+		t.Errorf("notrunc: reason for no FREEZE %q:\n%s", r, logs.Tail(20))
 	}
 	if !strings.Contains(logs.String(), `msg="copying without FREEZE: the target table has rows`) || copiedFrozen(logs.String(), "hasrows") != "false" {
-		t.Errorf("hasrows: not copied the plain way:\n%s", logs.tail(20))
+		t.Errorf("hasrows: not copied the plain way:\n%s", logs.Tail(20))
 	}
 	e.assertSame("notrunc", "id")
 	if n := e.count(e.Tgt, `SELECT count(*) FROM hasrows WHERE id = -1 AND v = 'kept'`); n != 1 {
@@ -283,7 +285,7 @@ func TestKillDuringFreezeCopy(t *testing.T) {
 	e.both(`CREATE TABLE killed (id int PRIMARY KEY, v int NOT NULL, pad text)`)
 	e.srcExec(`INSERT INTO killed SELECT g, g % 13, repeat('k', 60) FROM generate_series(1, 250000) g`)
 	cfg := e.config("public.killed")
-	cmd := exec.Command(repstreamBinary(t), args(cfg, "--snapshot-range-size", "1GB")...)
+	cmd := exec.Command(testbin.Repstream(t), args(cfg, "--snapshot-range-size", "1GB")...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +20,8 @@ import (
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestMain runs twice as many tests at once as there are CPUs: most of
@@ -30,7 +30,7 @@ import (
 // kept the CPUs about 60% busy.
 func TestMain(m *testing.M) {
 	pgtest.DefaultParallel(2 * runtime.GOMAXPROCS(0))
-	pgtest.Main(m)
+	pgtest.Main(m, testbin.Remove)
 }
 
 // env is one test's source and target databases.
@@ -136,10 +136,10 @@ func testLogger(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	buf := &syncBuffer{}
+	buf := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("engine log (last lines):\n%s", buf.tail(60))
+			t.Logf("engine log (last lines):\n%s", buf.Tail(60))
 		}
 	})
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -249,39 +249,6 @@ func (e *env) diff(table, orderBy string) string {
 	return b.String()
 }
 
-// repstreamBinary is the repstream binary for tests that need a separate
-// process (kill -9, peak RSS): $REPSTREAM_TEST_BINARY (make test's, built
-// from this tree just before), else built once per test process.
-var (
-	buildOnce   sync.Once
-	builtBinary string
-	buildErr    error
-)
-
-func repstreamBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" {
-			builtBinary = b
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-e2e-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/repstream")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build repstream: %v\n%s", err, b)
-			return
-		}
-		builtBinary = out
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBinary
-}
-
 // args renders a config as command-line flags.
 func args(c config.Config, extra ...string) []string {
 	a := []string{"run", "--source", c.Source, "--target", c.Target, "--slot", c.Slot,
@@ -298,6 +265,27 @@ func args(c config.Config, extra ...string) []string {
 		a = append(a, "--snapshot=false")
 	}
 	return append(a, extra...)
+}
+
+// appSession opens an application's session on the target database (else
+// the source's), closed when the test ends, and returns it with its
+// backend pid.
+func (e *env) appSession(ctx context.Context, onTarget bool) (*pgx.Conn, uint32) {
+	e.t.Helper()
+	dsn := e.src.DSN(e.srcDB)
+	if onTarget {
+		dsn = e.tgt.DSN(e.tgtDB)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close(context.Background()) })
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		e.t.Fatal(err)
+	}
+	return conn, pid
 }
 
 func (e *env) srcConn(ctx context.Context) (*pgx.Conn, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/repstream/repstream/internal/healthcheck"
 	"github.com/repstream/repstream/internal/stats"
 	"github.com/repstream/repstream/internal/tablesync"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // defs returns, one line each in order, how a table's keys, unique and
@@ -159,7 +160,7 @@ func TestCreateTablesIndexNotBuildable(t *testing.T) {
 		!strings.Contains(rows[0].IndexesNotBuilt[0].Error, "src_only") || !strings.Contains(rows[0].IndexesNotBuilt[0].SQL, "CREATE INDEX") {
 		t.Errorf("tables list: %+v, want x_f not built", rows)
 	}
-	out, err := exec.Command(repstreamBinary(t), "tables", "list", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot).CombinedOutput()
+	out, err := exec.Command(testbin.Repstream(t), "tables", "list", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "index x_f: ") || !strings.Contains(string(out), "src_only") {
 		t.Errorf("tables list: %v\n%s", err, out)
 	}

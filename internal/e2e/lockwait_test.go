@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/repstream/repstream/internal/engine"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // TestFirstStartSaysWhoHoldsItUp: an application's transaction on the
@@ -25,20 +24,12 @@ func TestFirstStartSaysWhoHoldsItUp(t *testing.T) {
 	e.both(`CREATE TABLE held (id int PRIMARY KEY, v text)`)
 	e.srcExec(`INSERT INTO held SELECT g, 'v' || g FROM generate_series(1, 50) g`)
 	ctx := context.Background()
-	app, err := pgx.Connect(ctx, e.tgt.DSN(e.tgtDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close(ctx)
-	var pid uint32
-	if err := app.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	app, pid := e.appSession(ctx, true)
 	if _, err := app.Exec(ctx, "BEGIN; LOCK TABLE held IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := e.config("public.held")
-	buf := &syncBuffer{}
+	buf := &syncbuf.Buffer{}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -75,7 +66,7 @@ func TestApplySaysWhoHoldsItUp(t *testing.T) {
 	e.srcExec(`INSERT INTO rowheld SELECT g, 'v' || g FROM generate_series(1, 10) g`)
 	cfg := e.config("public.rowheld")
 	cfg.TargetTimeout = 4 * time.Second // looked at after 2 s
-	buf := &syncBuffer{}
+	buf := &syncbuf.Buffer{}
 	ctx := context.Background()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -83,15 +74,7 @@ func TestApplySaysWhoHoldsItUp(t *testing.T) {
 	go func() { done <- engine.New(cfg, capturingLogger(buf), nil).Run(runCtx) }()
 	waitRunning(t, done, "the rows on the target", time.Minute, e.sameRows("rowheld", "rowheld"))
 
-	app, err := pgx.Connect(ctx, e.tgt.DSN(e.tgtDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close(ctx)
-	var pid uint32
-	if err := app.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	app, pid := e.appSession(ctx, true)
 	if _, err := app.Exec(ctx, "BEGIN; UPDATE rowheld SET v = 'held' WHERE id = 3"); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // runCLI runs the built binary to completion and returns its stdout, its
@@ -26,7 +27,7 @@ func runCLI(t *testing.T, timeout time.Duration, argv ...string) (string, string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, repstreamBinary(t), argv...)
+	cmd := exec.CommandContext(ctx, testbin.Repstream(t), argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -65,7 +66,7 @@ func TestAdviseApplyBottleneck(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	run := exec.CommandContext(ctx, repstreamBinary(t), args(cfg, "--http", addr)...)
+	run := exec.CommandContext(ctx, testbin.Repstream(t), args(cfg, "--http", addr)...)
 	var runLog bytes.Buffer
 	run.Stderr = &runLog
 	if err := run.Start(); err != nil {

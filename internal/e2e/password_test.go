@@ -21,6 +21,8 @@ import (
 
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/syncbuf"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // pwCluster is a cluster where role pwRole must log in over TCP with its
@@ -53,7 +55,7 @@ func childEnv(t *testing.T, extra ...string) []string {
 // login included.
 func TestPasswordsOffTheCommandLine(t *testing.T) {
 	t.Parallel() // own clusters
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	c := pgtest.Cluster(t, pgcluster.Options{Name: "pw", Fast: true,
 		HBA: []string{"host all " + pwRole + " 127.0.0.1/32 scram-sha-256"}})
 	ctx := t.Context()
@@ -115,7 +117,7 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 				"--spill-dir", filepath.Join(t.TempDir(), "spill"), "--http", httpAddr, "--log-level", "debug")
 			cmd := exec.Command(bin, argv...)
 			cmd.Env = childEnv(t, env...)
-			var out syncBuffer
+			var out syncbuf.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -138,7 +140,7 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 				select {
 				case err := <-exited:
 					stopped = true
-					t.Fatalf("run exited at once: %v\n%s", err, out.tail(30))
+					t.Fatalf("run exited at once: %v\n%s", err, out.Tail(30))
 				default:
 				}
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
@@ -176,7 +178,7 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 				select {
 				case err := <-exited:
 					stopped = true
-					t.Fatalf("run exited early: %v\n%s", err, out.tail(30))
+					t.Fatalf("run exited early: %v\n%s", err, out.Tail(30))
 				default:
 				}
 				var srcCount, n int
@@ -192,7 +194,7 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 					}
 					inserted = true
 				}
-				return false, fmt.Errorf("target has %d of %d rows (streamed row inserted: %v), probes up: %v:\n%s", n, srcCount, inserted, up, out.tail(30))
+				return false, fmt.Errorf("target has %d of %d rows (streamed row inserted: %v), probes up: %v:\n%s", n, srcCount, inserted, up, out.Tail(30))
 			})
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
@@ -201,12 +203,12 @@ func TestPasswordsOffTheCommandLine(t *testing.T) {
 			case err = <-exited:
 				stopped = true
 			case <-time.After(20 * time.Second):
-				t.Fatalf("run did not stop on SIGTERM:\n%s", out.tail(30))
+				t.Fatalf("run did not stop on SIGTERM:\n%s", out.Tail(30))
 			}
 			if err != nil {
-				t.Errorf("run after SIGTERM: %v\n%s", err, out.tail(30))
+				t.Errorf("run after SIGTERM: %v\n%s", err, out.Tail(30))
 			}
-			if all := out.tail(1 << 20); strings.Contains(all, pwPassword) {
+			if all := out.Tail(1 << 20); strings.Contains(all, pwPassword) {
 				t.Errorf("the password is in run's output:\n%s", all)
 			} else {
 				t.Logf("run's output (%d lines), no password in it", strings.Count(all, "\n"))

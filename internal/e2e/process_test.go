@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/config"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // runBinary runs bin/repstream to completion and returns its stderr and
@@ -27,7 +28,7 @@ func runBinary(t *testing.T, timeout time.Duration, argv ...string) (string, int
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, repstreamBinary(t), argv...)
+	cmd := exec.CommandContext(ctx, testbin.Repstream(t), argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -181,7 +182,7 @@ func TestCrashRecovery(t *testing.T) {
 				}
 			})
 			for kill := 0; kill < 5; kill++ {
-				cmd := exec.Command(repstreamBinary(t), args(cfg, "--log-level", "debug")...)
+				cmd := exec.Command(testbin.Repstream(t), args(cfg, "--log-level", "debug")...)
 				var stderr bytes.Buffer
 				logs = append(logs, &stderr)
 				cmd.Stderr = &stderr

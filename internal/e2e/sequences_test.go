@@ -9,6 +9,7 @@ import (
 
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/sequences"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestSequencesSync: replication leaves the target's sequences at their
@@ -36,7 +37,7 @@ func TestSequencesSync(t *testing.T) {
 	e.catchUp(cfg)
 	e.tgtExec(`SELECT setval('ahead_id_seq', 100)`)
 
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	out, err := exec.Command(bin, "sequences", "sync", "--source", cfg.Source, "--target", cfg.Target, "--slot", cfg.Slot).CombinedOutput()
 	if err != nil {
 		t.Fatalf("sequences sync: %v\n%s", err, out)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // Issue 31: the initial copy into tables the user made sets their keys and
@@ -164,7 +165,7 @@ func TestSetAsideUserTables(t *testing.T) {
 // set aside then.
 func startKilledInCopy(t *testing.T, e *env, argv []string, table string) {
 	t.Helper()
-	cmd := exec.Command(repstreamBinary(t), argv...)
+	cmd := exec.Command(testbin.Repstream(t), argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

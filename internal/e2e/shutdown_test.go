@@ -12,6 +12,7 @@ import (
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // TestSourceFastShutdownNotHeldUp: `pg_ctl restart -m fast` of the source
@@ -33,7 +34,7 @@ func TestSourceFastShutdownNotHeldUp(t *testing.T) {
 	cfg.ReconnectMaxWait = time.Second
 	e.catchUp(cfg)
 	reg := stats.NewRegistry()
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	stop, exited := e.runEngine(cfg, reg, log)
 	ctx := context.Background()
 	conn, err := e.srcConn(ctx)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // runStatusBinary runs the repstream binary and returns its exit code, stdout and
@@ -18,7 +19,7 @@ import (
 func runStatusBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := exec.Command(repstreamBinary(t), args...)
+	cmd := exec.Command(testbin.Repstream(t), args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var ee *exec.ExitError

@@ -13,6 +13,7 @@ import (
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // TestStreamedTransactions makes the walsender stream large transactions
@@ -231,7 +232,7 @@ func TestEagerAfterBacklog(t *testing.T) {
 	e.srcExec(`INSERT INTO big SELECT g, repeat('b', 40) FROM generate_series(1, 30000) g`)
 	e.srcExec(`DO $$ BEGIN FOR i IN 50001..51000 LOOP INSERT INTO small VALUES (i, i); COMMIT; END LOOP; END $$`)
 	t0 := time.Now()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg.UntilCaughtUp = true
 	reg := stats.NewRegistry()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestTablesOddIdentifiers: --tables names tables whose schema and table
@@ -31,7 +33,7 @@ func TestTablesOddIdentifiers(t *testing.T) {
 	for _, tb := range tables {
 		e.srcExec(`INSERT INTO ` + tb + ` SELECT g, 'v' || g FROM generate_series(1, 10) g`)
 	}
-	bin := repstreamBinary(t)
+	bin := testbin.Repstream(t)
 	run := func(name string, env []string, cfgTables []string, extra ...string) {
 		t.Helper()
 		cfg := e.config(cfgTables...)

@@ -20,6 +20,7 @@ import (
 	"github.com/repstream/repstream/internal/engine"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
 	"github.com/repstream/repstream/internal/stats"
+	"github.com/repstream/repstream/internal/syncbuf"
 	"github.com/repstream/repstream/internal/tablesync"
 )
 
@@ -570,7 +571,7 @@ func TestResumeInitialCopyAfterTableRename(t *testing.T) {
 	e.srcExec(`ALTER TABLE b_big RENAME TO b_huge`)
 	cfg.Tables = []string{"public.a_small", "public.b_huge"} // as a user would: b_big is no more
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	stop := e.startUntilReadyLog(cfg, "b_huge", capturingLogger(&logs))
 	e.srcExec(`INSERT INTO b_huge SELECT g, 5, 'late' FROM generate_series(20000001, 20001000) g;
 		UPDATE b_huge SET v = v + 1 WHERE id <= 1000;
@@ -596,7 +597,7 @@ func TestResumeInitialCopyAfterTableRename(t *testing.T) {
 			strings.Contains(line, "table=public.b_big")
 	}
 	if !warned {
-		t.Errorf("no warning names the part-copied b_big the source no longer publishes:\n%s", logs.tail(30))
+		t.Errorf("no warning names the part-copied b_big the source no longer publishes:\n%s", logs.Tail(30))
 	}
 }
 

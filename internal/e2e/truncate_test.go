@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestTruncateCascadeRestartIdentity: TRUNCATE ... RESTART IDENTITY
@@ -236,7 +237,7 @@ func TestSetUnloggedStops(t *testing.T) {
 	if m == nil {
 		t.Fatalf("the error names no commit LSN: %v", err)
 	}
-	if out, err := exec.Command(repstreamBinary(t), "errors", "skip", "--target", cfg.Target, "--slot", cfg.Slot, "--lsn", m[1]).CombinedOutput(); err != nil {
+	if out, err := exec.Command(testbin.Repstream(t), "errors", "skip", "--target", cfg.Target, "--slot", cfg.Slot, "--lsn", m[1]).CombinedOutput(); err != nil {
 		t.Fatalf("errors skip --lsn %s: %v\n%s", m[1], err, out)
 	}
 	e.catchUp(cfg)

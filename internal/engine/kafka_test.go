@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +15,8 @@ import (
 
 	"github.com/repstream/repstream/internal/config"
 	"github.com/repstream/repstream/internal/kafkalog"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
-
-// syncBuffer is a log destination safe for the engine's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // closedDSN is a PostgreSQL DSN on a port nothing listens on.
 func closedDSN(t *testing.T) (dsn, addr string) {
@@ -82,7 +63,7 @@ func TestKafkaStartWaitsForPassingBrokerErrors(t *testing.T) {
 			dsn, srcAddr := closedDSN(t)
 			cfg := config.Config{Role: c.role, Kafka: strings.Join(k.ListenAddrs(), ","), Slot: slot, Publication: "pub",
 				Source: dsn, Target: dsn, ReconnectMaxWait: 2 * time.Second}
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			e := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
@@ -138,7 +119,7 @@ func TestKafkaTopicFormatWaitsForPassingBrokerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Topic: topic, Err: kerr.LeaderNotAvailable, Count: 2})
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	e := New(config.Config{Role: config.RoleApply, ReconnectMaxWait: time.Second}, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	if !e.topicFormat(ctx, adm, brokers, topic) {
 		t.Fatalf("the topic's last record, binary, read as text (fault hits %d)\n%s", h.Hits(), logs.String())

@@ -6,12 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/repstream/repstream/internal/pgerr"
+	"github.com/repstream/repstream/internal/syncbuf"
 )
 
 // watchPipe adds one end of an in-memory pipe to w as a connection of
@@ -181,7 +181,7 @@ func TestLinkWatchIdleAndMoving(t *testing.T) {
 func TestLinkWatchSaysWhoHoldsALock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 30 * time.Second
-		var logs syncLog
+		var logs syncbuf.Buffer
 		w := NewLinkWatch("", timeout, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 		const who = "pid 99 (role app, application psql, idle in transaction, its transaction open for 40 s): UPDATE t SET v = 1"
 		w.probe = func(context.Context, []uint32) (map[uint32]backendState, error) {
@@ -224,23 +224,4 @@ func TestLinkWatchSaysWhoHoldsALock(t *testing.T) {
 		cancel()
 		<-done
 	})
-}
-
-// syncLog is a log's output, written by the watch's goroutine and read by
-// the test's.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestKafkaAcceptance is issue 30's check as one run, on three brokers:
@@ -49,7 +50,7 @@ func TestKafkaAcceptance(t *testing.T) {
 	// (Once the controller has seen it go: its session times out.)
 	var out []byte
 	pgtest.WaitForEvery(t, "check --kafka to name the broker down", 60*time.Second, time.Second, func() (bool, error) {
-		ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(dbA), "--slot", e.slot)
+		ck := exec.Command(testbin.Repstream(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(dbA), "--slot", e.slot)
 		out, _ = ck.CombinedOutput()
 		return strings.Contains(string(out), "not among them: "+k.Addrs()[victim]) && strings.Contains(string(out), "2 of its 3 replicas in sync"), nil
 	})

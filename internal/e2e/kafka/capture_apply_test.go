@@ -17,6 +17,8 @@ import (
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/syncbuf"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // proc is a repstream process of a test: its output kept, killed at the
@@ -25,14 +27,14 @@ type proc struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *syncbuf.Buffer
 	exited chan error
 }
 
 func startProc(t *testing.T, name string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, out: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command(repstreamBinary(t), argv...)
+	p := &proc{t: t, name: name, out: &syncbuf.Buffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(testbin.Repstream(t), argv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -61,10 +63,10 @@ func (p *proc) stop() {
 	select {
 	case err := <-p.exited:
 		if err != nil {
-			p.t.Errorf("%s after SIGTERM: %v\n%s", p.name, err, p.out.tail(30))
+			p.t.Errorf("%s after SIGTERM: %v\n%s", p.name, err, p.out.Tail(30))
 		}
 	case <-time.After(30 * time.Second):
-		p.t.Errorf("%s did not stop on SIGTERM:\n%s", p.name, p.out.tail(30))
+		p.t.Errorf("%s did not stop on SIGTERM:\n%s", p.name, p.out.Tail(30))
 	}
 }
 
@@ -75,7 +77,7 @@ func (p *proc) waitLogged(line string, timeout time.Duration) {
 	p.t.Helper()
 	pgtest.WaitFor(p.t, p.name+" to log "+line, timeout, func() (bool, error) {
 		p.alive()
-		return strings.Contains(p.out.tail(50), line), nil
+		return strings.Contains(p.out.Tail(50), line), nil
 	})
 }
 
@@ -84,7 +86,7 @@ func (p *proc) alive() {
 	select {
 	case err := <-p.exited:
 		p.exited <- err
-		p.t.Fatalf("%s exited: %v\n%s", p.name, err, p.out.tail(40))
+		p.t.Fatalf("%s exited: %v\n%s", p.name, err, p.out.Tail(40))
 	default:
 	}
 }
@@ -283,7 +285,7 @@ func logTails(t *testing.T, procs ...*proc) {
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("KAFKA_TEST_LOGS") != "" {
 			for _, p := range procs {
-				t.Logf("%s:\n%s", p.name, p.out.tail(25))
+				t.Logf("%s:\n%s", p.name, p.out.Tail(25))
 			}
 		}
 	})
@@ -315,8 +317,8 @@ func TestKafkaApplyNonEmptyTarget(t *testing.T) {
 	capt := e.startCapture("capture")
 	ap := e.startApply("apply", db)
 	err := exitOf(t, ap, 90*time.Second)
-	if out := ap.out.tail(1000); err == nil || lineWith(out, "public.acct has rows", "--truncate") == "" {
-		t.Fatalf("apply: %v, want a refusal naming public.acct and --truncate:\n%s", err, ap.out.tail(30))
+	if out := ap.out.Tail(1000); err == nil || lineWith(out, "public.acct has rows", "--truncate") == "" {
+		t.Fatalf("apply: %v, want a refusal naming public.acct and --truncate:\n%s", err, ap.out.Tail(30))
 	}
 	var n int
 	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM acct WHERE id = 5000").Scan(&n); err != nil || n != 1 {
@@ -332,8 +334,8 @@ func TestKafkaApplyNonEmptyTarget(t *testing.T) {
 	ap = e.startApply("apply (table added)", db)
 	e.exec(`ALTER PUBLICATION ` + e.slot + ` ADD TABLE side.extra`)
 	err = exitOf(t, ap, 90*time.Second)
-	if out := ap.out.tail(1000); err == nil || lineWith(out, "side.extra", "tables add --truncate side.extra") == "" {
-		t.Fatalf("apply: %v, want a refusal naming side.extra and tables add --truncate:\n%s", err, ap.out.tail(30))
+	if out := ap.out.Tail(1000); err == nil || lineWith(out, "side.extra", "tables add --truncate side.extra") == "" {
+		t.Fatalf("apply: %v, want a refusal naming side.extra and tables add --truncate:\n%s", err, ap.out.Tail(30))
 	}
 	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM side.extra WHERE v = 'tgt-only'").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("the target's own rows of extra after the refused copy: %d, %v; want them kept", n, err)
@@ -447,12 +449,12 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	// status --kafka says so, exit code 2.
-	st := exec.Command(repstreamBinary(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	st := exec.Command(testbin.Repstream(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
 	if out, err := st.CombinedOutput(); err == nil || st.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "drop --target-only") || !strings.Contains(string(out), "kafka topic") {
 		t.Fatalf("status --kafka with the target's offset trimmed: %v, want exit 2 naming drop --target-only:\n%s", err, out)
 	}
 	// And check --kafka: the brokers and the topic OK, the offset FAIL.
-	ck := exec.Command(repstreamBinary(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	ck := exec.Command(testbin.Repstream(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
 	out, err := ck.CombinedOutput()
 	for _, want := range []string{"OK    kafka   brokers: 1 reachable", "kafka   topic " + topic + ": one copy", "FAIL  kafka   target's offset", "drop --target-only"} {
 		if err == nil || !strings.Contains(string(out), want) {
@@ -466,7 +468,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		ap := startProc(t, "apply ("+why+")", applyArgs...)
 		select {
 		case err := <-ap.exited:
-			out := ap.out.tail(20)
+			out := ap.out.Tail(20)
 			for _, w := range append([]string{"re-seed", tgtDB, "drop --target-only"}, want...) {
 				if err == nil || !strings.Contains(out, w) {
 					t.Fatalf("apply %s: exit %v, want an error naming %q:\n%s", why, err, w, out)
@@ -474,9 +476,9 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 			}
 			ap.exited <- err
 		case <-time.After(60 * time.Second):
-			t.Fatalf("apply %s did not stop:\n%s", why, ap.out.tail(20))
+			t.Fatalf("apply %s did not stop:\n%s", why, ap.out.Tail(20))
 		}
-		drop := exec.Command(repstreamBinary(t), "drop", "--target-only", "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot, "--spill-dir", spill)
+		drop := exec.Command(testbin.Repstream(t), "drop", "--target-only", "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot, "--spill-dir", spill)
 		if out, err := drop.CombinedOutput(); err != nil {
 			t.Fatalf("drop --target-only: %v\n%s", err, out)
 		}
@@ -541,7 +543,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	refused := startProc(t, "capture (its slot dropped)", append([]string{"capture", "--tables", "public.tr"}, common...)...)
 	select {
 	case err := <-refused.exited:
-		out := refused.out.tail(20)
+		out := refused.out.Tail(20)
 		for _, w := range []string{"replication slot \"" + slot + "\" does not exist", "a capture of it wrote to topic " + topic, "removed since by retention", "drop --kafka " + brokers + " --slot " + slot, "drop --target-only"} {
 			if err == nil || !strings.Contains(out, w) {
 				t.Fatalf("capture with its slot dropped: exit %v, want an error naming %q:\n%s", err, w, out)
@@ -549,7 +551,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 		}
 		refused.exited <- err
 	case <-time.After(60 * time.Second):
-		t.Fatalf("capture with its slot dropped did not stop:\n%s", refused.out.tail(20))
+		t.Fatalf("capture with its slot dropped did not stop:\n%s", refused.out.Tail(20))
 	}
 	var slots int
 	if err := s.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&slots); err != nil || slots != 0 {
@@ -579,14 +581,14 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 			t.Fatalf("the new topic does not pass offset %d", from)
 		}
 	}
-	ck = exec.Command(repstreamBinary(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	ck = exec.Command(testbin.Repstream(t), "check", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
 	out, err = ck.CombinedOutput()
 	for _, want := range []string{"FAIL  kafka   target's offset", "was deleted and made again", "drop --target-only"} {
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Fatalf("check --kafka with the topic made again: %v, want a failure and %q:\n%s", err, want, out)
 		}
 	}
-	st = exec.Command(repstreamBinary(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
+	st = exec.Command(testbin.Repstream(t), "status", "--kafka", brokers, "--source", src.DSN(srcDB), "--target", tgtC.DSN(tgtDB), "--slot", slot)
 	if out, err := st.CombinedOutput(); err == nil || st.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "deleted and made again") || !strings.Contains(string(out), "drop --target-only") {
 		t.Fatalf("status --kafka with the topic made again: %v, want exit 2 naming drop --target-only:\n%s", err, out)
 	}
@@ -598,7 +600,7 @@ func TestKafkaTrimmedOffset(t *testing.T) {
 	// made, the topic and the target's state, so that a new capture of
 	// the same name starts afresh.
 	dropKafka := func() (string, error) {
-		out, err := exec.Command(repstreamBinary(t), "drop", "--kafka", brokers, "--source", src.DSN(srcDB), "--slot", slot,
+		out, err := exec.Command(testbin.Repstream(t), "drop", "--kafka", brokers, "--source", src.DSN(srcDB), "--slot", slot,
 			"--target", tgtC.DSN(tgtDB), "--spill-dir", spill).CombinedOutput()
 		return string(out), err
 	}
@@ -696,7 +698,7 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 	}
 	tablesAdd := func(db, wait string) {
 		t.Helper()
-		add := exec.Command(repstreamBinary(t), "tables", "add", "public.later", "--create-tables", "--source", src.DSN(srcDB),
+		add := exec.Command(testbin.Repstream(t), "tables", "add", "public.later", "--create-tables", "--source", src.DSN(srcDB),
 			"--target", tgtC.DSN(db), "--slot", slot, "--wait", wait)
 		out, err := add.CombinedOutput()
 		if err != nil {
@@ -717,7 +719,7 @@ func kafkaTablesAdd(t *testing.T, k *kafkatest.Cluster, ddl string) {
 		// The second target learnt of the table from the ALTER
 		// PUBLICATION in the topic: its warning says so, not that the
 		// table was set LOGGED or moved into a published schema.
-		out := aps[1].out.tail(1 << 20)
+		out := aps[1].out.Tail(1 << 20)
 		if l := lineWith(out, "a table was added to the publication", "public.later"); l == "" || strings.Contains(out, "SET LOGGED, SET SCHEMA") {
 			t.Errorf("%s: want the warning that a table was added to the publication, and none naming SET LOGGED or SET SCHEMA:\n%s", aps[1].name, out)
 		}

@@ -11,13 +11,14 @@ import (
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // check runs `repstream check --kafka` against db with the source DSN
 // srcDSN, and returns its output and exit code.
 func (e *kafkaEnv) check(srcDSN, db string) (string, int) {
 	e.t.Helper()
-	out, err := exec.Command(repstreamBinary(e.t), "check", "--source", srcDSN, "--target", e.tgtC.DSN(db),
+	out, err := exec.Command(testbin.Repstream(e.t), "check", "--source", srcDSN, "--target", e.tgtC.DSN(db),
 		"--slot", e.slot, "--kafka", e.brokers, "--create-tables").CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -71,8 +72,8 @@ func TestKafkaCheckApplySourceRole(t *testing.T) {
 		}
 	}
 	p := startProc(t, "apply (source role without grants)", args...)
-	if err := exitOf(t, p, 30*time.Second); err == nil || !strings.Contains(p.out.tail(20), grants) {
-		t.Fatalf("the apply's start (exit %v) does not name check's GRANTs %q:\n%s", err, grants, p.out.tail(20))
+	if err := exitOf(t, p, 30*time.Second); err == nil || !strings.Contains(p.out.Tail(20), grants) {
+		t.Fatalf("the apply's start (exit %v) does not name check's GRANTs %q:\n%s", err, grants, p.out.Tail(20))
 	}
 
 	e.exec(grants) // as check says

@@ -89,9 +89,9 @@ func TestKafkaSchemaChanges(t *testing.T) {
 	ap.kill()
 	e.exec("ALTER EVENT TRIGGER repstream_ddl DISABLE")
 	ap = e.startApply("apply (the trigger off)", db)
-	if err := exitOf(t, ap, 60*time.Second); err == nil || !strings.Contains(ap.out.tail(20), "start the capture again") ||
-		!strings.Contains(ap.out.tail(50), "waiting for the capture to set the schema-change triggers right") {
-		t.Fatalf("an apply started with the event trigger off: exit %v, want it to wait, then an error naming the capture's start:\n%s", err, ap.out.tail(20))
+	if err := exitOf(t, ap, 60*time.Second); err == nil || !strings.Contains(ap.out.Tail(20), "start the capture again") ||
+		!strings.Contains(ap.out.Tail(50), "waiting for the capture to set the schema-change triggers right") {
+		t.Fatalf("an apply started with the event trigger off: exit %v, want it to wait, then an error naming the capture's start:\n%s", err, ap.out.Tail(20))
 	}
 	e.exec("INSERT INTO moved VALUES (27, 'trigger off')")
 	ap = e.startApply("apply (the trigger off, the capture coming)", db)
@@ -186,8 +186,8 @@ func TestKafkaBinaryValues(t *testing.T) {
 	if text == 0 {
 		t.Fatalf("data records after the enum column: %d binary, %d text; want text ones", binary, text)
 	}
-	if l := lineWith(capt.out.tail(1000), "values in text"); l == "" {
-		t.Errorf("the capture's log does not say it went on in text:\n%s", capt.out.tail(20))
+	if l := lineWith(capt.out.Tail(1000), "values in text"); l == "" {
+		t.Errorf("the capture's log does not say it went on in text:\n%s", capt.out.Tail(20))
 	}
 	codecs := map[uint8]int{}
 	eachRecord(t, k, e.topic(), func(r *kgo.Record) { codecs[r.Attrs.CompressionType()]++ })
@@ -230,9 +230,9 @@ func TestKafkaBinaryTargetMismatch(t *testing.T) {
 	capt := e.startCapture("capture")
 	ap := e.startApply("apply", db)
 	err := exitOf(t, ap, 90*time.Second)
-	out := ap.out.tail(1000)
+	out := ap.out.Tail(1000)
 	if err == nil || lineWith(out, `column "id" of public.acct`, "binary", "--binary=false") == "" {
-		t.Fatalf("apply: %v, want a refusal naming the column and --binary=false:\n%s", err, ap.out.tail(30))
+		t.Fatalf("apply: %v, want a refusal naming the column and --binary=false:\n%s", err, ap.out.Tail(30))
 	}
 	var left int
 	if err := tgt.QueryRow(t.Context(), `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

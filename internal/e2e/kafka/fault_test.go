@@ -25,6 +25,7 @@ import (
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // Faults of Kafka mode (issue 30): brokers missing at the start, lost and
@@ -413,7 +414,7 @@ func exitOf(t *testing.T, p *proc, timeout time.Duration) error {
 		p.exited <- err
 		return err
 	case <-time.After(timeout):
-		t.Fatalf("%s still runs after %s:\n%s", p.name, timeout, p.out.tail(40))
+		t.Fatalf("%s still runs after %s:\n%s", p.name, timeout, p.out.Tail(40))
 		return nil
 	}
 }
@@ -466,7 +467,7 @@ func TestKafkaBrokerDownAtStart(t *testing.T) {
 		t0 := time.Now()
 		p := startProc(t, c.name, c.argv...)
 		err := exitOf(t, p, 30*time.Second)
-		out := p.out.tail(20)
+		out := p.out.Tail(20)
 		t.Logf("%s exited after %s: %v: %s", c.name, time.Since(t0).Round(time.Millisecond), err, strings.TrimSpace(out))
 		if err == nil {
 			t.Fatalf("%s with no broker at %s exited 0:\n%s", c.name, addr, out)
@@ -510,7 +511,7 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	t0 := time.Now()
 	p := startProc(t, "capture", e.captureArgs()...)
 	err := exitOf(t, p, 60*time.Second)
-	out := p.out.tail(20)
+	out := p.out.Tail(20)
 	t.Logf("capture exited after %s: %v: %s", time.Since(t0).Round(time.Millisecond), err, lastLine(out))
 	if err == nil || !strings.Contains(out, "transaction.state.log.replication.factor is 3 and there are 1 broker(s)") {
 		t.Fatalf("capture against brokers without transactions: %v\n%s", err, out)
@@ -518,7 +519,7 @@ func TestKafkaBrokersWithoutTransactions(t *testing.T) {
 	e.nothingLeft("the failed capture")
 	// check --kafka says so beforehand.
 	tgtDB, _ := e.newTarget()
-	ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
+	ck := exec.Command(testbin.Repstream(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
 	ckOut, err := ck.CombinedOutput()
 	if l := lineWith(string(ckOut), "transactions", "transaction.state.log.replication.factor is 3"); err == nil || !strings.Contains(l, "FAIL") {
 		t.Fatalf("check --kafka against brokers without transactions: %v, want a FAIL naming the setting:\n%s", err, ckOut)
@@ -573,13 +574,13 @@ func topicSettingsRefused(t *testing.T, k *kafkatest.Cluster) {
 		}
 		p := startProc(t, "capture", e.captureArgs()...)
 		err := exitOf(t, p, 60*time.Second)
-		out := p.out.tail(20)
+		out := p.out.Tail(20)
 		if err == nil || !strings.Contains(out, c.want) {
 			t.Fatalf("capture into a topic with %s=%s: %v, want a stop naming %q\n%s", c.set, c.value, err, c.want, out)
 		}
 		t.Logf("capture: %s", lineWith(out, c.want))
 		e.nothingLeft("the refused capture")
-		ck := exec.Command(repstreamBinary(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
+		ck := exec.Command(testbin.Repstream(t), "check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB), "--slot", e.slot)
 		ckOut, err := ck.CombinedOutput()
 		if l := lineWith(string(ckOut), c.want); err == nil || !strings.Contains(l, "FAIL") {
 			t.Fatalf("check --kafka on a topic with %s=%s: %v, want a FAIL naming it:\n%s", c.set, c.value, err, ckOut)
@@ -654,7 +655,7 @@ func topicOfAnotherSource(t *testing.T, k *kafkatest.Cluster) {
 	}
 	p := startProc(t, "capture of another source", withSource(e.captureArgs())...)
 	err = exitOf(t, p, 60*time.Second)
-	out := p.out.tail(20)
+	out := p.out.Tail(20)
 	if err == nil || !strings.Contains(out, "holds the stream of another source") || !strings.Contains(out, "give this capture another --slot") {
 		t.Fatalf("capture of another source into the topic: %v, want a stop naming both sources\n%s", err, out)
 	}
@@ -667,7 +668,7 @@ func topicOfAnotherSource(t *testing.T, k *kafkatest.Cluster) {
 	db2, tgt2 := e.newTarget()
 	p = startProc(t, "apply from another source", withSource(e.applyArgs(db2))...)
 	err = exitOf(t, p, 60*time.Second)
-	out = p.out.tail(20)
+	out = p.out.Tail(20)
 	if err == nil || !strings.Contains(out, "point --source at the database the capture of slot "+e.slot+" reads") {
 		t.Fatalf("apply with another --source: %v, want a stop naming both sources\n%s", err, out)
 	}
@@ -760,10 +761,10 @@ func topicOfDatabaseMadeAgain(t *testing.T, k *kafkatest.Cluster) {
 		ap.kill()
 		p.kill()
 		t.Fatalf("the capture of the database made again (OID %d) wrote into the topic of the dropped one (OID %d): its target took %d of the new database's changes and keeps %d row(s) the new database lacks:\n%s",
-			newOID, oldOID, took, lacks, p.out.tail(20))
+			newOID, oldOID, took, lacks, p.out.Tail(20))
 	}
 	err = exitOf(t, p, time.Second)
-	out := p.out.tail(20)
+	out := p.out.Tail(20)
 	want := []string{"holds the stream of another source", fmt.Sprintf("OID %d", oldOID), fmt.Sprintf("OID %d", newOID)}
 	if err == nil || lineWith(out, want...) == "" {
 		t.Fatalf("capture of the database made again: %v, want a stop naming %q\n%s", err, want, out)
@@ -782,7 +783,7 @@ func topicOfDatabaseMadeAgain(t *testing.T, k *kafkatest.Cluster) {
 		}
 		p = startProc(t, c.name, e.applyArgs(c.db)...)
 		err = exitOf(t, p, 60*time.Second)
-		out = p.out.tail(20)
+		out = p.out.Tail(20)
 		if err == nil || lineWith(out, want...) == "" {
 			t.Fatalf("%s: %v, want a stop naming %q\n%s", c.name, err, want, out)
 		}
@@ -835,10 +836,10 @@ func laterMarkerOfAnotherDatabase(t *testing.T, k *kafkatest.Cluster) {
 	}
 	err = exitOf(t, ap, 60*time.Second)
 	want := []string{fmt.Sprintf("offset %d", rec.Offset), "holds the stream of another source", fmt.Sprintf("OID %d", ep.DatabaseOID), fmt.Sprintf("OID %d", other.DatabaseOID)}
-	if out := ap.out.tail(20); err == nil || lineWith(out, want...) == "" {
+	if out := ap.out.Tail(20); err == nil || lineWith(out, want...) == "" {
 		t.Fatalf("an apply that meets a marker of another database OID: %v, want a stop naming %q\n%s", err, want, out)
 	}
-	t.Logf("apply: %s", lineWith(ap.out.tail(20), want...))
+	t.Logf("apply: %s", lineWith(ap.out.Tail(20), want...))
 	capt.stop()
 }
 
@@ -916,14 +917,14 @@ func TestKafkaApplySourceOnAnotherServer(t *testing.T) {
 		var n int
 		_ = tgt.QueryRow(t.Context(), "SELECT count(*) FROM acct").Scan(&n)
 		t.Fatalf("the apply from the other server (system identifier %s) took the topic of the capture of system identifier %s: its target has %d row(s) in acct, copied from the other server\n%s",
-			otherID, sysid, n, p.out.tail(20))
+			otherID, sysid, n, p.out.Tail(20))
 	}
 	err = exitOf(t, p, time.Second)
 	want := []string{"holds the stream of another source", "system identifier " + sysid, "system identifier " + otherID, "point --source at the database"}
-	if out := p.out.tail(20); err == nil || lineWith(out, want...) == "" {
+	if out := p.out.Tail(20); err == nil || lineWith(out, want...) == "" {
 		t.Fatalf("apply from another server: %v, want a stop naming %q\n%s", err, want, out)
 	}
-	t.Logf("apply: %s", lineWith(p.out.tail(20), want...))
+	t.Logf("apply: %s", lineWith(p.out.Tail(20), want...))
 	var made int
 	if err := tgt.QueryRow(t.Context(), "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')").Scan(&made); err != nil || made != 0 {
 		t.Fatalf("the refused apply made %d relations on its target (%v)", made, err)
@@ -961,7 +962,7 @@ func TestKafkaBrokerAwayPastTxnTimeout(t *testing.T) {
 	l.waitLoad(300, 60*time.Second)
 	l.halt()
 	waitSame(t, e.s, tgt, kafkaTables, 90*time.Second, capt, ap)
-	if line := lineWith(capt.out.tail(200), "starting a new session"); line != "" {
+	if line := lineWith(capt.out.Tail(200), "starting a new session"); line != "" {
 		t.Logf("%s", line)
 	} else {
 		t.Logf("the capture's producer was not refused (its transaction outlived the outage)")
@@ -1190,7 +1191,7 @@ func TestKafkaCorruptRecord(t *testing.T) {
 		}
 		t0 := time.Now()
 		err := exitOf(t, p, 30*time.Second)
-		out := p.out.tail(20)
+		out := p.out.Tail(20)
 		t.Logf("apply %d exited after %s: %v", i+1, time.Since(t0).Round(time.Millisecond), err)
 		if err == nil {
 			t.Fatalf("%s exited 0 on a foreign record:\n%s", p.name, out)
@@ -1231,7 +1232,7 @@ func TestKafkaTwoCaptures(t *testing.T) {
 	t0 := time.Now()
 	second := startProc(t, "capture 2", e.captureArgs()...)
 	err := exitOf(t, second, 40*time.Second)
-	out := second.out.tail(20)
+	out := second.out.Tail(20)
 	t.Logf("second capture exited after %s: %v", time.Since(t0).Round(time.Millisecond), err)
 	if err == nil {
 		t.Fatalf("a second capture of the slot exited 0:\n%s", out)
@@ -1406,12 +1407,12 @@ func TestKafkaFrozenCapture(t *testing.T) {
 	}
 	frozen = false
 	err := exitOf(t, first, 60*time.Second)
-	t.Logf("the woken capture exited: %v: %s", err, lastLine(first.out.tail(20)))
-	if l := lineWith(first.out.tail(40), "another capture session of the slot began"); l != "" {
+	t.Logf("the woken capture exited: %v: %s", err, lastLine(first.out.Tail(20)))
+	if l := lineWith(first.out.Tail(40), "another capture session of the slot began"); l != "" {
 		t.Logf("fenced: %s", l)
 	}
 	if err == nil {
-		t.Fatalf("the woken capture exited 0:\n%s", first.out.tail(30))
+		t.Fatalf("the woken capture exited 0:\n%s", first.out.Tail(30))
 	}
 	l.waitLoad(200, 30*time.Second)
 	l.halt()
@@ -1456,7 +1457,7 @@ func TestKafkaDropKeepsPublications(t *testing.T) {
 		if pub != "" {
 			args = append(args, "--publication", pub)
 		}
-		out, err := exec.Command(repstreamBinary(t), args...).CombinedOutput()
+		out, err := exec.Command(testbin.Repstream(t), args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Fatalf("drop --kafka (publication %q): %v, want %q:\n%s", pub, err, want, out)
 		}

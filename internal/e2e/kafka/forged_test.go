@@ -65,11 +65,11 @@ func TestKafkaForgedSchemaChange(t *testing.T) {
 	db, tgt := e.newTarget()
 	p := startApply("apply (source role without grants)", db)
 	err := exitOf(t, p, 30*time.Second)
-	line := lineWith(p.out.tail(20), "repstream.ddl_pubkey", "GRANT USAGE ON SCHEMA repstream TO \""+role+"\"")
+	line := lineWith(p.out.Tail(20), "repstream.ddl_pubkey", "GRANT USAGE ON SCHEMA repstream TO \""+role+"\"")
 	_, grants, _ := strings.Cut(line, "as repstream's source role or a superuser: ")
 	grants, _, ok := strings.Cut(grants, " (not ")
 	if err == nil || !ok {
-		t.Fatalf("an apply whose source role cannot read the public keys: exit %v, want an error naming the grants:\n%s", err, p.out.tail(20))
+		t.Fatalf("an apply whose source role cannot read the public keys: exit %v, want an error naming the grants:\n%s", err, p.out.Tail(20))
 	}
 	t.Logf("%s", line)
 	if strings.Contains(grants, "ddl_key") {
@@ -142,7 +142,7 @@ func TestKafkaForgedSchemaChange(t *testing.T) {
 				p = startApply("apply (restarted)", db)
 			}
 			err := exitOf(t, p, 30*time.Second)
-			out := p.out.tail(20)
+			out := p.out.Tail(20)
 			if err == nil {
 				t.Fatalf("%s exited 0 on a forged schema change:\n%s", p.name, out)
 			}
@@ -305,12 +305,12 @@ func TestKafkaReplacedKeyRevoked(t *testing.T) {
 		}
 		if !ledger || after != 0 {
 			t.Fatalf("%s took a schema change signed with the replaced key %s: ledger on the target %v (want true), the change after it applied %d times (want 0)\n%s",
-				p.name, oldFP, ledger, after, p.out.tail(20))
+				p.name, oldFP, ledger, after, p.out.Tail(20))
 		}
 		err := exitOf(t, p, time.Second)
-		line := lineWith(p.out.tail(20), want...)
+		line := lineWith(p.out.Tail(20), want...)
 		if err == nil || line == "" {
-			t.Fatalf("%s (%d): %v, want a stop naming %q:\n%s", p.name, i+1, err, want, p.out.tail(20))
+			t.Fatalf("%s (%d): %v, want a stop naming %q:\n%s", p.name, i+1, err, want, p.out.Tail(20))
 		}
 		t.Logf("%s", line)
 	}

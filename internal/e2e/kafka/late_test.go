@@ -97,7 +97,7 @@ func TestKafkaLateTarget(t *testing.T) {
 	var done string
 	pgtest.WaitFor(t, "apply B's initial copy", 60*time.Second, func() (bool, error) {
 		apB.alive()
-		done = lineWith(apB.out.tail(400), "initial copy done")
+		done = lineWith(apB.out.Tail(400), "initial copy done")
 		return done != "", nil
 	})
 	m := regexp.MustCompile(`topic_offset=(\d+)`).FindStringSubmatch(done)
@@ -150,12 +150,12 @@ func TestKafkaLateTarget(t *testing.T) {
 		t.Fatalf("after apply C's stop during its copy: %v", err)
 	}
 	if kept == 0 {
-		t.Errorf("apply C's stop during its first copy removed this target's state: the next start copies every table again\n%s", apC.out.tail(20))
+		t.Errorf("apply C's stop during its first copy removed this target's state: the next start copies every table again\n%s", apC.out.Tail(20))
 	}
 	apC = e.startApply("apply C (copy finished)", dbC)
 	pgtest.WaitFor(t, "apply C's initial copy", 60*time.Second, func() (bool, error) {
 		apC.alive()
-		done = lineWith(apC.out.tail(400), "initial copy done")
+		done = lineWith(apC.out.Tail(400), "initial copy done")
 		return done != "", nil
 	})
 	t.Logf("apply C: %s", done)

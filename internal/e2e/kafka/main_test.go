@@ -1,74 +1,19 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, kafkatest.CloseShared) }
-
-// builtBinary is the repstream binary the tests run, built once.
-var (
-	buildOnce   sync.Once
-	builtBinary string
-	buildErr    error
-)
-
-func repstreamBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if b := os.Getenv("REPSTREAM_TEST_BINARY"); b != "" { // make test's, built from this tree
-			builtBinary = b
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-		out := filepath.Join(os.TempDir(), fmt.Sprintf("repstream-kafka-e2e-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/repstream")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build repstream: %v\n%s", err, b)
-			return
-		}
-		builtBinary = out
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBinary
-}
-
-// syncBuffer keeps what a process prints, for a failing test to show.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(b.buf.String(), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+func TestMain(m *testing.M) { pgtest.Main(m, kafkatest.CloseShared, testbin.Remove) }
 
 // checksum returns the row count and an md5 of the ordered contents.
 func checksum(t *testing.T, conn *pgx.Conn, table, orderBy string) (int64, string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/repstream/repstream/internal/kafkalog"
 	"github.com/repstream/repstream/internal/kafkatest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // TestKafkaSecureBrokers: capture and apply reach brokers that take only
@@ -35,25 +36,25 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	t.Setenv(kafkalog.EnvPassword, "not the password")
 	bad := startProc(t, "apply (wrong password)", e.applyArgs(tgtDB, secure("scram-sha-256")...)...)
 	err := exitOf(t, bad, 60*time.Second)
-	out := bad.out.tail(20)
+	out := bad.out.Tail(20)
 	if err == nil || !strings.Contains(out, addrs) || !strings.Contains(strings.ToLower(out), "authentication") {
 		t.Fatalf("apply with a wrong password: %v, want an error naming the brokers %s and the failed authentication:\n%s", err, addrs, out)
 	}
 	none := startProc(t, "capture (no TLS)", e.captureArgs()...)
 	err = exitOf(t, none, 60*time.Second)
-	if out := none.out.tail(20); err == nil || !strings.Contains(out, addrs) || !strings.Contains(out, "tls") {
+	if out := none.out.Tail(20); err == nil || !strings.Contains(out, addrs) || !strings.Contains(out, "tls") {
 		t.Fatalf("capture without TLS to a TLS listener: %v, want an error naming the brokers %s and TLS:\n%s", err, addrs, out)
 	}
 	t.Setenv(kafkalog.EnvPassword, password)
 	noCert := startProc(t, "capture (no client certificate)", e.captureArgs("--kafka-ca", k.CAFile(),
 		"--kafka-sasl", "scram-sha-512", "--kafka-user", user)...)
 	err = exitOf(t, noCert, 60*time.Second)
-	if out := noCert.out.tail(20); err == nil || !strings.Contains(out, addrs) {
+	if out := noCert.out.Tail(20); err == nil || !strings.Contains(out, addrs) {
 		t.Fatalf("capture without the client certificate the brokers require: %v, want an error naming the brokers %s:\n%s", err, addrs, out)
 	}
 	plain := startProc(t, "capture (plain without TLS)", e.captureArgs("--kafka-sasl", "plain", "--kafka-user", user)...)
 	err = exitOf(t, plain, 30*time.Second)
-	if out := plain.out.tail(20); err == nil || !strings.Contains(out, "--kafka-tls") {
+	if out := plain.out.Tail(20); err == nil || !strings.Contains(out, "--kafka-tls") {
 		t.Fatalf("capture with SASL PLAIN without TLS: %v, want a refusal naming --kafka-tls:\n%s", err, out)
 	}
 
@@ -63,9 +64,9 @@ func TestKafkaSecureBrokers(t *testing.T) {
 	e.loadAndCompare(tgt, 200, capt, ap)
 	st := startProc(t, "status", append([]string{"status", "--source", e.src.DSN(e.srcDB), "--target", e.tgtC.DSN(tgtDB),
 		"--slot", e.slot, "--kafka", addrs, "--format", "json"}, secure("scram-sha-256")...)...)
-	if err := exitOf(t, st, 60*time.Second); err != nil || !strings.Contains(st.out.tail(200), `"lag_records"`) ||
-		strings.Contains(st.out.tail(200), `"error"`) {
-		t.Fatalf("status --kafka through TLS and SASL: %v\n%s", err, st.out.tail(60))
+	if err := exitOf(t, st, 60*time.Second); err != nil || !strings.Contains(st.out.Tail(200), `"lag_records"`) ||
+		strings.Contains(st.out.Tail(200), `"error"`) {
+		t.Fatalf("status --kafka through TLS and SASL: %v\n%s", err, st.out.Tail(60))
 	}
 	capt.stop()
 	ap.stop()
@@ -126,7 +127,7 @@ func TestKafkaACLs(t *testing.T) {
 		t.Helper()
 		p := startProc(t, "capture ("+what+")", e.captureArgs(secure...)...)
 		err := exitOf(t, p, 90*time.Second)
-		out := p.out.tail(20)
+		out := p.out.Tail(20)
 		t.Logf("capture %s: %v: %s", what, err, lastLine(out))
 		if err == nil || !strings.Contains(out, want) {
 			t.Fatalf("capture %s: %v, want an error containing %q:\n%s", what, err, want, out)
@@ -157,7 +158,7 @@ func TestKafkaACLs(t *testing.T) {
 	capt.stop()
 	ap.stop()
 	// The topic exists now: check reports what this principal may do.
-	ck := exec.Command(repstreamBinary(t), append([]string{"check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB),
+	ck := exec.Command(testbin.Repstream(t), append([]string{"check", "--kafka", e.brokers, "--source", e.src.DSN(e.srcDB),
 		"--target", e.tgtC.DSN(tgtDB), "--slot", e.slot}, secure...)...)
 	ckOut, _ := ck.CombinedOutput()
 	if l := lineWith(string(ckOut), "access", "READ"); !strings.Contains(l, "OK") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/repstream/repstream/internal/kafkatest"
 	"github.com/repstream/repstream/internal/pgcluster/pgtest"
+	"github.com/repstream/repstream/internal/testbin"
 )
 
 // kafkaStatus is what the test reads of `status --kafka --format json`.
@@ -64,7 +65,7 @@ func (e *kafkaEnv) status(db string, extra ...string) kafkaStatus {
 	e.t.Helper()
 	args := append([]string{"status", "--target", e.tgtC.DSN(db), "--source", e.src.DSN(e.srcDB), "--slot", e.slot, "--kafka", e.brokers}, extra...)
 	var st kafkaStatus
-	out, err := exec.Command(repstreamBinary(e.t), append(args, "--format", "json")...).Output()
+	out, err := exec.Command(testbin.Repstream(e.t), append(args, "--format", "json")...).Output()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -75,7 +76,7 @@ func (e *kafkaEnv) status(db string, extra ...string) kafkaStatus {
 	if err := json.Unmarshal(out, &st); err != nil {
 		e.t.Fatalf("status --format json: %v\n%s", err, out)
 	}
-	text, _ := exec.Command(repstreamBinary(e.t), args...).CombinedOutput()
+	text, _ := exec.Command(testbin.Repstream(e.t), args...).CombinedOutput()
 	st.text = string(text)
 	return st
 }
