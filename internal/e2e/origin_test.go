@@ -200,19 +200,13 @@ ALTER TABLE t ENABLE ALWAYS TRIGGER count_applied;`)
 
 	t.Run("check", func(t *testing.T) {
 		origins := func(target string) (healthcheck.Level, string) {
-			rep, err := healthcheck.Run(t.Context(), healthcheck.Options{Source: cfgAB.Source, Target: target, Slot: cfgAB.Slot, Tables: cfgAB.Tables, ApplyParallelism: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, it := range rep.Items {
-				if it.Side == "target" && it.Check == "replication origins" {
-					return it.Level, it.Detail + " " + it.Fix
-				}
-			}
-			return "", "no item"
+			return checkItem(t, healthcheck.Options{Source: cfgAB.Source, Target: target, Slot: cfgAB.Slot, Tables: cfgAB.Tables, ApplyParallelism: 2}, "replication origins")
 		}
 		if l, d := origins(cfgAB.Target); l != healthcheck.OK {
 			t.Errorf("check, a superuser target role: replication origins %s %s, want OK", l, d)
+		}
+		if l, d := checkItem(t, healthcheck.Options{Source: cfgBA.Source, Target: cfgBA.Target, Slot: cfgBA.Slot, Tables: cfgBA.Tables}, "both directions"); l != healthcheck.OK || !strings.Contains(d, cfgAB.Slot) {
+			t.Errorf("check of B -> A: both directions %s %s, want OK naming A -> B's slot", l, d)
 		}
 		role := ab.uniqueName("no_origins_", 63)
 		ab.tgtExec("CREATE ROLE " + role + " LOGIN")
@@ -269,10 +263,30 @@ func TestBidirectionalNeedsCommitTimestamps(t *testing.T) {
 		!strings.Contains(err.Error(), cfgAB.Slot) {
 		t.Fatalf("B -> A without commit timestamps: %v; want it refused, naming the setting, both servers and A -> B's slot", err)
 	}
+	if l, d := checkItem(t, healthcheck.Options{Source: cfgBA.Source, Target: cfgBA.Target, Slot: cfgBA.Slot, Tables: cfgBA.Tables}, "both directions"); l != healthcheck.Fail ||
+		!strings.Contains(d, "track_commit_timestamp = on on the source and the target") {
+		t.Errorf("check of B -> A: both directions %s %s, want FAIL naming the setting on both servers", l, d)
+	}
 	if n := ba.count(ba.Src, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '"+cfgBA.Slot+"'"); n != 0 {
 		t.Errorf("the refused start left its slot on B")
 	}
 	if n := ba.count(ba.Src, "SELECT count(*) FROM pg_publication WHERE pubname = '"+cfgBA.Slot+"'"); n != 0 {
 		t.Errorf("the refused start left its publication on B")
 	}
+}
+
+// checkItem runs repstream check with opts and returns the level of the
+// item named check, and its detail and fix ("no item" when it is missing).
+func checkItem(t *testing.T, opts healthcheck.Options, check string) (healthcheck.Level, string) {
+	t.Helper()
+	rep, err := healthcheck.Run(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range rep.Items {
+		if it.Check == check {
+			return it.Level, it.Detail + " " + it.Fix
+		}
+	}
+	return "", "no item"
 }

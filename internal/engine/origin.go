@@ -120,7 +120,9 @@ func (e *Engine) needCommitTimestamps(ctx context.Context, src, tgt *pgx.Conn, b
 // prepareLocalChecks decides whether apply checks each update and delete
 // against the target's own writes (checkLocal: target.WriterOptions'
 // CheckLocalWrites): with --origin none (a run's: an apply --kafka does
-// not know its capture's) and track_commit_timestamp on the target.
+// not know its capture's) and track_commit_timestamp on the target. Its
+// sessions must then mark their writes with an origin (Origins.Require),
+// or their own would count as the target's.
 func (e *Engine) prepareLocalChecks(ctx context.Context, tgt *pgx.Conn) error {
 	e.checkLocal = false
 	if e.cfg.Role == config.RoleApply || e.cfg.Origin != config.OriginNone {
@@ -132,6 +134,9 @@ func (e *Engine) prepareLocalChecks(ctx context.Context, tgt *pgx.Conn) error {
 	}
 	e.checkLocal = on
 	if on {
+		// A write of this apply's without an origin would look like the
+		// target's own, newer than the source's next change of the row.
+		e.origins.Require()
 		e.log.Info("updates and deletes are checked against the target's own writes: a row that a transaction of the target's own committed after the source transaction is a conflict (update_origin_differs, delete_origin_differs)",
 			"component", "engine")
 	}

@@ -94,6 +94,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		if c.src != nil {
 			c.sameDatabase(ctx)
+			c.bothWays(ctx)
 			c.trustedSchema(ctx, "source", c.src)
 		}
 		if c.trustedSchema(ctx, "target", c.tgt) {
@@ -572,6 +573,43 @@ func (c *checker) sameDatabase(ctx context.Context) {
 	if err := provision.SameDatabase(ctx, c.src, c.tgt); err != nil {
 		c.r.add(Fail, "target", "not the source", "point --target at another database", "%v", err)
 	}
+}
+
+// bothWays, when the target replicates into the source (a repstream
+// replication into the source records the target as its source), checks
+// that both servers keep commit timestamps: a run into the target is
+// refused without (a row written on both sides at once would go unseen).
+func (c *checker) bothWays(ctx context.Context) {
+	const check = "both directions"
+	id, err := provision.Identify(ctx, c.tgt)
+	if err != nil {
+		return // not the source (sameDatabase) says why
+	}
+	back, err := target.ReplicationsFrom(ctx, c.src, id.SystemID, id.DatabaseOID)
+	if err != nil || len(back) == 0 {
+		return
+	}
+	slots := make([]string, len(back))
+	for i, b := range back {
+		slots[i] = b.Slot
+	}
+	var off []string
+	for _, s := range []struct {
+		side string
+		conn *pgx.Conn
+	}{{"source", c.src}, {"target", c.tgt}} {
+		if v, ok := c.setting(ctx, s.conn, s.side, "track_commit_timestamp"); ok && v != "on" {
+			off = append(off, "the "+s.side)
+		}
+	}
+	if len(off) > 0 {
+		c.r.add(Fail, "target", check, "ALTER SYSTEM SET track_commit_timestamp = on on "+strings.Join(off, " and ")+", then restart it",
+			"the target replicates into the source (slot %s): a run back needs track_commit_timestamp on both servers to find a row written on both sides at once, and it is off on %s",
+			strings.Join(slots, ", "), strings.Join(off, " and "))
+		return
+	}
+	c.r.add(OK, "target", check, "", "the target replicates into the source (slot %s), and both servers keep commit timestamps: a row written on both sides at once is a conflict, not overwritten",
+		strings.Join(slots, ", "))
 }
 
 // trustedSchema fails when a schema repstream exists on side that another

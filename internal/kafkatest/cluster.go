@@ -509,6 +509,11 @@ func (c *Cluster) jvmArgs(b *broker, heapMB int) []string {
 		"-XX:+UseSerialGC",
 		"-XX:TieredStopAtLevel=1",
 		"-Djava.awt.headless=true",
+		// Nothing in the shared /tmp: snappy's native library is
+		// unpacked into the broker's directory (else one file per start
+		// stays in /tmp after a kill -9), and no hsperfdata file.
+		"-Dorg.xerial.snappy.tempdir=" + b.dir,
+		"-XX:-UsePerfData",
 		"-Dlog4j2.configurationFile=" + filepath.Join(b.dir, "log4j2.properties"),
 		"-Dkafka.logs.dir=" + b.dir,
 		"-cp", filepath.Join(c.home, "libs", "*"),
