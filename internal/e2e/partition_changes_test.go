@@ -835,8 +835,19 @@ func TestPartitionCreateLinear(t *testing.T) {
 	cfg.CreateTables = true // an ordinary p: a DETACH removes the rows in the partition's constraint
 	e.catchUp(cfg)
 
-	reads, took := e.statementReads("CREATE TABLE p_new PARTITION OF p FOR VALUES IN (-1)", inheritsReads)
-	t.Logf("CREATE TABLE ... PARTITION OF a root with %d leaves: %d reads of pg_inherits, %s", leaves, reads, took.Round(time.Millisecond))
+	// A catalog cache reset in the middle of the statement (the shared
+	// invalidation queue overrun by the other tests' DDL, under load)
+	// reads pg_inherits again: 608 reads were seen once under make test.
+	// So the fewest of up to three CREATEs counts; the tree walked again
+	// is in every one.
+	reads := int64(-1)
+	for i := 1; i <= 3 && (reads < 0 || reads > 2*leaves); i++ {
+		n, took := e.statementReads(fmt.Sprintf("CREATE TABLE p_new%d PARTITION OF p FOR VALUES IN (-%d)", i, i), inheritsReads)
+		t.Logf("CREATE TABLE ... PARTITION OF a root with %d leaves: %d reads of pg_inherits, %s", leaves, n, took.Round(time.Millisecond))
+		if reads < 0 || n < reads {
+			reads = n
+		}
+	}
 	if reads > 2*leaves {
 		t.Errorf("CREATE TABLE ... PARTITION OF a root with %d leaves read pg_inherits %d times: more than PostgreSQL's own walk of the partitions and a few, the tree walked again", leaves, reads)
 	}
