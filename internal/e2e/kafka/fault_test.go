@@ -198,16 +198,21 @@ func (e *kafkaEnv) newTarget() (string, *pgx.Conn) {
 	return db, c
 }
 
-// startCapture starts a capture and waits for it to hold the slot (the
-// topic exists from then on).
+// startCapture starts a capture and waits for it to stream from the slot
+// (the topic exists from then on): its walsender replicating, not merely
+// the slot active, which it is while CREATE_REPLICATION_SLOT waits for
+// the source's open transactions too. TestKafkaStatusStoppedCopy then
+// took its lock before the slot was made, and met the slot inactive for
+// the moment between its creation and START_REPLICATION.
 func (e *kafkaEnv) startCapture(name string, extra ...string) *proc {
 	e.t.Helper()
 	p := startProc(e.t, name, e.captureArgs(extra...)...)
 	logTails(e.t, p)
-	pgtest.WaitFor(e.t, "the capture's slot active", 60*time.Second, func() (bool, error) {
+	pgtest.WaitFor(e.t, "the capture to stream from its slot", 60*time.Second, func() (bool, error) {
 		p.alive()
 		var n int
-		err := e.s.QueryRow(e.t.Context(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", e.slot).Scan(&n)
+		err := e.s.QueryRow(e.t.Context(), `SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+WHERE s.slot_name = $1 AND r.state IN ('catchup', 'streaming')`, e.slot).Scan(&n)
 		return n == 1, err
 	})
 	return p
