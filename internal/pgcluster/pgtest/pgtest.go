@@ -124,8 +124,14 @@ func Shared(t testing.TB, name string) *pgcluster.Cluster {
 			// A shared server outlives hundreds of tests: WAL beyond
 			// 1 GB is checkpointed away (cheap with fsync off) rather
 			// than kept, as with the 4 GB a benchmark's server keeps
-			// (make test puts its servers on a tmpfs when it can).
-			Settings: map[string]string{"max_wal_size": "1GB"},
+			// (make test puts its servers on a tmpfs when it can). The
+			// last 1 GB is always kept (wal_keep_size): checkpoints are
+			// frequent here (each DROP DATABASE of NewDB's cleanup makes
+			// one), and once one removed the segment holding a logical
+			// slot's restart_lsn seconds after the slot was made
+			// ("requested WAL segment ... has already been removed" at
+			// the next START_REPLICATION: TestAdminCommandsFindTheirReplication).
+			Settings: map[string]string{"max_wal_size": "1GB", "wal_keep_size": "1GB"},
 			Logger:   slog.New(slog.DiscardHandler),
 			BinDir:   SharedBinDir(name),
 		})
